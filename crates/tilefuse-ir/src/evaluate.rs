@@ -1,0 +1,253 @@
+//! The reference evaluator: plain loops over flat indices, every op computed
+//! in double precision (f32) or with WGSL's integer semantics, rounded once
+//! per op. It is the ground truth scheduled kernels are checked against, so
+//! it favours being obviously right over being fast.
+
+use crate::dtype::DType;
+use crate::error::{FusionError, Result};
+use crate::fusion::{Fusion, TensorId};
+use crate::infer::{TensorType, matmul_dims};
+use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::shape::{broadcast_index, numel, strides};
+use crate::tensor::{Data, Scalar, Tensor};
+
+/// Runs `fusion` on `inputs` (one per fusion input, in order) and returns
+/// its outputs.
+pub fn evaluate(fusion: &Fusion, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    check_arguments(fusion, inputs)?;
+    if fusion.outputs().is_empty() {
+        return Err(FusionError::Output("the fusion has no outputs; call output() first".into()));
+    }
+    let mut values: Vec<Tensor> = Vec::with_capacity(fusion.nodes().len());
+    let mut next_input = inputs.iter();
+    for (i, node) in fusion.nodes().iter().enumerate() {
+        let ty = fusion.ty(TensorId(i))?;
+        let args: Vec<&Tensor> = node.args.iter().map(|a| &values[a.0]).collect();
+        let value = match &node.op {
+            Op::Input { .. } => next_input.next().expect("arguments were counted").clone(),
+            op => eval_op(op, &args, ty),
+        };
+        values.push(value);
+    }
+    Ok(fusion.outputs().iter().map(|t| values[t.0].clone()).collect())
+}
+
+fn check_arguments(fusion: &Fusion, inputs: &[Tensor]) -> Result<()> {
+    if inputs.len() != fusion.inputs().len() {
+        return Err(FusionError::Argument(format!(
+            "the fusion takes {} inputs, got {}",
+            fusion.inputs().len(),
+            inputs.len()
+        )));
+    }
+    for (i, (&id, given)) in fusion.inputs().iter().zip(inputs).enumerate() {
+        let want = fusion.ty(id)?;
+        if &given.ty() != want {
+            return Err(FusionError::Argument(format!(
+                "input {i} ({}): expected {want}, got {}",
+                fusion.label(id),
+                given.ty()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Tensor {
+    let n = numel(&ty.shape);
+    let out = &ty.shape;
+    let at = |t: &Tensor, i: usize| t.data.get(broadcast_index(i, out, &t.shape));
+    let data = match op {
+        Op::Input { .. } => unreachable!("inputs are bound by evaluate"),
+        Op::Constant { value, dtype } => Data::from_fn(*dtype, 1, |_| Scalar::F(value.0).to(*dtype)),
+        Op::Unary { func } => Data::from_fn(ty.dtype, n, |i| unary(*func, args[0].data.get(i))),
+        Op::Binary { func } => {
+            Data::from_fn(ty.dtype, n, |i| binary(*func, at(args[0], i), at(args[1], i)))
+        }
+        Op::Where => Data::from_fn(ty.dtype, n, |i| {
+            if at(args[0], i).as_bool() { at(args[1], i) } else { at(args[2], i) }
+        }),
+        Op::Cast { dtype } => Data::from_fn(*dtype, n, |i| args[0].data.get(i).to(*dtype)),
+        Op::Broadcast { .. } => Data::from_fn(ty.dtype, n, |i| at(args[0], i)),
+        Op::Reshape { .. } => args[0].data.clone(),
+        Op::Permute { perm } => permute(args[0], perm, ty),
+        Op::Reduce { func, axes, .. } => reduce(*func, args[0], axes, ty.dtype),
+        Op::Matmul { transpose_a, transpose_b } => {
+            matmul(args[0], args[1], *transpose_a, *transpose_b, ty)
+        }
+    };
+    Tensor { shape: ty.shape.clone(), data }
+}
+
+/// tanh-approximated GELU, as in `torch.nn.functional.gelu(approximate="tanh")`.
+pub fn gelu(x: f64) -> f64 {
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+}
+
+fn unary(func: UnaryOp, x: Scalar) -> Scalar {
+    match x {
+        Scalar::F(x) => Scalar::F(match func {
+            UnaryOp::Neg => -x,
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Relu => if x > 0.0 { x } else { 0.0 },
+            UnaryOp::Gelu => gelu(x),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Reciprocal => 1.0 / x,
+        }),
+        Scalar::I(x) => Scalar::I(match func {
+            UnaryOp::Neg => x.wrapping_neg(),
+            UnaryOp::Abs => x.wrapping_abs(),
+            UnaryOp::Relu => x.max(0),
+            _ => unreachable!("verification admits only neg, abs, relu on i32"),
+        }),
+        _ => unreachable!("verification admits unary ops only on f32 and i32"),
+    }
+}
+
+/// numpy's `maximum` / `minimum`: NaN wins.
+fn float_extreme(a: f64, b: f64, take_max: bool) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if (a > b) == take_max {
+        a
+    } else {
+        b
+    }
+}
+
+fn compare<T: PartialOrd>(func: BinaryOp, a: T, b: T) -> bool {
+    match func {
+        BinaryOp::Eq => a == b,
+        BinaryOp::Ne => a != b,
+        BinaryOp::Lt => a < b,
+        BinaryOp::Le => a <= b,
+        BinaryOp::Gt => a > b,
+        BinaryOp::Ge => a >= b,
+        _ => unreachable!("not a comparison"),
+    }
+}
+
+fn binary(func: BinaryOp, a: Scalar, b: Scalar) -> Scalar {
+    if func.is_comparison() {
+        return Scalar::B(match (a, b) {
+            (Scalar::F(a), Scalar::F(b)) => compare(func, a, b),
+            (Scalar::I(a), Scalar::I(b)) => compare(func, a, b),
+            (Scalar::U(a), Scalar::U(b)) => compare(func, a, b),
+            (Scalar::B(a), Scalar::B(b)) => compare(func, a, b),
+            _ => unreachable!("verification makes operand dtypes equal"),
+        });
+    }
+    match (a, b) {
+        (Scalar::F(a), Scalar::F(b)) => Scalar::F(match func {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Max => float_extreme(a, b, true),
+            BinaryOp::Min => float_extreme(a, b, false),
+            BinaryOp::Pow => a.powf(b),
+            _ => unreachable!("comparisons handled above"),
+        }),
+        // WGSL integer semantics: wrapping arithmetic; x / 0 and
+        // i32::MIN / -1 give x.
+        (Scalar::I(a), Scalar::I(b)) => Scalar::I(match func {
+            BinaryOp::Add => a.wrapping_add(b),
+            BinaryOp::Sub => a.wrapping_sub(b),
+            BinaryOp::Mul => a.wrapping_mul(b),
+            BinaryOp::Div => a.checked_div(b).unwrap_or(a),
+            BinaryOp::Max => a.max(b),
+            BinaryOp::Min => a.min(b),
+            _ => unreachable!("verification admits no pow on i32"),
+        }),
+        (Scalar::U(a), Scalar::U(b)) => Scalar::U(match func {
+            BinaryOp::Add => a.wrapping_add(b),
+            BinaryOp::Sub => a.wrapping_sub(b),
+            BinaryOp::Mul => a.wrapping_mul(b),
+            BinaryOp::Div => a.checked_div(b).unwrap_or(a),
+            BinaryOp::Max => a.max(b),
+            BinaryOp::Min => a.min(b),
+            _ => unreachable!("verification admits no pow on u32"),
+        }),
+        _ => unreachable!("verification makes operand dtypes equal and numeric"),
+    }
+}
+
+fn permute(x: &Tensor, perm: &[usize], ty: &TensorType) -> Data {
+    let in_strides = strides(&x.shape);
+    let out_strides = strides(&ty.shape);
+    Data::from_fn(ty.dtype, numel(&ty.shape), |flat| {
+        let src: usize = (0..perm.len())
+            .map(|axis| (flat / out_strides[axis]) % ty.shape[axis] * in_strides[perm[axis]])
+            .sum();
+        x.data.get(src)
+    })
+}
+
+fn reduce(func: ReduceOp, x: &Tensor, axes: &[usize], dtype: DType) -> Data {
+    // Output index of each input element: its coordinates with the reduced
+    // axes dropped (keepdims does not change the flat layout).
+    let kept: Vec<usize> = (0..x.shape.len()).filter(|a| !axes.contains(a)).collect();
+    let kept_shape: Vec<usize> = kept.iter().map(|&a| x.shape[a]).collect();
+    let kept_strides = strides(&kept_shape);
+    let in_strides = strides(&x.shape);
+    let count: usize = axes.iter().map(|&a| x.shape[a]).product();
+    let mut acc: Vec<Option<Scalar>> = vec![None; numel(&kept_shape)];
+    for flat in 0..x.data.len() {
+        let out: usize = kept
+            .iter()
+            .zip(&kept_strides)
+            .map(|(&a, &s)| (flat / in_strides[a]) % x.shape[a] * s)
+            .sum();
+        let v = x.data.get(flat);
+        acc[out] = Some(match acc[out] {
+            None => v,
+            Some(a) => match func {
+                ReduceOp::Sum | ReduceOp::Mean => binary(BinaryOp::Add, a, v),
+                ReduceOp::Max => binary(BinaryOp::Max, a, v),
+                ReduceOp::Min => binary(BinaryOp::Min, a, v),
+            },
+        });
+    }
+    Data::from_fn(dtype, acc.len(), |i| match (func, acc[i]) {
+        (ReduceOp::Mean, Some(s)) => Scalar::F(s.as_f64() / count as f64),
+        (_, Some(s)) => s,
+        (ReduceOp::Sum | ReduceOp::Mean, None) => Scalar::F(0.0).to(dtype),
+        (ReduceOp::Max, None) => Scalar::F(f64::NEG_INFINITY).to(dtype),
+        (ReduceOp::Min, None) => Scalar::F(f64::INFINITY).to(dtype),
+    })
+}
+
+fn matmul(a: &Tensor, b: &Tensor, ta: bool, tb: bool, ty: &TensorType) -> Data {
+    let dims = matmul_dims(&a.ty(), &b.ty(), ta, tb).expect("verified matmul");
+    let (m, k, n) = (dims.m, dims.k, dims.n);
+    let batch_a = &a.shape[..a.shape.len() - 2];
+    let batch_b = &b.shape[..b.shape.len() - 2];
+    // Element (row, col) of an operand's `batch`-th matrix, honouring its
+    // transpose flag.
+    let elem = |t: &Tensor, batch: usize, rows: usize, cols: usize, r: usize, c: usize, tr| {
+        let (r, c, stride) = if tr { (c, r, rows) } else { (r, c, cols) };
+        t.data.get(batch * rows * cols + r * stride + c).as_f64()
+    };
+    let (a_rows, a_cols) = if ta { (k, m) } else { (m, k) };
+    let (b_rows, b_cols) = if tb { (n, k) } else { (k, n) };
+    Data::from_fn(ty.dtype, numel(&ty.shape), |flat| {
+        let (batch, row, col) = (flat / (m * n), flat / n % m, flat % n);
+        let ba = broadcast_index(batch, &dims.batch, batch_a);
+        let bb = broadcast_index(batch, &dims.batch, batch_b);
+        Scalar::F(
+            (0..k)
+                .map(|kk| {
+                    elem(a, ba, a_rows, a_cols, row, kk, ta) * elem(b, bb, b_rows, b_cols, kk, col, tb)
+                })
+                .sum(),
+        )
+    })
+}

@@ -1,0 +1,37 @@
+//! The tilefuse fusion IR: a small, verified DAG of tensor ops with static
+//! shapes, numpy broadcasting, a readable printout, JSON, a stable
+//! fingerprint, and a reference evaluator that scheduled kernels are checked
+//! against.
+//!
+//! ```
+//! use tilefuse_ir::{DType, Fusion, ReduceOp, BinaryOp, UnaryOp};
+//!
+//! let mut f = Fusion::new();
+//! let x = f.input(&[4, 8], DType::F32, Some("x")).unwrap();
+//! let m = f.reduce(ReduceOp::Max, x, Some(&[1]), true).unwrap();
+//! let d = f.binary(BinaryOp::Sub, x, m).unwrap();
+//! let e = f.unary(UnaryOp::Exp, d).unwrap();
+//! f.output(e).unwrap();
+//! assert_eq!(f.ty(e).unwrap().shape, vec![4, 8]);
+//! assert_eq!(tilefuse_ir::Fusion::from_json(&f.to_json()).unwrap(), f);
+//! ```
+
+mod dtype;
+mod error;
+mod evaluate;
+mod fingerprint;
+mod fusion;
+mod infer;
+mod op;
+mod printer;
+pub mod shape;
+mod tensor;
+
+pub use dtype::{DType, UnknownDType};
+pub use error::{FusionError, Result};
+pub use evaluate::{evaluate, gelu};
+pub use fusion::{FUSION_SCHEMA_VERSION, Fusion, Node, TensorId};
+pub use infer::{MatmulDims, TensorType, infer, matmul_dims};
+pub use op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
+pub use shape::Shape;
+pub use tensor::{Data, Scalar, Tensor};

@@ -1,0 +1,61 @@
+//! Readable text form of a fusion, one op per line:
+//!
+//! ```text
+//! fusion {
+//!   x: f32[4, 8] = input(0)
+//!   t1: f32[4, 1] = max(x, axes=[1], keepdims=true)
+//!   t2: f32[4, 8] = sub(x, t1)
+//!   return t2
+//! }
+//! ```
+
+use std::fmt;
+
+use crate::fusion::Fusion;
+use crate::op::Op;
+
+impl fmt::Display for Fusion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "fusion {{")?;
+        let mut next_input = 0;
+        for (i, node) in self.nodes().iter().enumerate() {
+            let id = crate::TensorId(i);
+            let mut operands: Vec<String> = node.args.iter().map(|&a| self.label(a)).collect();
+            match &node.op {
+                Op::Input { .. } => {
+                    operands.push(next_input.to_string());
+                    next_input += 1;
+                }
+                Op::Constant { value, .. } => operands.push(value.0.to_string()),
+                Op::Cast { dtype } => operands.push(format!("dtype={dtype}")),
+                Op::Broadcast { shape } | Op::Reshape { shape } => {
+                    operands.push(format!("shape={shape:?}"))
+                }
+                Op::Reduce { axes, keepdims, .. } => {
+                    operands.push(format!("axes={axes:?}, keepdims={keepdims}"))
+                }
+                Op::Permute { perm } => operands.push(format!("perm={perm:?}")),
+                Op::Matmul { transpose_a, transpose_b } => {
+                    if *transpose_a {
+                        operands.push("transpose_a=true".into());
+                    }
+                    if *transpose_b {
+                        operands.push("transpose_b=true".into());
+                    }
+                }
+                Op::Unary { .. } | Op::Binary { .. } | Op::Where => {}
+            }
+            let ty = self.ty(id).map_err(|_| fmt::Error)?;
+            writeln!(
+                f,
+                "  {}: {ty} = {}({})",
+                self.label(id),
+                node.op.name(),
+                operands.join(", ")
+            )?;
+        }
+        let outputs: Vec<String> = self.outputs().iter().map(|&t| self.label(t)).collect();
+        writeln!(f, "  return {}", outputs.join(", "))?;
+        write!(f, "}}")
+    }
+}

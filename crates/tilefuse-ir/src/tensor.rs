@@ -1,0 +1,145 @@
+//! Host tensors: what `evaluate` takes and returns, and what devices upload
+//! and download.
+
+use crate::dtype::DType;
+use crate::infer::TensorType;
+use crate::shape::{Shape, numel};
+
+/// Row-major element storage of one dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Data {
+    F32(Vec<f32>),
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+    Bool(Vec<bool>),
+}
+
+/// One element, widened: f32 values are held as f64 so that the reference
+/// evaluator computes each op in double precision and rounds once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    F(f64),
+    I(i32),
+    U(u32),
+    B(bool),
+}
+
+impl Data {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Data::F32(_) => DType::F32,
+            Data::I32(_) => DType::I32,
+            Data::U32(_) => DType::U32,
+            Data::Bool(_) => DType::Bool,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Data::F32(v) => v.len(),
+            Data::I32(v) => v.len(),
+            Data::U32(v) => v.len(),
+            Data::Bool(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn get(&self, i: usize) -> Scalar {
+        match self {
+            Data::F32(v) => Scalar::F(f64::from(v[i])),
+            Data::I32(v) => Scalar::I(v[i]),
+            Data::U32(v) => Scalar::U(v[i]),
+            Data::Bool(v) => Scalar::B(v[i]),
+        }
+    }
+
+    /// Builds `len` elements of `dtype` from `f`, converting each scalar
+    /// with `Scalar::to`'s rules (f64 rounds to f32 here).
+    pub fn from_fn(dtype: DType, len: usize, f: impl Fn(usize) -> Scalar) -> Data {
+        match dtype {
+            DType::F32 => Data::F32((0..len).map(|i| f(i).as_f64() as f32).collect()),
+            DType::I32 => Data::I32((0..len).map(|i| f(i).as_i32()).collect()),
+            DType::U32 => Data::U32((0..len).map(|i| f(i).as_u32()).collect()),
+            DType::Bool => Data::Bool((0..len).map(|i| f(i).as_bool()).collect()),
+        }
+    }
+}
+
+/// Conversions between element types, with WGSL's meaning: float to integer
+/// truncates toward zero and saturates (NaN gives 0), i32 and u32 reinterpret
+/// bits, anything to bool is `!= 0`.
+impl Scalar {
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Scalar::F(x) => x,
+            Scalar::I(x) => f64::from(x),
+            Scalar::U(x) => f64::from(x),
+            Scalar::B(x) => f64::from(u8::from(x)),
+        }
+    }
+
+    pub fn as_i32(self) -> i32 {
+        match self {
+            Scalar::F(x) => x as i32,
+            Scalar::I(x) => x,
+            Scalar::U(x) => x as i32,
+            Scalar::B(x) => i32::from(x),
+        }
+    }
+
+    pub fn as_u32(self) -> u32 {
+        match self {
+            Scalar::F(x) => x as u32,
+            Scalar::I(x) => x as u32,
+            Scalar::U(x) => x,
+            Scalar::B(x) => u32::from(x),
+        }
+    }
+
+    pub fn as_bool(self) -> bool {
+        match self {
+            Scalar::F(x) => x != 0.0,
+            Scalar::I(x) => x != 0,
+            Scalar::U(x) => x != 0,
+            Scalar::B(x) => x,
+        }
+    }
+
+    /// Converts to the representation of `dtype` (f32 stays widened).
+    pub fn to(self, dtype: DType) -> Scalar {
+        match dtype {
+            DType::F32 => Scalar::F(f64::from(self.as_f64() as f32)),
+            DType::I32 => Scalar::I(self.as_i32()),
+            DType::U32 => Scalar::U(self.as_u32()),
+            DType::Bool => Scalar::B(self.as_bool()),
+        }
+    }
+}
+
+/// A host tensor: a shape and row-major data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    pub shape: Shape,
+    pub data: Data,
+}
+
+impl Tensor {
+    /// Pairs a shape with data, checking that the element count matches.
+    pub fn new(shape: Shape, data: Data) -> Result<Self, String> {
+        if numel(&shape) != data.len() {
+            return Err(format!(
+                "shape {shape:?} has {} elements but the data has {}",
+                numel(&shape),
+                data.len()
+            ));
+        }
+        Ok(Tensor { shape, data })
+    }
+
+    pub fn ty(&self) -> TensorType {
+        TensorType::new(self.shape.clone(), self.data.dtype())
+    }
+}
