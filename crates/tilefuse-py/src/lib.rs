@@ -1,0 +1,24 @@
+//! `tilefuse._native`: PyO3 bindings over the `tilefuse` facade crate. This
+//! crate holds no logic; the Python package `tilefuse` re-exports it.
+
+mod arrays;
+mod errors;
+mod fusion;
+mod json_value;
+mod params;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("FUSION_SCHEMA_VERSION", tilefuse::ir::FUSION_SCHEMA_VERSION)?;
+    m.add("PARAMS_VERSION", tilefuse::params::PARAMS_VERSION)?;
+    errors::register(m)?;
+    m.add_class::<fusion::PyFusion>()?;
+    m.add_function(wrap_pyfunction!(params::params_structs, m)?)?;
+    m.add_function(wrap_pyfunction!(params::params_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(params::params_normalize, m)?)?;
+    m.add_function(wrap_pyfunction!(params::params_from_json, m)?)?;
+    Ok(())
+}
