@@ -12,8 +12,9 @@ numpy does with its weak scalar types.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 
@@ -64,6 +65,13 @@ def _axes(axis: int | Sequence[int] | None) -> list[int] | None:
     if axis is None:
         return None
     return [axis] if isinstance(axis, int) else list(axis)
+
+
+def _ints(args: tuple[int | Sequence[int], ...]) -> list[int]:
+    """numpy's calling convention: ``f(2, 3)`` or ``f((2, 3))``."""
+    one = len(args) == 1 and not isinstance(args[0], int)
+    dims = cast("Sequence[int]", args[0] if one else args)
+    return [operator.index(d) for d in dims]
 
 
 class Tensor:
@@ -258,19 +266,18 @@ class Tensor:
     # --- layout -----------------------------------------------------------
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
         """numpy style: ``x.reshape(2, -1)`` or ``x.reshape((2, -1))``."""
-        dims = list(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        return Tensor(self.fusion, self.fusion._native.reshape(self.id, [int(d) for d in dims]))
+        return Tensor(self.fusion, self.fusion._native.reshape(self.id, _ints(shape)))
 
     def permute(self, *axes: int | Sequence[int]) -> Tensor:
-        dims = list(axes[0]) if len(axes) == 1 and not isinstance(axes[0], int) else axes
-        return Tensor(self.fusion, self.fusion._native.permute(self.id, [int(d) for d in dims]))
+        """Output axis ``i`` is input axis ``axes[i]``: ``x.permute(1, 0)``."""
+        return Tensor(self.fusion, self.fusion._native.permute(self.id, _ints(axes)))
 
     def transpose(self, *axes: int | Sequence[int]) -> Tensor:
         """numpy's ``transpose``: reverses the axes when none are given."""
         return self.permute(*axes) if axes else self.T
 
     @property
-    def T(self) -> Tensor:  # noqa: N802 - numpy's name
+    def T(self) -> Tensor:
         return self.permute(list(reversed(range(self.ndim))))
 
     def broadcast_to(self, shape: Sequence[int]) -> Tensor:
@@ -285,10 +292,14 @@ class Fusion:
     def __init__(self) -> None:
         self._native = _native.Fusion()
 
-    def input(self, shape: Sequence[int], dtype: DTypeLike = "f32", name: str | None = None) -> Tensor:
+    def input(
+        self, shape: Sequence[int], dtype: DTypeLike = "f32", name: str | None = None
+    ) -> Tensor:
         return Tensor(self, self._native.input(list(shape), _dtype_name(dtype), name))
 
-    def constant(self, value: Scalar | np.number[Any] | np.bool_, dtype: DTypeLike = "f32") -> Tensor:
+    def constant(
+        self, value: Scalar | np.number[Any] | np.bool_, dtype: DTypeLike = "f32"
+    ) -> Tensor:
         return Tensor(self, self._native.constant(float(value), _dtype_name(dtype)))
 
     def output(self, *tensors: Tensor) -> None:
@@ -367,12 +378,20 @@ def where(cond: Tensor, a: Operand, b: Operand) -> Tensor:
     return Tensor(ref.fusion, ref.fusion._native.where(c.id, a_t.id, b_t.id))
 
 
+def _binary_fn(func: str, a: Operand, b: Operand) -> Tensor:
+    if isinstance(a, Tensor):
+        return a._binary(func, b)
+    return _tensor(b)._binary(func, a, reverse=True)
+
+
 def maximum(a: Operand, b: Operand) -> Tensor:
-    return _tensor(a, b)._binary("max", b) if isinstance(a, Tensor) else _tensor(b)._binary("max", a, True)
+    """Elementwise maximum (NaN propagates, as in numpy)."""
+    return _binary_fn("max", a, b)
 
 
 def minimum(a: Operand, b: Operand) -> Tensor:
-    return _tensor(a, b)._binary("min", b) if isinstance(a, Tensor) else _tensor(b)._binary("min", a, True)
+    """Elementwise minimum (NaN propagates, as in numpy)."""
+    return _binary_fn("min", a, b)
 
 
 def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
@@ -402,4 +421,4 @@ gelu = _unary_fn("gelu")
 sin = _unary_fn("sin")
 cos = _unary_fn("cos")
 reciprocal = _unary_fn("reciprocal")
-abs = _unary_fn("abs")  # noqa: A001 - numpy's name
+abs = _unary_fn("abs")

@@ -158,7 +158,7 @@ class ParamsStruct:
         return (_from_root, (type(self), self.to_dict()))
 
     def _data(self) -> dict[str, Any]:
-        data = self._root.data
+        data: dict[str, Any] = self._root.data
         for key in self._path:
             data = data[key]
         return data

@@ -26,7 +26,10 @@ pub enum FusionError {
 
 impl FusionError {
     pub(crate) fn op(op: &'static str, message: impl Into<String>) -> Self {
-        FusionError::Op { op, message: message.into() }
+        FusionError::Op {
+            op,
+            message: message.into(),
+        }
     }
 }
 

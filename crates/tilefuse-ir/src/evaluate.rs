@@ -16,7 +16,9 @@ use crate::tensor::{Data, Scalar, Tensor};
 pub fn evaluate(fusion: &Fusion, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     check_arguments(fusion, inputs)?;
     if fusion.outputs().is_empty() {
-        return Err(FusionError::Output("the fusion has no outputs; call output() first".into()));
+        return Err(FusionError::Output(
+            "the fusion has no outputs; call output() first".into(),
+        ));
     }
     let mut values: Vec<Tensor> = Vec::with_capacity(fusion.nodes().len());
     let mut next_input = inputs.iter();
@@ -29,7 +31,11 @@ pub fn evaluate(fusion: &Fusion, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         };
         values.push(value);
     }
-    Ok(fusion.outputs().iter().map(|t| values[t.0].clone()).collect())
+    Ok(fusion
+        .outputs()
+        .iter()
+        .map(|t| values[t.0].clone())
+        .collect())
 }
 
 fn check_arguments(fusion: &Fusion, inputs: &[Tensor]) -> Result<()> {
@@ -59,24 +65,34 @@ fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Tensor {
     let at = |t: &Tensor, i: usize| t.data.get(broadcast_index(i, out, &t.shape));
     let data = match op {
         Op::Input { .. } => unreachable!("inputs are bound by evaluate"),
-        Op::Constant { value, dtype } => Data::from_fn(*dtype, 1, |_| Scalar::F(value.0).to(*dtype)),
-        Op::Unary { func } => Data::from_fn(ty.dtype, n, |i| unary(*func, args[0].data.get(i))),
-        Op::Binary { func } => {
-            Data::from_fn(ty.dtype, n, |i| binary(*func, at(args[0], i), at(args[1], i)))
+        Op::Constant { value, dtype } => {
+            Data::from_fn(*dtype, 1, |_| Scalar::F(value.0).to(*dtype))
         }
+        Op::Unary { func } => Data::from_fn(ty.dtype, n, |i| unary(*func, args[0].data.get(i))),
+        Op::Binary { func } => Data::from_fn(ty.dtype, n, |i| {
+            binary(*func, at(args[0], i), at(args[1], i))
+        }),
         Op::Where => Data::from_fn(ty.dtype, n, |i| {
-            if at(args[0], i).as_bool() { at(args[1], i) } else { at(args[2], i) }
+            if at(args[0], i).as_bool() {
+                at(args[1], i)
+            } else {
+                at(args[2], i)
+            }
         }),
         Op::Cast { dtype } => Data::from_fn(*dtype, n, |i| args[0].data.get(i).to(*dtype)),
         Op::Broadcast { .. } => Data::from_fn(ty.dtype, n, |i| at(args[0], i)),
         Op::Reshape { .. } => args[0].data.clone(),
         Op::Permute { perm } => permute(args[0], perm, ty),
         Op::Reduce { func, axes, .. } => reduce(*func, args[0], axes, ty.dtype),
-        Op::Matmul { transpose_a, transpose_b } => {
-            matmul(args[0], args[1], *transpose_a, *transpose_b, ty)
-        }
+        Op::Matmul {
+            transpose_a,
+            transpose_b,
+        } => matmul(args[0], args[1], *transpose_a, *transpose_b, ty),
     };
-    Tensor { shape: ty.shape.clone(), data }
+    Tensor {
+        shape: ty.shape.clone(),
+        data,
+    }
 }
 
 /// tanh-approximated GELU, as in `torch.nn.functional.gelu(approximate="tanh")`.
@@ -96,7 +112,13 @@ fn unary(func: UnaryOp, x: Scalar) -> Scalar {
             UnaryOp::Rsqrt => 1.0 / x.sqrt(),
             UnaryOp::Tanh => x.tanh(),
             UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-            UnaryOp::Relu => if x > 0.0 { x } else { 0.0 },
+            UnaryOp::Relu => {
+                if x > 0.0 {
+                    x
+                } else {
+                    0.0
+                }
+            }
             UnaryOp::Gelu => gelu(x),
             UnaryOp::Sin => x.sin(),
             UnaryOp::Cos => x.cos(),
@@ -123,7 +145,7 @@ fn float_extreme(a: f64, b: f64, take_max: bool) -> f64 {
     }
 }
 
-fn compare<T: PartialOrd>(func: BinaryOp, a: T, b: T) -> bool {
+fn compare<T: PartialOrd + Copy>(func: BinaryOp, a: T, b: T) -> bool {
     match func {
         BinaryOp::Eq => a == b,
         BinaryOp::Ne => a != b,
@@ -245,7 +267,8 @@ fn matmul(a: &Tensor, b: &Tensor, ta: bool, tb: bool, ty: &TensorType) -> Data {
         Scalar::F(
             (0..k)
                 .map(|kk| {
-                    elem(a, ba, a_rows, a_cols, row, kk, ta) * elem(b, bb, b_rows, b_cols, kk, col, tb)
+                    elem(a, ba, a_rows, a_cols, row, kk, ta)
+                        * elem(b, bb, b_rows, b_cols, kk, col, tb)
                 })
                 .sum(),
         )

@@ -15,6 +15,9 @@ impl Fusion {
         let mut hasher = Sha256::new();
         hasher.update(format!("tilefuse-fusion/v{FUSION_SCHEMA_VERSION}\n"));
         hasher.update(self.structural_json());
-        hasher.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect()
+        hasher.finalize()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 }

@@ -56,7 +56,10 @@ impl Fusion {
 
     /// Adds `op` applied to `args`, after checking that it is well typed.
     pub fn add(&mut self, op: Op, args: &[TensorId], name: Option<&str>) -> Result<TensorId> {
-        let arg_types = args.iter().map(|&a| self.ty(a)).collect::<Result<Vec<_>>>()?;
+        let arg_types = args
+            .iter()
+            .map(|&a| self.ty(a))
+            .collect::<Result<Vec<_>>>()?;
         let ty = infer(&op, &arg_types)?;
         if let Some(name) = name {
             self.check_name(name)?;
@@ -65,13 +68,24 @@ impl Fusion {
         if matches!(op, Op::Input { .. }) {
             self.inputs.push(id);
         }
-        self.nodes.push(Node { op, args: args.to_vec(), name: name.map(str::to_owned) });
+        self.nodes.push(Node {
+            op,
+            args: args.to_vec(),
+            name: name.map(str::to_owned),
+        });
         self.types.push(ty);
         Ok(id)
     }
 
     pub fn input(&mut self, shape: &[usize], dtype: DType, name: Option<&str>) -> Result<TensorId> {
-        self.add(Op::Input { shape: shape.to_vec(), dtype }, &[], name)
+        self.add(
+            Op::Input {
+                shape: shape.to_vec(),
+                dtype,
+            },
+            &[],
+            name,
+        )
     }
 
     /// A scalar constant, stored already converted to `dtype` (so `0.1` as
@@ -98,7 +112,13 @@ impl Fusion {
     }
 
     pub fn broadcast(&mut self, x: TensorId, shape: &[usize]) -> Result<TensorId> {
-        self.add(Op::Broadcast { shape: shape.to_vec() }, &[x], None)
+        self.add(
+            Op::Broadcast {
+                shape: shape.to_vec(),
+            },
+            &[x],
+            None,
+        )
     }
 
     /// Reduces over `axes` (negative axes count from the end; `None` means
@@ -115,7 +135,15 @@ impl Fusion {
             None => (0..rank).collect(),
             Some(axes) => normalize_axes(func.name(), axes, rank)?,
         };
-        self.add(Op::Reduce { func, axes, keepdims }, &[x], None)
+        self.add(
+            Op::Reduce {
+                func,
+                axes,
+                keepdims,
+            },
+            &[x],
+            None,
+        )
     }
 
     pub fn permute(&mut self, x: TensorId, perm: &[i64]) -> Result<TensorId> {
@@ -141,14 +169,24 @@ impl Fusion {
         transpose_a: bool,
         transpose_b: bool,
     ) -> Result<TensorId> {
-        self.add(Op::Matmul { transpose_a, transpose_b }, &[a, b], None)
+        self.add(
+            Op::Matmul {
+                transpose_a,
+                transpose_b,
+            },
+            &[a, b],
+            None,
+        )
     }
 
     /// Marks `t` as an output of the fusion.
     pub fn output(&mut self, t: TensorId) -> Result<()> {
         self.ty(t)?;
         if self.outputs.contains(&t) {
-            return Err(FusionError::Output(format!("{} is already an output", self.label(t))));
+            return Err(FusionError::Output(format!(
+                "{} is already an output",
+                self.label(t)
+            )));
         }
         self.outputs.push(t);
         Ok(())
@@ -182,9 +220,10 @@ impl Fusion {
 
     /// The type of a tensor, or an error if it is not in this fusion.
     pub fn ty(&self, t: TensorId) -> Result<&TensorType> {
-        self.types
-            .get(t.0)
-            .ok_or(FusionError::UnknownTensor { id: t.0, len: self.types.len() })
+        self.types.get(t.0).ok_or(FusionError::UnknownTensor {
+            id: t.0,
+            len: self.types.len(),
+        })
     }
 
     /// How a tensor is called in printouts and errors: its name, or `t{id}`.
@@ -197,7 +236,10 @@ impl Fusion {
 
     /// Finds a tensor by its user-given name.
     pub fn find(&self, name: &str) -> Option<TensorId> {
-        self.nodes.iter().position(|n| n.name.as_deref() == Some(name)).map(TensorId)
+        self.nodes
+            .iter()
+            .position(|n| n.name.as_deref() == Some(name))
+            .map(TensorId)
     }
 
     pub fn to_json(&self) -> String {
@@ -231,7 +273,9 @@ impl Fusion {
                 .map_err(|e| FusionError::Json(format!("node {i}: {e}")))?;
         }
         for t in json.outputs {
-            fusion.output(t).map_err(|e| FusionError::Json(e.to_string()))?;
+            fusion
+                .output(t)
+                .map_err(|e| FusionError::Json(e.to_string()))?;
         }
         Ok(fusion)
     }
@@ -253,7 +297,9 @@ impl Fusion {
 
     fn check_name(&self, name: &str) -> Result<()> {
         let mut chars = name.chars();
-        let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        let valid = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
             return Err(FusionError::Name(format!(
@@ -273,7 +319,10 @@ impl Fusion {
 fn normalize_axis(op: &'static str, axis: i64, rank: usize) -> Result<usize> {
     let r = rank as i64;
     if axis < -r || axis >= r {
-        return Err(FusionError::op(op, format!("axis {axis} is out of range for rank {rank}")));
+        return Err(FusionError::op(
+            op,
+            format!("axis {axis} is out of range for rank {rank}"),
+        ));
     }
     Ok(if axis < 0 { axis + r } else { axis } as usize)
 }
@@ -303,12 +352,16 @@ fn resolve_reshape(from: &[usize], shape: &[i64]) -> Result<Shape> {
     if shape.iter().any(|&d| d < -1) {
         return Err(fail("extents must be non-negative or -1"));
     }
-    let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+    let known: usize = shape
+        .iter()
+        .filter(|&&d| d >= 0)
+        .map(|&d| d as usize)
+        .product();
     let total = numel(from);
     shape
         .iter()
         .map(|&d| match d {
-            -1 if known != 0 && total % known == 0 => Ok(total / known),
+            -1 if known != 0 && total.is_multiple_of(known) => Ok(total / known),
             -1 => Err(fail("the -1 extent cannot be inferred")),
             d => Ok(d as usize),
         })

@@ -31,16 +31,28 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType> {
     let name = op.name();
     let fail = |message: String| FusionError::op(name, message);
     if args.len() != op.arity() {
-        return Err(fail(format!("takes {} arguments, got {}", op.arity(), args.len())));
+        return Err(fail(format!(
+            "takes {} arguments, got {}",
+            op.arity(),
+            args.len()
+        )));
     }
     match op {
         Op::Input { shape, dtype } => Ok(TensorType::new(shape.clone(), *dtype)),
         Op::Constant { dtype, .. } => Ok(TensorType::new(vec![], *dtype)),
         Op::Unary { func } => {
             let x = args[0];
-            let ok = if func.float_only() { x.dtype.is_float() } else { x.dtype.is_signed() };
+            let ok = if func.float_only() {
+                x.dtype.is_float()
+            } else {
+                x.dtype.is_signed()
+            };
             if !ok {
-                let want = if func.float_only() { "f32" } else { "f32 or i32" };
+                let want = if func.float_only() {
+                    "f32"
+                } else {
+                    "f32 or i32"
+                };
                 return Err(fail(format!("expected a {want} operand, got {}", x.dtype)));
             }
             Ok(x.clone())
@@ -62,7 +74,11 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType> {
                 return Err(fail(format!("not defined for {} operands", a.dtype)));
             }
             let shape = broadcast(name, &a.shape, &b.shape)?;
-            let dtype = if func.is_comparison() { DType::Bool } else { a.dtype };
+            let dtype = if func.is_comparison() {
+                DType::Bool
+            } else {
+                a.dtype
+            };
             Ok(TensorType::new(shape, dtype))
         }
         Op::Where => {
@@ -71,7 +87,10 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType> {
                 return Err(fail(format!("condition must be bool, got {}", c.dtype)));
             }
             if a.dtype != b.dtype {
-                return Err(fail(format!("branch dtypes differ: {} and {}", a.dtype, b.dtype)));
+                return Err(fail(format!(
+                    "branch dtypes differ: {} and {}",
+                    a.dtype, b.dtype
+                )));
             }
             let shape = broadcast(name, &broadcast(name, &c.shape, &a.shape)?, &b.shape)?;
             Ok(TensorType::new(shape, a.dtype))
@@ -87,7 +106,11 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType> {
             }
             Ok(TensorType::new(shape.clone(), args[0].dtype))
         }
-        Op::Reduce { func, axes, keepdims } => {
+        Op::Reduce {
+            func,
+            axes,
+            keepdims,
+        } => {
             let x = args[0];
             let ok = match func {
                 ReduceOp::Mean => x.dtype.is_float(),
@@ -120,7 +143,10 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType> {
                     format_shape(&x.shape)
                 )));
             }
-            Ok(TensorType::new(perm.iter().map(|&p| x.shape[p]).collect(), x.dtype))
+            Ok(TensorType::new(
+                perm.iter().map(|&p| x.shape[p]).collect(),
+                x.dtype,
+            ))
         }
         Op::Reshape { shape } => {
             let x = args[0];
@@ -135,9 +161,10 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType> {
             }
             Ok(TensorType::new(shape.clone(), x.dtype))
         }
-        Op::Matmul { transpose_a, transpose_b } => {
-            infer_matmul(args[0], args[1], *transpose_a, *transpose_b).map_err(fail)
-        }
+        Op::Matmul {
+            transpose_a,
+            transpose_b,
+        } => infer_matmul(args[0], args[1], *transpose_a, *transpose_b).map_err(fail),
     }
 }
 
@@ -145,17 +172,27 @@ fn broadcast(op: &'static str, a: &[usize], b: &[usize]) -> Result<Shape> {
     broadcast_shapes(a, b).ok_or_else(|| {
         FusionError::op(
             op,
-            format!("cannot broadcast shapes {} and {}", format_shape(a), format_shape(b)),
+            format!(
+                "cannot broadcast shapes {} and {}",
+                format_shape(a),
+                format_shape(b)
+            ),
         )
     })
 }
 
 fn check_axes(op: &'static str, axes: &[usize], rank: usize) -> Result<()> {
     if axes.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(FusionError::op(op, format!("axes {axes:?} must be sorted and unique")));
+        return Err(FusionError::op(
+            op,
+            format!("axes {axes:?} must be sorted and unique"),
+        ));
     }
     if let Some(bad) = axes.iter().find(|&&a| a >= rank) {
-        return Err(FusionError::op(op, format!("axis {bad} is out of range for rank {rank}")));
+        return Err(FusionError::op(
+            op,
+            format!("axis {bad} is out of range for rank {rank}"),
+        ));
     }
     Ok(())
 }
@@ -187,7 +224,11 @@ pub fn matmul_dims(
     let last2 = |t: &TensorType, transpose: bool| {
         let r = t.shape.len();
         let (rows, cols) = (t.shape[r - 2], t.shape[r - 1]);
-        if transpose { (cols, rows) } else { (rows, cols) }
+        if transpose {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        }
     };
     let (m, k) = last2(a, transpose_a);
     let (kb, n) = last2(b, transpose_b);
@@ -217,7 +258,10 @@ fn infer_matmul(
     transpose_b: bool,
 ) -> Result<TensorType, String> {
     if a.dtype != DType::F32 || b.dtype != DType::F32 {
-        return Err(format!("operands must be f32, got {} and {}", a.dtype, b.dtype));
+        return Err(format!(
+            "operands must be f32, got {} and {}",
+            a.dtype, b.dtype
+        ));
     }
     let dims = matmul_dims(a, b, transpose_a, transpose_b)?;
     let mut shape = dims.batch;

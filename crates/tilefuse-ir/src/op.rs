@@ -73,9 +73,15 @@ impl BinaryOp {
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Op {
     /// A fusion input; inputs are numbered in the order they were added.
-    Input { shape: Shape, dtype: DType },
+    Input {
+        shape: Shape,
+        dtype: DType,
+    },
     /// A scalar constant of the given dtype.
-    Constant { value: ConstValue, dtype: DType },
+    Constant {
+        value: ConstValue,
+        dtype: DType,
+    },
     Unary {
         #[serde(rename = "fn")]
         func: UnaryOp,
@@ -86,9 +92,13 @@ pub enum Op {
     },
     /// `where(cond, a, b)`: `a` where `cond` is true, else `b`, broadcast.
     Where,
-    Cast { dtype: DType },
+    Cast {
+        dtype: DType,
+    },
     /// Broadcasts the argument to `shape` with numpy rules.
-    Broadcast { shape: Shape },
+    Broadcast {
+        shape: Shape,
+    },
     /// Reduces over `axes` (sorted, unique, non-negative).
     Reduce {
         #[serde(rename = "fn")]
@@ -97,11 +107,18 @@ pub enum Op {
         keepdims: bool,
     },
     /// Reorders axes: output axis `i` is input axis `perm[i]`.
-    Permute { perm: Vec<usize> },
-    Reshape { shape: Shape },
+    Permute {
+        perm: Vec<usize>,
+    },
+    Reshape {
+        shape: Shape,
+    },
     /// `a @ b` over the last two axes, batch axes broadcast; either operand
     /// may be read transposed.
-    Matmul { transpose_a: bool, transpose_b: bool },
+    Matmul {
+        transpose_a: bool,
+        transpose_b: bool,
+    },
 }
 
 impl Op {
@@ -157,7 +174,6 @@ impl Serialize for ConstValue {
             v => s.serialize_f64(v),
         }
     }
-
 }
 
 impl<'de> Deserialize<'de> for ConstValue {

@@ -35,7 +35,10 @@ impl fmt::Display for Fusion {
                     operands.push(format!("axes={axes:?}, keepdims={keepdims}"))
                 }
                 Op::Permute { perm } => operands.push(format!("perm={perm:?}")),
-                Op::Matmul { transpose_a, transpose_b } => {
+                Op::Matmul {
+                    transpose_a,
+                    transpose_b,
+                } => {
                     if *transpose_a {
                         operands.push("transpose_a=true".into());
                     }

@@ -62,7 +62,11 @@ pub fn format_shape(shape: &[usize]) -> String {
         [one] => format!("({one},)"),
         _ => format!(
             "({})",
-            shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
@@ -83,7 +87,9 @@ mod tests {
     #[test]
     fn broadcast_index_repeats_size_one_axes() {
         // (2, 1) broadcast to (2, 3): every column reads row r.
-        let idx: Vec<_> = (0..6).map(|i| broadcast_index(i, &[2, 3], &[2, 1])).collect();
+        let idx: Vec<_> = (0..6)
+            .map(|i| broadcast_index(i, &[2, 3], &[2, 1]))
+            .collect();
         assert_eq!(idx, vec![0, 0, 0, 1, 1, 1]);
         let idx: Vec<_> = (0..6).map(|i| broadcast_index(i, &[2, 3], &[3])).collect();
         assert_eq!(idx, vec![0, 1, 2, 0, 1, 2]);

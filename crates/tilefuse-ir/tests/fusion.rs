@@ -20,7 +20,8 @@ fn step() -> impl Strategy<Value = Step> {
     let ix = 0usize..64;
     prop_oneof![
         (ix.clone(), 0..UnaryOp::ALL.len()).prop_map(|(a, f)| Step::Unary(a, f)),
-        (ix.clone(), ix.clone(), 0..BinaryOp::ALL.len()).prop_map(|(a, b, f)| Step::Binary(a, b, f)),
+        (ix.clone(), ix.clone(), 0..BinaryOp::ALL.len())
+            .prop_map(|(a, b, f)| Step::Binary(a, b, f)),
         (ix.clone(), 0..ReduceOp::ALL.len(), -2i64..2, any::<bool>())
             .prop_map(|(a, f, ax, k)| Step::Reduce(a, f, ax, k)),
         prop_oneof![Just(f64::NEG_INFINITY), Just(f64::NAN), -1e6f64..1e6].prop_map(Step::Constant),
@@ -59,7 +60,10 @@ fn build(shapes: &[(usize, usize)], steps: &[Step], names: bool) -> Fusion {
 }
 
 fn fusion() -> impl Strategy<Value = (Vec<(usize, usize)>, Vec<Step>)> {
-    (prop::collection::vec((1usize..5, 1usize..5), 1..3), prop::collection::vec(step(), 0..20))
+    (
+        prop::collection::vec((1usize..5, 1usize..5), 1..3),
+        prop::collection::vec(step(), 0..20),
+    )
 }
 
 proptest! {
@@ -113,7 +117,10 @@ fn fingerprint_changes_with_any_structure() {
 fn printer_is_readable() {
     let text = softmax().to_string();
     assert!(text.contains("x: f32[4, 8] = input(0)"), "{text}");
-    assert!(text.contains("t1: f32[4, 1] = max(x, axes=[1], keepdims=true)"), "{text}");
+    assert!(
+        text.contains("t1: f32[4, 1] = max(x, axes=[1], keepdims=true)"),
+        "{text}"
+    );
     assert!(text.contains("return t5"), "{text}");
 }
 
@@ -124,21 +131,37 @@ fn errors_name_the_op_and_shapes() {
     let b = f.input(&[5], DType::F32, None).unwrap();
     let i = f.input(&[4, 3], DType::I32, None).unwrap();
     let err = f.binary(BinaryOp::Add, a, b).unwrap_err();
-    assert_eq!(err.to_string(), "add: cannot broadcast shapes (4, 3) and (5,)");
+    assert_eq!(
+        err.to_string(),
+        "add: cannot broadcast shapes (4, 3) and (5,)"
+    );
     let err = f.unary(UnaryOp::Exp, i).unwrap_err();
     assert_eq!(err.to_string(), "exp: expected a f32 operand, got i32");
     let err = f.matmul(a, a, false, false).unwrap_err();
-    assert!(err.to_string().starts_with("matmul: inner dimensions differ"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("matmul: inner dimensions differ"),
+        "{err}"
+    );
     let err = f.reshape(a, &[5, -1]).unwrap_err();
-    assert!(matches!(err, FusionError::Op { op: "reshape", .. }), "{err}");
+    assert!(
+        matches!(err, FusionError::Op { op: "reshape", .. }),
+        "{err}"
+    );
     assert!(f.input(&[1], DType::F32, Some("1x")).is_err());
 }
 
 #[test]
 fn evaluate_softmax_rows_sum_to_one() {
     let x: Vec<f32> = (0..32).map(|i| (i as f32 * 0.37).sin()).collect();
-    let out = evaluate(&softmax(), &[Tensor::new(vec![4, 8], Data::F32(x)).unwrap()]).unwrap();
-    let Data::F32(y) = &out[0].data else { panic!("f32 output") };
+    let out = evaluate(
+        &softmax(),
+        &[Tensor::new(vec![4, 8], Data::F32(x)).unwrap()],
+    )
+    .unwrap();
+    let Data::F32(y) = &out[0].data else {
+        panic!("f32 output")
+    };
     for row in y.chunks(8) {
         assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6);
     }
@@ -146,9 +169,15 @@ fn evaluate_softmax_rows_sum_to_one() {
 
 #[test]
 fn evaluate_rejects_wrong_arguments() {
-    let err = evaluate(&softmax(), &[Tensor::new(vec![4, 7], Data::F32(vec![1.0; 28])).unwrap()])
-        .unwrap_err();
-    assert_eq!(err.to_string(), "input 0 (x): expected f32[4, 8], got f32[4, 7]");
+    let err = evaluate(
+        &softmax(),
+        &[Tensor::new(vec![4, 7], Data::F32(vec![1.0; 28])).unwrap()],
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "input 0 (x): expected f32[4, 8], got f32[4, 7]"
+    );
 }
 
 #[test]

@@ -23,7 +23,10 @@ pub struct LaunchParams {
 
 impl Default for LaunchParams {
     fn default() -> Self {
-        LaunchParams { workgroup_size: [128, 1, 1], grid: None }
+        LaunchParams {
+            workgroup_size: [128, 1, 1],
+            grid: None,
+        }
     }
 }
 
@@ -62,14 +65,22 @@ impl LaunchParams {
     }
 }
 
-params_struct!(LaunchParams, default = LaunchParams::default(), check = |p: &LaunchParams| {
-    let n = p.workgroup_size.iter().map(|&d| u64::from(d)).product::<u64>();
-    if n > u64::from(MAX_WORKGROUP_INVOCATIONS) {
-        return Err(ParamsError::new(
-            "workgroup_size",
-            format!("{n} invocations exceed the maximum of {MAX_WORKGROUP_INVOCATIONS}"),
-        ));
+params_struct!(
+    LaunchParams,
+    default = LaunchParams::default(),
+    check = |p: &LaunchParams| {
+        let n = p
+            .workgroup_size
+            .iter()
+            .map(|&d| u64::from(d))
+            .product::<u64>();
+        if n > u64::from(MAX_WORKGROUP_INVOCATIONS) {
+            return Err(ParamsError::new(
+                "workgroup_size",
+                format!("{n} invocations exceed the maximum of {MAX_WORKGROUP_INVOCATIONS}"),
+            ));
+        }
+        Ok(())
     }
-    Ok(())
-});
+);
 params_struct!(CompileParams, default = CompileParams::default());

@@ -62,13 +62,13 @@ pub trait ParamsStruct: Serialize + DeserializeOwned + JsonSchema {
         }
         let schema = Self::schema();
         check(schema, schema, &value)?;
-        if let Some(version) = value.get("version").and_then(Value::as_u64) {
-            if version > u64::from(PARAMS_VERSION) {
-                return Err(ParamsError::new(
-                    "version",
-                    format!("{version} is newer than this tilefuse reads ({PARAMS_VERSION})"),
-                ));
-            }
+        if let Some(version) = value.get("version").and_then(Value::as_u64)
+            && version > u64::from(PARAMS_VERSION)
+        {
+            return Err(ParamsError::new(
+                "version",
+                format!("{version} is newer than this tilefuse reads ({PARAMS_VERSION})"),
+            ));
         }
         if let Some(default) = Self::default_value() {
             let mut merged = serde_json::to_value(default).expect("params serialize");
@@ -77,7 +77,10 @@ pub trait ParamsStruct: Serialize + DeserializeOwned + JsonSchema {
         }
         let parsed: Self = serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
-            ParamsError::new(if path == "." { String::new() } else { path }, e.inner().to_string())
+            ParamsError::new(
+                if path == "." { String::new() } else { path },
+                e.inner().to_string(),
+            )
         })?;
         parsed.check_fields()?;
         Ok(parsed)

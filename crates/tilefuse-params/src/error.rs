@@ -13,7 +13,10 @@ pub struct ParamsError {
 
 impl ParamsError {
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        ParamsError { path: path.into(), message: message.into() }
+        ParamsError {
+            path: path.into(),
+            message: message.into(),
+        }
     }
 
     /// The same error seen from a parent struct: `field` is prefixed to the path.

@@ -42,9 +42,17 @@ impl HeuristicParams {
             Some(Value::String(s)) => s.clone(),
             Some(other) => return Err(bad_tag(&other.to_string())),
             None if value.is_object() => {
-                return Err(ParamsError::new("scheduler", "missing; expected one of \"pointwise\", \"reduction\", \"matmul\""));
+                return Err(ParamsError::new(
+                    "scheduler",
+                    "missing; expected one of \"pointwise\", \"reduction\", \"matmul\"",
+                ));
             }
-            None => return Err(ParamsError::new("", format!("expected an object, got {value}"))),
+            None => {
+                return Err(ParamsError::new(
+                    "",
+                    format!("expected an object, got {value}"),
+                ));
+            }
         };
         match tag.as_str() {
             "pointwise" => PointwiseParams::from_value(value).map(Self::Pointwise),
@@ -123,7 +131,11 @@ macro_rules! from_kind {
         }
     )+};
 }
-from_kind!(Pointwise(PointwiseParams), Reduction(ReductionParams), Matmul(MatmulParams));
+from_kind!(
+    Pointwise(PointwiseParams),
+    Reduction(ReductionParams),
+    Matmul(MatmulParams)
+);
 
 /// One params struct, reachable by name.
 #[derive(Clone, Copy)]

@@ -5,8 +5,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{CompileParams, LaunchParams};
 use crate::ParamsError;
+use crate::common::{CompileParams, LaunchParams};
 use crate::convert::params_struct;
 use crate::version::{PARAMS_VERSION, current_version};
 
@@ -72,7 +72,12 @@ pub struct CircularBufferOptions {
 
 impl Default for CircularBufferOptions {
     fn default() -> Self {
-        CircularBufferOptions { smem_write: false, smem_read: false, stages: 2, prefetch_gap: 1 }
+        CircularBufferOptions {
+            smem_write: false,
+            smem_read: false,
+            stages: 2,
+            prefetch_gap: 1,
+        }
     }
 }
 
@@ -93,7 +98,11 @@ pub struct SupportedVecSize {
 
 impl Default for SupportedVecSize {
     fn default() -> Self {
-        SupportedVecSize { a: 4, b: 4, epilogue: 4 }
+        SupportedVecSize {
+            a: 4,
+            b: 4,
+            epilogue: 4,
+        }
     }
 }
 
@@ -175,25 +184,33 @@ impl Default for MatmulParams {
 }
 
 params_struct!(GemmTile);
-params_struct!(MatMulTileOptions, default = MatMulTileOptions::default(), check = |t: &MatMulTileOptions| {
-    let levels = [
-        ("cta_tile", t.cta_tile),
-        ("warp_tile", t.warp_tile),
-        ("instruction_tile", t.instruction_tile),
-    ];
-    for pair in levels.windows(2) {
-        let ((outer_name, outer), (inner_name, inner)) = (pair[0], pair[1]);
-        for (dim, o, i) in [("m", outer.m, inner.m), ("n", outer.n, inner.n), ("k", outer.k, inner.k)] {
-            if o % i != 0 {
-                return Err(ParamsError::new(
-                    format!("{inner_name}.{dim}"),
-                    format!("{i} does not divide {outer_name}.{dim} ({o})"),
-                ));
+params_struct!(
+    MatMulTileOptions,
+    default = MatMulTileOptions::default(),
+    check = |t: &MatMulTileOptions| {
+        let levels = [
+            ("cta_tile", t.cta_tile),
+            ("warp_tile", t.warp_tile),
+            ("instruction_tile", t.instruction_tile),
+        ];
+        for pair in levels.windows(2) {
+            let ((outer_name, outer), (inner_name, inner)) = (pair[0], pair[1]);
+            for (dim, o, i) in [
+                ("m", outer.m, inner.m),
+                ("n", outer.n, inner.n),
+                ("k", outer.k, inner.k),
+            ] {
+                if !o.is_multiple_of(i) {
+                    return Err(ParamsError::new(
+                        format!("{inner_name}.{dim}"),
+                        format!("{i} does not divide {outer_name}.{dim} ({o})"),
+                    ));
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
-});
+);
 params_struct!(
     CircularBufferOptions,
     default = CircularBufferOptions::default(),
@@ -201,7 +218,10 @@ params_struct!(
         if c.prefetch_gap >= c.stages {
             return Err(ParamsError::new(
                 "prefetch_gap",
-                format!("must be less than stages ({}), got {}", c.stages, c.prefetch_gap),
+                format!(
+                    "must be less than stages ({}), got {}",
+                    c.stages, c.prefetch_gap
+                ),
             ));
         }
         Ok(())
@@ -214,7 +234,11 @@ params_struct!(
     default = MatmulParams::default(),
     check = |p: &MatmulParams| {
         p.launch.check_fields().map_err(|e| e.within("launch"))?;
-        p.tile_sizes.check_fields().map_err(|e| e.within("tile_sizes"))?;
-        p.circular_buffer_options.check_fields().map_err(|e| e.within("circular_buffer_options"))
+        p.tile_sizes
+            .check_fields()
+            .map_err(|e| e.within("tile_sizes"))?;
+        p.circular_buffer_options
+            .check_fields()
+            .map_err(|e| e.within("circular_buffer_options"))
     }
 );

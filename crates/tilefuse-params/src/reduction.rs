@@ -4,8 +4,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{CompileParams, LaunchParams};
 use crate::ParamsError;
+use crate::common::{CompileParams, LaunchParams};
 use crate::convert::params_struct;
 use crate::version::{PARAMS_VERSION, current_version};
 
@@ -111,11 +111,14 @@ params_struct!(
             ("subgroup_outer_reduction", p.subgroup_outer_reduction),
         ] {
             if on && !p.compile.use_subgroups {
-                return Err(ParamsError::new(field, "needs compile.use_subgroups = true"));
+                return Err(ParamsError::new(
+                    field,
+                    "needs compile.use_subgroups = true",
+                ));
             }
         }
         let invocations = p.launch.invocations();
-        if invocations % p.reduction_invocations != 0 {
+        if !invocations.is_multiple_of(p.reduction_invocations) {
             return Err(ParamsError::new(
                 "reduction_invocations",
                 format!(

@@ -20,7 +20,10 @@ pub fn check(root: &Value, schema: &Value, value: &Value) -> Result<(), ParamsEr
         };
     }
     if !type_matches(schema, value)
-        || schema.get("enum").and_then(Value::as_array).is_some_and(|e| !e.contains(value))
+        || schema
+            .get("enum")
+            .and_then(Value::as_array)
+            .is_some_and(|e| !e.contains(value))
         || schema.get("const").is_some_and(|c| c != value)
         || out_of_range(schema, value)
     {
@@ -33,13 +36,21 @@ pub fn check(root: &Value, schema: &Value, value: &Value) -> Result<(), ParamsEr
     }
 }
 
-fn check_object(root: &Value, schema: &Value, fields: &Map<String, Value>) -> Result<(), ParamsError> {
+fn check_object(
+    root: &Value,
+    schema: &Value,
+    fields: &Map<String, Value>,
+) -> Result<(), ParamsError> {
     let props = schema.get("properties").and_then(Value::as_object);
     for (name, v) in fields {
         match props.and_then(|p| p.get(name)) {
             Some(field) => check(root, field, v).map_err(|e| e.within(name))?,
             None if schema.get("additionalProperties") == Some(&Value::Bool(false)) => {
-                let known: Vec<&str> = props.into_iter().flat_map(|p| p.keys()).map(String::as_str).collect();
+                let known: Vec<&str> = props
+                    .into_iter()
+                    .flat_map(|p| p.keys())
+                    .map(String::as_str)
+                    .collect();
                 return Err(ParamsError::new(
                     name.clone(),
                     format!("unknown field; expected one of {}", known.join(", ")),
@@ -56,7 +67,10 @@ fn check_array(root: &Value, schema: &Value, items: &[Value]) -> Result<(), Para
     let min = schema.get("minItems").and_then(Value::as_u64);
     let max = schema.get("maxItems").and_then(Value::as_u64);
     if min.is_some_and(|m| len < m) || max.is_some_and(|m| len > m) {
-        return Err(ParamsError::new("", format!("expected {}, got {len} items", describe(root, schema))));
+        return Err(ParamsError::new(
+            "",
+            format!("expected {}, got {len} items", describe(root, schema)),
+        ));
     }
     if let Some(item) = schema.get("items") {
         for (i, v) in items.iter().enumerate() {
@@ -100,24 +114,46 @@ fn type_matches(schema: &Value, value: &Value) -> bool {
 }
 
 fn out_of_range(schema: &Value, value: &Value) -> bool {
-    let Some(x) = value.as_f64() else { return false };
-    schema.get("minimum").and_then(Value::as_f64).is_some_and(|m| x < m)
-        || schema.get("maximum").and_then(Value::as_f64).is_some_and(|m| x > m)
+    let Some(x) = value.as_f64() else {
+        return false;
+    };
+    schema
+        .get("minimum")
+        .and_then(Value::as_f64)
+        .is_some_and(|m| x < m)
+        || schema
+            .get("maximum")
+            .and_then(Value::as_f64)
+            .is_some_and(|m| x > m)
 }
 
 fn mismatch(root: &Value, schema: &Value, value: &Value) -> ParamsError {
-    ParamsError::new("", format!("expected {}, got {}", describe(root, schema), show(value)))
+    ParamsError::new(
+        "",
+        format!("expected {}, got {}", describe(root, schema), show(value)),
+    )
 }
 
 /// What a schema accepts, in words: `a positive integer`, `one of 1, 2, 4`.
 pub fn describe(root: &Value, schema: &Value) -> String {
     let schema = resolve(root, schema);
     let join = |vs: &[Value]| vs.iter().map(show).collect::<Vec<_>>().join(", ");
-    if let Some(branches) = schema.get("anyOf").or_else(|| schema.get("oneOf")).and_then(Value::as_array) {
-        let consts: Option<Vec<Value>> = branches.iter().map(|b| resolve(root, b).get("const").cloned()).collect();
+    if let Some(branches) = schema
+        .get("anyOf")
+        .or_else(|| schema.get("oneOf"))
+        .and_then(Value::as_array)
+    {
+        let consts: Option<Vec<Value>> = branches
+            .iter()
+            .map(|b| resolve(root, b).get("const").cloned())
+            .collect();
         return match consts {
             Some(cs) => format!("one of {}", join(&cs)),
-            None => branches.iter().map(|b| describe(root, b)).collect::<Vec<_>>().join(" or "),
+            None => branches
+                .iter()
+                .map(|b| describe(root, b))
+                .collect::<Vec<_>>()
+                .join(" or "),
         };
     }
     if let Some(options) = schema.get("enum").and_then(Value::as_array) {

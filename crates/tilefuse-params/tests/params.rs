@@ -4,8 +4,8 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRng;
 use serde_json::{Map, Value, json};
 use tilefuse_params::{
-    HeuristicParams, MatmulParams, PARAMS_VERSION, ParamsStruct, PointwiseParams,
-    ReductionParams, structs,
+    HeuristicParams, MatmulParams, PARAMS_VERSION, ParamsStruct, PointwiseParams, ReductionParams,
+    structs,
 };
 
 /// Draws a value that the schema admits (cross-field rules aside), so the
@@ -16,7 +16,11 @@ fn sample(root: &Value, schema: &Value, rng: &mut TestRng) -> Value {
         Some(r) => &root["$defs"][r.trim_start_matches("#/$defs/")],
         None => schema,
     };
-    if let Some(branches) = schema.get("oneOf").or(schema.get("anyOf")).and_then(Value::as_array) {
+    if let Some(branches) = schema
+        .get("oneOf")
+        .or(schema.get("anyOf"))
+        .and_then(Value::as_array)
+    {
         let pick = &branches[rng.random_range(0..branches.len())];
         return sample(root, pick, rng);
     }
@@ -36,10 +40,17 @@ fn sample(root: &Value, schema: &Value, rng: &mut TestRng) -> Value {
         "boolean" => Value::Bool(rng.random()),
         "integer" => {
             let lo = schema.get("minimum").and_then(Value::as_u64).unwrap_or(0);
-            let hi = schema.get("maximum").and_then(Value::as_u64).unwrap_or(lo + 256).min(lo + 256);
+            let hi = schema
+                .get("maximum")
+                .and_then(Value::as_u64)
+                .unwrap_or(lo + 256)
+                .min(lo + 256);
             // Mostly powers of two, like real tile sizes, so that draws often
             // pass the divisibility rules too.
-            let pows: Vec<u64> = (0..12).map(|e| 1 << e).filter(|p| (lo..=hi).contains(p)).collect();
+            let pows: Vec<u64> = (0..12)
+                .map(|e| 1 << e)
+                .filter(|p| (lo..=hi).contains(p))
+                .collect();
             match pows.is_empty() || rng.random_ratio(1, 4) {
                 true => json!(rng.random_range(lo..=hi)),
                 false => json!(pows[rng.random_range(0..pows.len())]),
@@ -48,7 +59,9 @@ fn sample(root: &Value, schema: &Value, rng: &mut TestRng) -> Value {
         "string" => json!("x"),
         "array" => {
             let n = schema["minItems"].as_u64().unwrap_or(1) as usize;
-            (0..n).map(|_| sample(root, &schema["items"], rng)).collect()
+            (0..n)
+                .map(|_| sample(root, &schema["items"], rng))
+                .collect()
         }
         _ => {
             let mut fields = Map::new();
@@ -63,8 +76,13 @@ fn sample(root: &Value, schema: &Value, rng: &mut TestRng) -> Value {
     }
 }
 
-fn round_trip<T: ParamsStruct + PartialEq + std::fmt::Debug>(seed: u64) -> Result<(), TestCaseError> {
-    let mut rng = TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &seed.to_le_bytes().repeat(4));
+fn round_trip<T: ParamsStruct + PartialEq + std::fmt::Debug>(
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    let mut rng = TestRng::from_seed(
+        proptest::test_runner::RngAlgorithm::ChaCha,
+        &seed.to_le_bytes().repeat(4),
+    );
     let schema = T::schema();
     let mut value = sample(schema, schema, &mut rng);
     value["version"] = json!(PARAMS_VERSION);
@@ -76,7 +94,8 @@ fn round_trip<T: ParamsStruct + PartialEq + std::fmt::Debug>(seed: u64) -> Resul
             return Ok(());
         }
     };
-    p.validate().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    p.validate()
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let back = T::from_json(&p.to_json()).map_err(|e| TestCaseError::fail(e.to_string()))?;
     prop_assert_eq!(&back, &p);
     let via_union = HeuristicParams::from_value(p.to_value());
@@ -109,8 +128,10 @@ fn errors_name_the_field_path() {
         matmul_err(json!({"tile_sizes": {"warp_tile": {"n": -3}}})),
         "tile_sizes.warp_tile.n: expected a positive integer, got -3"
     );
-    assert!(matmul_err(json!({"tile_sizes": {"cta_tile": {"q": 1}}}))
-        .starts_with("tile_sizes.cta_tile.q: unknown field; expected one of m, n, k"));
+    assert!(
+        matmul_err(json!({"tile_sizes": {"cta_tile": {"q": 1}}}))
+            .starts_with("tile_sizes.cta_tile.q: unknown field; expected one of m, n, k")
+    );
     assert_eq!(
         matmul_err(json!({"launch": {"workgroup_size": [64, 0, 1]}})),
         "launch.workgroup_size[1]: expected an integer from 1 to 1024, got 0"
@@ -129,11 +150,19 @@ fn errors_name_the_field_path() {
     );
     assert!(matmul_err(json!({"version": PARAMS_VERSION + 1})).starts_with("version: "));
     let truncated = MatmulParams::from_json("{\"tile_sizes\": {\"cta_tile\": ").unwrap_err();
-    assert!(truncated.to_string().starts_with("invalid JSON: EOF while parsing"), "{truncated}");
+    assert!(
+        truncated
+            .to_string()
+            .starts_with("invalid JSON: EOF while parsing"),
+        "{truncated}"
+    );
     let tag = HeuristicParams::from_value(json!({"scheduler": "conv"})).unwrap_err();
     assert_eq!(tag.path, "scheduler");
     let err = ReductionParams::from_value(json!({"subgroup_inner_reduction": true})).unwrap_err();
-    assert_eq!(err.to_string(), "subgroup_inner_reduction: needs compile.use_subgroups = true");
+    assert_eq!(
+        err.to_string(),
+        "subgroup_inner_reduction: needs compile.use_subgroups = true"
+    );
 }
 
 #[test]
@@ -145,7 +174,9 @@ fn partial_values_take_defaults_in_context() {
     assert_eq!(p.tile_sizes.warp_tile, d.tile_sizes.warp_tile);
     // A value written before a field existed (here: without most of them).
     let old = json!({"scheduler": "pointwise", "version": 1, "vectorization_factor": 4});
-    let HeuristicParams::Pointwise(p) = HeuristicParams::from_value(old).unwrap() else { panic!() };
+    let HeuristicParams::Pointwise(p) = HeuristicParams::from_value(old).unwrap() else {
+        panic!()
+    };
     assert_eq!((p.vectorization_factor, p.unroll_factor_inner), (4, 1));
 }
 

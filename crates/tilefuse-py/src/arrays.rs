@@ -10,9 +10,14 @@ use tilefuse::FusionError;
 /// Copies a numpy array (any memory layout) into a tensor; `index` and
 /// `label` name the input in errors.
 pub fn to_tensor(obj: &Bound<'_, PyAny>, index: usize, label: &str) -> PyResult<Tensor> {
-    fn read<T: numpy::Element + Copy>(a: &Bound<'_, PyArrayDyn<T>>) -> PyResult<(Vec<usize>, Vec<T>)> {
+    fn read<T: numpy::Element + Copy>(
+        a: &Bound<'_, PyArrayDyn<T>>,
+    ) -> PyResult<(Vec<usize>, Vec<T>)> {
         let view = a.try_readonly()?;
-        Ok((a.shape().to_vec(), view.as_array().iter().copied().collect()))
+        Ok((
+            a.shape().to_vec(),
+            view.as_array().iter().copied().collect(),
+        ))
     }
     let (shape, data) = if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
         read(a).map(|(s, v)| (s, Data::F32(v)))?
@@ -37,7 +42,11 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>, index: usize, label: &str) -> PyResult<
 
 /// Moves a tensor into a new numpy array.
 pub fn to_numpy(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
-    fn make<'py, T: numpy::Element>(py: Python<'py>, v: Vec<T>, shape: &[usize]) -> PyResult<Bound<'py, PyAny>> {
+    fn make<'py, T: numpy::Element>(
+        py: Python<'py>,
+        v: Vec<T>,
+        shape: &[usize],
+    ) -> PyResult<Bound<'py, PyAny>> {
         Ok(PyArray1::from_vec(py, v).reshape(shape)?.into_any())
     }
     match t.data {

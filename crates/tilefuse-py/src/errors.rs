@@ -14,7 +14,12 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 use tilefuse::{FusionError, ParamsError};
 
-create_exception!(tilefuse, TilefuseError, PyException, "Base class of every tilefuse error.");
+create_exception!(
+    tilefuse,
+    TilefuseError,
+    PyException,
+    "Base class of every tilefuse error."
+);
 
 static FUSION_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static PARAMS_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -28,7 +33,13 @@ fn value_error_subclass<'py>(
     doc: &str,
 ) -> PyResult<&'py Bound<'py, PyType>> {
     cell.get_or_try_init(py, || {
-        let bases = PyTuple::new(py, [py.get_type::<TilefuseError>(), py.get_type::<PyValueError>()])?;
+        let bases = PyTuple::new(
+            py,
+            [
+                py.get_type::<TilefuseError>(),
+                py.get_type::<PyValueError>(),
+            ],
+        )?;
         let dict = PyDict::new(py);
         dict.set_item("__module__", "tilefuse")?;
         dict.set_item("__doc__", doc)?;

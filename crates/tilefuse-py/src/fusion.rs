@@ -15,13 +15,22 @@ pub struct PyFusion {
 }
 
 fn parse_dtype(name: &str) -> Result<DType, FusionError> {
-    name.parse().map_err(|e: tilefuse::ir::UnknownDType| FusionError::Name(e.to_string()))
+    name.parse()
+        .map_err(|e: tilefuse::ir::UnknownDType| FusionError::Name(e.to_string()))
 }
 
-fn lookup<T: Copy>(kind: &str, name: &str, all: &[T], of: fn(T) -> &'static str) -> Result<T, FusionError> {
+fn lookup<T: Copy>(
+    kind: &str,
+    name: &str,
+    all: &[T],
+    of: fn(T) -> &'static str,
+) -> Result<T, FusionError> {
     all.iter().copied().find(|&f| of(f) == name).ok_or_else(|| {
         let known: Vec<&str> = all.iter().map(|&f| of(f)).collect();
-        FusionError::Name(format!("unknown {kind} op {name:?}; expected one of {}", known.join(", ")))
+        FusionError::Name(format!(
+            "unknown {kind} op {name:?}; expected one of {}",
+            known.join(", ")
+        ))
     })
 }
 
@@ -37,14 +46,25 @@ fn extents(op: &str, shape: &[i64]) -> Result<Vec<usize>, FusionError> {
 impl PyFusion {
     #[new]
     fn new() -> Self {
-        PyFusion { inner: Fusion::new() }
+        PyFusion {
+            inner: Fusion::new(),
+        }
     }
 
     #[pyo3(signature = (shape, dtype, name=None))]
-    fn input(&mut self, py: Python<'_>, shape: Vec<i64>, dtype: &str, name: Option<&str>) -> PyResult<usize> {
+    fn input(
+        &mut self,
+        py: Python<'_>,
+        shape: Vec<i64>,
+        dtype: &str,
+        name: Option<&str>,
+    ) -> PyResult<usize> {
         let shape = extents("input", &shape).or_raise(py)?;
         let dtype = parse_dtype(dtype).or_raise(py)?;
-        self.inner.input(&shape, dtype, name).map(|t| t.0).or_raise(py)
+        self.inner
+            .input(&shape, dtype, name)
+            .map(|t| t.0)
+            .or_raise(py)
     }
 
     fn constant(&mut self, py: Python<'_>, value: f64, dtype: &str) -> PyResult<usize> {
@@ -54,46 +74,87 @@ impl PyFusion {
 
     fn unary(&mut self, py: Python<'_>, func: &str, x: usize) -> PyResult<usize> {
         let func = lookup("unary", func, UnaryOp::ALL, UnaryOp::name).or_raise(py)?;
-        self.inner.unary(func, TensorId(x)).map(|t| t.0).or_raise(py)
+        self.inner
+            .unary(func, TensorId(x))
+            .map(|t| t.0)
+            .or_raise(py)
     }
 
     fn binary(&mut self, py: Python<'_>, func: &str, a: usize, b: usize) -> PyResult<usize> {
         let func = lookup("binary", func, BinaryOp::ALL, BinaryOp::name).or_raise(py)?;
-        self.inner.binary(func, TensorId(a), TensorId(b)).map(|t| t.0).or_raise(py)
+        self.inner
+            .binary(func, TensorId(a), TensorId(b))
+            .map(|t| t.0)
+            .or_raise(py)
     }
 
     #[pyo3(name = "where")]
     fn where_(&mut self, py: Python<'_>, cond: usize, a: usize, b: usize) -> PyResult<usize> {
-        self.inner.where_(TensorId(cond), TensorId(a), TensorId(b)).map(|t| t.0).or_raise(py)
+        self.inner
+            .where_(TensorId(cond), TensorId(a), TensorId(b))
+            .map(|t| t.0)
+            .or_raise(py)
     }
 
     fn cast(&mut self, py: Python<'_>, x: usize, dtype: &str) -> PyResult<usize> {
         let dtype = parse_dtype(dtype).or_raise(py)?;
-        self.inner.cast(TensorId(x), dtype).map(|t| t.0).or_raise(py)
+        self.inner
+            .cast(TensorId(x), dtype)
+            .map(|t| t.0)
+            .or_raise(py)
     }
 
     fn broadcast(&mut self, py: Python<'_>, x: usize, shape: Vec<i64>) -> PyResult<usize> {
         let shape = extents("broadcast", &shape).or_raise(py)?;
-        self.inner.broadcast(TensorId(x), &shape).map(|t| t.0).or_raise(py)
+        self.inner
+            .broadcast(TensorId(x), &shape)
+            .map(|t| t.0)
+            .or_raise(py)
     }
 
     #[pyo3(signature = (func, x, axes=None, keepdims=false))]
-    fn reduce(&mut self, py: Python<'_>, func: &str, x: usize, axes: Option<Vec<i64>>, keepdims: bool) -> PyResult<usize> {
+    fn reduce(
+        &mut self,
+        py: Python<'_>,
+        func: &str,
+        x: usize,
+        axes: Option<Vec<i64>>,
+        keepdims: bool,
+    ) -> PyResult<usize> {
         let func = lookup("reduction", func, ReduceOp::ALL, ReduceOp::name).or_raise(py)?;
-        self.inner.reduce(func, TensorId(x), axes.as_deref(), keepdims).map(|t| t.0).or_raise(py)
+        self.inner
+            .reduce(func, TensorId(x), axes.as_deref(), keepdims)
+            .map(|t| t.0)
+            .or_raise(py)
     }
 
     fn permute(&mut self, py: Python<'_>, x: usize, perm: Vec<i64>) -> PyResult<usize> {
-        self.inner.permute(TensorId(x), &perm).map(|t| t.0).or_raise(py)
+        self.inner
+            .permute(TensorId(x), &perm)
+            .map(|t| t.0)
+            .or_raise(py)
     }
 
     fn reshape(&mut self, py: Python<'_>, x: usize, shape: Vec<i64>) -> PyResult<usize> {
-        self.inner.reshape(TensorId(x), &shape).map(|t| t.0).or_raise(py)
+        self.inner
+            .reshape(TensorId(x), &shape)
+            .map(|t| t.0)
+            .or_raise(py)
     }
 
     #[pyo3(signature = (a, b, transpose_a=false, transpose_b=false))]
-    fn matmul(&mut self, py: Python<'_>, a: usize, b: usize, transpose_a: bool, transpose_b: bool) -> PyResult<usize> {
-        self.inner.matmul(TensorId(a), TensorId(b), transpose_a, transpose_b).map(|t| t.0).or_raise(py)
+    fn matmul(
+        &mut self,
+        py: Python<'_>,
+        a: usize,
+        b: usize,
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> PyResult<usize> {
+        self.inner
+            .matmul(TensorId(a), TensorId(b), transpose_a, transpose_b)
+            .map(|t| t.0)
+            .or_raise(py)
     }
 
     fn output(&mut self, py: Python<'_>, t: usize) -> PyResult<()> {
@@ -105,11 +166,17 @@ impl PyFusion {
     }
 
     fn shape(&self, py: Python<'_>, t: usize) -> PyResult<Vec<usize>> {
-        self.inner.ty(TensorId(t)).map(|ty| ty.shape.clone()).or_raise(py)
+        self.inner
+            .ty(TensorId(t))
+            .map(|ty| ty.shape.clone())
+            .or_raise(py)
     }
 
     fn dtype(&self, py: Python<'_>, t: usize) -> PyResult<&'static str> {
-        self.inner.ty(TensorId(t)).map(|ty| ty.dtype.name()).or_raise(py)
+        self.inner
+            .ty(TensorId(t))
+            .map(|ty| ty.dtype.name())
+            .or_raise(py)
     }
 
     fn name(&self, py: Python<'_>, t: usize) -> PyResult<Option<String>> {
@@ -144,12 +211,18 @@ impl PyFusion {
 
     #[pyo3(signature = (indent=false))]
     fn to_json(&self, indent: bool) -> String {
-        if indent { self.inner.to_json_pretty() } else { self.inner.to_json() }
+        if indent {
+            self.inner.to_json_pretty()
+        } else {
+            self.inner.to_json()
+        }
     }
 
     #[staticmethod]
     fn from_json(py: Python<'_>, text: &str) -> PyResult<Self> {
-        Fusion::from_json(text).map(|inner| PyFusion { inner }).or_raise(py)
+        Fusion::from_json(text)
+            .map(|inner| PyFusion { inner })
+            .or_raise(py)
     }
 
     fn fingerprint(&self) -> String {
@@ -162,13 +235,19 @@ impl PyFusion {
 
     /// Runs the reference evaluator; returns one numpy array per output.
     #[pyo3(signature = (*arrays))]
-    fn evaluate<'py>(&self, py: Python<'py>, arrays: &Bound<'py, PyTuple>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    fn evaluate<'py>(
+        &self,
+        py: Python<'py>,
+        arrays: &Bound<'py, PyTuple>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let inputs = self.inner.inputs();
         let tensors = arrays
             .iter()
             .enumerate()
             .map(|(i, a)| {
-                let label = inputs.get(i).map_or_else(|| "extra".to_owned(), |&t| self.inner.label(t));
+                let label = inputs
+                    .get(i)
+                    .map_or_else(|| "extra".to_owned(), |&t| self.inner.label(t));
                 to_tensor(&a, i, &label)
             })
             .collect::<PyResult<Vec<_>>>()?;

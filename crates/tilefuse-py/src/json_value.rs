@@ -15,7 +15,9 @@ pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     if obj.is_instance_of::<PyBool>() {
         return Ok(Value::Bool(obj.extract()?));
     }
-    if obj.is_instance_of::<PyInt>() || obj.hasattr("__index__")? && !obj.is_instance_of::<PyFloat>() {
+    if obj.is_instance_of::<PyInt>()
+        || obj.hasattr("__index__")? && !obj.is_instance_of::<PyFloat>()
+    {
         return match obj.extract::<i64>() {
             Ok(i) => Ok(Value::from(i)),
             Err(_) => Ok(Value::String(obj.str()?.to_string())),
@@ -33,7 +35,10 @@ pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         for item in map.items()?.iter() {
             let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
             let key = k.cast::<PyString>().map_err(|_| {
-                PyTypeError::new_err(format!("dict keys must be str, got {}", k.repr().map_or("?".into(), |r| r.to_string())))
+                PyTypeError::new_err(format!(
+                    "dict keys must be str, got {}",
+                    k.repr().map_or("?".into(), |r| r.to_string())
+                ))
             })?;
             fields.insert(key.to_str()?.to_owned(), to_value(&v)?);
         }

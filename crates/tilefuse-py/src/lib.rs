@@ -1,6 +1,9 @@
 //! `tilefuse._native`: PyO3 bindings over the `tilefuse` facade crate. This
 //! crate holds no logic; the Python package `tilefuse` re-exports it.
 
+// PyO3 extracts arguments as owned values (`Vec<i64>`, not `&[i64]`).
+#![allow(clippy::needless_pass_by_value)]
+
 mod arrays;
 mod errors;
 mod fusion;

@@ -10,10 +10,16 @@ use crate::errors::OrRaise;
 use crate::json_value::{to_py, to_value};
 
 fn lookup(name: &str) -> PyResult<StructInfo> {
-    structs().into_iter().find(|s| s.name == name).ok_or_else(|| {
-        let known: Vec<&str> = structs().iter().map(|s| s.name).collect();
-        PyKeyError::new_err(format!("no params struct {name:?}; known: {}", known.join(", ")))
-    })
+    structs()
+        .into_iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| {
+            let known: Vec<&str> = structs().iter().map(|s| s.name).collect();
+            PyKeyError::new_err(format!(
+                "no params struct {name:?}; known: {}",
+                known.join(", ")
+            ))
+        })
 }
 
 fn normalize(name: &str, value: Value) -> PyResult<Result<Value, ParamsError>> {
