@@ -252,11 +252,11 @@ fn matmul(a: &Tensor, b: &Tensor, ta: bool, tb: bool, ty: &TensorType) -> Data {
     let (m, k, n) = (dims.m, dims.k, dims.n);
     let batch_a = &a.shape[..a.shape.len() - 2];
     let batch_b = &b.shape[..b.shape.len() - 2];
-    // Element (row, col) of an operand's `batch`-th matrix, honouring its
-    // transpose flag.
+    // Element (row, col) of an operand's `batch`-th matrix as the matmul
+    // reads it; `rows` x `cols` is the stored (untransposed) matrix.
     let elem = |t: &Tensor, batch: usize, rows: usize, cols: usize, r: usize, c: usize, tr| {
-        let (r, c, stride) = if tr { (c, r, rows) } else { (r, c, cols) };
-        t.data.get(batch * rows * cols + r * stride + c).as_f64()
+        let (r, c) = if tr { (c, r) } else { (r, c) };
+        t.data.get(batch * rows * cols + r * cols + c).as_f64()
     };
     let (a_rows, a_cols) = if ta { (k, m) } else { (m, k) };
     let (b_rows, b_cols) = if tb { (n, k) } else { (k, n) };

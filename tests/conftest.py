@@ -1,0 +1,35 @@
+"""Shared test helpers: fresh random inputs and the float64 comparison."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+# Relative error bound of f32 kernels against a float64 numpy reference.
+RTOL = 1e-5
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    """A generator with a fresh seed per test, printed so a failure can be
+    replayed with TILEFUSE_TEST_SEED."""
+    seed = int(os.environ.get("TILEFUSE_TEST_SEED", np.random.SeedSequence().entropy % 2**32))
+    print(f"{request.node.nodeid}: TILEFUSE_TEST_SEED={seed}")
+    return np.random.default_rng(seed)
+
+
+def assert_close(actual: Any, expected: Any, rtol: float = RTOL) -> None:
+    """``actual`` (f32) matches the float64 ``expected`` within ``rtol`` of
+    each element, with an absolute floor relative to the largest value so
+    that results near zero are judged by the scale of the whole output."""
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, f"shape {actual.shape} != {expected.shape}"
+    finite = np.abs(expected[np.isfinite(expected)])
+    scale = float(finite.max()) if finite.size else 0.0
+    np.testing.assert_allclose(
+        actual.astype(np.float64), expected, rtol=rtol, atol=rtol * max(scale, 1e-30)
+    )
