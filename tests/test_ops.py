@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import assert_close
 
 import tilefuse as tf
+from conftest import assert_close
 
 f32 = np.float32
 
@@ -221,7 +221,7 @@ def test_inputs_are_checked(rng: np.random.Generator) -> None:
     ):
         f.evaluate(np.ones((4, 7), f32))
     with pytest.raises(
-        tf.FusionError, match="expected a numpy array of float32.*got an array of float64"
+        tf.FusionError, match=r"expected a numpy array of float32.*got an array of float64"
     ):
         f.evaluate(rng.standard_normal((4, 8)))
     with pytest.raises(tf.FusionError, match="takes 1 inputs, got 2"):

@@ -204,6 +204,9 @@ class Tensor:
         return self._binary("ne", o)
 
     # --- elementwise methods ----------------------------------------------
+    def neg(self) -> Tensor:
+        return self._unary("neg")
+
     def exp(self) -> Tensor:
         return self._unary("exp")
 
@@ -370,12 +373,28 @@ def _tensor(x: Operand, *others: Operand) -> Tensor:
     raise TypeError("at least one argument must be a Tensor")
 
 
+def _scalar_dtype(value: Operand) -> str:
+    """The dtype a lone Python scalar takes: bool, i32 for ints, else f32."""
+    if isinstance(value, bool | np.bool_):
+        return "bool"
+    return "i32" if isinstance(value, int | np.integer) else "f32"
+
+
 def where(cond: Tensor, a: Operand, b: Operand) -> Tensor:
-    """``a`` where ``cond`` is true, else ``b``, broadcast like numpy."""
-    ref = _tensor(a, b)
-    a_t, b_t = ref._coerce(a), ref._coerce(b)
-    c = ref._coerce(cond)
-    return Tensor(ref.fusion, ref.fusion._native.where(c.id, a_t.id, b_t.id))
+    """``a`` where ``cond`` is true, else ``b``, broadcast like numpy. A
+    scalar branch takes the other branch's dtype (or its own, if both are
+    scalars)."""
+    if not isinstance(cond, Tensor):
+        raise TypeError("where: the condition must be a Tensor")
+    fusion = cond.fusion
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        ref = _tensor(a, b)
+        a_t, b_t = ref._coerce(a), ref._coerce(b)
+    else:
+        a_t = fusion.constant(a, _scalar_dtype(a))
+        b_t = fusion.constant(b, _scalar_dtype(b))
+    c = a_t._coerce(cond)
+    return Tensor(fusion, fusion._native.where(c.id, a_t.id, b_t.id))
 
 
 def _binary_fn(func: str, a: Operand, b: Operand) -> Tensor:

@@ -89,9 +89,11 @@ impl Fusion {
     }
 
     /// A scalar constant, stored already converted to `dtype` (so `0.1` as
-    /// f32 is the f32 nearest 0.1, and fingerprints do not see f64 noise).
+    /// f32 is the f32 nearest 0.1, and fingerprints do not see f64 noise);
+    /// every NaN is stored as the one NaN that JSON's `"nan"` loads as.
     pub fn constant(&mut self, value: f64, dtype: DType) -> Result<TensorId> {
-        let value = ConstValue(Scalar::F(value).to(dtype).as_f64());
+        let value = Scalar::F(value).to(dtype).as_f64();
+        let value = ConstValue(if value.is_nan() { f64::NAN } else { value });
         self.add(Op::Constant { value, dtype }, &[], None)
     }
 
