@@ -1,0 +1,49 @@
+"""The package surface: explicit exports, a stub that matches the compiled
+module, and the README's quickstart."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import tilefuse
+import tilefuse._native
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_all_lists_exactly_the_public_names() -> None:
+    public = {n for n in vars(tilefuse) if not n.startswith("_")}
+    public -= {"fusion", "params"}  # submodules
+    assert set(tilefuse.__all__) - {"__version__"} == public
+    for name in tilefuse.__all__:
+        assert hasattr(tilefuse, name), name
+
+
+def test_native_stub_matches_the_compiled_module() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy.stubtest", "tilefuse._native"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_exceptions_form_one_hierarchy() -> None:
+    for exc in (tilefuse.FusionError, tilefuse.ParamsError):
+        assert issubclass(exc, tilefuse.TilefuseError) and issubclass(exc, ValueError)
+        assert exc.__module__ == "tilefuse"
+    assert tilefuse.FusionError is tilefuse._native.FusionError
+
+
+def test_every_params_struct_has_a_class() -> None:
+    names = {name for name, _ in tilefuse._native.params_structs()}
+    classes = {
+        n
+        for n in tilefuse.__all__
+        if isinstance(getattr(tilefuse, n), type)
+        and issubclass(getattr(tilefuse, n), tilefuse.ParamsStruct)
+    }
+    assert names == classes - {"ParamsStruct", "HeuristicParams"}
