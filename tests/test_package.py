@@ -47,3 +47,12 @@ def test_every_params_struct_has_a_class() -> None:
         and issubclass(getattr(tilefuse, n), tilefuse.ParamsStruct)
     }
     assert names == classes - {"ParamsStruct", "HeuristicParams"}
+
+
+def test_demo_runs() -> None:
+    """The README's main command must keep working."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "saved and loaded back as MatmulParams, equal: True" in result.stdout
