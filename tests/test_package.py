@@ -3,6 +3,7 @@ module, and the README's quickstart."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,11 @@ def test_demo_runs() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "saved and loaded back as MatmulParams, equal: True" in result.stdout
+
+
+def test_readme_quickstart_runs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    assert blocks, "the README has no Python example"
+    for code in blocks:
+        exec(compile(code, "README.md", "exec"), {})
