@@ -61,6 +61,7 @@ impl Fusion {
             .map(|&a| self.ty(a))
             .collect::<Result<Vec<_>>>()?;
         let ty = infer(&op, &arg_types)?;
+        check_size(op.name(), &ty.shape)?;
         if let Some(name) = name {
             self.check_name(name)?;
         }
@@ -315,6 +316,24 @@ impl Fusion {
             )));
         }
         Ok(())
+    }
+}
+
+/// Kernels index with 32-bit integers (WGSL has no other), so no tensor may
+/// have more elements than a `u32` can count.
+pub const MAX_ELEMENTS: u64 = u32::MAX as u64;
+
+fn check_size(op: &'static str, shape: &[usize]) -> Result<()> {
+    let count = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+    match count {
+        Some(n) if n <= MAX_ELEMENTS => Ok(()),
+        _ => Err(FusionError::op(
+            op,
+            format!(
+                "shape {} has more than {MAX_ELEMENTS} elements (32-bit indexing)",
+                format_shape(shape)
+            ),
+        )),
     }
 }
 

@@ -30,7 +30,7 @@ mod tensor;
 pub use dtype::{DType, UnknownDType};
 pub use error::{FusionError, Result};
 pub use evaluate::{evaluate, gelu};
-pub use fusion::{FUSION_SCHEMA_VERSION, Fusion, Node, TensorId};
+pub use fusion::{FUSION_SCHEMA_VERSION, Fusion, MAX_ELEMENTS, Node, TensorId};
 pub use infer::{MatmulDims, TensorType, infer, matmul_dims};
 pub use op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
 pub use shape::Shape;

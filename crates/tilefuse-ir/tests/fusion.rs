@@ -149,6 +149,8 @@ fn errors_name_the_op_and_shapes() {
         "{err}"
     );
     assert!(f.input(&[1], DType::F32, Some("1x")).is_err());
+    let err = f.input(&[1 << 20, 1 << 20], DType::F32, None).unwrap_err();
+    assert!(err.to_string().contains("32-bit indexing"), "{err}");
 }
 
 #[test]

@@ -166,6 +166,25 @@ fn errors_name_the_field_path() {
 }
 
 #[test]
+fn serde_deserialize_goes_through_the_same_checks() {
+    let p: HeuristicParams =
+        serde_json::from_str(r#"{"scheduler": "matmul", "splitk_factor": 2}"#).unwrap();
+    let HeuristicParams::Matmul(m) = &p else {
+        panic!("matmul")
+    };
+    assert_eq!(m.splitk_factor, 2);
+    let err =
+        serde_json::from_str::<HeuristicParams>(r#"{"scheduler": "matmul", "splitk_factor": 0}"#)
+            .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("splitk_factor: expected an integer from 1 to 64, got 0"),
+        "{err}"
+    );
+    assert_eq!(serde_json::to_value(&p).unwrap(), p.to_value());
+}
+
+#[test]
 fn partial_values_take_defaults_in_context() {
     let p = MatmulParams::from_value(json!({"tile_sizes": {"cta_tile": {"m": 64}}})).unwrap();
     let d = MatmulParams::default();
