@@ -1,0 +1,232 @@
+//! Integer index expressions: loop-variable bindings of block iterators and
+//! buffer indices. Kept simplified as they are built, so printed schedules
+//! and generated WGSL stay readable.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A loop's id in the kernel's loop arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LoopId(pub u32);
+
+/// A variable of an index expression: a loop variable (in bindings) or a
+/// block iterator (in block bodies, by position).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Var {
+    Loop(LoopId),
+    Iter(u32),
+}
+
+/// `floor`-semantics integer expressions over non-negative variables.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Index {
+    Const(i64),
+    Var(Var),
+    Add(Box<Index>, Box<Index>),
+    Mul(Box<Index>, i64),
+    Div(Box<Index>, i64),
+    Mod(Box<Index>, i64),
+}
+
+impl Index {
+    pub fn var(v: Var) -> Index {
+        Index::Var(v)
+    }
+
+    fn sum(a: Index, b: Index) -> Index {
+        match (a, b) {
+            (Index::Const(x), Index::Const(y)) => Index::Const(x + y),
+            (Index::Const(0), e) | (e, Index::Const(0)) => e,
+            (a, b) => Index::Add(Box::new(a), Box::new(b)),
+        }
+    }
+
+    fn scaled(a: Index, c: i64) -> Index {
+        match (a, c) {
+            (_, 0) => Index::Const(0),
+            (a, 1) => a,
+            (Index::Const(x), c) => Index::Const(x * c),
+            (Index::Mul(e, d), c) => Index::Mul(e, d * c),
+            (a, c) => Index::Mul(Box::new(a), c),
+        }
+    }
+
+    fn quotient(a: Index, c: i64) -> Index {
+        match (a, c) {
+            (a, 1) => a,
+            (Index::Const(x), c) => Index::Const(x.div_euclid(c)),
+            (a, c) => Index::Div(Box::new(a), c),
+        }
+    }
+
+    fn remainder(a: Index, c: i64) -> Index {
+        match (a, c) {
+            (_, 1) => Index::Const(0),
+            (Index::Const(x), c) => Index::Const(x.rem_euclid(c)),
+            (a, c) => Index::Mod(Box::new(a), c),
+        }
+    }
+
+    /// Replaces variables for which `f` gives an expression.
+    pub fn subst(&self, f: &impl Fn(Var) -> Option<Index>) -> Index {
+        match self {
+            Index::Const(c) => Index::Const(*c),
+            Index::Var(v) => f(*v).unwrap_or(Index::Var(*v)),
+            Index::Add(a, b) => a.subst(f) + b.subst(f),
+            Index::Mul(a, c) => a.subst(f) * *c,
+            Index::Div(a, c) => a.subst(f) / *c,
+            Index::Mod(a, c) => a.subst(f) % *c,
+        }
+    }
+
+    pub fn eval(&self, env: &impl Fn(Var) -> i64) -> i64 {
+        match self {
+            Index::Const(c) => *c,
+            Index::Var(v) => env(*v),
+            Index::Add(a, b) => a.eval(env) + b.eval(env),
+            Index::Mul(a, c) => a.eval(env) * c,
+            Index::Div(a, c) => a.eval(env).div_euclid(*c),
+            Index::Mod(a, c) => a.eval(env).rem_euclid(*c),
+        }
+    }
+
+    /// Inclusive bounds over variables in the given inclusive ranges.
+    pub fn bounds(&self, range: &impl Fn(Var) -> (i64, i64)) -> (i64, i64) {
+        match self {
+            Index::Const(c) => (*c, *c),
+            Index::Var(v) => range(*v),
+            Index::Add(a, b) => {
+                let ((al, ah), (bl, bh)) = (a.bounds(range), b.bounds(range));
+                (al + bl, ah + bh)
+            }
+            Index::Mul(a, c) => {
+                let (l, h) = a.bounds(range);
+                if *c >= 0 {
+                    (l * c, h * c)
+                } else {
+                    (h * c, l * c)
+                }
+            }
+            Index::Div(a, c) => {
+                let (l, h) = a.bounds(range);
+                (l.div_euclid(*c), h.div_euclid(*c))
+            }
+            Index::Mod(a, c) => {
+                let (l, h) = a.bounds(range);
+                if l >= 0 && h < *c { (l, h) } else { (0, c - 1) }
+            }
+        }
+    }
+
+    /// Every variable the expression mentions.
+    pub fn vars(&self, out: &mut Vec<Var>) {
+        match self {
+            Index::Const(_) => {}
+            Index::Var(v) => {
+                if !out.contains(v) {
+                    out.push(*v);
+                }
+            }
+            Index::Add(a, b) => {
+                a.vars(out);
+                b.vars(out);
+            }
+            Index::Mul(a, _) | Index::Div(a, _) | Index::Mod(a, _) => a.vars(out),
+        }
+    }
+
+    pub fn mentions(&self, v: Var) -> bool {
+        let mut vars = Vec::new();
+        self.vars(&mut vars);
+        vars.contains(&v)
+    }
+
+    /// `(coefficient, rest)` when the expression is `coefficient * v + rest`
+    /// with `rest` free of `v`; used to vectorize innermost loops.
+    pub fn linear_in(&self, v: Var) -> Option<(i64, Index)> {
+        if !self.mentions(v) {
+            return Some((0, self.clone()));
+        }
+        match self {
+            Index::Var(w) if *w == v => Some((1, Index::Const(0))),
+            Index::Add(a, b) => {
+                let (ca, ra) = a.linear_in(v)?;
+                let (cb, rb) = b.linear_in(v)?;
+                Some((ca + cb, ra + rb))
+            }
+            Index::Mul(a, c) => {
+                let (ca, ra) = a.linear_in(v)?;
+                Some((ca * c, ra * *c))
+            }
+            _ => None,
+        }
+    }
+
+    /// Prints with variables named by `name`.
+    pub fn display<'a>(&'a self, name: &'a dyn Fn(Var) -> String) -> impl fmt::Display + 'a {
+        IndexDisplay { index: self, name }
+    }
+}
+
+/// Index arithmetic simplifies as it builds: constants fold, `x * 1`,
+/// `x / 1` and `x + 0` vanish, `x % 1` is 0.
+impl std::ops::Add for Index {
+    type Output = Index;
+    fn add(self, rhs: Index) -> Index {
+        Index::sum(self, rhs)
+    }
+}
+
+impl std::ops::Mul<i64> for Index {
+    type Output = Index;
+    fn mul(self, rhs: i64) -> Index {
+        Index::scaled(self, rhs)
+    }
+}
+
+impl std::ops::Div<i64> for Index {
+    type Output = Index;
+    fn div(self, rhs: i64) -> Index {
+        Index::quotient(self, rhs)
+    }
+}
+
+impl std::ops::Rem<i64> for Index {
+    type Output = Index;
+    fn rem(self, rhs: i64) -> Index {
+        Index::remainder(self, rhs)
+    }
+}
+
+struct IndexDisplay<'a> {
+    index: &'a Index,
+    name: &'a dyn Fn(Var) -> String,
+}
+
+impl<'a> IndexDisplay<'a> {
+    fn sub(&self, index: &'a Index) -> IndexDisplay<'a> {
+        IndexDisplay {
+            index,
+            name: self.name,
+        }
+    }
+}
+
+impl fmt::Display for IndexDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sub = |i| self.sub(i);
+        match self.index {
+            Index::Const(c) => write!(f, "{c}"),
+            Index::Var(v) => write!(f, "{}", (self.name)(*v)),
+            Index::Add(a, b) => write!(f, "{} + {}", sub(a), sub(b)),
+            Index::Mul(a, c) => match **a {
+                Index::Add(..) => write!(f, "({}) * {c}", sub(a)),
+                _ => write!(f, "{} * {c}", sub(a)),
+            },
+            Index::Div(a, c) => write!(f, "({}) / {c}", sub(a)),
+            Index::Mod(a, c) => write!(f, "({}) % {c}", sub(a)),
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! The kernel IR: buffers, loops and blocks arranged in a loop-nest tree
+//! with plain sequential semantics (TensorIR's model). Loop kinds and
+//! buffer scopes say how the nest maps onto hardware; they never change
+//! what it computes, so any schedule can also run on the CPU.
+
+use serde::{Deserialize, Serialize};
+use tilefuse_ir::{DType, ReduceOp};
+
+use super::expr::Expr;
+use super::index::{Index, LoopId, Var};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BufferId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BlockId(pub u32);
+
+/// Where a buffer lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Device memory, visible to every workgroup (a storage binding).
+    Global,
+    /// Shared by the invocations of one workgroup (`var<workgroup>`).
+    Workgroup,
+    /// One invocation's registers (`var<function>`).
+    Private,
+}
+
+/// What a buffer is to the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "role", content = "index")]
+pub enum Role {
+    Input(usize),
+    Output(usize),
+    /// An intermediate the runtime allocates.
+    Temp,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Buffer {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    pub scope: Scope,
+    pub role: Role,
+}
+
+impl Buffer {
+    pub fn numel(&self) -> u64 {
+        self.shape.iter().product()
+    }
+}
+
+/// A GPU thread axis a loop can be bound to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ThreadAxis {
+    #[serde(rename = "workgroup.x")]
+    WorkgroupX,
+    #[serde(rename = "workgroup.y")]
+    WorkgroupY,
+    #[serde(rename = "workgroup.z")]
+    WorkgroupZ,
+    #[serde(rename = "invocation.x")]
+    InvocationX,
+    #[serde(rename = "invocation.y")]
+    InvocationY,
+    #[serde(rename = "invocation.z")]
+    InvocationZ,
+}
+
+impl ThreadAxis {
+    pub const ALL: [ThreadAxis; 6] = [
+        ThreadAxis::WorkgroupX,
+        ThreadAxis::WorkgroupY,
+        ThreadAxis::WorkgroupZ,
+        ThreadAxis::InvocationX,
+        ThreadAxis::InvocationY,
+        ThreadAxis::InvocationZ,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ThreadAxis::WorkgroupX => "workgroup.x",
+            ThreadAxis::WorkgroupY => "workgroup.y",
+            ThreadAxis::WorkgroupZ => "workgroup.z",
+            ThreadAxis::InvocationX => "invocation.x",
+            ThreadAxis::InvocationY => "invocation.y",
+            ThreadAxis::InvocationZ => "invocation.z",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ThreadAxis> {
+        ThreadAxis::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    pub fn is_workgroup(self) -> bool {
+        matches!(
+            self,
+            ThreadAxis::WorkgroupX | ThreadAxis::WorkgroupY | ThreadAxis::WorkgroupZ
+        )
+    }
+
+    /// 0, 1, 2 for x, y, z.
+    pub fn dim(self) -> usize {
+        match self {
+            ThreadAxis::WorkgroupX | ThreadAxis::InvocationX => 0,
+            ThreadAxis::WorkgroupY | ThreadAxis::InvocationY => 1,
+            ThreadAxis::WorkgroupZ | ThreadAxis::InvocationZ => 2,
+        }
+    }
+}
+
+/// How a loop runs. None of these change the sequential meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopKind {
+    Serial,
+    Parallel,
+    Vectorized,
+    Unrolled,
+    Bound(ThreadAxis),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loop {
+    pub name: String,
+    pub extent: u64,
+    pub kind: LoopKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IterKind {
+    Spatial,
+    Reduce,
+}
+
+/// A block iterator: one axis of the block's iteration domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IterVar {
+    pub name: String,
+    pub extent: u64,
+    pub kind: IterKind,
+}
+
+/// One computation: for every point of its iteration domain, store `value`
+/// (a function of the iterators) at `indices`. A reduction block combines
+/// into the stored value instead, starting from the identity the first time
+/// every reduce iterator is 0. Instances whose iterator values fall outside
+/// the domain (loop tails after a split) do not run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    pub name: String,
+    pub iters: Vec<IterVar>,
+    /// Each iterator's value as a function of the enclosing loop variables.
+    pub bindings: Vec<Index>,
+    pub buffer: BufferId,
+    pub indices: Vec<Index>,
+    pub value: Expr,
+    pub reduce: Option<ReduceOp>,
+}
+
+impl Block {
+    pub fn reads(&self, buffer: BufferId) -> bool {
+        self.value.reads(buffer)
+    }
+}
+
+/// A node of the loop-nest tree.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Node {
+    Loop(LoopId, Vec<Node>),
+    Block(BlockId),
+}
+
+/// The whole kernel: arenas of buffers, loops and blocks, and the tree.
+/// Loops and blocks removed by a primitive stay in their arena (ids never
+/// move) but leave the tree.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Kernel {
+    pub buffers: Vec<Buffer>,
+    pub loops: Vec<Loop>,
+    pub blocks: Vec<Block>,
+    pub body: Vec<Node>,
+}
+
+impl Kernel {
+    pub fn buffer(&self, id: BufferId) -> &Buffer {
+        &self.buffers[id.0 as usize]
+    }
+
+    pub fn loop_(&self, id: LoopId) -> &Loop {
+        &self.loops[id.0 as usize]
+    }
+
+    pub fn block(&self, id: BlockId) -> &Block {
+        &self.blocks[id.0 as usize]
+    }
+
+    pub fn block_mut(&mut self, id: BlockId) -> &mut Block {
+        &mut self.blocks[id.0 as usize]
+    }
+
+    pub fn loop_mut(&mut self, id: LoopId) -> &mut Loop {
+        &mut self.loops[id.0 as usize]
+    }
+
+    pub fn new_loop(&mut self, name: String, extent: u64) -> LoopId {
+        self.loops.push(Loop {
+            name,
+            extent,
+            kind: LoopKind::Serial,
+        });
+        LoopId(self.loops.len() as u32 - 1)
+    }
+
+    pub fn buffer_dtype(&self) -> impl Fn(BufferId) -> DType + '_ {
+        |b| self.buffer(b).dtype
+    }
+
+    /// The path of loops from the root down to `target` (a block or loop),
+    /// or `None` when it is not in the tree.
+    pub fn path_to(&self, target: &Node) -> Option<Vec<LoopId>> {
+        fn walk(nodes: &[Node], target: &Node, path: &mut Vec<LoopId>) -> bool {
+            for node in nodes {
+                match node {
+                    Node::Block(b) => {
+                        if matches!(target, Node::Block(t) if t == b) {
+                            return true;
+                        }
+                    }
+                    Node::Loop(l, body) => {
+                        if matches!(target, Node::Loop(t, _) if t == l) {
+                            return true;
+                        }
+                        path.push(*l);
+                        if walk(body, target, path) {
+                            return true;
+                        }
+                        path.pop();
+                    }
+                }
+            }
+            false
+        }
+        let mut path = Vec::new();
+        walk(&self.body, target, &mut path).then_some(path)
+    }
+
+    /// Blocks in tree (execution) order.
+    pub fn blocks_in_order(&self) -> Vec<BlockId> {
+        fn walk(nodes: &[Node], out: &mut Vec<BlockId>) {
+            for node in nodes {
+                match node {
+                    Node::Block(b) => out.push(*b),
+                    Node::Loop(_, body) => walk(body, out),
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.body, &mut out);
+        out
+    }
+
+    /// The children list that holds loop `id`, and its position there.
+    pub fn find_loop_mut(&mut self, id: LoopId) -> Option<(&mut Vec<Node>, usize)> {
+        fn walk(nodes: &mut Vec<Node>, id: LoopId) -> Option<(&mut Vec<Node>, usize)> {
+            if let Some(pos) = nodes
+                .iter()
+                .position(|n| matches!(n, Node::Loop(l, _) if *l == id))
+            {
+                return Some((nodes, pos));
+            }
+            nodes.iter_mut().find_map(|n| match n {
+                Node::Loop(_, body) => walk(body, id),
+                Node::Block(_) => None,
+            })
+        }
+        walk(&mut self.body, id)
+    }
+
+    /// The children list that holds block `id`, and its position there.
+    pub fn find_block_mut(&mut self, id: BlockId) -> Option<(&mut Vec<Node>, usize)> {
+        fn walk(nodes: &mut Vec<Node>, id: BlockId) -> Option<(&mut Vec<Node>, usize)> {
+            if let Some(pos) = nodes
+                .iter()
+                .position(|n| matches!(n, Node::Block(b) if *b == id))
+            {
+                return Some((nodes, pos));
+            }
+            nodes.iter_mut().find_map(|n| match n {
+                Node::Loop(_, body) => walk(body, id),
+                Node::Block(_) => None,
+            })
+        }
+        walk(&mut self.body, id)
+    }
+
+    /// The subtree of loop `id`.
+    pub fn loop_node(&self, id: LoopId) -> Option<&Node> {
+        fn walk(nodes: &[Node], id: LoopId) -> Option<&Node> {
+            nodes.iter().find_map(|n| match n {
+                Node::Loop(l, _) if *l == id => Some(n),
+                Node::Loop(_, body) => walk(body, id),
+                Node::Block(_) => None,
+            })
+        }
+        walk(&self.body, id)
+    }
+
+    /// Blocks under loop `id`.
+    pub fn blocks_under(&self, id: LoopId) -> Vec<BlockId> {
+        fn walk(node: &Node, out: &mut Vec<BlockId>) {
+            match node {
+                Node::Block(b) => out.push(*b),
+                Node::Loop(_, body) => body.iter().for_each(|n| walk(n, out)),
+            }
+        }
+        let mut out = Vec::new();
+        if let Some(node) = self.loop_node(id) {
+            walk(node, &mut out);
+        }
+        out
+    }
+
+    /// Inclusive range of a loop variable.
+    pub fn loop_range(&self, v: Var) -> (i64, i64) {
+        match v {
+            Var::Loop(l) => (0, self.loop_(l).extent as i64 - 1),
+            Var::Iter(_) => (0, 0),
+        }
+    }
+
+    /// Whether some instance of `block` can fall outside its domain, so a
+    /// guard must check it (a split whose factors overshoot the extent).
+    pub fn needs_guard(&self, block: BlockId) -> Vec<usize> {
+        let b = self.block(block);
+        b.bindings
+            .iter()
+            .zip(&b.iters)
+            .enumerate()
+            .filter(|(_, (binding, iter))| {
+                binding.bounds(&|v| self.loop_range(v)).1 >= iter.extent as i64
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+}
+
+impl Kernel {
+    /// Buffers that some block in the tree reads or writes, plus inputs and
+    /// outputs, in id order.
+    pub fn live_buffers(&self) -> Vec<BufferId> {
+        let mut used = vec![false; self.buffers.len()];
+        for b in self.blocks_in_order() {
+            let block = self.block(b);
+            used[block.buffer.0 as usize] = true;
+            let mut loads = Vec::new();
+            block.value.loads(&mut loads);
+            for (buf, _) in loads {
+                used[buf.0 as usize] = true;
+            }
+        }
+        (0..self.buffers.len())
+            .filter(|&i| used[i] || self.buffers[i].role != Role::Temp)
+            .map(|i| BufferId(i as u32))
+            .collect()
+    }
+}

@@ -1,0 +1,9 @@
+//! tilefuse scheduling: the loop-nest kernel IR, schedule primitives with
+//! recorded traces, and WGSL code generation.
+
+pub mod ir;
+mod lower;
+pub mod schedule;
+
+pub use lower::lower;
+pub use schedule::{Instruction, Schedule, ScheduleError};

@@ -1,0 +1,403 @@
+//! Lowering a verified fusion to its initial kernel: one block per op, each
+//! in its own loop nest over its output (plus reduce loops), intermediates
+//! in global buffers. Constants become literals; a `mean` becomes a sum
+//! block and a scaling block.
+
+use tilefuse_ir::{BinaryOp, DType, Fusion, Op, ReduceOp, TensorId, matmul_dims};
+
+use crate::ir::{
+    Block, BlockId, Buffer, BufferId, Expr, Index, IterKind, IterVar, Kernel, Node, Role, Scope,
+    Var,
+};
+
+/// Builds the initial kernel of `fusion`.
+pub fn lower(fusion: &Fusion) -> Kernel {
+    let mut l = Lowering {
+        fusion,
+        kernel: Kernel::default(),
+        values: Vec::new(),
+    };
+    for (i, node) in fusion.nodes().iter().enumerate() {
+        let value = l.lower_node(TensorId(i), &node.op, &node.args);
+        l.values.push(value);
+    }
+    for (j, &t) in fusion.outputs().iter().enumerate() {
+        match l.values[t.0] {
+            Value::Buffer(b) if l.kernel.buffer(b).role == Role::Temp => {
+                l.kernel.buffers[b.0 as usize].role = Role::Output(j);
+            }
+            // An input, constant or already-claimed tensor returned as an
+            // output gets its own copy.
+            _ => {
+                let shape = shape_of(fusion, t);
+                let dtype = fusion.ty(t).expect("verified").dtype;
+                let name = format!("out{j}");
+                let buffer = l.add_buffer(&name, dtype, &shape, Role::Output(j));
+                let iters = spatial_iters(&shape);
+                let value = l.operand(t, &shape);
+                l.add_block(
+                    &name,
+                    iters,
+                    buffer,
+                    identity_indices(shape.len()),
+                    value,
+                    None,
+                );
+            }
+        }
+    }
+    l.kernel
+}
+
+#[derive(Clone, Copy)]
+enum Value {
+    Buffer(BufferId),
+    Const(f64, DType),
+}
+
+struct Lowering<'f> {
+    fusion: &'f Fusion,
+    kernel: Kernel,
+    values: Vec<Value>,
+}
+
+fn shape_of(fusion: &Fusion, t: TensorId) -> Vec<u64> {
+    fusion
+        .ty(t)
+        .expect("verified")
+        .shape
+        .iter()
+        .map(|&d| d as u64)
+        .collect()
+}
+
+fn spatial_iters(shape: &[u64]) -> Vec<IterVar> {
+    shape
+        .iter()
+        .enumerate()
+        .map(|(i, &extent)| IterVar {
+            name: format!("v{i}"),
+            extent,
+            kind: IterKind::Spatial,
+        })
+        .collect()
+}
+
+fn identity_indices(rank: usize) -> Vec<Index> {
+    (0..rank).map(|i| Index::var(Var::Iter(i as u32))).collect()
+}
+
+impl Lowering<'_> {
+    fn block_name(&self, t: TensorId) -> String {
+        match &self.fusion.node(t).name {
+            Some(name) => name.clone(),
+            None => format!("op_{}", t.0),
+        }
+    }
+
+    fn add_buffer(&mut self, name: &str, dtype: DType, shape: &[u64], role: Role) -> BufferId {
+        self.kernel.buffers.push(Buffer {
+            name: name.to_owned(),
+            dtype,
+            shape: shape.to_vec(),
+            scope: Scope::Global,
+            role,
+        });
+        BufferId(self.kernel.buffers.len() as u32 - 1)
+    }
+
+    /// Adds a block in a fresh loop nest, one loop per iterator.
+    fn add_block(
+        &mut self,
+        name: &str,
+        iters: Vec<IterVar>,
+        buffer: BufferId,
+        indices: Vec<Index>,
+        value: Expr,
+        reduce: Option<ReduceOp>,
+    ) {
+        let loops: Vec<_> = iters
+            .iter()
+            .enumerate()
+            .map(|(i, it)| self.kernel.new_loop(format!("i{i}"), it.extent))
+            .collect();
+        let bindings = loops.iter().map(|&l| Index::var(Var::Loop(l))).collect();
+        self.kernel.blocks.push(Block {
+            name: name.to_owned(),
+            iters,
+            bindings,
+            buffer,
+            indices,
+            value,
+            reduce,
+        });
+        let mut node = Node::Block(BlockId(self.kernel.blocks.len() as u32 - 1));
+        for &l in loops.iter().rev() {
+            node = Node::Loop(l, vec![node]);
+        }
+        self.kernel.body.push(node);
+    }
+
+    /// Reads tensor `t` inside a block over `out_shape` whose iterators are
+    /// the output axes, with numpy broadcasting (size-1 axes read index 0,
+    /// missing leading axes are dropped).
+    fn operand(&self, t: TensorId, out_shape: &[u64]) -> Expr {
+        let shape = shape_of(self.fusion, t);
+        let pad = out_shape.len() - shape.len();
+        let indices = shape
+            .iter()
+            .enumerate()
+            .map(|(a, &d)| {
+                if d == 1 && out_shape[a + pad] != 1 {
+                    Index::Const(0)
+                } else {
+                    Index::var(Var::Iter((a + pad) as u32))
+                }
+            })
+            .collect();
+        self.load(t, indices)
+    }
+
+    fn load(&self, t: TensorId, indices: Vec<Index>) -> Expr {
+        match self.values[t.0] {
+            Value::Buffer(buffer) => Expr::Load { buffer, indices },
+            Value::Const(value, dtype) => Expr::Const { value, dtype },
+        }
+    }
+
+    fn lower_node(&mut self, t: TensorId, op: &Op, args: &[TensorId]) -> Value {
+        let ty = self.fusion.ty(t).expect("verified").clone();
+        let shape = shape_of(self.fusion, t);
+        let name = self.block_name(t);
+        let (iters, value, reduce) = match op {
+            Op::Input { .. } => {
+                let index = self
+                    .fusion
+                    .inputs()
+                    .iter()
+                    .position(|&i| i == t)
+                    .expect("input");
+                let name = self
+                    .fusion
+                    .node(t)
+                    .name
+                    .clone()
+                    .unwrap_or(format!("input{index}"));
+                return Value::Buffer(self.add_buffer(&name, ty.dtype, &shape, Role::Input(index)));
+            }
+            Op::Constant { value, dtype } => return Value::Const(value.0, *dtype),
+            Op::Unary { func } => (
+                spatial_iters(&shape),
+                Expr::Unary(*func, Box::new(self.operand(args[0], &shape))),
+                None,
+            ),
+            Op::Binary { func } => {
+                let a = self.operand(args[0], &shape);
+                let b = self.operand(args[1], &shape);
+                (
+                    spatial_iters(&shape),
+                    Expr::Binary(*func, Box::new(a), Box::new(b)),
+                    None,
+                )
+            }
+            Op::Where => {
+                let [c, a, b] = [0, 1, 2].map(|i| Box::new(self.operand(args[i], &shape)));
+                (spatial_iters(&shape), Expr::Select(c, a, b), None)
+            }
+            Op::Cast { dtype } => (
+                spatial_iters(&shape),
+                Expr::Cast(*dtype, Box::new(self.operand(args[0], &shape))),
+                None,
+            ),
+            Op::Broadcast { .. } => (spatial_iters(&shape), self.operand(args[0], &shape), None),
+            Op::Permute { perm } => {
+                let mut indices = vec![Index::Const(0); perm.len()];
+                for (i, &p) in perm.iter().enumerate() {
+                    indices[p] = Index::var(Var::Iter(i as u32));
+                }
+                (spatial_iters(&shape), self.load(args[0], indices), None)
+            }
+            Op::Reshape { .. } => {
+                let from = shape_of(self.fusion, args[0]);
+                (
+                    spatial_iters(&shape),
+                    self.load(args[0], reshape_indices(&shape, &from)),
+                    None,
+                )
+            }
+            Op::Reduce {
+                func,
+                axes,
+                keepdims,
+            } => {
+                return self.lower_reduce(&name, t, *func, args[0], axes, *keepdims);
+            }
+            Op::Matmul {
+                transpose_a,
+                transpose_b,
+            } => {
+                let (iters, value) = self.matmul_body(args[0], args[1], *transpose_a, *transpose_b);
+                let buffer = self.add_buffer(&name, ty.dtype, &shape, Role::Temp);
+                let rank = shape.len();
+                self.add_block(
+                    &name,
+                    iters,
+                    buffer,
+                    identity_indices(rank),
+                    value,
+                    Some(ReduceOp::Sum),
+                );
+                return Value::Buffer(buffer);
+            }
+        };
+        let buffer = self.add_buffer(&name, ty.dtype, &shape, Role::Temp);
+        self.add_block(
+            &name,
+            iters,
+            buffer,
+            identity_indices(shape.len()),
+            value,
+            reduce,
+        );
+        Value::Buffer(buffer)
+    }
+
+    fn lower_reduce(
+        &mut self,
+        name: &str,
+        t: TensorId,
+        func: ReduceOp,
+        x: TensorId,
+        axes: &[usize],
+        keepdims: bool,
+    ) -> Value {
+        let in_shape = shape_of(self.fusion, x);
+        let out_shape = shape_of(self.fusion, t);
+        let dtype = self.fusion.ty(t).expect("verified").dtype;
+        let iters: Vec<IterVar> = in_shape
+            .iter()
+            .enumerate()
+            .map(|(a, &extent)| IterVar {
+                name: format!("v{a}"),
+                extent,
+                kind: if axes.contains(&a) {
+                    IterKind::Reduce
+                } else {
+                    IterKind::Spatial
+                },
+            })
+            .collect();
+        let store: Vec<Index> = (0..in_shape.len())
+            .filter_map(|a| match (axes.contains(&a), keepdims) {
+                (false, _) => Some(Index::var(Var::Iter(a as u32))),
+                (true, true) => Some(Index::Const(0)),
+                (true, false) => None,
+            })
+            .collect();
+        let value = self.load(x, identity_indices(in_shape.len()));
+        if func != ReduceOp::Mean {
+            let buffer = self.add_buffer(name, dtype, &out_shape, Role::Temp);
+            self.add_block(name, iters, buffer, store, value, Some(func));
+            return Value::Buffer(buffer);
+        }
+        let sum_name = format!("{name}_sum");
+        let sum = self.add_buffer(&sum_name, dtype, &out_shape, Role::Temp);
+        self.add_block(&sum_name, iters, sum, store, value, Some(ReduceOp::Sum));
+        let count: u64 = axes.iter().map(|&a| in_shape[a]).product();
+        let rank = out_shape.len();
+        let scaled = Expr::Binary(
+            BinaryOp::Div,
+            Box::new(Expr::Load {
+                buffer: sum,
+                indices: identity_indices(rank),
+            }),
+            Box::new(Expr::Const {
+                value: count as f64,
+                dtype,
+            }),
+        );
+        let buffer = self.add_buffer(name, dtype, &out_shape, Role::Temp);
+        self.add_block(
+            name,
+            spatial_iters(&out_shape),
+            buffer,
+            identity_indices(rank),
+            scaled,
+            None,
+        );
+        Value::Buffer(buffer)
+    }
+
+    fn matmul_body(&self, a: TensorId, b: TensorId, ta: bool, tb: bool) -> (Vec<IterVar>, Expr) {
+        let (at, bt) = (
+            self.fusion.ty(a).expect("verified"),
+            self.fusion.ty(b).expect("verified"),
+        );
+        let dims = matmul_dims(at, bt, ta, tb).expect("verified");
+        let nb = dims.batch.len();
+        let mut iters = spatial_iters(&dims.batch.iter().map(|&d| d as u64).collect::<Vec<_>>());
+        for (name, extent, kind) in [
+            ("m", dims.m, IterKind::Spatial),
+            ("n", dims.n, IterKind::Spatial),
+            ("k", dims.k, IterKind::Reduce),
+        ] {
+            iters.push(IterVar {
+                name: format!("v{name}"),
+                extent: extent as u64,
+                kind,
+            });
+        }
+        let [m, n, k] = [nb, nb + 1, nb + 2].map(|i| Index::var(Var::Iter(i as u32)));
+        let operand = |t: TensorId, row: Index, col: Index, transpose: bool| {
+            let shape = shape_of(self.fusion, t);
+            let batch = &shape[..shape.len() - 2];
+            let pad = nb - batch.len();
+            let mut indices: Vec<Index> = batch
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| {
+                    if d == 1 && dims.batch[i + pad] != 1 {
+                        Index::Const(0)
+                    } else {
+                        Index::var(Var::Iter((i + pad) as u32))
+                    }
+                })
+                .collect();
+            if transpose {
+                indices.extend([col, row])
+            } else {
+                indices.extend([row, col])
+            }
+            self.load(t, indices)
+        };
+        let value = Expr::Binary(
+            BinaryOp::Mul,
+            Box::new(operand(a, m, k.clone(), ta)),
+            Box::new(operand(b, k, n, tb)),
+        );
+        (iters, value)
+    }
+}
+
+/// Indices into a `from`-shaped tensor for the element at the output
+/// iterators of a reshape to `to` (both row-major).
+fn reshape_indices(to: &[u64], from: &[u64]) -> Vec<Index> {
+    let mut flat = Index::Const(0);
+    let mut stride = 1i64;
+    for a in (0..to.len()).rev() {
+        flat = Index::var(Var::Iter(a as u32)) * stride + flat;
+        stride *= to[a] as i64;
+    }
+    let mut stride = 1i64;
+    let mut out = vec![Index::Const(0); from.len()];
+    for a in (0..from.len()).rev() {
+        let extent = from[a] as i64;
+        out[a] = if a == 0 {
+            flat.clone() / stride
+        } else {
+            flat.clone() / stride % extent
+        };
+        stride *= extent;
+    }
+    out
+}

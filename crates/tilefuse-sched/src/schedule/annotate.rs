@@ -1,0 +1,155 @@
+//! Loop annotations: `bind`, `parallel`, `vectorize`, `unroll`. They say
+//! how a loop maps onto hardware and leave the sequential meaning alone,
+//! which is why a loop that carries a reduction may not run in parallel.
+
+use super::{Instruction, Result, Schedule, ScheduleError};
+use crate::ir::{LoopId, LoopKind, Node, ThreadAxis};
+
+/// Unrolled loops are emitted once per iteration; past this the shader
+/// grows more than it gains.
+pub const MAX_UNROLL: u64 = 256;
+
+impl Schedule {
+    fn annotate(&mut self, primitive: &'static str, l: LoopId, kind: LoopKind) -> Result<()> {
+        self.check_loop(l)?;
+        let current = self.kernel.loop_(l).kind;
+        if current != LoopKind::Serial {
+            return Err(ScheduleError::pre(
+                primitive,
+                format!("loop {} is already {current:?}", self.loop_name(l)),
+            ));
+        }
+        if kind != LoopKind::Unrolled
+            && let Some((block, iter)) = self.carried_reduction(l)
+        {
+            return Err(ScheduleError::pre(
+                primitive,
+                format!(
+                    "loop {} carries the reduction of block {block} (iterator {iter}); \
+                     its iterations must run in order (rfactor it first)",
+                    self.loop_name(l)
+                ),
+            ));
+        }
+        self.kernel.loop_mut(l).kind = kind;
+        Ok(())
+    }
+
+    /// Binds `l` to a GPU thread axis: each workgroup (or invocation) runs
+    /// one iteration. On the CPU, workgroup loops run in parallel.
+    ///
+    /// Preconditions: `l` is serial and carries no reduction; no loop
+    /// around or inside it is bound to the same axis; a workgroup axis is
+    /// not bound inside an invocation-bound loop.
+    pub fn bind(&mut self, l: LoopId, axis: ThreadAxis) -> Result<()> {
+        const P: &str = "bind";
+        self.check_loop(l)?;
+        let path = self
+            .kernel
+            .path_to(&Node::Loop(l, vec![]))
+            .expect("checked");
+        let mut related: Vec<LoopId> = path;
+        related.extend(self.loops_under(l));
+        for other in related {
+            if let LoopKind::Bound(a) = self.kernel.loop_(other).kind {
+                if a == axis {
+                    return Err(ScheduleError::pre(
+                        P,
+                        format!(
+                            "loop {} is already bound to {} in the same nest",
+                            self.loop_name(other),
+                            a.name()
+                        ),
+                    ));
+                }
+                let outer = self
+                    .kernel
+                    .path_to(&Node::Loop(l, vec![]))
+                    .expect("checked")
+                    .contains(&other);
+                if axis.is_workgroup() && !a.is_workgroup() && outer {
+                    return Err(ScheduleError::pre(
+                        P,
+                        format!(
+                            "cannot bind {} to {} inside loop {} bound to {}",
+                            self.loop_name(l),
+                            axis.name(),
+                            self.loop_name(other),
+                            a.name()
+                        ),
+                    ));
+                }
+            }
+        }
+        self.annotate(P, l, LoopKind::Bound(axis))?;
+        self.record(Instruction::Bind { loop_: l, axis });
+        Ok(())
+    }
+
+    /// Runs the iterations of `l` on several CPU threads (on a GPU, within
+    /// one invocation they stay serial).
+    ///
+    /// Preconditions: `l` is serial and carries no reduction.
+    pub fn parallel(&mut self, l: LoopId) -> Result<()> {
+        self.annotate("parallel", l, LoopKind::Parallel)?;
+        self.record(Instruction::Parallel { loop_: l });
+        Ok(())
+    }
+
+    /// Runs the iterations of `l` as SIMD lanes (`vec4` loads and stores in
+    /// WGSL where the layout allows).
+    ///
+    /// Preconditions: `l` is serial, innermost (no loops inside it) and
+    /// carries no reduction.
+    pub fn vectorize(&mut self, l: LoopId) -> Result<()> {
+        const P: &str = "vectorize";
+        self.check_loop(l)?;
+        if !self.loops_under(l).is_empty() {
+            return Err(ScheduleError::pre(
+                P,
+                format!("loop {} is not innermost", self.loop_name(l)),
+            ));
+        }
+        self.annotate(P, l, LoopKind::Vectorized)?;
+        self.record(Instruction::Vectorize { loop_: l });
+        Ok(())
+    }
+
+    /// Emits `l` once per iteration, without a loop.
+    ///
+    /// Preconditions: `l` is serial with an extent of at most [`MAX_UNROLL`].
+    pub fn unroll(&mut self, l: LoopId) -> Result<()> {
+        const P: &str = "unroll";
+        self.check_loop(l)?;
+        let extent = self.kernel.loop_(l).extent;
+        if extent > MAX_UNROLL {
+            return Err(ScheduleError::pre(
+                P,
+                format!(
+                    "loop {} has {extent} iterations; at most {MAX_UNROLL} unroll (split it first)",
+                    self.loop_name(l)
+                ),
+            ));
+        }
+        self.annotate(P, l, LoopKind::Unrolled)?;
+        self.record(Instruction::Unroll { loop_: l });
+        Ok(())
+    }
+
+    /// Loops strictly inside `l`.
+    pub(super) fn loops_under(&self, l: LoopId) -> Vec<LoopId> {
+        fn walk(nodes: &[Node], out: &mut Vec<LoopId>) {
+            for n in nodes {
+                if let Node::Loop(id, body) = n {
+                    out.push(*id);
+                    walk(body, out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        if let Some(Node::Loop(_, body)) = self.kernel.loop_node(l) {
+            walk(body, &mut out);
+        }
+        out
+    }
+}

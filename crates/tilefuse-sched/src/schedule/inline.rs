@@ -1,0 +1,211 @@
+//! Inlining: `compute_inline` folds a producer into its consumers,
+//! `reverse_compute_inline` folds a consumer into its producer. Both remove
+//! an intermediate buffer and the block that wrote or read it.
+
+use super::{Instruction, Result, Schedule, ScheduleError};
+use crate::ir::{BlockId, Expr, Index, Node, Role, Var};
+
+impl Schedule {
+    /// Replaces every read of `block`'s buffer by `block`'s expression and
+    /// removes the block.
+    ///
+    /// Preconditions: `block` is not a reduction, writes an intermediate
+    /// (not an output), and stores at exactly its iterators (so each read
+    /// index names one instance).
+    pub fn compute_inline(&mut self, block: BlockId) -> Result<()> {
+        const P: &str = "compute_inline";
+        self.check_block(block)?;
+        let b = self.kernel.block(block).clone();
+        self.check_inlinable(P, block)?;
+        if b.reads(b.buffer) {
+            return Err(ScheduleError::pre(
+                P,
+                format!("block {} reads its own buffer", b.name),
+            ));
+        }
+        for other in self.kernel.blocks_in_order() {
+            if other == block {
+                continue;
+            }
+            let consumer = self.kernel.block(other).clone();
+            let value = consumer.value.map_loads(&mut |buffer, indices| {
+                if buffer == b.buffer {
+                    b.value.subst(&|v| match v {
+                        Var::Iter(i) => Some(indices[i as usize].clone()),
+                        Var::Loop(_) => None,
+                    })
+                } else {
+                    Expr::Load {
+                        buffer,
+                        indices: indices.to_vec(),
+                    }
+                }
+            });
+            self.kernel.block_mut(other).value = value;
+        }
+        self.remove_block(block);
+        self.record(Instruction::ComputeInline { block });
+        Ok(())
+    }
+
+    /// Makes the producer of the one intermediate that `block` reads write
+    /// `block`'s result directly, and removes `block`.
+    ///
+    /// Preconditions: `block` is not a reduction, reads exactly one
+    /// intermediate buffer, at exactly its own iterators; that buffer's
+    /// producer is not a reduction, stores at exactly its iterators over
+    /// the same extents, and nothing but `block` reads the buffer; every
+    /// other buffer `block` reads is ready before the producer runs.
+    pub fn reverse_compute_inline(&mut self, block: BlockId) -> Result<()> {
+        const P: &str = "reverse_compute_inline";
+        self.check_block(block)?;
+        let c = self.kernel.block(block).clone();
+        if c.reduce.is_some() {
+            return Err(ScheduleError::pre(
+                P,
+                format!("block {} is a reduction", c.name),
+            ));
+        }
+        let mut loads = Vec::new();
+        c.value.loads(&mut loads);
+        let temps: Vec<_> = loads
+            .iter()
+            .filter(|(buf, _)| self.kernel.buffer(*buf).role == Role::Temp)
+            .map(|(buf, idx)| (*buf, idx.to_vec()))
+            .collect();
+        let Some((temp, _)) = temps.first().cloned() else {
+            return Err(ScheduleError::pre(
+                P,
+                format!("block {} reads no intermediate buffer", c.name),
+            ));
+        };
+        if temps
+            .iter()
+            .any(|(b, idx)| *b != temp || !is_identity(idx, c.iters.len()))
+        {
+            return Err(ScheduleError::pre(
+                P,
+                format!(
+                    "block {} must read one intermediate, at exactly its iterators",
+                    c.name
+                ),
+            ));
+        }
+        let order = self.kernel.blocks_in_order();
+        let producer = *order
+            .iter()
+            .find(|&&b| self.kernel.block(b).buffer == temp)
+            .expect("every intermediate has a producer");
+        self.check_inlinable(P, producer)?;
+        let p = self.kernel.block(producer).clone();
+        let extents = |b: &crate::ir::Block| b.iters.iter().map(|i| i.extent).collect::<Vec<_>>();
+        if extents(&p) != extents(&c) {
+            return Err(ScheduleError::pre(
+                P,
+                format!(
+                    "blocks {} and {} iterate over different domains",
+                    p.name, c.name
+                ),
+            ));
+        }
+        let p_pos = order.iter().position(|&b| b == producer).expect("in order");
+        for &other in &order {
+            if other != block && other != producer && self.kernel.block(other).reads(temp) {
+                return Err(ScheduleError::pre(
+                    P,
+                    format!(
+                        "buffer {} is also read by block {}",
+                        self.kernel.buffer(temp).name,
+                        self.kernel.block(other).name
+                    ),
+                ));
+            }
+        }
+        for (buf, _) in &loads {
+            if *buf == temp {
+                continue;
+            }
+            let writer = order
+                .iter()
+                .position(|&b| self.kernel.block(b).buffer == *buf);
+            if writer.is_some_and(|w| w >= p_pos) {
+                return Err(ScheduleError::pre(
+                    P,
+                    format!(
+                        "block {} reads {}, which is written after {} runs",
+                        c.name,
+                        self.kernel.buffer(*buf).name,
+                        p.name
+                    ),
+                ));
+            }
+        }
+        // Iterators correspond one to one (same extents, identity indices).
+        let value = c.value.map_loads(&mut |buffer, indices| {
+            if buffer == temp {
+                p.value.clone()
+            } else {
+                Expr::Load {
+                    buffer,
+                    indices: indices.to_vec(),
+                }
+            }
+        });
+        let pb = self.kernel.block_mut(producer);
+        pb.value = value;
+        pb.buffer = c.buffer;
+        pb.indices = c.indices.clone();
+        self.remove_block(block);
+        self.record(Instruction::ReverseComputeInline { block });
+        Ok(())
+    }
+
+    fn check_inlinable(&self, primitive: &'static str, block: BlockId) -> Result<()> {
+        let b = self.kernel.block(block);
+        if b.reduce.is_some() {
+            return Err(ScheduleError::pre(
+                primitive,
+                format!("block {} is a reduction", b.name),
+            ));
+        }
+        if self.kernel.buffer(b.buffer).role != Role::Temp {
+            return Err(ScheduleError::pre(
+                primitive,
+                format!(
+                    "block {} writes {}, which is not an intermediate",
+                    b.name,
+                    self.kernel.buffer(b.buffer).name
+                ),
+            ));
+        }
+        if !is_identity(&b.indices, b.iters.len()) {
+            return Err(ScheduleError::pre(
+                primitive,
+                format!("block {} does not store at exactly its iterators", b.name),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Takes a block out of the tree, with loops left empty by it.
+    fn remove_block(&mut self, block: BlockId) {
+        fn prune(nodes: &mut Vec<Node>, block: BlockId) {
+            nodes.retain(|n| !matches!(n, Node::Block(b) if *b == block));
+            for n in nodes.iter_mut() {
+                if let Node::Loop(_, body) = n {
+                    prune(body, block);
+                }
+            }
+            nodes.retain(|n| !matches!(n, Node::Loop(_, body) if body.is_empty()));
+        }
+        prune(&mut self.kernel.body, block);
+    }
+}
+
+fn is_identity(indices: &[Index], rank: usize) -> bool {
+    indices.len() == rank
+        && indices
+            .iter()
+            .enumerate()
+            .all(|(i, idx)| *idx == Index::var(Var::Iter(i as u32)))
+}

@@ -1,0 +1,117 @@
+use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, TensorId, UnaryOp};
+use tilefuse_sched::ir::ThreadAxis;
+use tilefuse_sched::{Schedule, ScheduleError};
+
+fn softmax(rows: usize, cols: usize) -> Fusion {
+    let mut f = Fusion::new();
+    let x = f.input(&[rows, cols], DType::F32, Some("x")).unwrap();
+    let m = f.reduce(ReduceOp::Max, x, Some(&[1]), true).unwrap();
+    let d = f.binary(BinaryOp::Sub, x, m).unwrap();
+    let e = f.unary(UnaryOp::Exp, d).unwrap();
+    f.set_name(e, "e").unwrap();
+    let s = f.reduce(ReduceOp::Sum, e, Some(&[1]), true).unwrap();
+    let y = f.binary(BinaryOp::Div, e, s).unwrap();
+    f.set_name(y, "y").unwrap();
+    f.output(y).unwrap();
+    f
+}
+
+#[test]
+fn initial_schedule_prints() {
+    let s = Schedule::new(&softmax(4, 8));
+    let text = s.to_string();
+    println!("{text}");
+    assert!(
+        text.contains("buffer x: f32[4, 8] global input(0)"),
+        "{text}"
+    );
+    assert!(text.contains("op_1[v0, 0] max= x[v0, v1]"), "{text}");
+    assert_eq!(s.get_blocks().len(), 5);
+}
+
+#[test]
+fn split_bind_inline_and_replay() {
+    let f = softmax(4, 1000);
+    let mut s = Schedule::new(&f);
+    let e = s.get_block("e").unwrap();
+    let d = s.get_block("op_2").unwrap();
+    s.compute_inline(d).unwrap();
+    let loops = s.get_loops(e).unwrap();
+    let parts = s
+        .split(
+            loops[1],
+            &[None, Some(256)],
+            Some(&["jo".into(), "ji".into()]),
+        )
+        .unwrap();
+    s.bind(loops[0], ThreadAxis::WorkgroupX).unwrap();
+    s.bind(parts[1], ThreadAxis::InvocationX).unwrap();
+    let text = s.to_string();
+    println!("{text}");
+    assert!(text.contains("if v1 < 1000:"), "{text}");
+    assert!(text.contains("exp((x[v0, v1] - op_1[v0, 0]))"), "{text}");
+    let replayed = Schedule::replay_json(&f, &s.trace_json()).unwrap();
+    assert_eq!(replayed.to_string(), text);
+}
+
+#[test]
+fn preconditions_give_typed_errors() {
+    let f = softmax(4, 8);
+    let mut s = Schedule::new(&f);
+    let m = s.get_block("op_1").unwrap();
+    let loops = s.get_loops(m).unwrap();
+    let err = s.parallel(loops[1]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ScheduleError::Precondition {
+                primitive: "parallel",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("carries the reduction of block op_1"),
+        "{err}"
+    );
+    assert!(
+        s.compute_inline(m)
+            .unwrap_err()
+            .to_string()
+            .contains("is a reduction")
+    );
+    let y = s.get_block("y").unwrap();
+    assert!(
+        s.compute_inline(y)
+            .unwrap_err()
+            .to_string()
+            .contains("not an intermediate")
+    );
+    assert!(s.split(loops[0], &[None, None], None).is_err());
+    assert!(
+        s.split(loops[0], &[Some(3)], None)
+            .unwrap_err()
+            .to_string()
+            .contains("less than the extent")
+    );
+    let parts = s.split(loops[0], &[Some(2), None], None).unwrap();
+    assert!(matches!(
+        s.split(loops[0], &[Some(2)], None),
+        Err(ScheduleError::StaleLoop(_))
+    ));
+    assert!(
+        s.fuse(&[parts[0], loops[1]])
+            .unwrap_err()
+            .to_string()
+            .contains("only child")
+    );
+    assert!(
+        s.get_block("nope")
+            .unwrap_err()
+            .to_string()
+            .starts_with("no block named \"nope\"")
+    );
+    let _ = TensorId(0);
+}
