@@ -38,7 +38,8 @@ pub fn evaluate(fusion: &Fusion, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         .collect())
 }
 
-fn check_arguments(fusion: &Fusion, inputs: &[Tensor]) -> Result<()> {
+/// Checks that `inputs` match the fusion's inputs in number, shape and dtype.
+pub fn check_arguments(fusion: &Fusion, inputs: &[Tensor]) -> Result<()> {
     if inputs.len() != fusion.inputs().len() {
         return Err(FusionError::Argument(format!(
             "the fusion takes {} inputs, got {}",
@@ -68,9 +69,11 @@ fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Tensor {
         Op::Constant { value, dtype } => {
             Data::from_fn(*dtype, 1, |_| Scalar::F(value.0).to(*dtype))
         }
-        Op::Unary { func } => Data::from_fn(ty.dtype, n, |i| unary(*func, args[0].data.get(i))),
+        Op::Unary { func } => {
+            Data::from_fn(ty.dtype, n, |i| unary_scalar(*func, args[0].data.get(i)))
+        }
         Op::Binary { func } => Data::from_fn(ty.dtype, n, |i| {
-            binary(*func, at(args[0], i), at(args[1], i))
+            binary_scalar(*func, at(args[0], i), at(args[1], i))
         }),
         Op::Where => Data::from_fn(ty.dtype, n, |i| {
             if at(args[0], i).as_bool() {
@@ -101,7 +104,9 @@ pub fn gelu(x: f64) -> f64 {
     0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
 }
 
-fn unary(func: UnaryOp, x: Scalar) -> Scalar {
+/// One element of a unary op, with the reference semantics (f32 computed
+/// in f64; i32 wrapping).
+pub fn unary_scalar(func: UnaryOp, x: Scalar) -> Scalar {
     match x {
         Scalar::F(x) => Scalar::F(match func {
             UnaryOp::Neg => -x,
@@ -157,7 +162,9 @@ fn compare<T: PartialOrd + Copy>(func: BinaryOp, a: T, b: T) -> bool {
     }
 }
 
-fn binary(func: BinaryOp, a: Scalar, b: Scalar) -> Scalar {
+/// One element of a binary op, with the reference semantics (WGSL integer
+/// division, numpy's NaN-propagating max / min).
+pub fn binary_scalar(func: BinaryOp, a: Scalar, b: Scalar) -> Scalar {
     if func.is_comparison() {
         return Scalar::B(match (a, b) {
             (Scalar::F(a), Scalar::F(b)) => compare(func, a, b),
@@ -232,19 +239,27 @@ fn reduce(func: ReduceOp, x: &Tensor, axes: &[usize], dtype: DType) -> Data {
         acc[out] = Some(match acc[out] {
             None => v,
             Some(a) => match func {
-                ReduceOp::Sum | ReduceOp::Mean => binary(BinaryOp::Add, a, v),
-                ReduceOp::Max => binary(BinaryOp::Max, a, v),
-                ReduceOp::Min => binary(BinaryOp::Min, a, v),
+                ReduceOp::Sum | ReduceOp::Mean => binary_scalar(BinaryOp::Add, a, v),
+                ReduceOp::Max => binary_scalar(BinaryOp::Max, a, v),
+                ReduceOp::Min => binary_scalar(BinaryOp::Min, a, v),
             },
         });
     }
     Data::from_fn(dtype, acc.len(), |i| match (func, acc[i]) {
         (ReduceOp::Mean, Some(s)) => Scalar::F(s.as_f64() / count as f64),
         (_, Some(s)) => s,
-        (ReduceOp::Sum | ReduceOp::Mean, None) => Scalar::F(0.0).to(dtype),
-        (ReduceOp::Max, None) => Scalar::F(f64::NEG_INFINITY).to(dtype),
-        (ReduceOp::Min, None) => Scalar::F(f64::INFINITY).to(dtype),
+        (_, None) => reduce_identity(func, dtype),
     })
+}
+
+/// The value a reduction starts from: 0 for sums, the lowest (highest)
+/// value of the dtype for max (min).
+pub fn reduce_identity(func: ReduceOp, dtype: DType) -> Scalar {
+    match func {
+        ReduceOp::Sum | ReduceOp::Mean => Scalar::F(0.0).to(dtype),
+        ReduceOp::Max => Scalar::F(f64::NEG_INFINITY).to(dtype),
+        ReduceOp::Min => Scalar::F(f64::INFINITY).to(dtype),
+    }
 }
 
 fn matmul(a: &Tensor, b: &Tensor, ta: bool, tb: bool, ty: &TensorType) -> Data {

@@ -29,7 +29,7 @@ mod tensor;
 
 pub use dtype::{DType, UnknownDType};
 pub use error::{FusionError, Result};
-pub use evaluate::{evaluate, gelu};
+pub use evaluate::{binary_scalar, check_arguments, evaluate, gelu, reduce_identity, unary_scalar};
 pub use fusion::{FUSION_SCHEMA_VERSION, Fusion, MAX_ELEMENTS, Node, TensorId};
 pub use infer::{MatmulDims, TensorType, infer, matmul_dims};
 pub use op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};

@@ -1,0 +1,227 @@
+//! Columns of lane values: the CPU executor evaluates a block for a chunk of
+//! consecutive iterations of its innermost loop at once, one op at a time
+//! over short arrays that stay in L1 and that the compiler vectorizes.
+
+use tilefuse_ir::{BinaryOp, DType, Scalar, UnaryOp, binary_scalar, gelu, unary_scalar};
+
+use super::memory::{Elem, RawBuf};
+
+#[derive(Clone, Debug)]
+pub enum Column {
+    F32(Vec<f32>),
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+    Bool(Vec<bool>),
+}
+
+macro_rules! each_column {
+    ($col:expr, $v:ident => $body:expr) => {
+        match $col {
+            Column::F32($v) => $body,
+            Column::I32($v) => $body,
+            Column::U32($v) => $body,
+            Column::Bool($v) => $body,
+        }
+    };
+}
+
+fn map<T: Copy, U>(a: &[T], f: impl Fn(T) -> U) -> Vec<U> {
+    a.iter().map(|&x| f(x)).collect()
+}
+
+fn zip<T: Copy, U>(a: &[T], b: &[T], f: impl Fn(T, T) -> U) -> Vec<U> {
+    a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()
+}
+
+/// numpy's `maximum` / `minimum` on f32: NaN wins.
+fn extreme(a: f32, b: f32, take_max: bool) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else if (a > b) == take_max {
+        a
+    } else {
+        b
+    }
+}
+
+impl Column {
+    pub fn len(&self) -> usize {
+        each_column!(self, v => v.len())
+    }
+
+    pub fn splat(value: Scalar, dtype: DType, n: usize) -> Column {
+        let v = value.to(dtype);
+        match dtype {
+            DType::F32 => Column::F32(vec![v.as_f64() as f32; n]),
+            DType::I32 => Column::I32(vec![v.as_i32(); n]),
+            DType::U32 => Column::U32(vec![v.as_u32(); n]),
+            DType::Bool => Column::Bool(vec![v.as_bool(); n]),
+        }
+    }
+
+    pub fn get(&self, i: usize) -> Scalar {
+        match self {
+            Column::F32(v) => Scalar::F(f64::from(v[i])),
+            Column::I32(v) => Scalar::I(v[i]),
+            Column::U32(v) => Scalar::U(v[i]),
+            Column::Bool(v) => Scalar::B(v[i]),
+        }
+    }
+
+    /// Reads `n` consecutive elements of `buf` from `start`.
+    pub fn read(buf: &RawBuf, start: usize, n: usize) -> Column {
+        fn copy<T: Elem>(buf: &RawBuf, start: usize, n: usize) -> Vec<T> {
+            buf.slice::<T>(start, n).to_vec()
+        }
+        match buf.dtype {
+            DType::F32 => Column::F32(copy(buf, start, n)),
+            DType::I32 => Column::I32(copy(buf, start, n)),
+            DType::U32 => Column::U32(copy(buf, start, n)),
+            DType::Bool => Column::Bool(copy(buf, start, n)),
+        }
+    }
+
+    /// Reads `buf[offsets[k]]` for lanes where `mask` holds (other lanes
+    /// read element 0, or nothing from an empty buffer).
+    pub fn gather(buf: &RawBuf, offsets: &[i64], mask: Option<&[bool]>) -> Column {
+        fn pick<T: Elem + Default>(buf: &RawBuf, offsets: &[i64], mask: Option<&[bool]>) -> Vec<T> {
+            let data = buf.slice::<T>(0, buf.len());
+            offsets
+                .iter()
+                .enumerate()
+                .map(|(k, &o)| {
+                    if mask.is_none_or(|m| m[k]) {
+                        data[o as usize]
+                    } else {
+                        T::default()
+                    }
+                })
+                .collect()
+        }
+        match buf.dtype {
+            DType::F32 => Column::F32(pick(buf, offsets, mask)),
+            DType::I32 => Column::I32(pick(buf, offsets, mask)),
+            DType::U32 => Column::U32(pick(buf, offsets, mask)),
+            DType::Bool => Column::Bool(pick(buf, offsets, mask)),
+        }
+    }
+
+    /// Writes the lanes to `n` consecutive elements from `start`.
+    pub fn write(&self, buf: &RawBuf, start: usize) {
+        each_column!(self, v => buf.slice_mut(start, v.len()).copy_from_slice(v))
+    }
+
+    /// Writes lane `k` to `buf[offsets[k]]` where `mask` holds.
+    pub fn scatter(&self, buf: &RawBuf, offsets: &[i64], mask: Option<&[bool]>) {
+        fn put<T: Elem>(v: &[T], buf: &RawBuf, offsets: &[i64], mask: Option<&[bool]>) {
+            let data = buf.slice_mut::<T>(0, buf.len());
+            for (k, &o) in offsets.iter().enumerate() {
+                if mask.is_none_or(|m| m[k]) {
+                    data[o as usize] = v[k];
+                }
+            }
+        }
+        each_column!(self, v => put(v, buf, offsets, mask))
+    }
+
+    pub fn unary(&self, op: UnaryOp) -> Column {
+        match self {
+            Column::F32(a) => Column::F32(match op {
+                UnaryOp::Neg => map(a, |x| -x),
+                UnaryOp::Abs => map(a, f32::abs),
+                UnaryOp::Exp => map(a, f32::exp),
+                UnaryOp::Log => map(a, f32::ln),
+                UnaryOp::Sqrt => map(a, f32::sqrt),
+                UnaryOp::Rsqrt => map(a, |x| 1.0 / x.sqrt()),
+                UnaryOp::Tanh => map(a, f32::tanh),
+                UnaryOp::Sigmoid => map(a, |x| 1.0 / (1.0 + (-x).exp())),
+                UnaryOp::Relu => map(a, |x| if x > 0.0 { x } else { 0.0 }),
+                UnaryOp::Gelu => map(a, |x| gelu(f64::from(x)) as f32),
+                UnaryOp::Sin => map(a, f32::sin),
+                UnaryOp::Cos => map(a, f32::cos),
+                UnaryOp::Reciprocal => map(a, |x| 1.0 / x),
+            }),
+            other => other.per_lane(other.dtype(), |x| unary_scalar(op, x)),
+        }
+    }
+
+    pub fn binary(&self, op: BinaryOp, rhs: &Column) -> Column {
+        match (self, rhs) {
+            (Column::F32(a), Column::F32(b)) => match op {
+                BinaryOp::Add => Column::F32(zip(a, b, |x, y| x + y)),
+                BinaryOp::Sub => Column::F32(zip(a, b, |x, y| x - y)),
+                BinaryOp::Mul => Column::F32(zip(a, b, |x, y| x * y)),
+                BinaryOp::Div => Column::F32(zip(a, b, |x, y| x / y)),
+                BinaryOp::Max => Column::F32(zip(a, b, |x, y| extreme(x, y, true))),
+                BinaryOp::Min => Column::F32(zip(a, b, |x, y| extreme(x, y, false))),
+                BinaryOp::Pow => Column::F32(zip(a, b, f32::powf)),
+                BinaryOp::Eq => Column::Bool(zip(a, b, |x, y| x == y)),
+                BinaryOp::Ne => Column::Bool(zip(a, b, |x, y| x != y)),
+                BinaryOp::Lt => Column::Bool(zip(a, b, |x, y| x < y)),
+                BinaryOp::Le => Column::Bool(zip(a, b, |x, y| x <= y)),
+                BinaryOp::Gt => Column::Bool(zip(a, b, |x, y| x > y)),
+                BinaryOp::Ge => Column::Bool(zip(a, b, |x, y| x >= y)),
+            },
+            _ => {
+                let dtype = if op.is_comparison() {
+                    DType::Bool
+                } else {
+                    self.dtype()
+                };
+                Column::from_fn(dtype, self.len(), |k| {
+                    binary_scalar(op, self.get(k), rhs.get(k))
+                })
+            }
+        }
+    }
+
+    pub fn select(&self, a: &Column, b: &Column) -> Column {
+        let Column::Bool(c) = self else {
+            unreachable!("verified: conditions are bool")
+        };
+        match (a, b) {
+            (Column::F32(x), Column::F32(y)) => Column::F32(
+                c.iter()
+                    .zip(x.iter().zip(y))
+                    .map(|(&c, (&x, &y))| if c { x } else { y })
+                    .collect(),
+            ),
+            _ => Column::from_fn(
+                a.dtype(),
+                c.len(),
+                |k| if c[k] { a.get(k) } else { b.get(k) },
+            ),
+        }
+    }
+
+    pub fn cast(&self, dtype: DType) -> Column {
+        match (self, dtype) {
+            (Column::F32(a), DType::F32) => Column::F32(a.clone()),
+            (Column::I32(a), DType::F32) => Column::F32(map(a, |x| x as f32)),
+            (Column::F32(a), DType::I32) => Column::I32(map(a, |x| x as i32)),
+            _ => self.per_lane(dtype, |x| x.to(dtype)),
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        match self {
+            Column::F32(_) => DType::F32,
+            Column::I32(_) => DType::I32,
+            Column::U32(_) => DType::U32,
+            Column::Bool(_) => DType::Bool,
+        }
+    }
+
+    fn per_lane(&self, dtype: DType, f: impl Fn(Scalar) -> Scalar) -> Column {
+        Column::from_fn(dtype, self.len(), |k| f(self.get(k)))
+    }
+
+    pub fn from_fn(dtype: DType, n: usize, f: impl Fn(usize) -> Scalar) -> Column {
+        match dtype {
+            DType::F32 => Column::F32((0..n).map(|k| f(k).as_f64() as f32).collect()),
+            DType::I32 => Column::I32((0..n).map(|k| f(k).as_i32()).collect()),
+            DType::U32 => Column::U32((0..n).map(|k| f(k).as_u32()).collect()),
+            DType::Bool => Column::Bool((0..n).map(|k| f(k).as_bool()).collect()),
+        }
+    }
+}

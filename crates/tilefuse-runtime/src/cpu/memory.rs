@@ -1,0 +1,121 @@
+//! Kernel buffers as raw, shareable views. Parallel loops write disjoint
+//! elements of the same buffers from several threads, which `&mut` slices
+//! cannot express; every access here is bounds-checked, and disjointness is
+//! what the schedule primitives guarantee (a loop that carries a reduction
+//! cannot be made parallel).
+#![allow(unsafe_code)]
+
+use tilefuse_ir::{DType, Data, Scalar};
+
+/// Owned storage of one buffer.
+pub struct Storage(pub Data);
+
+impl Storage {
+    pub fn zeros(dtype: DType, len: usize) -> Storage {
+        Storage(match dtype {
+            DType::F32 => Data::F32(vec![0.0; len]),
+            DType::I32 => Data::I32(vec![0; len]),
+            DType::U32 => Data::U32(vec![0; len]),
+            DType::Bool => Data::Bool(vec![false; len]),
+        })
+    }
+
+    pub fn view(&mut self) -> RawBuf {
+        let (ptr, len) = match &mut self.0 {
+            Data::F32(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
+            Data::I32(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
+            Data::U32(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
+            Data::Bool(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
+        };
+        RawBuf {
+            ptr,
+            len,
+            dtype: self.0.dtype(),
+        }
+    }
+}
+
+/// A view of a [`Storage`] that outlives no call of the executor.
+#[derive(Clone, Copy)]
+pub struct RawBuf {
+    ptr: *mut u8,
+    len: usize,
+    pub dtype: DType,
+}
+
+// SAFETY: the storage outlives every view (views live inside one `run`),
+// and concurrent writers touch disjoint elements (see the module docs).
+unsafe impl Send for RawBuf {}
+unsafe impl Sync for RawBuf {}
+
+/// Element types a buffer can hold.
+pub trait Elem: Copy {
+    const DTYPE: DType;
+}
+
+impl Elem for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl Elem for i32 {
+    const DTYPE: DType = DType::I32;
+}
+impl Elem for u32 {
+    const DTYPE: DType = DType::U32;
+}
+impl Elem for bool {
+    const DTYPE: DType = DType::Bool;
+}
+
+impl RawBuf {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    fn check<T: Elem>(&self, start: usize, n: usize) {
+        assert_eq!(
+            T::DTYPE,
+            self.dtype,
+            "typed access of the wrong element type"
+        );
+        assert!(
+            start + n <= self.len,
+            "access {start}..{} beyond buffer of {}",
+            start + n,
+            self.len
+        );
+    }
+
+    /// `n` elements from `start`.
+    pub fn slice<T: Elem>(&self, start: usize, n: usize) -> &[T] {
+        self.check::<T>(start, n);
+        // SAFETY: bounds and element type checked; the storage is alive.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<T>().add(start), n) }
+    }
+
+    /// `n` mutable elements from `start`; callers keep concurrent slices
+    /// disjoint and hold no other slice of the same elements meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    pub fn slice_mut<T: Elem>(&self, start: usize, n: usize) -> &mut [T] {
+        self.check::<T>(start, n);
+        // SAFETY: as `slice`; disjointness is the schedule's guarantee.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<T>().add(start), n) }
+    }
+
+    pub fn read(&self, i: usize) -> Scalar {
+        match self.dtype {
+            DType::F32 => Scalar::F(f64::from(self.slice::<f32>(i, 1)[0])),
+            DType::I32 => Scalar::I(self.slice::<i32>(i, 1)[0]),
+            DType::U32 => Scalar::U(self.slice::<u32>(i, 1)[0]),
+            DType::Bool => Scalar::B(self.slice::<bool>(i, 1)[0]),
+        }
+    }
+
+    pub fn write(&self, i: usize, v: Scalar) {
+        match self.dtype {
+            DType::F32 => self.slice_mut::<f32>(i, 1)[0] = v.as_f64() as f32,
+            DType::I32 => self.slice_mut::<i32>(i, 1)[0] = v.as_i32(),
+            DType::U32 => self.slice_mut::<u32>(i, 1)[0] = v.as_u32(),
+            DType::Bool => self.slice_mut::<bool>(i, 1)[0] = v.as_bool(),
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! Compiling a kernel into an executable tree of steps, and running it.
+//!
+//! Loops become counted loops over an environment of loop variables. A
+//! loop whose body is a single block becomes a *lane step*: the block runs
+//! for chunks of [`CHUNK`] consecutive iterations at once, over columns
+//! (see `lanes`). Loads whose offset is linear in the lane variable read
+//! contiguous or strided runs; anything else gathers. Parallel and
+//! workgroup-bound loops are spread over threads.
+
+use tilefuse_ir::{DType, ReduceOp, Scalar, binary_scalar, reduce_identity, unary_scalar};
+use tilefuse_sched::ir::{Block, Expr, Index, IterKind, Kernel, LoopKind, Node, Var};
+
+use super::lanes::Column;
+use super::memory::RawBuf;
+
+/// Lanes per chunk: small enough that a block's columns stay in L1.
+pub const CHUNK: usize = 512;
+
+/// A load: a buffer and the flat offset, over block iterators, plus (in
+/// lane steps) the offset as `coef * lane + rest` over loop variables.
+#[derive(Debug)]
+struct Access {
+    buffer: usize,
+    offset: Index,
+    linear: Option<(i64, Index)>,
+}
+
+#[derive(Debug)]
+enum Value {
+    Const(Scalar, DType),
+    Load(Access),
+    Unary(tilefuse_ir::UnaryOp, Box<Value>),
+    Binary(tilefuse_ir::BinaryOp, Box<Value>, Box<Value>),
+    Select(Box<Value>, Box<Value>, Box<Value>),
+    Cast(DType, Box<Value>),
+}
+
+#[derive(Debug)]
+struct BlockCode {
+    bindings: Vec<Index>,
+    extents: Vec<i64>,
+    guards: Vec<usize>,
+    reduce_iters: Vec<usize>,
+    store: Access,
+    value: Value,
+    reduce: Option<ReduceOp>,
+    dtype: DType,
+}
+
+#[derive(Debug)]
+enum Step {
+    Loop {
+        var: usize,
+        extent: i64,
+        parallel: bool,
+        body: Vec<Step>,
+    },
+    Lanes {
+        var: usize,
+        extent: i64,
+        block: BlockCode,
+    },
+    Block(BlockCode),
+}
+
+/// A kernel compiled for the CPU.
+#[derive(Debug)]
+pub struct Program {
+    steps: Vec<Step>,
+    n_loops: usize,
+}
+
+fn flat_offset(indices: &[Index], shape: &[u64]) -> Index {
+    let mut offset = Index::Const(0);
+    let mut stride = 1i64;
+    for (idx, &extent) in indices.iter().zip(shape).rev() {
+        offset = idx.clone() * stride + offset;
+        stride *= extent as i64;
+    }
+    offset
+}
+
+impl Program {
+    pub fn compile(kernel: &Kernel) -> Program {
+        let steps = kernel
+            .body
+            .iter()
+            .map(|n| compile_node(kernel, n))
+            .collect();
+        Program {
+            steps,
+            n_loops: kernel.loops.len(),
+        }
+    }
+
+    /// Runs every step on `buffers` (indexed by buffer id).
+    pub fn run(&self, buffers: &[RawBuf], threads: usize) {
+        let mut env = vec![0i64; self.n_loops];
+        let ctx = Ctx { buffers, threads };
+        for step in &self.steps {
+            ctx.step(step, &mut env, true);
+        }
+    }
+}
+
+fn compile_node(kernel: &Kernel, node: &Node) -> Step {
+    match node {
+        Node::Block(b) => Step::Block(compile_block(kernel, kernel.block(*b), None)),
+        Node::Loop(l, body) => {
+            let lp = kernel.loop_(*l);
+            let parallel = match lp.kind {
+                LoopKind::Parallel => true,
+                LoopKind::Bound(axis) => axis.is_workgroup(),
+                _ => false,
+            };
+            match body.as_slice() {
+                [Node::Block(b)] if !parallel => Step::Lanes {
+                    var: l.0 as usize,
+                    extent: lp.extent as i64,
+                    block: compile_block(kernel, kernel.block(*b), Some(Var::Loop(*l))),
+                },
+                _ => Step::Loop {
+                    var: l.0 as usize,
+                    extent: lp.extent as i64,
+                    parallel,
+                    body: body.iter().map(|n| compile_node(kernel, n)).collect(),
+                },
+            }
+        }
+    }
+}
+
+fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -> BlockCode {
+    let id = kernel
+        .blocks
+        .iter()
+        .position(|b| std::ptr::eq(b, block))
+        .expect("block of this kernel");
+    let over_loops = |offset: &Index| {
+        offset.subst(&|v| match v {
+            Var::Iter(i) => Some(block.bindings[i as usize].clone()),
+            Var::Loop(_) => None,
+        })
+    };
+    let access = |buffer: tilefuse_sched::ir::BufferId, indices: &[Index]| {
+        let offset = flat_offset(indices, &kernel.buffer(buffer).shape);
+        let linear = lane.and_then(|v| over_loops(&offset).linear_in(v));
+        Access {
+            buffer: buffer.0 as usize,
+            offset,
+            linear,
+        }
+    };
+    fn value(e: &Expr, access: &dyn Fn(tilefuse_sched::ir::BufferId, &[Index]) -> Access) -> Value {
+        match e {
+            Expr::Const { value, dtype } => Value::Const(Scalar::F(*value).to(*dtype), *dtype),
+            Expr::Load { buffer, indices } => Value::Load(access(*buffer, indices)),
+            Expr::Unary(op, a) => Value::Unary(*op, Box::new(value(a, access))),
+            Expr::Binary(op, a, b) => {
+                Value::Binary(*op, Box::new(value(a, access)), Box::new(value(b, access)))
+            }
+            Expr::Select(c, a, b) => Value::Select(
+                Box::new(value(c, access)),
+                Box::new(value(a, access)),
+                Box::new(value(b, access)),
+            ),
+            Expr::Cast(d, a) => Value::Cast(*d, Box::new(value(a, access))),
+        }
+    }
+    BlockCode {
+        bindings: block.bindings.clone(),
+        extents: block.iters.iter().map(|i| i.extent as i64).collect(),
+        guards: kernel.needs_guard(tilefuse_sched::ir::BlockId(id as u32)),
+        reduce_iters: (0..block.iters.len())
+            .filter(|&i| block.iters[i].kind == IterKind::Reduce)
+            .collect(),
+        store: access(block.buffer, &block.indices),
+        value: value(&block.value, &access),
+        reduce: block.reduce,
+        dtype: kernel.buffer(block.buffer).dtype,
+    }
+}
+
+struct Ctx<'a> {
+    buffers: &'a [RawBuf],
+    threads: usize,
+}
+
+impl Ctx<'_> {
+    fn step(&self, step: &Step, env: &mut Vec<i64>, may_spawn: bool) {
+        match step {
+            Step::Block(b) => self.scalar_block(b, env),
+            Step::Lanes { var, extent, block } => self.lanes(block, *var, *extent, env),
+            Step::Loop {
+                var,
+                extent,
+                parallel,
+                body,
+            } => {
+                if *parallel && may_spawn && self.threads > 1 && *extent > 1 {
+                    self.parallel_loop(*var, *extent, body, env);
+                } else {
+                    for i in 0..*extent {
+                        env[*var] = i;
+                        body.iter().for_each(|s| self.step(s, env, may_spawn));
+                    }
+                }
+            }
+        }
+    }
+
+    fn parallel_loop(&self, var: usize, extent: i64, body: &[Step], env: &[i64]) {
+        let threads = (self.threads as i64).min(extent);
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let (lo, hi) = (extent * t / threads, extent * (t + 1) / threads);
+                let mut env = env.to_vec();
+                scope.spawn(move || {
+                    for i in lo..hi {
+                        env[var] = i;
+                        body.iter().for_each(|s| self.step(s, &mut env, false));
+                    }
+                });
+            }
+        });
+    }
+
+    fn scalar_block(&self, b: &BlockCode, env: &[i64]) {
+        let iters: Vec<i64> = b
+            .bindings
+            .iter()
+            .map(|x| x.eval(&|v| loop_value(env, v)))
+            .collect();
+        if b.guards.iter().any(|&g| iters[g] >= b.extents[g]) {
+            return;
+        }
+        let at = |v: Var| match v {
+            Var::Iter(i) => iters[i as usize],
+            Var::Loop(l) => env[l.0 as usize],
+        };
+        let v = self.scalar_value(&b.value, &at);
+        let buf = &self.buffers[b.store.buffer];
+        let off = b.store.offset.eval(&at) as usize;
+        match b.reduce {
+            None => buf.write(off, v),
+            Some(op) => {
+                let first = b.reduce_iters.iter().all(|&r| iters[r] == 0);
+                let acc = if first {
+                    reduce_identity(op, b.dtype)
+                } else {
+                    buf.read(off)
+                };
+                buf.write(off, combine(op, acc, v));
+            }
+        }
+    }
+
+    fn scalar_value(&self, v: &Value, at: &dyn Fn(Var) -> i64) -> Scalar {
+        match v {
+            Value::Const(s, _) => *s,
+            Value::Load(a) => self.buffers[a.buffer].read(a.offset.eval(&at) as usize),
+            Value::Unary(op, x) => unary_scalar(*op, self.scalar_value(x, at)),
+            Value::Binary(op, x, y) => {
+                binary_scalar(*op, self.scalar_value(x, at), self.scalar_value(y, at))
+            }
+            Value::Select(c, x, y) => {
+                if self.scalar_value(c, at).as_bool() {
+                    self.scalar_value(x, at)
+                } else {
+                    self.scalar_value(y, at)
+                }
+            }
+            Value::Cast(d, x) => self.scalar_value(x, at).to(*d),
+        }
+    }
+
+    /// Runs a single-block loop a chunk of lanes at a time.
+    fn lanes(&self, b: &BlockCode, var: usize, extent: i64, env: &mut [i64]) {
+        let mut start = 0;
+        while start < extent {
+            let n = (extent - start).min(CHUNK as i64) as usize;
+            env[var] = start;
+            self.chunk(b, var, start, n, env);
+            start += n as i64;
+        }
+    }
+
+    fn chunk(&self, b: &BlockCode, var: usize, start: i64, n: usize, env: &[i64]) {
+        // Iterator values per lane.
+        let iters: Vec<Vec<i64>> = b
+            .bindings
+            .iter()
+            .map(|x| {
+                lane_values(x, n, &|v, k| match v {
+                    Var::Loop(l) if l.0 as usize == var => start + k as i64,
+                    other => loop_value(env, other),
+                })
+            })
+            .collect();
+        let mask: Option<Vec<bool>> = (!b.guards.is_empty()).then(|| {
+            (0..n)
+                .map(|k| b.guards.iter().all(|&g| iters[g][k] < b.extents[g]))
+                .collect()
+        });
+        let mask = mask.as_deref().filter(|m| m.iter().any(|&x| !x));
+        if mask.is_some_and(|m| m.iter().all(|&x| !x)) {
+            return;
+        }
+        let chunk = Chunk {
+            ctx: self,
+            iters: &iters,
+            env,
+            start,
+            n,
+            mask,
+        };
+        let value = chunk.column(&b.value);
+        let buf = &self.buffers[b.store.buffer];
+        match b.reduce {
+            None => match (&b.store.linear, mask) {
+                (Some((1, rest)), None) => {
+                    value.write(buf, (rest.eval(&|v| loop_value(env, v)) + start) as usize)
+                }
+                _ => value.scatter(buf, &chunk.offsets(&b.store), mask),
+            },
+            Some(op) => {
+                let offsets = chunk.offsets(&b.store);
+                for k in 0..n {
+                    if mask.is_some_and(|m| !m[k]) {
+                        continue;
+                    }
+                    let off = offsets[k] as usize;
+                    let first = b.reduce_iters.iter().all(|&r| iters[r][k] == 0);
+                    let acc = if first {
+                        reduce_identity(op, b.dtype)
+                    } else {
+                        buf.read(off)
+                    };
+                    buf.write(off, combine(op, acc, value.get(k)));
+                }
+            }
+        }
+    }
+}
+
+/// One chunk of lanes being evaluated.
+struct Chunk<'a> {
+    ctx: &'a Ctx<'a>,
+    iters: &'a [Vec<i64>],
+    env: &'a [i64],
+    start: i64,
+    n: usize,
+    mask: Option<&'a [bool]>,
+}
+
+impl Chunk<'_> {
+    fn offsets(&self, a: &Access) -> Vec<i64> {
+        match &a.linear {
+            Some((coef, rest)) => {
+                let base = rest.eval(&|v| loop_value(self.env, v)) + coef * self.start;
+                (0..self.n as i64).map(|k| base + coef * k).collect()
+            }
+            None => lane_values(&a.offset, self.n, &|v, k| match v {
+                Var::Iter(i) => self.iters[i as usize][k],
+                other => loop_value(self.env, other),
+            }),
+        }
+    }
+
+    fn column(&self, v: &Value) -> Column {
+        match v {
+            Value::Const(s, d) => Column::splat(*s, *d, self.n),
+            Value::Load(a) => {
+                let buf = &self.ctx.buffers[a.buffer];
+                match (&a.linear, self.mask) {
+                    (Some((1, rest)), None) => {
+                        let base = rest.eval(&|v| loop_value(self.env, v)) + self.start;
+                        Column::read(buf, base as usize, self.n)
+                    }
+                    (Some((0, rest)), None) => {
+                        let at = rest.eval(&|v| loop_value(self.env, v)) as usize;
+                        Column::splat(buf.read(at), buf.dtype, self.n)
+                    }
+                    _ => Column::gather(buf, &self.offsets(a), self.mask),
+                }
+            }
+            Value::Unary(op, x) => self.column(x).unary(*op),
+            Value::Binary(op, x, y) => self.column(x).binary(*op, &self.column(y)),
+            Value::Select(c, x, y) => self.column(c).select(&self.column(x), &self.column(y)),
+            Value::Cast(d, x) => self.column(x).cast(*d),
+        }
+    }
+}
+
+fn loop_value(env: &[i64], v: Var) -> i64 {
+    match v {
+        Var::Loop(l) => env[l.0 as usize],
+        Var::Iter(_) => unreachable!("iterators are resolved before loop variables"),
+    }
+}
+
+/// An index expression's value in each of `n` lanes.
+fn lane_values(x: &Index, n: usize, at: &dyn Fn(Var, usize) -> i64) -> Vec<i64> {
+    (0..n).map(|k| x.eval(&|v| at(v, k))).collect()
+}
+
+fn combine(op: ReduceOp, acc: Scalar, v: Scalar) -> Scalar {
+    let f = match op {
+        ReduceOp::Sum | ReduceOp::Mean => tilefuse_ir::BinaryOp::Add,
+        ReduceOp::Max => tilefuse_ir::BinaryOp::Max,
+        ReduceOp::Min => tilefuse_ir::BinaryOp::Min,
+    };
+    binary_scalar(f, acc, v)
+}

@@ -1,0 +1,19 @@
+//! Runtime errors.
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeError {
+    /// Arguments that do not match the kernel's inputs.
+    #[error("{0}")]
+    Argument(String),
+    /// A kernel that exceeds a device limit (named in the message).
+    #[error("{0}")]
+    Limit(String),
+    /// The GPU or its driver failed.
+    #[error("gpu: {0}")]
+    Gpu(String),
+    /// A broken invariant of tilefuse itself; please report it.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
