@@ -1,6 +1,8 @@
 //! tilefuse scheduling: the loop-nest kernel IR, schedule primitives with
 //! recorded traces, and WGSL code generation.
 
+pub mod codegen;
+pub mod fixtures;
 pub mod ir;
 mod lower;
 pub mod schedule;

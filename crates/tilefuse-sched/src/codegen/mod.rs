@@ -1,0 +1,6 @@
+//! WGSL code generation.
+
+mod ast;
+mod wgsl;
+
+pub use wgsl::{BindingInfo, StageInfo, WgslKernel, generate};

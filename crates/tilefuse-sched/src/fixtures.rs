@@ -1,0 +1,132 @@
+//! Standard fusions and hand schedules: the matrix that tests of every
+//! device run, and that benchmarks and examples start from.
+
+use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
+
+use crate::Schedule;
+use crate::ir::{IterKind, ThreadAxis};
+
+/// A named schedule recipe.
+pub type Recipe = (&'static str, fn(&mut Schedule));
+
+/// `(name, fusion)` pairs: pointwise with broadcasting, inner and outer
+/// reductions, softmax, layernorm, matmul with a bias + relu epilogue.
+pub fn fusions() -> Vec<(&'static str, Fusion)> {
+    let mut out = Vec::new();
+    let mut f = Fusion::new();
+    let a = f.input(&[33, 70], DType::F32, Some("a")).unwrap();
+    let b = f.input(&[70], DType::F32, Some("b")).unwrap();
+    let m = f.binary(BinaryOp::Mul, a, b).unwrap();
+    let one = f.constant(1.0, DType::F32).unwrap();
+    let p = f.binary(BinaryOp::Add, m, one).unwrap();
+    let t = f.unary(UnaryOp::Tanh, p).unwrap();
+    f.output(t).unwrap();
+    out.push(("pointwise", f));
+
+    let mut f = Fusion::new();
+    let x = f.input(&[17, 300], DType::F32, Some("x")).unwrap();
+    let s = f.reduce(ReduceOp::Sum, x, Some(&[1]), false).unwrap();
+    f.output(s).unwrap();
+    out.push(("inner_sum", f));
+
+    let mut f = Fusion::new();
+    let x = f.input(&[300, 17], DType::F32, Some("x")).unwrap();
+    let s = f.reduce(ReduceOp::Max, x, Some(&[0]), false).unwrap();
+    f.output(s).unwrap();
+    out.push(("outer_max", f));
+
+    let mut f = Fusion::new();
+    let x = f.input(&[9, 130], DType::F32, Some("x")).unwrap();
+    let m = f.reduce(ReduceOp::Max, x, Some(&[1]), true).unwrap();
+    let d = f.binary(BinaryOp::Sub, x, m).unwrap();
+    let e = f.unary(UnaryOp::Exp, d).unwrap();
+    let s = f.reduce(ReduceOp::Sum, e, Some(&[1]), true).unwrap();
+    let y = f.binary(BinaryOp::Div, e, s).unwrap();
+    f.output(y).unwrap();
+    out.push(("softmax", f));
+
+    let mut f = Fusion::new();
+    let x = f.input(&[6, 96], DType::F32, Some("x")).unwrap();
+    let mu = f.reduce(ReduceOp::Mean, x, Some(&[1]), true).unwrap();
+    let c = f.binary(BinaryOp::Sub, x, mu).unwrap();
+    let sq = f.binary(BinaryOp::Mul, c, c).unwrap();
+    let var = f.reduce(ReduceOp::Mean, sq, Some(&[1]), true).unwrap();
+    let eps = f.constant(1e-5, DType::F32).unwrap();
+    let ve = f.binary(BinaryOp::Add, var, eps).unwrap();
+    let r = f.unary(UnaryOp::Rsqrt, ve).unwrap();
+    let y = f.binary(BinaryOp::Mul, c, r).unwrap();
+    f.output(y).unwrap();
+    out.push(("layernorm", f));
+
+    let mut f = Fusion::new();
+    let a = f.input(&[20, 24], DType::F32, Some("a")).unwrap();
+    let b = f.input(&[24, 36], DType::F32, Some("b")).unwrap();
+    let bias = f.input(&[36], DType::F32, Some("bias")).unwrap();
+    let mm = f.matmul(a, b, false, false).unwrap();
+    let z = f.binary(BinaryOp::Add, mm, bias).unwrap();
+    let r = f.unary(UnaryOp::Relu, z).unwrap();
+    f.output(r).unwrap();
+    out.push(("matmul_bias_relu", f));
+    out
+}
+
+/// Inlines every intermediate that can be inlined.
+pub fn inline_all(s: &mut Schedule) {
+    for b in s.get_blocks() {
+        let _ = s.compute_inline(b);
+    }
+}
+
+/// For every block: split its innermost spatial loop by 32 (tail-guarded),
+/// bind the outer spatial loop to workgroups and the inner to invocations.
+pub fn split_bind(s: &mut Schedule) {
+    for b in s.get_blocks() {
+        let loops = s.get_loops(b).unwrap();
+        let block = s.kernel().block(b).clone();
+        let spatial: Vec<_> = loops
+            .iter()
+            .zip(&block.iters)
+            .filter(|(_, it)| it.kind == IterKind::Spatial)
+            .map(|(l, _)| *l)
+            .collect();
+        if let Some(&inner) = spatial.last() {
+            let parts = s.split(inner, &[None, Some(32)], None).unwrap();
+            s.bind(parts[1], ThreadAxis::InvocationX).unwrap();
+            s.bind(parts[0], ThreadAxis::WorkgroupX).unwrap();
+        }
+    }
+}
+
+pub fn vectorize_unroll(s: &mut Schedule) {
+    for b in s.get_blocks() {
+        let loops = s.get_loops(b).unwrap();
+        let Some(&last) = loops.last() else { continue };
+        let block = s.kernel().block(b).clone();
+        let reduce = block
+            .iters
+            .last()
+            .is_some_and(|it| it.kind == IterKind::Reduce);
+        let parts = s.split(last, &[None, Some(4)], None).unwrap();
+        if reduce {
+            s.unroll(parts[1]).unwrap();
+        } else {
+            s.vectorize(parts[1]).unwrap();
+        }
+        if loops.len() > 1 && !reduce {
+            let _ = s.parallel(loops[0]);
+        }
+    }
+}
+
+/// The hand schedules every fusion is tested with.
+pub fn recipes() -> [Recipe; 4] {
+    [
+        ("initial", |_| {}),
+        ("inline", inline_all),
+        ("inline+split+bind", |s| {
+            inline_all(s);
+            split_bind(s);
+        }),
+        ("vectorize+unroll", vectorize_unroll),
+    ]
+}
