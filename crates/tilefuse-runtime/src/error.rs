@@ -2,6 +2,9 @@
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RuntimeError {
+    /// A schedule that cannot become a kernel (see the message).
+    #[error(transparent)]
+    Schedule(#[from] tilefuse_sched::ScheduleError),
     /// Arguments that do not match the kernel's inputs.
     #[error("{0}")]
     Argument(String),

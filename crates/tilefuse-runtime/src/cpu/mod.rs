@@ -46,13 +46,19 @@ impl CpuDevice {
     }
 }
 
+/// Buffers allocated for one or more launches.
+pub struct Prepared {
+    storage: Vec<Storage>,
+}
+
 impl CpuKernel {
-    /// Runs the kernel on host tensors, one per fusion input.
-    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    /// Checks the inputs and allocates every buffer.
+    pub fn prepare(&self, inputs: &[Tensor]) -> Result<Prepared> {
         check_arguments(self.schedule.fusion(), inputs)
             .map_err(|e| RuntimeError::Argument(e.to_string()))?;
-        let kernel = self.schedule.kernel();
-        let mut storage: Vec<Storage> = kernel
+        let storage = self
+            .schedule
+            .kernel()
             .buffers
             .iter()
             .map(|b| match b.role {
@@ -60,29 +66,34 @@ impl CpuKernel {
                 _ => Storage::zeros(b.dtype, b.numel() as usize),
             })
             .collect();
-        let views: Vec<_> = storage.iter_mut().map(Storage::view).collect();
+        Ok(Prepared { storage })
+    }
+
+    /// Runs the kernel once over prepared buffers.
+    pub fn launch(&self, prepared: &mut Prepared) {
+        let views: Vec<_> = prepared.storage.iter_mut().map(Storage::view).collect();
         self.program.run(&views, self.threads);
-        let mut outputs: Vec<(usize, Tensor)> = kernel
+    }
+
+    /// Runs the kernel on host tensors, one per fusion input.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let mut prepared = self.prepare(inputs)?;
+        self.launch(&mut prepared);
+        let mut outputs: Vec<(usize, Tensor)> = self
+            .schedule
+            .kernel()
             .buffers
             .iter()
-            .zip(storage)
+            .zip(prepared.storage)
             .filter_map(|(b, s)| match b.role {
-                Role::Output(j) => Some((
-                    j,
-                    Tensor {
-                        shape: b.shape.iter().map(|&d| d as usize).collect(),
-                        data: s.0,
-                    },
-                )),
+                Role::Output(j) => {
+                    let shape = b.shape.iter().map(|&d| d as usize).collect();
+                    Some((j, Tensor { shape, data: s.0 }))
+                }
                 _ => None,
             })
             .collect();
         outputs.sort_by_key(|(j, _)| *j);
-        if outputs.len() != self.schedule.fusion().outputs().len() {
-            return Err(RuntimeError::Internal(
-                "an output buffer is missing from the kernel".into(),
-            ));
-        }
         Ok(outputs.into_iter().map(|(_, t)| t).collect())
     }
 }

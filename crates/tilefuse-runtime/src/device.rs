@@ -1,0 +1,182 @@
+//! `Device` picks the GPU when there is one and the CPU otherwise;
+//! `Kernel` is a schedule compiled for one of them.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tilefuse_ir::Tensor;
+use tilefuse_sched::Schedule;
+use tilefuse_sched::codegen::{WgslKernel, generate};
+
+use crate::cpu::{CpuDevice, CpuKernel};
+use crate::error::{Result, RuntimeError};
+use crate::gpu::{GpuDevice, GpuKernel};
+use crate::info::{DeviceInfo, DeviceLimits};
+
+/// Where kernels run.
+#[derive(Clone, Debug)]
+pub enum Device {
+    Cpu(CpuDevice),
+    Gpu(Arc<GpuDevice>),
+}
+
+impl Device {
+    /// The GPU if wgpu finds an adapter, else the CPU. `TILEFUSE_DEVICE=gpu`
+    /// or `=cpu` forces one (`gpu` fails when there is no adapter).
+    pub fn from_env() -> Result<Device> {
+        match std::env::var("TILEFUSE_DEVICE").as_deref() {
+            Ok("cpu") => Ok(Device::cpu()),
+            Ok("gpu") => Device::gpu(),
+            Ok(other) if !other.is_empty() => Err(RuntimeError::Argument(format!(
+                "TILEFUSE_DEVICE={other:?}: expected \"gpu\" or \"cpu\""
+            ))),
+            _ => Ok(Device::gpu().unwrap_or_else(|_| Device::cpu())),
+        }
+    }
+
+    pub fn cpu() -> Device {
+        Device::Cpu(CpuDevice::default())
+    }
+
+    pub fn gpu() -> Result<Device> {
+        GpuDevice::new().map(|g| Device::Gpu(Arc::new(g)))
+    }
+
+    pub fn info(&self) -> DeviceInfo {
+        match self {
+            Device::Gpu(g) => g.info().clone(),
+            Device::Cpu(c) => cpu_info(c),
+        }
+    }
+
+    /// Compiles a schedule for this device.
+    pub fn build(&self, schedule: &Schedule) -> Result<Kernel> {
+        Ok(match self {
+            Device::Cpu(c) => Kernel {
+                wgsl: generate(schedule.kernel())?,
+                exec: Exec::Cpu(c.build(schedule)),
+            },
+            Device::Gpu(g) => {
+                let k = g.build(schedule)?;
+                Kernel {
+                    wgsl: k.wgsl.clone(),
+                    exec: Exec::Gpu(k),
+                }
+            }
+        })
+    }
+}
+
+fn cpu_info(c: &CpuDevice) -> DeviceInfo {
+    #[cfg(target_arch = "x86_64")]
+    let simd_width = if std::arch::is_x86_feature_detected!("avx512f") {
+        16
+    } else if std::arch::is_x86_feature_detected!("avx2") {
+        8
+    } else {
+        4
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd_width = 4;
+    DeviceInfo {
+        backend: "cpu".into(),
+        vendor: 0,
+        name: format!("{} CPU", std::env::consts::ARCH),
+        adapter_type: "cpu".into(),
+        driver: "tilefuse".into(),
+        limits: DeviceLimits {
+            max_workgroup_size: [1024, 1024, 1024],
+            max_invocations_per_workgroup: 1024,
+            max_workgroups_per_dimension: u32::MAX,
+            max_workgroup_storage_bytes: 1 << 20,
+            max_storage_buffer_binding_size: u64::MAX,
+            max_storage_buffers_per_stage: u32::MAX,
+        },
+        features: Vec::new(),
+        subgroup_sizes: None,
+        cores: c.threads,
+        simd_width,
+    }
+}
+
+enum Exec {
+    Cpu(CpuKernel),
+    Gpu(GpuKernel),
+}
+
+/// A compiled kernel: run it, time it, or read its WGSL.
+pub struct Kernel {
+    wgsl: WgslKernel,
+    exec: Exec,
+}
+
+/// Seconds per launch over repeated runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timing {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub samples: Vec<f64>,
+}
+
+impl Timing {
+    fn from_samples(mut samples: Vec<f64>) -> Timing {
+        let mut sorted = samples.clone();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let median = if n == 0 {
+            f64::NAN
+        } else if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            0.5 * (sorted[n / 2 - 1] + sorted[n / 2])
+        };
+        samples.shrink_to_fit();
+        Timing {
+            median,
+            min: sorted.first().copied().unwrap_or(f64::NAN),
+            max: sorted.last().copied().unwrap_or(f64::NAN),
+            samples,
+        }
+    }
+}
+
+impl Kernel {
+    /// The kernel as WGSL, with its bindings and dispatches (also for
+    /// kernels built for the CPU, so any WebGPU host can run them).
+    pub fn wgsl(&self) -> &WgslKernel {
+        &self.wgsl
+    }
+
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        match &self.exec {
+            Exec::Cpu(k) => k.run(inputs),
+            Exec::Gpu(k) => k.run(inputs),
+        }
+    }
+
+    /// Runs `warmup` untimed launches, then times `repeat` launches.
+    pub fn benchmark(&self, inputs: &[Tensor], warmup: usize, repeat: usize) -> Result<Timing> {
+        if repeat == 0 {
+            return Err(RuntimeError::Argument(
+                "benchmark: repeat must be at least 1".into(),
+            ));
+        }
+        let samples = match &self.exec {
+            Exec::Gpu(k) => k.time(inputs, warmup, repeat)?,
+            Exec::Cpu(k) => {
+                let mut prepared = k.prepare(inputs)?;
+                let mut samples = Vec::with_capacity(repeat);
+                for i in 0..warmup + repeat {
+                    let start = Instant::now();
+                    k.launch(&mut prepared);
+                    if i >= warmup {
+                        samples.push(start.elapsed().as_secs_f64());
+                    }
+                }
+                samples
+            }
+        };
+        Ok(Timing::from_samples(samples))
+    }
+}

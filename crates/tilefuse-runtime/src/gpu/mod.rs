@@ -1,0 +1,389 @@
+//! The wgpu device: generated WGSL run as compute pipelines, one dispatch
+//! per stage, timed with timestamp queries when the adapter has them.
+
+mod buffers;
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tilefuse_ir::{Tensor, check_arguments};
+use tilefuse_sched::Schedule;
+use tilefuse_sched::codegen::{WgslKernel, generate};
+use tilefuse_sched::ir::Role;
+
+use crate::error::{Result, RuntimeError};
+use crate::info::{DeviceInfo, DeviceLimits};
+use buffers::{download, upload_bytes};
+
+/// A wgpu adapter opened as a device.
+pub struct GpuDevice {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    info: DeviceInfo,
+    timestamps: bool,
+    /// The first wgpu error no scope caught (wgpu would panic otherwise);
+    /// taken and reported by the next `wait`.
+    uncaptured: Arc<Mutex<Option<String>>>,
+    /// Compiled pipelines by WGSL hash, shared by kernels with equal code.
+    pipelines: Mutex<HashMap<u64, Arc<Vec<wgpu::ComputePipeline>>>>,
+}
+
+impl std::fmt::Debug for GpuDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuDevice")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+fn gpu_err(e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Gpu(e.to_string())
+}
+
+impl GpuDevice {
+    /// Opens the best available adapter (a discrete GPU over an integrated
+    /// one over a CPU implementation such as lavapipe).
+    pub fn new() -> Result<GpuDevice> {
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        }))
+        .map_err(|e| RuntimeError::Gpu(format!("no GPU adapter: {e}")))?;
+        let features =
+            adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP);
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("tilefuse"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(gpu_err)?;
+        let a = adapter.get_info();
+        let info = DeviceInfo {
+            backend: a.backend.to_string().to_lowercase(),
+            vendor: a.vendor,
+            name: a.name.clone(),
+            adapter_type: match a.device_type {
+                wgpu::DeviceType::Cpu => "cpu",
+                wgpu::DeviceType::DiscreteGpu => "discrete_gpu",
+                wgpu::DeviceType::IntegratedGpu => "integrated_gpu",
+                wgpu::DeviceType::VirtualGpu => "virtual_gpu",
+                wgpu::DeviceType::Other => "other",
+            }
+            .into(),
+            driver: format!("{} {}", a.driver, a.driver_info).trim().to_owned(),
+            limits: DeviceLimits {
+                max_workgroup_size: [
+                    limits.max_compute_workgroup_size_x,
+                    limits.max_compute_workgroup_size_y,
+                    limits.max_compute_workgroup_size_z,
+                ],
+                max_invocations_per_workgroup: limits.max_compute_invocations_per_workgroup,
+                max_workgroups_per_dimension: limits.max_compute_workgroups_per_dimension,
+                max_workgroup_storage_bytes: limits.max_compute_workgroup_storage_size,
+                max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
+                max_storage_buffers_per_stage: limits.max_storage_buffers_per_shader_stage,
+            },
+            features: features
+                .iter_names()
+                .map(|(n, _)| n.to_lowercase())
+                .collect(),
+            subgroup_sizes: features
+                .contains(wgpu::Features::SUBGROUP)
+                .then_some((a.subgroup_min_size, a.subgroup_max_size)),
+            cores: 0,
+            simd_width: 0,
+        };
+        let uncaptured = Arc::new(Mutex::new(None));
+        let sink = Arc::clone(&uncaptured);
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut slot) = sink.lock() {
+                slot.get_or_insert(e.to_string());
+            }
+        }));
+        Ok(GpuDevice {
+            device,
+            queue,
+            uncaptured,
+            timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            info,
+            pipelines: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// Generates, checks against the device limits and compiles a kernel.
+    pub fn build(self: &Arc<Self>, schedule: &Schedule) -> Result<GpuKernel> {
+        let wgsl = generate(schedule.kernel())?;
+        self.check_limits(&wgsl)?;
+        let pipelines = self.pipelines(&wgsl)?;
+        Ok(GpuKernel {
+            device: Arc::clone(self),
+            schedule: schedule.clone(),
+            wgsl,
+            pipelines,
+        })
+    }
+
+    fn check_limits(&self, wgsl: &WgslKernel) -> Result<()> {
+        let l = &self.info.limits;
+        for stage in &wgsl.stages {
+            let name = &stage.entry_point;
+            for (d, axis) in ["x", "y", "z"].iter().enumerate() {
+                if stage.workgroup_size[d] > l.max_workgroup_size[d] {
+                    return Err(RuntimeError::Limit(format!(
+                        "{name}: invocation.{axis} extent {} exceeds the device's max_compute_workgroup_size_{axis} ({})",
+                        stage.workgroup_size[d], l.max_workgroup_size[d]
+                    )));
+                }
+                if stage.workgroups[d] > l.max_workgroups_per_dimension {
+                    return Err(RuntimeError::Limit(format!(
+                        "{name}: workgroup.{axis} extent {} exceeds the device's max_compute_workgroups_per_dimension ({})",
+                        stage.workgroups[d], l.max_workgroups_per_dimension
+                    )));
+                }
+            }
+            let invocations: u32 = stage.workgroup_size.iter().product();
+            if invocations > l.max_invocations_per_workgroup {
+                return Err(RuntimeError::Limit(format!(
+                    "{name}: {invocations} invocations per workgroup exceed the device's max_compute_invocations_per_workgroup ({})",
+                    l.max_invocations_per_workgroup
+                )));
+            }
+            if stage.bindings.len() as u32 > l.max_storage_buffers_per_stage {
+                return Err(RuntimeError::Limit(format!(
+                    "{name}: {} storage buffers exceed the device's max_storage_buffers_per_shader_stage ({})",
+                    stage.bindings.len(),
+                    l.max_storage_buffers_per_stage
+                )));
+            }
+        }
+        for b in &wgsl.bindings {
+            let bytes = 4 * b.shape.iter().product::<u64>();
+            if bytes > l.max_storage_buffer_binding_size {
+                return Err(RuntimeError::Limit(format!(
+                    "buffer {}: {bytes} bytes exceed the device's max_storage_buffer_binding_size ({})",
+                    b.name, l.max_storage_buffer_binding_size
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn pipelines(&self, wgsl: &WgslKernel) -> Result<Arc<Vec<wgpu::ComputePipeline>>> {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        wgsl.source.hash(&mut hasher);
+        let key = hasher.finish();
+        let mut cache = self
+            .pipelines
+            .lock()
+            .map_err(|_| RuntimeError::Internal("pipeline cache poisoned".into()))?;
+        if let Some(p) = cache.get(&key) {
+            return Ok(Arc::clone(p));
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("tilefuse kernel"),
+                source: wgpu::ShaderSource::Wgsl(wgsl.source.as_str().into()),
+            });
+        let pipelines: Vec<_> = wgsl
+            .stages
+            .iter()
+            .map(|stage| {
+                self.device
+                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                        label: Some(&stage.entry_point),
+                        layout: None,
+                        module: &module,
+                        entry_point: Some(&stage.entry_point),
+                        compilation_options: Default::default(),
+                        cache: None,
+                    })
+            })
+            .collect();
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(RuntimeError::Internal(format!(
+                "generated WGSL was rejected: {e}"
+            )));
+        }
+        let pipelines = Arc::new(pipelines);
+        cache.insert(key, Arc::clone(&pipelines));
+        Ok(pipelines)
+    }
+
+    /// Waits for submitted work, then reports any wgpu error it raised.
+    fn wait(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(gpu_err)?;
+        match self.uncaptured.lock().map(|mut e| e.take()) {
+            Ok(Some(e)) => Err(RuntimeError::Gpu(e)),
+            Ok(None) => Ok(()),
+            Err(_) => Err(RuntimeError::Internal("error slot poisoned".into())),
+        }
+    }
+}
+
+/// A kernel compiled for a GPU.
+pub struct GpuKernel {
+    device: Arc<GpuDevice>,
+    schedule: Schedule,
+    pub wgsl: WgslKernel,
+    pipelines: Arc<Vec<wgpu::ComputePipeline>>,
+}
+
+/// Device buffers of one launch, with bind groups per stage.
+struct Launch {
+    buffers: Vec<wgpu::Buffer>,
+    groups: Vec<wgpu::BindGroup>,
+}
+
+impl GpuKernel {
+    fn prepare(&self, inputs: &[Tensor]) -> Result<Launch> {
+        check_arguments(self.schedule.fusion(), inputs)
+            .map_err(|e| RuntimeError::Argument(e.to_string()))?;
+        let device = &self.device.device;
+        let buffers: Vec<wgpu::Buffer> = self
+            .wgsl
+            .bindings
+            .iter()
+            .map(|b| {
+                let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(&b.name),
+                    size: (4 * b.shape.iter().product::<u64>()).max(4),
+                    usage: wgpu::BufferUsages::STORAGE
+                        | wgpu::BufferUsages::COPY_SRC
+                        | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                if let Role::Input(i) = b.role {
+                    self.device
+                        .queue
+                        .write_buffer(&buffer, 0, &upload_bytes(&inputs[i].data));
+                }
+                buffer
+            })
+            .collect();
+        let groups = self
+            .wgsl
+            .stages
+            .iter()
+            .zip(self.pipelines.iter())
+            .map(|(stage, pipeline)| {
+                let entries: Vec<wgpu::BindGroupEntry> = stage
+                    .bindings
+                    .iter()
+                    .map(|&b| wgpu::BindGroupEntry {
+                        binding: b,
+                        resource: buffers[b as usize].as_entire_binding(),
+                    })
+                    .collect();
+                device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(&stage.entry_point),
+                    layout: &pipeline.get_bind_group_layout(0),
+                    entries: &entries,
+                })
+            })
+            .collect();
+        Ok(Launch { buffers, groups })
+    }
+
+    fn encode(
+        &self,
+        launch: &Launch,
+        encoder: &mut wgpu::CommandEncoder,
+        timestamps: Option<&wgpu::QuerySet>,
+    ) {
+        let last = self.wgsl.stages.len().saturating_sub(1) as u32;
+        for (i, (stage, pipeline)) in self
+            .wgsl
+            .stages
+            .iter()
+            .zip(self.pipelines.iter())
+            .enumerate()
+        {
+            // The first pass writes the start, the last the end.
+            let (first, last) = ((i == 0).then_some(0), (i as u32 == last).then_some(1));
+            let timestamp_writes = timestamps
+                .filter(|_| first.is_some() || last.is_some())
+                .map(|query_set| wgpu::ComputePassTimestampWrites {
+                    query_set,
+                    beginning_of_pass_write_index: first,
+                    end_of_pass_write_index: last,
+                });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(&stage.entry_point),
+                timestamp_writes,
+            });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &launch.groups[i], &[]);
+            let [x, y, z] = stage.workgroups;
+            pass.dispatch_workgroups(x, y, z);
+        }
+    }
+
+    /// Runs the kernel on host tensors, one per fusion input.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let launch = self.prepare(inputs)?;
+        let device = &self.device.device;
+        let mut encoder = device.create_command_encoder(&Default::default());
+        self.encode(&launch, &mut encoder, None);
+        self.device.queue.submit([encoder.finish()]);
+        self.device.wait()?;
+        let mut outputs: Vec<(usize, Tensor)> = Vec::new();
+        for (b, buffer) in self.wgsl.bindings.iter().zip(&launch.buffers) {
+            if let Role::Output(j) = b.role {
+                outputs.push((j, download(&self.device, buffer, b.dtype, &b.shape)?));
+            }
+        }
+        outputs.sort_by_key(|(j, _)| *j);
+        Ok(outputs.into_iter().map(|(_, t)| t).collect())
+    }
+
+    /// Times `repeat` launches after `warmup` ones; returns seconds per
+    /// launch, from timestamp queries when the adapter has them.
+    pub fn time(&self, inputs: &[Tensor], warmup: usize, repeat: usize) -> Result<Vec<f64>> {
+        let launch = self.prepare(inputs)?;
+        let device = &self.device.device;
+        let queries = self.device.timestamps.then(|| {
+            device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("tilefuse timing"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2,
+            })
+        });
+        let mut samples = Vec::with_capacity(repeat);
+        for i in 0..warmup + repeat {
+            let mut encoder = device.create_command_encoder(&Default::default());
+            self.encode(&launch, &mut encoder, queries.as_ref());
+            let resolved = queries
+                .as_ref()
+                .map(|q| buffers::resolve_timestamps(device, &mut encoder, q));
+            let start = Instant::now();
+            self.device.queue.submit([encoder.finish()]);
+            self.device.wait()?;
+            let host = start.elapsed().as_secs_f64();
+            if i < warmup {
+                continue;
+            }
+            samples.push(match resolved {
+                Some(buffer) => {
+                    let ticks = buffers::read_timestamps(&self.device, &buffer)?;
+                    ticks * f64::from(self.device.queue.get_timestamp_period()) * 1e-9
+                }
+                None => host,
+            });
+        }
+        Ok(samples)
+    }
+}
