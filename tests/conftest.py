@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import tilefuse as tf
+
 # Relative error bound of f32 kernels against a float64 numpy reference.
 RTOL = 1e-5
 
@@ -33,3 +35,27 @@ def assert_close(actual: Any, expected: Any, rtol: float = RTOL) -> None:
     np.testing.assert_allclose(
         actual.astype(np.float64), expected, rtol=rtol, atol=rtol * max(scale, 1e-30)
     )
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
+@pytest.fixture(scope="session")
+def gpu() -> tf.Device:
+    """The GPU device. In CI a missing adapter fails the test: CI runs
+    every GPU test on Mesa's lavapipe. Elsewhere the test is skipped."""
+    try:
+        return tf.Device.gpu()
+    except tf.DeviceError as exc:
+        if in_ci():
+            pytest.fail(f"CI needs a GPU adapter (install mesa-vulkan-drivers): {exc}")
+        pytest.skip(f"no GPU adapter: {exc}")
+
+
+@pytest.fixture(params=["cpu", "gpu"])
+def device(request: pytest.FixtureRequest) -> tf.Device:
+    """Each device in turn: the CPU, then the GPU (see ``gpu``)."""
+    if request.param == "cpu":
+        return tf.Device.cpu()
+    return request.getfixturevalue("gpu")  # type: ignore[no-any-return]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import tilefuse
@@ -15,8 +16,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_all_lists_exactly_the_public_names() -> None:
-    public = {n for n in vars(tilefuse) if not n.startswith("_")}
-    public -= {"fusion", "params"}  # submodules
+    public = {
+        n
+        for n, v in vars(tilefuse).items()
+        if not n.startswith("_") and not isinstance(v, types.ModuleType)
+    }
     assert set(tilefuse.__all__) - {"__version__"} == public
     for name in tilefuse.__all__:
         assert hasattr(tilefuse, name), name
@@ -33,9 +37,11 @@ def test_native_stub_matches_the_compiled_module() -> None:
 
 
 def test_exceptions_form_one_hierarchy() -> None:
-    for exc in (tilefuse.FusionError, tilefuse.ParamsError):
+    for exc in (tilefuse.FusionError, tilefuse.ParamsError, tilefuse.ScheduleError):
         assert issubclass(exc, tilefuse.TilefuseError) and issubclass(exc, ValueError)
         assert exc.__module__ == "tilefuse"
+    assert issubclass(tilefuse.DeviceError, tilefuse.TilefuseError)
+    assert issubclass(tilefuse.DeviceError, RuntimeError)
     assert tilefuse.FusionError is tilefuse._native.FusionError
 
 

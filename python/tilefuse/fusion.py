@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
 
 from . import _native
 from ._native import FusionError
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
 
 __all__ = [
     "DTypeLike",
@@ -340,6 +343,12 @@ class Fusion:
         f = cls.__new__(cls)
         f._native = _native.Fusion.from_json(text)
         return f
+
+    def create_schedule(self) -> Schedule:
+        """The initial schedule: one block per op in its own loop nest."""
+        from .schedule import Schedule
+
+        return Schedule(self)
 
     def evaluate(self, *arrays: Any) -> Any:
         """Runs the reference evaluator (float64 math, rounded once per op).

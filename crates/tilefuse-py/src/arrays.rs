@@ -40,6 +40,24 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>, index: usize, label: &str) -> PyResult<
     Ok(Tensor { shape, data })
 }
 
+/// Converts call arguments into tensors, naming each input in errors.
+pub fn to_tensors(
+    fusion: &tilefuse::Fusion,
+    arrays: &Bound<'_, pyo3::types::PyTuple>,
+) -> PyResult<Vec<Tensor>> {
+    let inputs = fusion.inputs();
+    arrays
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let label = inputs
+                .get(i)
+                .map_or_else(|| "extra".to_owned(), |&t| fusion.label(t));
+            to_tensor(&a, i, &label)
+        })
+        .collect()
+}
+
 /// Moves a tensor into a new numpy array.
 pub fn to_numpy(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
     fn make<'py, T: numpy::Element>(

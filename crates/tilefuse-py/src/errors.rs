@@ -3,16 +3,18 @@
 //!
 //! ```text
 //! TilefuseError(Exception)
-//! ├── FusionError(TilefuseError, ValueError)   ← tilefuse_ir::FusionError
-//! └── ParamsError(TilefuseError, ValueError)   ← tilefuse_params::ParamsError (.path, .message)
+//! ├── FusionError(TilefuseError, ValueError)    ← FusionError, RuntimeError::Argument
+//! ├── ParamsError(TilefuseError, ValueError)    ← ParamsError (.path, .message)
+//! ├── ScheduleError(TilefuseError, ValueError)  ← ScheduleError
+//! └── DeviceError(TilefuseError, RuntimeError)  ← RuntimeError::{Limit, Gpu, Internal}
 //! ```
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::exceptions::{PyException, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
-use tilefuse::{FusionError, ParamsError};
+use tilefuse::{FusionError, ParamsError, RuntimeError, ScheduleError};
 
 create_exception!(
     tilefuse,
@@ -21,51 +23,62 @@ create_exception!(
     "Base class of every tilefuse error."
 );
 
-static FUSION_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-static PARAMS_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-
-/// `class NAME(TilefuseError, ValueError)`: a `ValueError` to callers that
-/// only know Python, a `TilefuseError` to callers that catch ours.
-fn value_error_subclass<'py>(
-    py: Python<'py>,
-    cell: &'static PyOnceLock<Py<PyType>>,
-    name: &str,
-    doc: &str,
-) -> PyResult<&'py Bound<'py, PyType>> {
-    cell.get_or_try_init(py, || {
-        let bases = PyTuple::new(
-            py,
-            [
-                py.get_type::<TilefuseError>(),
-                py.get_type::<PyValueError>(),
-            ],
-        )?;
-        let dict = PyDict::new(py);
-        dict.set_item("__module__", "tilefuse")?;
-        dict.set_item("__doc__", doc)?;
-        let ty = py.get_type::<PyType>().call1((name, bases, dict))?;
-        Ok::<_, PyErr>(ty.cast_into::<PyType>()?.unbind())
-    })
-    .map(|ty| ty.bind(py))
+/// One exception class of the hierarchy: its name, its standard-library
+/// base, its doc, and the cell it is created in once.
+struct Class {
+    name: &'static str,
+    std_base: fn(Python<'_>) -> Bound<'_, PyType>,
+    doc: &'static str,
+    cell: PyOnceLock<Py<PyType>>,
 }
 
-fn fusion_error_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
-    value_error_subclass(
-        py,
-        &FUSION_ERROR,
-        "FusionError",
-        "A fusion that is not well formed: the message names the op and the shapes or dtypes.",
-    )
-}
+static FUSION: Class = Class {
+    name: "FusionError",
+    std_base: |py| py.get_type::<PyValueError>(),
+    doc: "A fusion that is not well formed, or arguments that do not fit it: the message names the op and the shapes or dtypes.",
+    cell: PyOnceLock::new(),
+};
+static PARAMS: Class = Class {
+    name: "ParamsError",
+    std_base: |py| py.get_type::<PyValueError>(),
+    doc: "Params that cannot be used. `.path` is the field path (e.g. 'tile_sizes.cta_tile.m'), `.message` what is wrong there.",
+    cell: PyOnceLock::new(),
+};
+static SCHEDULE: Class = Class {
+    name: "ScheduleError",
+    std_base: |py| py.get_type::<PyValueError>(),
+    doc: "A schedule primitive whose precondition fails, naming the block or loop and the condition.",
+    cell: PyOnceLock::new(),
+};
+static DEVICE: Class = Class {
+    name: "DeviceError",
+    std_base: |py| py.get_type::<PyRuntimeError>(),
+    doc: "A kernel the device cannot run (the message names the limit), or a device failure.",
+    cell: PyOnceLock::new(),
+};
 
-fn params_error_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
-    value_error_subclass(
-        py,
-        &PARAMS_ERROR,
-        "ParamsError",
-        "Params that cannot be used. `.path` is the field path (e.g. \
-         'tile_sizes.cta_tile.m'), `.message` what is wrong there.",
-    )
+impl Class {
+    /// `class NAME(TilefuseError, std_base)`.
+    fn get<'py>(&'static self, py: Python<'py>) -> PyResult<&'py Bound<'py, PyType>> {
+        self.cell
+            .get_or_try_init(py, || {
+                let bases =
+                    PyTuple::new(py, [py.get_type::<TilefuseError>(), (self.std_base)(py)])?;
+                let dict = PyDict::new(py);
+                dict.set_item("__module__", "tilefuse")?;
+                dict.set_item("__doc__", self.doc)?;
+                let ty = py.get_type::<PyType>().call1((self.name, bases, dict))?;
+                Ok::<_, PyErr>(ty.cast_into::<PyType>()?.unbind())
+            })
+            .map(|ty| ty.bind(py))
+    }
+
+    fn err(&'static self, py: Python<'_>, message: String) -> PyErr {
+        match self.get(py) {
+            Ok(ty) => PyErr::from_type(ty.clone(), message),
+            Err(e) => e,
+        }
+    }
 }
 
 /// Converts the Rust errors of the crates below into Python exceptions.
@@ -75,9 +88,22 @@ pub trait ToPyErr {
 
 impl ToPyErr for FusionError {
     fn to_py_err(self, py: Python<'_>) -> PyErr {
-        match fusion_error_type(py) {
-            Ok(ty) => PyErr::from_type(ty.clone(), self.to_string()),
-            Err(e) => e,
+        FUSION.err(py, self.to_string())
+    }
+}
+
+impl ToPyErr for ScheduleError {
+    fn to_py_err(self, py: Python<'_>) -> PyErr {
+        SCHEDULE.err(py, self.to_string())
+    }
+}
+
+impl ToPyErr for RuntimeError {
+    fn to_py_err(self, py: Python<'_>) -> PyErr {
+        match self {
+            RuntimeError::Argument(m) => FUSION.err(py, m),
+            RuntimeError::Schedule(e) => e.to_py_err(py),
+            other => DEVICE.err(py, other.to_string()),
         }
     }
 }
@@ -85,7 +111,7 @@ impl ToPyErr for FusionError {
 impl ToPyErr for ParamsError {
     fn to_py_err(self, py: Python<'_>) -> PyErr {
         let make = || -> PyResult<PyErr> {
-            let err = params_error_type(py)?.call1((self.to_string(),))?;
+            let err = PARAMS.get(py)?.call1((self.to_string(),))?;
             err.setattr("path", &self.path)?;
             err.setattr("message", &self.message)?;
             Ok(PyErr::from_value(err))
@@ -109,7 +135,8 @@ impl<T, E: ToPyErr> OrRaise<T> for Result<T, E> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("TilefuseError", py.get_type::<TilefuseError>())?;
-    m.add("FusionError", fusion_error_type(py)?)?;
-    m.add("ParamsError", params_error_type(py)?)?;
+    for class in [&FUSION, &PARAMS, &SCHEDULE, &DEVICE] {
+        m.add(class.name, class.get(py)?)?;
+    }
     Ok(())
 }

@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use tilefuse::{BinaryOp, DType, Fusion, FusionError, ReduceOp, TensorId, UnaryOp, evaluate};
 
-use crate::arrays::{to_numpy, to_tensor};
+use crate::arrays::{to_numpy, to_tensors};
 use crate::errors::OrRaise;
 
 #[pyclass(module = "tilefuse._native", name = "Fusion", eq)]
@@ -240,17 +240,7 @@ impl PyFusion {
         py: Python<'py>,
         arrays: &Bound<'py, PyTuple>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        let inputs = self.inner.inputs();
-        let tensors = arrays
-            .iter()
-            .enumerate()
-            .map(|(i, a)| {
-                let label = inputs
-                    .get(i)
-                    .map_or_else(|| "extra".to_owned(), |&t| self.inner.label(t));
-                to_tensor(&a, i, &label)
-            })
-            .collect::<PyResult<Vec<_>>>()?;
+        let tensors = to_tensors(&self.inner, arrays)?;
         let outputs = py.detach(|| evaluate(&self.inner, &tensors)).or_raise(py)?;
         outputs.into_iter().map(|t| to_numpy(py, t)).collect()
     }

@@ -9,6 +9,7 @@ mod errors;
 mod fusion;
 mod json_value;
 mod params;
+mod schedule;
 
 use pyo3::prelude::*;
 
@@ -19,6 +20,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PARAMS_VERSION", tilefuse::params::PARAMS_VERSION)?;
     errors::register(m)?;
     m.add_class::<fusion::PyFusion>()?;
+    m.add_class::<schedule::PySchedule>()?;
+    m.add_class::<schedule::PyDevice>()?;
+    m.add_class::<schedule::PyKernel>()?;
     m.add_function(wrap_pyfunction!(params::params_structs, m)?)?;
     m.add_function(wrap_pyfunction!(params::params_schema, m)?)?;
     m.add_function(wrap_pyfunction!(params::params_normalize, m)?)?;

@@ -91,6 +91,7 @@ fn cpu_info(c: &CpuDevice) -> DeviceInfo {
             max_workgroup_storage_bytes: 1 << 20,
             max_storage_buffer_binding_size: u64::MAX,
             max_storage_buffers_per_stage: u32::MAX,
+            max_loop_iterations_per_invocation: None,
         },
         features: Vec::new(),
         subgroup_sizes: None,

@@ -9,6 +9,9 @@ pub struct DeviceLimits {
     pub max_workgroup_storage_bytes: u32,
     pub max_storage_buffer_binding_size: u64,
     pub max_storage_buffers_per_stage: u32,
+    /// Loop iterations after which the driver silently ends an invocation's
+    /// loops (llvmpipe / lavapipe: 65535 in all, counted across loops).
+    pub max_loop_iterations_per_invocation: Option<u64>,
 }
 
 /// A device as heuristics see it.

@@ -1,5 +1,5 @@
-//! One `use tilefuse::…` for embedders: the fusion IR and the params
-//! format, re-exported from their crates.
+//! One `use tilefuse::…` for embedders: the fusion IR, the params format,
+//! scheduling and the devices, re-exported from their crates.
 //!
 //! ```
 //! use tilefuse::{DType, Fusion, MatmulParams, ParamsStruct, UnaryOp};
@@ -22,3 +22,7 @@ pub use tilefuse_params::{
     CompileParams, HeuristicParams, LaunchParams, MatmulParams, ParamsError, ParamsStruct,
     PointwiseParams, ReductionParams,
 };
+pub use tilefuse_runtime as runtime;
+pub use tilefuse_runtime::{Device, DeviceInfo, Kernel, RuntimeError, Timing};
+pub use tilefuse_sched as sched;
+pub use tilefuse_sched::{Schedule, ScheduleError};

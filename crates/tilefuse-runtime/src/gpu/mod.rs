@@ -17,6 +17,10 @@ use crate::error::{Result, RuntimeError};
 use crate::info::{DeviceInfo, DeviceLimits};
 use buffers::{download, upload_bytes};
 
+/// llvmpipe (Mesa's CPU driver, lavapipe's core) stops every loop of an
+/// invocation once their iterations add up to this, without an error.
+const LLVMPIPE_LOOP_LIMIT: u64 = 65_535;
+
 /// A wgpu adapter opened as a device.
 pub struct GpuDevice {
     device: wgpu::Device,
@@ -88,6 +92,10 @@ impl GpuDevice {
                 max_workgroup_storage_bytes: limits.max_compute_workgroup_storage_size,
                 max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
                 max_storage_buffers_per_stage: limits.max_storage_buffers_per_shader_stage,
+                max_loop_iterations_per_invocation: a
+                    .name
+                    .contains("llvmpipe")
+                    .then_some(LLVMPIPE_LOOP_LIMIT),
             },
             features: features
                 .iter_names()
@@ -150,6 +158,15 @@ impl GpuDevice {
                         stage.workgroups[d], l.max_workgroups_per_dimension
                     )));
                 }
+            }
+            if let Some(limit) = l.max_loop_iterations_per_invocation
+                && stage.loop_iterations > limit
+            {
+                return Err(RuntimeError::Limit(format!(
+                    "{name}: one invocation runs {} loop iterations, more than this driver ({}) runs \
+                     before it silently stops loops ({limit}); bind more loops to workgroups or invocations",
+                    stage.loop_iterations, self.info.name
+                )));
             }
             let invocations: u32 = stage.workgroup_size.iter().product();
             if invocations > l.max_invocations_per_workgroup {

@@ -36,6 +36,8 @@ pub struct StageInfo {
     pub workgroups: [u32; 3],
     pub workgroup_size: [u32; 3],
     pub bindings: Vec<u32>,
+    /// Most `for`-loop iterations one invocation runs (some drivers cap it).
+    pub loop_iterations: u64,
 }
 
 /// A kernel as WGSL, with what a WebGPU host needs to run it.
@@ -215,6 +217,7 @@ impl Gen<'_> {
                 workgroups,
                 workgroup_size,
                 bindings,
+                loop_iterations: self.loop_iterations(root),
             },
         ))
     }
@@ -252,6 +255,19 @@ impl Gen<'_> {
         let single = body.len() == 1;
         body.iter()
             .try_for_each(|n| self.check_spine(n, on_spine && single))
+    }
+
+    /// `for`-loop iterations one invocation runs in `node`: bound loops
+    /// run one iteration per invocation, unrolled ones are not loops.
+    fn loop_iterations(&self, node: &Node) -> u64 {
+        let Node::Loop(l, body) = node else { return 0 };
+        let inner: u64 = body.iter().map(|n| self.loop_iterations(n)).sum();
+        let lp = self.kernel.loop_(*l);
+        match lp.kind {
+            LoopKind::Bound(_) => inner,
+            LoopKind::Unrolled => lp.extent.saturating_mul(inner),
+            _ => lp.extent.saturating_mul(1 + inner),
+        }
     }
 
     fn buffers_in(&self, node: &Node, out: &mut Vec<BufferId>) {

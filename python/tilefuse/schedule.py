@@ -1,0 +1,276 @@
+"""Manual scheduling, devices and compiled kernels (TensorIR's model).
+
+    s = f.create_schedule()
+    b = s.get_block("e")
+    i, j = s.get_loops(b)
+    jo, ji = s.split(j, [None, 256], names=["jo", "ji"])
+    s.bind(i, "workgroup.x"); s.bind(ji, "invocation.x")
+    k = s.build(tilefuse.Device.default())
+    y = k(x)
+
+Every primitive checks its preconditions and raises ``ScheduleError``
+naming the block or loop; every applied primitive is recorded in
+``s.trace`` (JSON), which ``Schedule.replay`` applies to a fresh schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _native
+
+if TYPE_CHECKING:
+    from .fusion import Fusion
+
+__all__ = ["Block", "Device", "Kernel", "Loop", "Schedule", "Timing"]
+
+
+class Block:
+    """A block of a schedule (one computation), found by name."""
+
+    __slots__ = ("id", "schedule")
+
+    def __init__(self, schedule: Schedule, id: int) -> None:
+        self.schedule = schedule
+        self.id = id
+
+    @property
+    def name(self) -> str:
+        return self.schedule._native.block_name(self.id)
+
+    def __repr__(self) -> str:
+        return f"Block({self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Block) and (other.schedule, other.id) == (self.schedule, self.id)
+
+    def __hash__(self) -> int:
+        return hash((id(self.schedule), self.id))
+
+
+class Loop:
+    """A loop of a schedule. Loops replaced by a primitive (the loop that
+    ``split`` splits, the loops ``fuse`` fuses) can no longer be used."""
+
+    __slots__ = ("id", "schedule")
+
+    def __init__(self, schedule: Schedule, id: int) -> None:
+        self.schedule = schedule
+        self.id = id
+
+    def _info(self) -> tuple[str, int, str]:
+        info = self.schedule._native.loop_info(self.id)
+        if info is None:
+            raise _native.ScheduleError(f"loop #{self.id} does not exist")
+        return info
+
+    @property
+    def name(self) -> str:
+        return self._info()[0]
+
+    @property
+    def extent(self) -> int:
+        return self._info()[1]
+
+    @property
+    def kind(self) -> str:
+        """``serial``, ``parallel``, ``vectorized``, ``unrolled`` or a thread
+        axis such as ``workgroup.x``."""
+        return self._info()[2]
+
+    def __repr__(self) -> str:
+        name, extent, kind = self._info()
+        return f"Loop({name}, extent={extent}, {kind})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Loop) and (other.schedule, other.id) == (self.schedule, self.id)
+
+    def __hash__(self) -> int:
+        return hash((id(self.schedule), self.id))
+
+
+class Schedule:
+    """A fusion's loop-nest kernel under transformation."""
+
+    __slots__ = ("_native", "fusion")
+
+    def __init__(self, fusion: Fusion) -> None:
+        self.fusion = fusion
+        self._native = _native.Schedule(fusion._native)
+
+    @classmethod
+    def replay(cls, fusion: Fusion, trace: str) -> Schedule:
+        """Applies a trace (``s.trace``) to a fresh schedule of ``fusion``."""
+        s = cls.__new__(cls)
+        s.fusion = fusion
+        s._native = _native.Schedule.replay(fusion._native, trace)
+        return s
+
+    # --- lookup -------------------------------------------------------------
+    def get_block(self, name: str) -> Block:
+        """The block computing the tensor named ``name`` (``op_N`` for an
+        unnamed tensor ``N``)."""
+        return Block(self, self._native.get_block(name))
+
+    def get_blocks(self) -> list[Block]:
+        return [Block(self, b) for b in self._native.get_blocks()]
+
+    def get_loops(self, block: Block | str) -> list[Loop]:
+        """The loops around ``block``, outermost first."""
+        return [Loop(self, i) for i in self._native.get_loops(self._block(block))]
+
+    # --- primitives -----------------------------------------------------------
+    def split(
+        self, loop: Loop, factors: list[int | None], names: list[str] | None = None
+    ) -> list[Loop]:
+        """Splits ``loop`` into nested loops of the given extents (outermost
+        first); one factor may be ``None`` (inferred). Tails are guarded."""
+        new = self._native.split(self._loop(loop), list(factors), names)
+        return [Loop(self, i) for i in new]
+
+    def fuse(self, *loops: Loop) -> Loop:
+        """Fuses directly nested loops into one."""
+        return Loop(self, self._native.fuse([self._loop(lp) for lp in loops]))
+
+    def reorder(self, *loops: Loop) -> None:
+        """Puts loops of one single-child chain into the given order."""
+        self._native.reorder([self._loop(lp) for lp in loops])
+
+    def bind(self, loop: Loop, axis: str) -> None:
+        """Binds a loop to ``workgroup.{x,y,z}`` or ``invocation.{x,y,z}``."""
+        self._native.bind(self._loop(loop), axis)
+
+    def parallel(self, loop: Loop) -> None:
+        self._native.parallel(self._loop(loop))
+
+    def vectorize(self, loop: Loop) -> None:
+        self._native.vectorize(self._loop(loop))
+
+    def unroll(self, loop: Loop) -> None:
+        self._native.unroll(self._loop(loop))
+
+    def compute_inline(self, block: Block | str) -> None:
+        """Folds a pointwise producer into every block that reads it."""
+        self._native.compute_inline(self._block(block))
+
+    def reverse_compute_inline(self, block: Block | str) -> None:
+        """Folds a pointwise consumer into the block that produces its input."""
+        self._native.reverse_compute_inline(self._block(block))
+
+    # --- output ---------------------------------------------------------------
+    @property
+    def trace(self) -> str:
+        """Every applied primitive, as JSON."""
+        return self._native.trace()
+
+    def build(self, device: Device | None = None) -> Kernel:
+        """Compiles for ``device`` (``Device.default()`` when omitted)."""
+        device = device or Device.default()
+        return Kernel(self._native.build(device._native), device)
+
+    def __str__(self) -> str:
+        return str(self._native)
+
+    def __repr__(self) -> str:
+        return f"<Schedule of {len(self.get_blocks())} blocks>"
+
+    def _block(self, block: Block | str) -> int:
+        if isinstance(block, str):
+            return self._native.get_block(block)
+        self._owned(block)
+        return block.id
+
+    def _loop(self, loop: Loop) -> int:
+        self._owned(loop)
+        return loop.id
+
+    def _owned(self, item: Block | Loop) -> None:
+        if item.schedule is not self:
+            raise _native.ScheduleError(f"{item!r} belongs to another schedule")
+
+
+class Device:
+    """Where kernels run: a wgpu adapter, or the CPU."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: _native.Device) -> None:
+        self._native = native
+
+    @classmethod
+    def default(cls) -> Device:
+        """The GPU when wgpu finds an adapter, else the CPU;
+        ``TILEFUSE_DEVICE=gpu|cpu`` forces one."""
+        return cls(_native.Device.default())
+
+    @classmethod
+    def cpu(cls) -> Device:
+        return cls(_native.Device.cpu())
+
+    @classmethod
+    def gpu(cls) -> Device:
+        """The best wgpu adapter; ``DeviceError`` when there is none."""
+        return cls(_native.Device.gpu())
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self._native.info
+
+    @property
+    def is_gpu(self) -> bool:
+        return bool(self.info["backend"] != "cpu")
+
+    def __repr__(self) -> str:
+        return repr(self._native)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per launch."""
+
+    median: float
+    min: float
+    max: float
+    samples: list[float]
+
+
+class Kernel:
+    """A compiled schedule. Call it with numpy arrays; read its WGSL,
+    bindings and dispatches to run it on any WebGPU host."""
+
+    __slots__ = ("_native", "device")
+
+    def __init__(self, native: _native.Kernel, device: Device) -> None:
+        self._native = native
+        self.device = device
+
+    def __call__(self, *arrays: Any) -> Any:
+        outs = self._native.run(*(np.asarray(a) for a in arrays))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def benchmark(self, *arrays: Any, warmup: int = 3, repeat: int = 20) -> Timing:
+        """Times ``repeat`` launches after ``warmup`` (GPU timestamps when
+        the adapter has them, host time otherwise)."""
+        median, lo, hi, samples = self._native.benchmark(
+            *(np.asarray(a) for a in arrays), warmup=warmup, repeat=repeat
+        )
+        return Timing(median, lo, hi, samples)
+
+    @property
+    def wgsl(self) -> str:
+        return self._native.wgsl
+
+    @property
+    def bindings(self) -> list[dict[str, Any]]:
+        """Binding index → buffer name, dtype, storage type, shape, access,
+        role (input / output / temp) and input or output index."""
+        return self._native.bindings
+
+    @property
+    def dispatch(self) -> list[dict[str, Any]]:
+        """One entry per dispatch, in order: entry point, workgroup count,
+        workgroup size and the bindings it uses."""
+        return self._native.dispatch

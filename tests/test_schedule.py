@@ -1,0 +1,337 @@
+"""Hand schedules from Python: a matrix of fusions and schedules on the CPU
+and the GPU against numpy, primitive errors, traces, and kernels run by
+another WebGPU host (wgpu-py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tilefuse as tf
+from conftest import assert_close
+
+f32 = np.float32
+Builder = Callable[[np.random.Generator], tuple[tf.Fusion, list[np.ndarray[Any, Any]], list[Any]]]
+
+
+def pointwise(rng: np.random.Generator) -> Any:
+    f = tf.Fusion()
+    a = f.input((37, 70), "f32", name="a")
+    b = f.input((70,), "f32", name="b")
+    y = (a * b + 1.0).tanh() * 0.5 + (-a).exp()
+    y.name = "y"
+    f.output(y)
+    xa, xb = rng.standard_normal((37, 70)).astype(f32), rng.standard_normal(70).astype(f32)
+    a64, b64 = xa.astype(np.float64), xb.astype(np.float64)
+    return f, [xa, xb], [np.tanh(a64 * b64 + 1) * 0.5 + np.exp(-a64)]
+
+
+def inner_reduction(rng: np.random.Generator) -> Any:
+    f = tf.Fusion()
+    x = f.input((19, 300), "f32", name="x")
+    s = x.sum(axis=1)
+    s.name = "s"
+    f.output(s)
+    a = rng.standard_normal((19, 300)).astype(f32)
+    return f, [a], [a.astype(np.float64).sum(axis=1)]
+
+
+def outer_reduction(rng: np.random.Generator) -> Any:
+    f = tf.Fusion()
+    x = f.input((300, 19), "f32", name="x")
+    s = x.max(axis=0)
+    s.name = "s"
+    f.output(s)
+    a = rng.standard_normal((300, 19)).astype(f32)
+    return f, [a], [a.astype(np.float64).max(axis=0)]
+
+
+def softmax(rng: np.random.Generator) -> Any:
+    f = tf.Fusion()
+    x = f.input((24, 500), "f32", name="x")
+    e = (x - x.max(axis=1, keepdims=True)).exp()
+    e.name = "e"
+    y = e / e.sum(axis=1, keepdims=True)
+    y.name = "y"
+    f.output(y)
+    a = rng.standard_normal((24, 500)).astype(f32)
+    r = np.exp(a.astype(np.float64) - a.max(axis=1, keepdims=True))
+    return f, [a], [r / r.sum(axis=1, keepdims=True)]
+
+
+def layernorm(rng: np.random.Generator) -> Any:
+    f = tf.Fusion()
+    x = f.input((16, 256), "f32", name="x")
+    mu = x.mean(axis=1, keepdims=True)
+    c = x - mu
+    y = c * ((c * c).mean(axis=1, keepdims=True) + 1e-5).rsqrt()
+    y.name = "y"
+    f.output(y)
+    a = rng.standard_normal((16, 256)).astype(f32)
+    a64 = a.astype(np.float64)
+    c64 = a64 - a64.mean(axis=1, keepdims=True)
+    return f, [a], [c64 / np.sqrt((c64**2).mean(axis=1, keepdims=True) + 1e-5)]
+
+
+def matmul_epilogue(rng: np.random.Generator) -> Any:
+    f = tf.Fusion()
+    a = f.input((24, 32), "f32", name="a")
+    b = f.input((32, 20), "f32", name="b")
+    bias = f.input((20,), "f32", name="bias")
+    y = (a @ b + bias).relu()
+    y.name = "y"
+    f.output(y)
+    xa = rng.standard_normal((24, 32)).astype(f32)
+    xb = rng.standard_normal((32, 20)).astype(f32)
+    xc = rng.standard_normal(20).astype(f32)
+    return f, [xa, xb, xc], [np.maximum(xa.astype(np.float64) @ xb + xc, 0)]
+
+
+FUSIONS: dict[str, Builder] = {
+    "pointwise": pointwise,
+    "inner_reduction": inner_reduction,
+    "outer_reduction": outer_reduction,
+    "softmax": softmax,
+    "layernorm": layernorm,
+    "matmul_epilogue": matmul_epilogue,
+}
+
+
+def inline_all(s: tf.Schedule) -> None:
+    for b in s.get_blocks():
+        try:
+            s.compute_inline(b)
+        except tf.ScheduleError:
+            pass  # reductions and outputs stay
+
+
+def split_bind(s: tf.Schedule) -> None:
+    """Outermost loop → workgroups, innermost spatial loop split by 64 →
+    invocations (reduce loops stay serial inside)."""
+    inline_all(s)
+    for b in s.get_blocks():
+        loops = s.get_loops(b)
+        spatial = [lp for lp in loops if _spatial(s, b, lp)]
+        if not spatial:
+            continue
+        outer, inner = (spatial[0], spatial[-1]) if len(spatial) > 1 else (None, spatial[0])
+        _, ji = s.split(inner, [None, 64])
+        s.bind(ji, "invocation.x")
+        if outer is not None:
+            s.bind(outer, "workgroup.x")
+
+
+def _spatial(s: tf.Schedule, b: tf.Block, loop: tf.Loop) -> bool:
+    # A loop is spatial if parallelizing it would not race: probe a copy.
+    probe = tf.Schedule.replay(s.fusion, s.trace)
+    try:
+        probe.parallel(tf.Loop(probe, loop.id))
+    except tf.ScheduleError:
+        return False
+    return True
+
+
+def vectorize_unroll(s: tf.Schedule) -> None:
+    for b in s.get_blocks():
+        loops = s.get_loops(b)
+        last = loops[-1]
+        reduce = not _spatial(s, b, last)
+        _, inner = s.split(last, [None, 4])
+        if reduce:
+            s.unroll(inner)
+        else:
+            s.vectorize(inner)
+
+
+SCHEDULES: dict[str, Callable[[tf.Schedule], None]] = {
+    "initial": lambda s: None,
+    "inline": inline_all,
+    "split+bind": split_bind,
+    "vectorize+unroll": vectorize_unroll,
+}
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+@pytest.mark.parametrize("fusion", sorted(FUSIONS))
+def test_schedules_match_numpy(
+    fusion: str, schedule: str, device: tf.Device, rng: np.random.Generator
+) -> None:
+    f, inputs, expected = FUSIONS[fusion](rng)
+    s = f.create_schedule()
+    SCHEDULES[schedule](s)
+    k = s.build(device)
+    out = k(*inputs)
+    outs = out if isinstance(out, tuple) else (out,)
+    for got, want in zip(outs, expected, strict=True):
+        assert_close(got, want)
+
+
+def test_issue_example(device: tf.Device, rng: np.random.Generator) -> None:
+    f, (x,), (want,) = softmax(rng)
+    s = f.create_schedule()
+    b = s.get_block("e")
+    i, j = s.get_loops(b)
+    jo, ji = s.split(j, [None, 256], names=["jo", "ji"])
+    s.bind(i, "workgroup.x")
+    s.bind(ji, "invocation.x")
+    assert "for jo in range(2):" in str(s) and "# invocation.x" in str(s)
+    assert (jo.name, jo.extent, ji.kind) == ("jo", 2, "invocation.x")
+    k = s.build(device)
+    assert_close(k(x), want)
+    t = k.benchmark(x, warmup=1, repeat=3)
+    assert len(t.samples) == 3 and 0 < t.min <= t.median <= t.max
+    assert "@compute" in k.wgsl
+    assert [d["entry_point"] for d in k.dispatch] == [f"stage{i}" for i in range(len(k.dispatch))]
+    x_binding = next(b for b in k.bindings if b["name"] == "x")
+    assert x_binding == {
+        "binding": 0,
+        "name": "x",
+        "dtype": "f32",
+        "storage": "f32",
+        "shape": [24, 500],
+        "access": "read",
+        "role": "input",
+        "index": 0,
+    }
+
+
+def test_trace_replay_reproduces_the_wgsl(rng: np.random.Generator) -> None:
+    for name, build in FUSIONS.items():
+        f, _, _ = build(rng)
+        s = f.create_schedule()
+        split_bind(s)
+        again = tf.Schedule.replay(f, s.trace)
+        cpu = tf.Device.cpu()
+        assert again.build(cpu).wgsl == s.build(cpu).wgsl, name
+        assert str(again) == str(s)
+
+
+def test_primitive_errors_name_the_problem(rng: np.random.Generator) -> None:
+    f, _, _ = softmax(rng)
+    s = f.create_schedule()
+    m = s.get_block("op_1")
+    i, j = s.get_loops(m)
+    cases: list[tuple[Callable[[], object], str]] = [
+        (lambda: s.get_block("nope"), 'no block named "nope"'),
+        (lambda: s.parallel(j), "parallel: loop i1 carries the reduction of block op_1"),
+        (lambda: s.bind(j, "invocation.x"), "bind: loop i1 carries the reduction"),
+        (lambda: s.bind(i, "warp.x"), 'bind: unknown thread axis "warp.x"'),
+        (lambda: s.compute_inline(m), "compute_inline: block op_1 is a reduction"),
+        (
+            lambda: s.compute_inline("y"),
+            "compute_inline: block y writes y, which is not an intermediate",
+        ),
+        (lambda: s.split(i, [None, None]), "split: at most one factor may be None"),
+        (lambda: s.split(i, [-2, None]), "split: factors must be positive"),
+        (lambda: s.split(i, [5]), "less than the extent 24"),
+        (lambda: s.unroll(j), "unroll: loop i1 has 500 iterations; at most 256"),
+        (lambda: s.vectorize(i), "vectorize: loop i0 is not innermost"),
+        (lambda: s.fuse(i), "fuse: needs at least two loops"),
+    ]
+    for call, message in cases:
+        with pytest.raises(tf.ScheduleError, match=message):
+            call()
+    io, _ = s.split(i, [None, 4])
+    with pytest.raises(tf.ScheduleError, match="loop i0 is no longer in the schedule"):
+        s.split(i, [2, None])
+    other = f.create_schedule()
+    with pytest.raises(tf.ScheduleError, match="belongs to another schedule"):
+        other.parallel(io)
+    assert isinstance(tf.ScheduleError("x"), ValueError)
+
+
+def test_device_info() -> None:
+    info = tf.Device.cpu().info
+    assert info["backend"] == "cpu" and info["cores"] >= 1 and info["simd_width"] >= 4
+    assert set(info["limits"]) >= {"max_workgroup_size", "max_invocations_per_workgroup"}
+
+
+def test_gpu_device_info_and_limits(gpu: tf.Device, rng: np.random.Generator) -> None:
+    info = gpu.info
+    assert info["backend"] != "cpu" and info["limits"]["max_invocations_per_workgroup"] >= 256
+    f, _, _ = pointwise(rng)
+    s = f.create_schedule()
+    (i, j) = s.get_loops("y")
+    s.bind(j, "invocation.x")
+    s.bind(i, "invocation.y")  # 37 x 70 = 2590 invocations per workgroup
+    with pytest.raises(tf.DeviceError, match="max_compute_invocations_per_workgroup"):
+        s.build(gpu)
+
+
+def test_llvmpipe_loop_limit_is_a_device_error(gpu: tf.Device, rng: np.random.Generator) -> None:
+    limit = gpu.info["limits"]["max_loop_iterations_per_invocation"]
+    if limit is None:
+        pytest.skip("this adapter does not cap loop iterations")
+    f = tf.Fusion()
+    x = f.input((300, 300), "f32", name="x")
+    f.output(x.sum())  # one invocation, 90300 loop iterations
+    with pytest.raises(tf.DeviceError, match="loop iterations, more than this driver"):
+        f.create_schedule().build(gpu)
+
+
+# --- interop: another WebGPU host runs k.wgsl with k.bindings / k.dispatch ---
+
+
+STORAGE = {"f32": np.float32, "i32": np.int32, "u32": np.uint32}
+
+
+def run_with_wgpu_py(
+    kernel: tf.Kernel, *arrays: np.ndarray[Any, Any]
+) -> list[np.ndarray[Any, Any]]:
+    import wgpu  # type: ignore[import-untyped]
+
+    adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    device = adapter.request_device_sync()
+    module = device.create_shader_module(code=kernel.wgsl)
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    buffers = {}
+    for b in kernel.bindings:
+        size = max(4, 4 * int(np.prod(b["shape"])))
+        if b["role"] == "input":
+            data = np.ascontiguousarray(arrays[b["index"]]).astype(STORAGE[b["storage"]])
+            buffers[b["binding"]] = device.create_buffer_with_data(data=data, usage=usage)
+        else:
+            buffers[b["binding"]] = device.create_buffer(size=size, usage=usage)
+    encoder = device.create_command_encoder()
+    for d in kernel.dispatch:
+        pipeline = device.create_compute_pipeline(
+            layout="auto", compute={"module": module, "entry_point": d["entry_point"]}
+        )
+        group = device.create_bind_group(
+            layout=pipeline.get_bind_group_layout(0),
+            entries=[
+                {
+                    "binding": i,
+                    "resource": {"buffer": buffers[i], "offset": 0, "size": buffers[i].size},
+                }
+                for i in d["bindings"]
+            ],
+        )
+        compute = encoder.begin_compute_pass()
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, group)
+        compute.dispatch_workgroups(*d["workgroups"])
+        compute.end()
+    device.queue.submit([encoder.finish()])
+    outputs = sorted(
+        (b for b in kernel.bindings if b["role"] == "output"), key=lambda b: b["index"]
+    )
+    result = []
+    for b in outputs:
+        raw = device.queue.read_buffer(buffers[b["binding"]])
+        n = int(np.prod(b["shape"]))
+        result.append(np.frombuffer(raw, dtype=STORAGE[b["storage"]])[:n].reshape(b["shape"]))
+    return result
+
+
+@pytest.mark.parametrize("fusion", ["softmax", "matmul_epilogue"])
+def test_wgpu_py_runs_the_kernel(fusion: str, gpu: tf.Device, rng: np.random.Generator) -> None:
+    f, inputs, expected = FUSIONS[fusion](rng)
+    s = f.create_schedule()
+    split_bind(s)
+    kernel = s.build(tf.Device.cpu())  # WGSL and bindings do not depend on the device
+    for got, want in zip(run_with_wgpu_py(kernel, *inputs), expected, strict=True):
+        assert_close(got, want)
