@@ -54,3 +54,22 @@ fn schedules_match_the_reference_on_the_cpu() {
         }
     }
 }
+
+#[test]
+fn integer_reductions_take_the_generic_path() {
+    use tilefuse_ir::{DType, ReduceOp};
+    for axis in [0i64, 1] {
+        let mut f = Fusion::new();
+        let x = f.input(&[37, 700], DType::I32, Some("x")).unwrap();
+        let s = f.reduce(ReduceOp::Sum, x, Some(&[axis]), false).unwrap();
+        f.output(s).unwrap();
+        let data: Vec<i32> = (0..37 * 700).map(|i| (i * 7919 % 201) - 100).collect();
+        let input = Tensor::new(vec![37, 700], Data::I32(data)).unwrap();
+        let want = evaluate(&f, std::slice::from_ref(&input)).unwrap();
+        let got = CpuDevice::default()
+            .build(&Schedule::new(&f))
+            .run(&[input])
+            .unwrap();
+        assert_eq!(want, got, "axis {axis}");
+    }
+}

@@ -2,7 +2,7 @@
 //! consecutive iterations of its innermost loop at once, one op at a time
 //! over short arrays that stay in L1 and that the compiler vectorizes.
 
-use tilefuse_ir::{BinaryOp, DType, Scalar, UnaryOp, binary_scalar, gelu, unary_scalar};
+use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar, UnaryOp, binary_scalar, gelu, unary_scalar};
 
 use super::memory::{Elem, RawBuf};
 
@@ -122,6 +122,53 @@ impl Column {
             }
         }
         each_column!(self, v => put(v, buf, offsets, mask))
+    }
+
+    /// Combines lane `k` into `buf[start + k]` (or, on the first
+    /// iteration of the reduction, stores it). Returns `false` where there
+    /// is no typed fast path, for the caller to go lane by lane.
+    pub fn reduce_into(&self, buf: &RawBuf, start: usize, op: ReduceOp, first: bool) -> bool {
+        let Column::F32(v) = self else { return false };
+        let dst = buf.slice_mut::<f32>(start, v.len());
+        match (first, op) {
+            // The identity combined with x is x (NaN included).
+            (true, _) => dst.copy_from_slice(v),
+            (false, ReduceOp::Sum | ReduceOp::Mean) => {
+                dst.iter_mut().zip(v).for_each(|(d, x)| *d += x)
+            }
+            (false, ReduceOp::Max) => dst
+                .iter_mut()
+                .zip(v)
+                .for_each(|(d, &x)| *d = extreme(*d, x, true)),
+            (false, ReduceOp::Min) => dst
+                .iter_mut()
+                .zip(v)
+                .for_each(|(d, &x)| *d = extreme(*d, x, false)),
+        }
+        true
+    }
+
+    /// All lanes combined with `op`, for reductions whose lanes all land on
+    /// one element; sums use eight partial sums so they vectorize.
+    pub fn fold(&self, op: ReduceOp) -> Option<f32> {
+        let Column::F32(v) = self else { return None };
+        Some(match op {
+            ReduceOp::Sum | ReduceOp::Mean => {
+                let mut partial = [0f32; 8];
+                let chunks = v.chunks_exact(8);
+                let tail: f32 = chunks.remainder().iter().sum();
+                for c in chunks {
+                    for (p, x) in partial.iter_mut().zip(c) {
+                        *p += x;
+                    }
+                }
+                partial.iter().sum::<f32>() + tail
+            }
+            ReduceOp::Max => v
+                .iter()
+                .fold(f32::NEG_INFINITY, |a, &x| extreme(a, x, true)),
+            ReduceOp::Min => v.iter().fold(f32::INFINITY, |a, &x| extreme(a, x, false)),
+        })
     }
 
     pub fn unary(&self, op: UnaryOp) -> Column {

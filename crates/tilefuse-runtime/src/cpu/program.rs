@@ -45,6 +45,12 @@ struct BlockCode {
     value: Value,
     reduce: Option<ReduceOp>,
     dtype: DType,
+    /// In lane steps: whether the lane variable drives a reduce iterator
+    /// (else every lane of a chunk is equally first or not).
+    lane_reduces: bool,
+    /// In lane steps: whether iterator values are needed lane by lane
+    /// (guards, non-linear offsets); otherwise lane 0's values serve.
+    per_lane: bool,
 }
 
 #[derive(Debug)]
@@ -167,17 +173,46 @@ fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -> BlockCode
             Expr::Cast(d, a) => Value::Cast(*d, Box::new(value(a, access))),
         }
     }
+    let lane_reduces = lane.is_some_and(|v| {
+        block
+            .iters
+            .iter()
+            .zip(&block.bindings)
+            .any(|(it, b)| it.kind == IterKind::Reduce && b.mentions(v))
+    });
+    let store = access(block.buffer, &block.indices);
+    let value = value(&block.value, &access);
+    let guards = kernel.needs_guard(tilefuse_sched::ir::BlockId(id as u32));
+    let per_lane = !guards.is_empty()
+        || !all_linear(&value)
+        || match store.linear {
+            None => true,
+            Some((0, _)) => !lane_reduces,
+            Some(_) => false,
+        };
     BlockCode {
         bindings: block.bindings.clone(),
         extents: block.iters.iter().map(|i| i.extent as i64).collect(),
-        guards: kernel.needs_guard(tilefuse_sched::ir::BlockId(id as u32)),
+        guards,
         reduce_iters: (0..block.iters.len())
             .filter(|&i| block.iters[i].kind == IterKind::Reduce)
             .collect(),
-        store: access(block.buffer, &block.indices),
-        value: value(&block.value, &access),
+        store,
+        value,
         reduce: block.reduce,
         dtype: kernel.buffer(block.buffer).dtype,
+        lane_reduces,
+        per_lane,
+    }
+}
+
+fn all_linear(v: &Value) -> bool {
+    match v {
+        Value::Const(..) => true,
+        Value::Load(a) => a.linear.is_some(),
+        Value::Unary(_, x) | Value::Cast(_, x) => all_linear(x),
+        Value::Binary(_, x, y) => all_linear(x) && all_linear(y),
+        Value::Select(c, x, y) => all_linear(c) && all_linear(x) && all_linear(y),
     }
 }
 
@@ -286,12 +321,13 @@ impl Ctx<'_> {
     }
 
     fn chunk(&self, b: &BlockCode, var: usize, start: i64, n: usize, env: &[i64]) {
-        // Iterator values per lane.
+        // Iterator values per lane (only lane 0 where that is enough).
+        let lanes = if b.per_lane { n } else { 1 };
         let iters: Vec<Vec<i64>> = b
             .bindings
             .iter()
             .map(|x| {
-                lane_values(x, n, &|v, k| match v {
+                lane_values(x, lanes, &|v, k| match v {
                     Var::Loop(l) if l.0 as usize == var => start + k as i64,
                     other => loop_value(env, other),
                 })
@@ -324,13 +360,45 @@ impl Ctx<'_> {
                 _ => value.scatter(buf, &chunk.offsets(&b.store), mask),
             },
             Some(op) => {
+                let at = |v| loop_value(env, v);
+                let first_lane = |k: usize| b.reduce_iters.iter().all(|&r| iters[r][k] == 0);
+                match (&b.store.linear, mask) {
+                    // Lanes are consecutive elements, equally first or not.
+                    (Some((1, rest)), None) if !b.lane_reduces => {
+                        let start_at = (rest.eval(&at) + start) as usize;
+                        if value.reduce_into(buf, start_at, op, first_lane(0)) {
+                            return;
+                        }
+                    }
+                    // Every lane lands on one element: fold, then combine
+                    // once. Lanes visit the element in order, so only
+                    // lane 0 can be its first visit.
+                    (Some((0, rest)), None) if b.lane_reduces => {
+                        if let Some(folded) = value.fold(op) {
+                            let off = rest.eval(&at) as usize;
+                            let acc = if first_lane(0) {
+                                reduce_identity(op, b.dtype)
+                            } else {
+                                buf.read(off)
+                            };
+                            buf.write(off, combine(op, acc, Scalar::F(f64::from(folded))));
+                            return;
+                        }
+                    }
+                    _ => {}
+                }
                 let offsets = chunk.offsets(&b.store);
                 for k in 0..n {
                     if mask.is_some_and(|m| !m[k]) {
                         continue;
                     }
                     let off = offsets[k] as usize;
-                    let first = b.reduce_iters.iter().all(|&r| iters[r][k] == 0);
+                    let first = match (b.per_lane, b.lane_reduces) {
+                        (true, _) => first_lane(k),
+                        // Only lane 0 can be the first visit (see above).
+                        (false, true) => k == 0 && first_lane(0),
+                        (false, false) => first_lane(0),
+                    };
                     let acc = if first {
                         reduce_identity(op, b.dtype)
                     } else {
