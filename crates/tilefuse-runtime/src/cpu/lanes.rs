@@ -5,6 +5,7 @@
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar, UnaryOp, binary_scalar, gelu, unary_scalar};
 
 use super::memory::{Elem, RawBuf};
+use super::simd_math;
 
 #[derive(Clone, Debug)]
 pub enum Column {
@@ -27,6 +28,12 @@ macro_rules! each_column {
 
 fn map<T: Copy, U>(a: &[T], f: impl Fn(T) -> U) -> Vec<U> {
     a.iter().map(|&x| f(x)).collect()
+}
+
+fn in_place(a: &[f32], f: fn(&mut [f32])) -> Vec<f32> {
+    let mut v = a.to_vec();
+    f(&mut v);
+    v
 }
 
 fn zip<T: Copy, U>(a: &[T], b: &[T], f: impl Fn(T, T) -> U) -> Vec<U> {
@@ -176,12 +183,17 @@ impl Column {
             Column::F32(a) => Column::F32(match op {
                 UnaryOp::Neg => map(a, |x| -x),
                 UnaryOp::Abs => map(a, f32::abs),
-                UnaryOp::Exp => map(a, f32::exp),
+                UnaryOp::Exp => in_place(a, simd_math::exp_in_place),
                 UnaryOp::Log => map(a, f32::ln),
                 UnaryOp::Sqrt => map(a, f32::sqrt),
                 UnaryOp::Rsqrt => map(a, |x| 1.0 / x.sqrt()),
-                UnaryOp::Tanh => map(a, f32::tanh),
-                UnaryOp::Sigmoid => map(a, |x| 1.0 / (1.0 + (-x).exp())),
+                UnaryOp::Tanh => in_place(a, simd_math::tanh_in_place),
+                UnaryOp::Sigmoid => {
+                    let mut v = map(a, |x| -x);
+                    simd_math::exp_in_place(&mut v);
+                    v.iter_mut().for_each(|e| *e = 1.0 / (1.0 + *e));
+                    v
+                }
                 UnaryOp::Relu => map(a, |x| if x > 0.0 { x } else { 0.0 }),
                 UnaryOp::Gelu => map(a, |x| gelu(f64::from(x)) as f32),
                 UnaryOp::Sin => map(a, f32::sin),

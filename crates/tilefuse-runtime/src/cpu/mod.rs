@@ -5,6 +5,7 @@
 mod lanes;
 mod memory;
 mod program;
+mod simd_math;
 
 use tilefuse_ir::{Tensor, check_arguments};
 use tilefuse_sched::Schedule;
