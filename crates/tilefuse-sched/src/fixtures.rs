@@ -118,8 +118,29 @@ pub fn vectorize_unroll(s: &mut Schedule) {
     }
 }
 
+/// Cross-invocation reductions: each reduction's last reduce loop is split
+/// by 16 and rfactored over the inner part, which is bound to invocations
+/// while the first spatial loop is bound to workgroups.
+pub fn rfactor_bind(s: &mut Schedule) {
+    inline_all(s);
+    for b in s.get_blocks() {
+        let block = s.kernel().block(b).clone();
+        let loops = s.get_loops(b).unwrap();
+        // In an initial nest, loop k drives iterator k.
+        let Some(r) = block.iters.iter().rposition(|it| it.kind == IterKind::Reduce) else { continue };
+        let parts = s.split(loops[r], &[None, Some(16)], None).unwrap();
+        let rf = s.rfactor(parts[1]).unwrap();
+        s.reorder(&[parts[1], parts[0]]).unwrap();
+        s.bind(parts[1], ThreadAxis::InvocationX).unwrap();
+        let outer = s.get_loops(rf).unwrap()[0];
+        if outer != parts[1] {
+            s.bind(outer, ThreadAxis::WorkgroupX).unwrap();
+        }
+    }
+}
+
 /// The hand schedules every fusion is tested with.
-pub fn recipes() -> [Recipe; 4] {
+pub fn recipes() -> [Recipe; 5] {
     [
         ("initial", |_| {}),
         ("inline", inline_all),
@@ -128,5 +149,6 @@ pub fn recipes() -> [Recipe; 4] {
             split_bind(s);
         }),
         ("vectorize+unroll", vectorize_unroll),
+        ("rfactor+bind", rfactor_bind),
     ]
 }

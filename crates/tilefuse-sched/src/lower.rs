@@ -130,6 +130,7 @@ impl Lowering<'_> {
             indices,
             value,
             reduce,
+            init: true,
         });
         let mut node = Node::Block(BlockId(self.kernel.blocks.len() as u32 - 1));
         for &l in loops.iter().rev() {

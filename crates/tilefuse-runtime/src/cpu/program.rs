@@ -44,6 +44,8 @@ struct BlockCode {
     store: Access,
     value: Value,
     reduce: Option<ReduceOp>,
+    /// Reductions: start from the identity on the first visit.
+    init: bool,
     dtype: DType,
     /// In lane steps: whether the lane variable drives a reduce iterator
     /// (else every lane of a chunk is equally first or not).
@@ -200,6 +202,7 @@ fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -> BlockCode
         store,
         value,
         reduce: block.reduce,
+        init: block.init,
         dtype: kernel.buffer(block.buffer).dtype,
         lane_reduces,
         per_lane,
@@ -279,7 +282,7 @@ impl Ctx<'_> {
         match b.reduce {
             None => buf.write(off, v),
             Some(op) => {
-                let first = b.reduce_iters.iter().all(|&r| iters[r] == 0);
+                let first = b.init && b.reduce_iters.iter().all(|&r| iters[r] == 0);
                 let acc = if first {
                     reduce_identity(op, b.dtype)
                 } else {
@@ -361,7 +364,7 @@ impl Ctx<'_> {
             },
             Some(op) => {
                 let at = |v| loop_value(env, v);
-                let first_lane = |k: usize| b.reduce_iters.iter().all(|&r| iters[r][k] == 0);
+                let first_lane = |k: usize| b.init && b.reduce_iters.iter().all(|&r| iters[r][k] == 0);
                 match (&b.store.linear, mask) {
                     // Lanes are consecutive elements, equally first or not.
                     (Some((1, rest)), None) if !b.lane_reduces => {

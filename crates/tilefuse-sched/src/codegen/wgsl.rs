@@ -386,13 +386,15 @@ impl Gen<'_> {
                     .map(|(i, _)| Expr::bin("==", Expr::raw(format!("it{i}")), Expr::raw("0u")))
                     .reduce(|a, c| Expr::bin("&&", a, c))
                     .unwrap_or(Expr::raw("true"));
-                body.push(Stmt::If(
-                    first,
-                    vec![Stmt::Assign(
-                        target.clone(),
-                        literal(reduce_identity(op, dtype), dtype),
-                    )],
-                ));
+                if b.init {
+                    body.push(Stmt::If(
+                        first,
+                        vec![Stmt::Assign(
+                            target.clone(),
+                            literal(reduce_identity(op, dtype), dtype),
+                        )],
+                    ));
+                }
                 let combined = match op {
                     ReduceOp::Sum | ReduceOp::Mean => Expr::bin("+", target.clone(), value),
                     ReduceOp::Max => Expr::call("max", vec![target.clone(), value]),

@@ -148,7 +148,8 @@ pub struct IterVar {
 /// One computation: for every point of its iteration domain, store `value`
 /// (a function of the iterators) at `indices`. A reduction block combines
 /// into the stored value instead, starting from the identity the first time
-/// every reduce iterator is 0. Instances whose iterator values fall outside
+/// every reduce iterator is 0 (unless `init` is off because another block
+/// fills the buffer, as after `rfactor`). Instances whose iterator values fall outside
 /// the domain (loop tails after a split) do not run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Block {
@@ -160,6 +161,8 @@ pub struct Block {
     pub indices: Vec<Index>,
     pub value: Expr,
     pub reduce: Option<ReduceOp>,
+    /// Reductions: start from the identity on the first visit.
+    pub init: bool,
 }
 
 impl Block {

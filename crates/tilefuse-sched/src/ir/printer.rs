@@ -101,7 +101,17 @@ impl Kernel {
                 )
             })
             .collect();
-        let _ = writeln!(out, "{pad}block {} [{}]:", b.name, iters.join(", "));
+        let no_init = if b.reduce.is_some() && !b.init {
+            " (no init)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "{pad}block {} [{}]{no_init}:",
+            b.name,
+            iters.join(", ")
+        );
         let guards = self.needs_guard(id);
         let mut inner = format!("{pad}  ");
         if !guards.is_empty() {

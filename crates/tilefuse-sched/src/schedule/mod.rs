@@ -6,6 +6,7 @@ mod annotate;
 mod error;
 mod inline;
 mod loops;
+mod rfactor;
 mod trace;
 
 use tilefuse_ir::Fusion;
@@ -113,18 +114,23 @@ impl Schedule {
     }
 
     /// A block under `l` whose reduction `l` carries (some reduce
-    /// iterator's binding uses `l`), with that iterator's name.
+    /// iterator's binding uses `l`, and no spatial iterator moves with it,
+    /// as one does after `rfactor`), with that iterator's name.
     fn carried_reduction(&self, l: LoopId) -> Option<(String, String)> {
+        let var = Var::Loop(l);
         self.kernel.blocks_under(l).into_iter().find_map(|b| {
             let block = self.kernel.block(b);
-            block
-                .iters
-                .iter()
-                .zip(&block.bindings)
-                .find_map(|(it, binding)| {
-                    (it.kind == IterKind::Reduce && binding.mentions(Var::Loop(l)))
-                        .then(|| (block.name.clone(), it.name.clone()))
-                })
+            let pairs = || block.iters.iter().zip(&block.bindings);
+            let spatial_moves = pairs().any(|(it, binding)| {
+                it.kind == IterKind::Spatial && binding.linear_in(var).is_some_and(|(c, _)| c != 0)
+            });
+            if spatial_moves {
+                return None;
+            }
+            pairs().find_map(|(it, binding)| {
+                (it.kind == IterKind::Reduce && binding.mentions(var))
+                    .then(|| (block.name.clone(), it.name.clone()))
+            })
         })
     }
 

@@ -40,6 +40,10 @@ pub enum Instruction {
         #[serde(rename = "loop")]
         loop_: LoopId,
     },
+    Rfactor {
+        #[serde(rename = "loop")]
+        loop_: LoopId,
+    },
     ComputeInline {
         block: BlockId,
     },
@@ -63,6 +67,7 @@ impl Schedule {
             Instruction::Parallel { loop_ } => self.parallel(*loop_),
             Instruction::Vectorize { loop_ } => self.vectorize(*loop_),
             Instruction::Unroll { loop_ } => self.unroll(*loop_),
+            Instruction::Rfactor { loop_ } => self.rfactor(*loop_).map(drop),
             Instruction::ComputeInline { block } => self.compute_inline(*block),
             Instruction::ReverseComputeInline { block } => self.reverse_compute_inline(*block),
         }
