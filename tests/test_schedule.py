@@ -146,7 +146,38 @@ def vectorize_unroll(s: tf.Schedule) -> None:
             s.vectorize(inner)
 
 
+def rfactor_bind(s: tf.Schedule) -> None:
+    """Each reduction: the innermost loop (a reduce loop) split by 16, the
+    inner part rfactored and bound to invocations."""
+    inline_all(s)
+    for b in s.get_blocks():
+        loops = s.get_loops(b)
+        if _spatial(s, b, loops[-1]):
+            continue
+        ko, ki = s.split(loops[-1], [None, 16])
+        rf = s.rfactor(ki)
+        s.reorder(ki, ko)
+        s.bind(ki, "invocation.x")
+        outer = s.get_loops(rf)[0]
+        if outer != ki:
+            s.bind(outer, "workgroup.x")
+
+
+def compute_at_rows(s: tf.Schedule) -> None:
+    """Everything computed per row of the output, rows on workgroups."""
+    inline_all(s)
+    *producers, out = s.get_blocks()
+    row = s.get_loops(out)[0]
+    if not _spatial(s, out, row):
+        return
+    for p in reversed(producers):
+        s.compute_at(p, row)
+    s.bind(row, "workgroup.x")
+
+
 SCHEDULES: dict[str, Callable[[tf.Schedule], None]] = {
+    "rfactor+bind": rfactor_bind,
+    "compute_at rows": compute_at_rows,
     "initial": lambda s: None,
     "inline": inline_all,
     "split+bind": split_bind,
@@ -230,6 +261,8 @@ def test_primitive_errors_name_the_problem(rng: np.random.Generator) -> None:
         (lambda: s.unroll(j), "unroll: loop i1 has 500 iterations; at most 256"),
         (lambda: s.vectorize(i), "vectorize: loop i0 is not innermost"),
         (lambda: s.fuse(i), "fuse: needs at least two loops"),
+        (lambda: s.rfactor(i), "rfactor: loop i0 must drive a reduce iterator"),
+        (lambda: s.compute_at("y", i), "compute_at: no block under loop i0 reads block y"),
     ]
     for call, message in cases:
         with pytest.raises(tf.ScheduleError, match=message):

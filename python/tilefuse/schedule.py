@@ -152,6 +152,23 @@ class Schedule:
     def unroll(self, loop: Loop) -> None:
         self._native.unroll(self._loop(loop))
 
+    def rfactor(self, loop: Loop) -> Block:
+        """Makes the reduction under ``loop`` spatial over it: a block
+        ``B_rf`` reduces into a buffer with one partial result per
+        iteration of ``loop`` (which may then be parallelized or bound), and
+        the block ``B`` combines the partials. Returns ``B_rf``."""
+        return Block(self, self._native.rfactor(self._loop(loop)))
+
+    def compute_at(self, block: Block | str, loop: Loop) -> None:
+        """Moves a producer under ``loop``, computing at each iteration only
+        the region the blocks under ``loop`` read."""
+        self._native.compute_at(self._block(block), self._loop(loop))
+
+    def reverse_compute_at(self, block: Block | str, loop: Loop) -> None:
+        """Moves a consumer under its producer's ``loop``, consuming at each
+        iteration the region just produced."""
+        self._native.reverse_compute_at(self._block(block), self._loop(loop))
+
     def compute_inline(self, block: Block | str) -> None:
         """Folds a pointwise producer into every block that reads it."""
         self._native.compute_inline(self._block(block))

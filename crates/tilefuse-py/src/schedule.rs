@@ -131,6 +131,22 @@ impl PySchedule {
         self.inner.unroll(LoopId(loop_)).or_raise(py)
     }
 
+    fn rfactor(&mut self, py: Python<'_>, loop_: u32) -> PyResult<u32> {
+        self.inner.rfactor(LoopId(loop_)).map(|b| b.0).or_raise(py)
+    }
+
+    fn compute_at(&mut self, py: Python<'_>, block: u32, loop_: u32) -> PyResult<()> {
+        self.inner
+            .compute_at(BlockId(block), LoopId(loop_))
+            .or_raise(py)
+    }
+
+    fn reverse_compute_at(&mut self, py: Python<'_>, block: u32, loop_: u32) -> PyResult<()> {
+        self.inner
+            .reverse_compute_at(BlockId(block), LoopId(loop_))
+            .or_raise(py)
+    }
+
     fn compute_inline(&mut self, py: Python<'_>, block: u32) -> PyResult<()> {
         self.inner.compute_inline(BlockId(block)).or_raise(py)
     }

@@ -127,7 +127,13 @@ pub fn rfactor_bind(s: &mut Schedule) {
         let block = s.kernel().block(b).clone();
         let loops = s.get_loops(b).unwrap();
         // In an initial nest, loop k drives iterator k.
-        let Some(r) = block.iters.iter().rposition(|it| it.kind == IterKind::Reduce) else { continue };
+        let Some(r) = block
+            .iters
+            .iter()
+            .rposition(|it| it.kind == IterKind::Reduce)
+        else {
+            continue;
+        };
         let parts = s.split(loops[r], &[None, Some(16)], None).unwrap();
         let rf = s.rfactor(parts[1]).unwrap();
         s.reorder(&[parts[1], parts[0]]).unwrap();
@@ -139,8 +145,43 @@ pub fn rfactor_bind(s: &mut Schedule) {
     }
 }
 
+/// Each output row at a time: every other block is computed at the output
+/// block's outer loop (producers first), which is bound to workgroups.
+pub fn compute_at_rows(s: &mut Schedule) {
+    inline_all(s);
+    let blocks = s.get_blocks();
+    let Some((&out, producers)) = blocks.split_last() else {
+        return;
+    };
+    let Some(&row) = s.get_loops(out).unwrap().first() else {
+        return;
+    };
+    if s.kernel().block(out).iters[0].kind == IterKind::Reduce {
+        return; // an outer reduction has no row loop to share
+    }
+    for &p in producers.iter().rev() {
+        s.compute_at(p, row).unwrap();
+    }
+    s.bind(row, ThreadAxis::WorkgroupX).unwrap();
+}
+
+/// Epilogue fusion: where the output block reads exactly one block of the
+/// nest before it, it moves under that nest's outer loop (bound to
+/// workgroups). Other fusions keep their inlined schedule.
+pub fn reverse_compute_at_epilogue(s: &mut Schedule) {
+    inline_all(s);
+    let blocks = s.get_blocks();
+    let [.., producer, out] = blocks.as_slice() else {
+        return;
+    };
+    let outer = s.get_loops(*producer).unwrap()[0];
+    if s.reverse_compute_at(*out, outer).is_ok() {
+        s.bind(outer, ThreadAxis::WorkgroupX).unwrap();
+    }
+}
+
 /// The hand schedules every fusion is tested with.
-pub fn recipes() -> [Recipe; 5] {
+pub fn recipes() -> [Recipe; 7] {
     [
         ("initial", |_| {}),
         ("inline", inline_all),
@@ -150,5 +191,7 @@ pub fn recipes() -> [Recipe; 5] {
         }),
         ("vectorize+unroll", vectorize_unroll),
         ("rfactor+bind", rfactor_bind),
+        ("compute_at rows", compute_at_rows),
+        ("reverse_compute_at epilogue", reverse_compute_at_epilogue),
     ]
 }

@@ -115,3 +115,44 @@ fn preconditions_give_typed_errors() {
     );
     let _ = TensorId(0);
 }
+
+#[test]
+fn compute_at_family_preconditions_and_effect() {
+    use tilefuse_sched::fixtures::{fusions, reverse_compute_at_epilogue};
+    let (_, mm) = fusions()
+        .into_iter()
+        .find(|(n, _)| *n == "matmul_bias_relu")
+        .unwrap();
+    let mut s = Schedule::new(&mm);
+    reverse_compute_at_epilogue(&mut s);
+    assert_eq!(
+        s.kernel().body.len(),
+        1,
+        "the epilogue joins the matmul's nest:\n{s}"
+    );
+
+    let f = softmax(4, 8);
+    let mut s = Schedule::new(&f);
+    let y = s.get_block("y").unwrap();
+    let m = s.get_block("op_1").unwrap();
+    let row = s.get_loops(y).unwrap()[0];
+    let err = s.compute_at(m, row).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("reads op_1 but is not under loop i0"),
+        "{err}"
+    );
+    let e = s.get_block("e").unwrap();
+    let err = s.compute_at(y, s.get_loops(e).unwrap()[0]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no block under loop i0 reads block y"),
+        "{err}"
+    );
+    let err = s.reverse_compute_at(m, row).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("exactly one block under loop i0, it reads 0"),
+        "{err}"
+    );
+}

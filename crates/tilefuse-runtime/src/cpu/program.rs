@@ -364,7 +364,8 @@ impl Ctx<'_> {
             },
             Some(op) => {
                 let at = |v| loop_value(env, v);
-                let first_lane = |k: usize| b.init && b.reduce_iters.iter().all(|&r| iters[r][k] == 0);
+                let first_lane =
+                    |k: usize| b.init && b.reduce_iters.iter().all(|&r| iters[r][k] == 0);
                 match (&b.store.linear, mask) {
                     // Lanes are consecutive elements, equally first or not.
                     (Some((1, rest)), None) if !b.lane_reduces => {

@@ -32,19 +32,35 @@ impl Schedule {
         let [block] = blocks.as_slice() else {
             return Err(ScheduleError::pre(
                 P,
-                format!("loop {} must hold exactly one block, it holds {}", self.loop_name(l), blocks.len()),
+                format!(
+                    "loop {} must hold exactly one block, it holds {}",
+                    self.loop_name(l),
+                    blocks.len()
+                ),
             ));
         };
         let block = *block;
         let b = self.kernel.block(block).clone();
         let Some(op) = b.reduce.filter(|_| b.init) else {
-            return Err(ScheduleError::pre(P, format!("block {} is not an initializing reduction", b.name)));
+            return Err(ScheduleError::pre(
+                P,
+                format!("block {} is not an initializing reduction", b.name),
+            ));
         };
-        let drives = |kind| b.iters.iter().zip(&b.bindings).any(|(it, x)| it.kind == kind && x.mentions(Var::Loop(l)));
+        let drives = |kind| {
+            b.iters
+                .iter()
+                .zip(&b.bindings)
+                .any(|(it, x)| it.kind == kind && x.mentions(Var::Loop(l)))
+        };
         if !drives(IterKind::Reduce) || drives(IterKind::Spatial) {
             return Err(ScheduleError::pre(
                 P,
-                format!("loop {} must drive a reduce iterator of block {} and no spatial one", self.loop_name(l), b.name),
+                format!(
+                    "loop {} must drive a reduce iterator of block {} and no spatial one",
+                    self.loop_name(l),
+                    b.name
+                ),
             ));
         }
         let extent = self.kernel.loop_(l).extent;
@@ -67,7 +83,11 @@ impl Schedule {
         let position = b.iters.len();
         let pb = self.kernel.block_mut(block);
         pb.name = rf_name.clone();
-        pb.iters.push(IterVar { name: "vrf".into(), extent, kind: IterKind::Spatial });
+        pb.iters.push(IterVar {
+            name: "vrf".into(),
+            extent,
+            kind: IterKind::Spatial,
+        });
         pb.bindings.push(Index::var(Var::Loop(l)));
         pb.buffer = rf;
         pb.indices.insert(0, iter(position));
@@ -80,14 +100,21 @@ impl Schedule {
             bindings: Vec::new(),
             buffer: rf,
             indices: (0..rf_shape.len()).map(iter).collect(),
-            value: Expr::Const { value: reduce_identity(op, dtype).as_f64(), dtype },
+            value: Expr::Const {
+                value: reduce_identity(op, dtype).as_f64(),
+                dtype,
+            },
             reduce: None,
             init: false,
         };
         // Combining the partials, after it.
         let rank = out.shape.len();
         let mut iters = spatial(&out.shape);
-        iters.push(IterVar { name: "vr".into(), extent, kind: IterKind::Reduce });
+        iters.push(IterVar {
+            name: "vr".into(),
+            extent,
+            kind: IterKind::Reduce,
+        });
         let mut rf_index = vec![iter(rank)];
         rf_index.extend((0..rank).map(iter));
         let finish = Block {
@@ -96,7 +123,10 @@ impl Schedule {
             bindings: Vec::new(),
             buffer: b.buffer,
             indices: (0..rank).map(iter).collect(),
-            value: Expr::Load { buffer: rf, indices: rf_index },
+            value: Expr::Load {
+                buffer: rf,
+                indices: rf_index,
+            },
             reduce: Some(op),
             init: true,
         };
@@ -111,7 +141,10 @@ impl Schedule {
 
     /// Position among the root nests of the nest holding loop `l`.
     pub(super) fn root_of(&self, l: LoopId) -> usize {
-        let path = self.kernel.path_to(&Node::Loop(l, vec![])).expect("checked");
+        let path = self
+            .kernel
+            .path_to(&Node::Loop(l, vec![]))
+            .expect("checked");
         let top = path.first().copied().unwrap_or(l);
         self.kernel
             .body
@@ -143,6 +176,10 @@ fn spatial(shape: &[u64]) -> Vec<IterVar> {
     shape
         .iter()
         .enumerate()
-        .map(|(i, &extent)| IterVar { name: format!("v{i}"), extent, kind: IterKind::Spatial })
+        .map(|(i, &extent)| IterVar {
+            name: format!("v{i}"),
+            extent,
+            kind: IterKind::Spatial,
+        })
         .collect()
 }

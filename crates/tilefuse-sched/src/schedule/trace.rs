@@ -44,6 +44,16 @@ pub enum Instruction {
         #[serde(rename = "loop")]
         loop_: LoopId,
     },
+    ComputeAt {
+        block: BlockId,
+        #[serde(rename = "loop")]
+        loop_: LoopId,
+    },
+    ReverseComputeAt {
+        block: BlockId,
+        #[serde(rename = "loop")]
+        loop_: LoopId,
+    },
     ComputeInline {
         block: BlockId,
     },
@@ -68,6 +78,10 @@ impl Schedule {
             Instruction::Vectorize { loop_ } => self.vectorize(*loop_),
             Instruction::Unroll { loop_ } => self.unroll(*loop_),
             Instruction::Rfactor { loop_ } => self.rfactor(*loop_).map(drop),
+            Instruction::ComputeAt { block, loop_ } => self.compute_at(*block, *loop_),
+            Instruction::ReverseComputeAt { block, loop_ } => {
+                self.reverse_compute_at(*block, *loop_)
+            }
             Instruction::ComputeInline { block } => self.compute_inline(*block),
             Instruction::ReverseComputeInline { block } => self.reverse_compute_inline(*block),
         }
