@@ -3,6 +3,7 @@
 //! documented; a failed precondition is a [`ScheduleError`], never a panic.
 
 mod annotate;
+mod cache;
 mod compute_at;
 mod error;
 mod inline;

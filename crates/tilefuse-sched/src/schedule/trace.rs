@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Result, Schedule};
-use crate::ir::{BlockId, LoopId, ThreadAxis};
+use crate::ir::{BlockId, LoopId, Scope, ThreadAxis};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "primitive", rename_all = "snake_case", deny_unknown_fields)]
@@ -44,6 +44,15 @@ pub enum Instruction {
         #[serde(rename = "loop")]
         loop_: LoopId,
     },
+    CacheRead {
+        block: BlockId,
+        buffer: String,
+        scope: Scope,
+    },
+    CacheWrite {
+        block: BlockId,
+        scope: Scope,
+    },
     ComputeAt {
         block: BlockId,
         #[serde(rename = "loop")]
@@ -78,6 +87,8 @@ impl Schedule {
             Instruction::Vectorize { loop_ } => self.vectorize(*loop_),
             Instruction::Unroll { loop_ } => self.unroll(*loop_),
             Instruction::Rfactor { loop_ } => self.rfactor(*loop_).map(drop),
+            Instruction::CacheRead { block, buffer, scope } => self.cache_read(*block, buffer, *scope).map(drop),
+            Instruction::CacheWrite { block, scope } => self.cache_write(*block, *scope).map(drop),
             Instruction::ComputeAt { block, loop_ } => self.compute_at(*block, *loop_),
             Instruction::ReverseComputeAt { block, loop_ } => {
                 self.reverse_compute_at(*block, *loop_)

@@ -1,0 +1,116 @@
+//! `cache_read` and `cache_write`: stage a buffer through a copy in another
+//! scope (workgroup or private memory). The copy starts as a full-size
+//! buffer in its own loop nest; `compute_at` / `reverse_compute_at` then
+//! move the copy next to its user, and buffer realization shrinks it to
+//! what one workgroup (or invocation) touches.
+
+use super::{Instruction, Result, Schedule, ScheduleError};
+use crate::ir::{Block, BlockId, Buffer, BufferId, Expr, Index, IterKind, IterVar, Role, Scope, Var};
+
+fn scope_suffix(scope: Scope) -> &'static str {
+    match scope {
+        Scope::Global => "global",
+        Scope::Workgroup => "wg",
+        Scope::Private => "local",
+    }
+}
+
+impl Schedule {
+    /// Makes `block` read `buffer` through a copy in `scope`, filled by a
+    /// new copy block in its own nest just before `block`'s. Other readers
+    /// keep reading `buffer`. Returns the copy block.
+    ///
+    /// Preconditions: `block` is in the schedule and reads `buffer`.
+    pub fn cache_read(&mut self, block: BlockId, buffer: &str, scope: Scope) -> Result<BlockId> {
+        const P: &str = "cache_read";
+        self.check_block(block)?;
+        let b = self.kernel.block(block).clone();
+        let source = self.buffer_read_by(P, &b, buffer)?;
+        let cache = self.add_cache_buffer(source, scope);
+        let value = b.value.map_loads(&mut |buf, indices| Expr::Load {
+            buffer: if buf == source { cache } else { buf },
+            indices: indices.to_vec(),
+        });
+        self.kernel.block_mut(block).value = value;
+        let copy = self.copy_block(source, cache);
+        let node = self.add_nest(copy);
+        let root = self.root_index(block);
+        self.kernel.body.insert(root, node);
+        self.record(Instruction::CacheRead { block, buffer: buffer.to_owned(), scope });
+        Ok(self.last_block())
+    }
+
+    /// Makes `block` write into a copy in `scope`, copied to its buffer by
+    /// a new block in its own nest just after `block`'s. Returns the copy
+    /// block.
+    ///
+    /// Preconditions: `block` is in the schedule.
+    pub fn cache_write(&mut self, block: BlockId, scope: Scope) -> Result<BlockId> {
+        self.check_block(block)?;
+        let target = self.kernel.block(block).buffer;
+        let cache = self.add_cache_buffer(target, scope);
+        self.kernel.block_mut(block).buffer = cache;
+        let copy = self.copy_block(cache, target);
+        let node = self.add_nest(copy);
+        let root = self.root_index(block);
+        self.kernel.body.insert(root + 1, node);
+        self.record(Instruction::CacheWrite { block, scope });
+        Ok(self.last_block())
+    }
+
+    fn buffer_read_by(&self, primitive: &'static str, b: &Block, name: &str) -> Result<BufferId> {
+        let mut loads = Vec::new();
+        b.value.loads(&mut loads);
+        let mut names: Vec<&str> = loads.iter().map(|(buf, _)| self.kernel.buffer(*buf).name.as_str()).collect();
+        names.dedup();
+        loads.iter().map(|(buf, _)| *buf).find(|&buf| self.kernel.buffer(buf).name == name).ok_or_else(|| {
+            ScheduleError::pre(primitive, format!("block {} does not read {name:?}; it reads {}", b.name, names.join(", ")))
+        })
+    }
+
+    fn add_cache_buffer(&mut self, of: BufferId, scope: Scope) -> BufferId {
+        let src = self.kernel.buffer(of).clone();
+        let base = format!("{}_{}", src.name, scope_suffix(scope));
+        let taken = |n: &str| self.kernel.buffers.iter().any(|b| b.name == n);
+        let name = (0..).map(|i| if i == 0 { base.clone() } else { format!("{base}{i}") }).find(|n| !taken(n)).expect("a free name");
+        self.kernel.buffers.push(Buffer { name, dtype: src.dtype, shape: src.shape, scope, role: Role::Temp });
+        BufferId(self.kernel.buffers.len() as u32 - 1)
+    }
+
+    /// `to[v...] = from[v...]` over the whole buffer.
+    fn copy_block(&self, from: BufferId, to: BufferId) -> Block {
+        let shape = &self.kernel.buffer(from).shape;
+        let indices: Vec<Index> = (0..shape.len()).map(|i| Index::var(Var::Iter(i as u32))).collect();
+        Block {
+            name: self.kernel.buffer(to).name.clone(),
+            iters: shape
+                .iter()
+                .enumerate()
+                .map(|(i, &extent)| IterVar { name: format!("v{i}"), extent, kind: IterKind::Spatial })
+                .collect(),
+            bindings: Vec::new(),
+            buffer: to,
+            indices: indices.clone(),
+            value: Expr::Load { buffer: from, indices },
+            reduce: None,
+            init: false,
+        }
+    }
+
+    /// Position among the root nests of the nest holding `block`.
+    fn root_index(&self, block: BlockId) -> usize {
+        match self.get_loops(block).expect("checked").first() {
+            Some(&top) => self.root_of(top),
+            None => self
+                .kernel
+                .body
+                .iter()
+                .position(|n| matches!(n, crate::ir::Node::Block(b) if *b == block))
+                .expect("a root block"),
+        }
+    }
+
+    fn last_block(&self) -> BlockId {
+        BlockId(self.kernel.blocks.len() as u32 - 1)
+    }
+}
