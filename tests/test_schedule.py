@@ -175,7 +175,22 @@ def compute_at_rows(s: tf.Schedule) -> None:
     s.bind(row, "workgroup.x")
 
 
+def workgroup_staging(s: tf.Schedule) -> None:
+    """Rows per workgroup; the first block of a row reads its first input
+    through workgroup memory, loaded by 32 invocations."""
+    compute_at_rows(s)
+    first = s.get_blocks()[0]
+    row = s.get_loops(first)[0]
+    if row.kind != "workgroup.x":
+        return
+    copy = s.cache_read(first, s.fusion.inputs[0].name or "", "workgroup")
+    s.compute_at(copy, row)
+    _, inner = s.split(s.get_loops(copy)[-1], [None, 32])
+    s.bind(inner, "invocation.x")
+
+
 SCHEDULES: dict[str, Callable[[tf.Schedule], None]] = {
+    "workgroup staging": workgroup_staging,
     "rfactor+bind": rfactor_bind,
     "compute_at rows": compute_at_rows,
     "initial": lambda s: None,
@@ -263,6 +278,11 @@ def test_primitive_errors_name_the_problem(rng: np.random.Generator) -> None:
         (lambda: s.fuse(i), "fuse: needs at least two loops"),
         (lambda: s.rfactor(i), "rfactor: loop i0 must drive a reduce iterator"),
         (lambda: s.compute_at("y", i), "compute_at: no block under loop i0 reads block y"),
+        (
+            lambda: s.cache_read(m, "nope", "workgroup"),
+            'cache_read: block op_1 does not read "nope"',
+        ),
+        (lambda: s.cache_read(m, "x", "shared"), 'unknown scope "shared"'),
     ]
     for call, message in cases:
         with pytest.raises(tf.ScheduleError, match=message):
@@ -274,6 +294,14 @@ def test_primitive_errors_name_the_problem(rng: np.random.Generator) -> None:
     with pytest.raises(tf.ScheduleError, match="belongs to another schedule"):
         other.parallel(io)
     assert isinstance(tf.ScheduleError("x"), ValueError)
+
+
+def test_workgroup_buffer_must_be_placed(rng: np.random.Generator) -> None:
+    f, _, _ = softmax(rng)
+    s = f.create_schedule()
+    s.cache_read("op_1", "x", "workgroup")  # not moved under a loop
+    with pytest.raises(tf.ScheduleError, match=r"x_wg .* share no loop"):
+        s.build(tf.Device.cpu())
 
 
 def test_device_info() -> None:

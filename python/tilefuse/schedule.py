@@ -169,6 +169,17 @@ class Schedule:
         iteration the region just produced."""
         self._native.reverse_compute_at(self._block(block), self._loop(loop))
 
+    def cache_read(self, block: Block | str, buffer: str, scope: str) -> Block:
+        """Makes ``block`` read ``buffer`` through a copy in ``scope``
+        (``"workgroup"``, ``"private"`` or ``"global"``); returns the copy
+        block, to place with ``compute_at``."""
+        return Block(self, self._native.cache_read(self._block(block), buffer, scope))
+
+    def cache_write(self, block: Block | str, scope: str) -> Block:
+        """Makes ``block`` write into a copy in ``scope``; returns the block
+        that copies it out, to place with ``reverse_compute_at``."""
+        return Block(self, self._native.cache_write(self._block(block), scope))
+
     def compute_inline(self, block: Block | str) -> None:
         """Folds a pointwise producer into every block that reads it."""
         self._native.compute_inline(self._block(block))

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use tilefuse::Device;
-use tilefuse::sched::ir::{BlockId, LoopId, LoopKind, Role, ThreadAxis};
+use tilefuse::sched::ir::{BlockId, LoopId, LoopKind, Role, Scope, ThreadAxis};
 use tilefuse::{Fusion, Kernel, Schedule, ScheduleError};
 
 use crate::arrays::{to_numpy, to_tensors};
@@ -147,6 +147,28 @@ impl PySchedule {
             .or_raise(py)
     }
 
+    fn cache_read(
+        &mut self,
+        py: Python<'_>,
+        block: u32,
+        buffer: &str,
+        scope: &str,
+    ) -> PyResult<u32> {
+        let scope = parse_scope(scope).or_raise(py)?;
+        self.inner
+            .cache_read(BlockId(block), buffer, scope)
+            .map(|b| b.0)
+            .or_raise(py)
+    }
+
+    fn cache_write(&mut self, py: Python<'_>, block: u32, scope: &str) -> PyResult<u32> {
+        let scope = parse_scope(scope).or_raise(py)?;
+        self.inner
+            .cache_write(BlockId(block), scope)
+            .map(|b| b.0)
+            .or_raise(py)
+    }
+
     fn compute_inline(&mut self, py: Python<'_>, block: u32) -> PyResult<()> {
         self.inner.compute_inline(BlockId(block)).or_raise(py)
     }
@@ -173,6 +195,20 @@ impl PySchedule {
             inner: Arc::new(kernel),
             fusion: self.inner.fusion().clone(),
         })
+    }
+}
+
+fn parse_scope(scope: &str) -> Result<Scope, ScheduleError> {
+    match scope {
+        "global" => Ok(Scope::Global),
+        "workgroup" => Ok(Scope::Workgroup),
+        "private" => Ok(Scope::Private),
+        other => Err(ScheduleError::Precondition {
+            primitive: "cache",
+            message: format!(
+                "unknown scope {other:?}; expected \"global\", \"workgroup\" or \"private\""
+            ),
+        }),
     }
 }
 

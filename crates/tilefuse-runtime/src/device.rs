@@ -54,7 +54,7 @@ impl Device {
         Ok(match self {
             Device::Cpu(c) => Kernel {
                 wgsl: generate(schedule.kernel())?,
-                exec: Exec::Cpu(c.build(schedule)),
+                exec: Exec::Cpu(c.build(schedule)?),
             },
             Device::Gpu(g) => {
                 let k = g.build(schedule)?;

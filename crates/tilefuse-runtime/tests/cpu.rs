@@ -29,7 +29,11 @@ fn check(name: &str, f: &Fusion, schedule: &Schedule) {
         .map(|(i, &t)| random(&f.ty(t).unwrap().shape, i as u64 + 7))
         .collect();
     let want = evaluate(f, &inputs).unwrap();
-    let got = CpuDevice::default().build(schedule).run(&inputs).unwrap();
+    let got = CpuDevice::default()
+        .build(schedule)
+        .unwrap()
+        .run(&inputs)
+        .unwrap();
     for (w, g) in want.iter().zip(&got) {
         let (Data::F32(w), Data::F32(g)) = (&w.data, &g.data) else {
             panic!("f32 outputs")
@@ -68,6 +72,7 @@ fn integer_reductions_take_the_generic_path() {
         let want = evaluate(&f, std::slice::from_ref(&input)).unwrap();
         let got = CpuDevice::default()
             .build(&Schedule::new(&f))
+            .unwrap()
             .run(&[input])
             .unwrap();
         assert_eq!(want, got, "axis {axis}");

@@ -4,7 +4,7 @@
 use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
 
 use crate::Schedule;
-use crate::ir::{IterKind, ThreadAxis};
+use crate::ir::{IterKind, Scope, ThreadAxis};
 
 /// A named schedule recipe.
 pub type Recipe = (&'static str, fn(&mut Schedule));
@@ -165,6 +165,45 @@ pub fn compute_at_rows(s: &mut Schedule) {
     s.bind(row, ThreadAxis::WorkgroupX).unwrap();
 }
 
+/// `compute_at rows`, then the first block of each row reads its first
+/// input through workgroup memory, loaded cooperatively by 32 invocations;
+/// and a matmul accumulates each output row in private memory.
+pub fn cache_stage(s: &mut Schedule) {
+    compute_at_rows(s);
+    let blocks = s.get_blocks();
+    let Some(&first) = blocks.first() else { return };
+    let Some(&row) = s.get_loops(first).unwrap().first() else {
+        return;
+    };
+    if !matches!(s.kernel().loop_(row).kind, crate::ir::LoopKind::Bound(_)) {
+        return; // compute_at_rows did not apply
+    }
+    let mut loads = Vec::new();
+    s.kernel().block(first).value.loads(&mut loads);
+    let Some(input) = loads
+        .iter()
+        .map(|(b, _)| s.kernel().buffer(*b))
+        .find(|b| matches!(b.role, crate::ir::Role::Input(_)))
+        .map(|b| b.name.clone())
+    else {
+        return;
+    };
+    let copy = s.cache_read(first, &input, Scope::Workgroup).unwrap();
+    s.compute_at(copy, row).unwrap();
+    let inner = *s.get_loops(copy).unwrap().last().unwrap();
+    let parts = s.split(inner, &[None, Some(32)], None).unwrap();
+    s.bind(parts[1], ThreadAxis::InvocationX).unwrap();
+    if let Some(mm) = s
+        .get_blocks()
+        .into_iter()
+        .find(|&b| s.kernel().block(b).iters.iter().any(|it| it.name == "vk"))
+    {
+        let out = s.cache_write(mm, Scope::Private).unwrap();
+        let outer = s.get_loops(mm).unwrap()[1];
+        s.reverse_compute_at(out, outer).unwrap();
+    }
+}
+
 /// Epilogue fusion: where the output block reads exactly one block of the
 /// nest before it, it moves under that nest's outer loop (bound to
 /// workgroups). Other fusions keep their inlined schedule.
@@ -181,7 +220,7 @@ pub fn reverse_compute_at_epilogue(s: &mut Schedule) {
 }
 
 /// The hand schedules every fusion is tested with.
-pub fn recipes() -> [Recipe; 7] {
+pub fn recipes() -> [Recipe; 8] {
     [
         ("initial", |_| {}),
         ("inline", inline_all),
@@ -193,5 +232,6 @@ pub fn recipes() -> [Recipe; 7] {
         ("rfactor+bind", rfactor_bind),
         ("compute_at rows", compute_at_rows),
         ("reverse_compute_at epilogue", reverse_compute_at_epilogue),
+        ("cache_read workgroup", cache_stage),
     ]
 }

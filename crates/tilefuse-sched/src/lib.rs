@@ -5,7 +5,9 @@ pub mod codegen;
 pub mod fixtures;
 pub mod ir;
 mod lower;
+mod realize;
 pub mod schedule;
 
 pub use lower::lower;
+pub use realize::realize;
 pub use schedule::{Instruction, Schedule, ScheduleError};

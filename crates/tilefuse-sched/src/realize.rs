@@ -21,25 +21,34 @@ pub fn realize(kernel: &Kernel) -> Result<Kernel, ScheduleError> {
 }
 
 fn users(k: &Kernel, buffer: BufferId) -> Vec<BlockId> {
-    k.blocks_in_order().into_iter().filter(|&b| k.block(b).buffer == buffer || k.block(b).reads(buffer)).collect()
+    k.blocks_in_order()
+        .into_iter()
+        .filter(|&b| k.block(b).buffer == buffer || k.block(b).reads(buffer))
+        .collect()
 }
 
 /// A block's index expressions with iterators replaced by their bindings.
 fn over_loops(block: &Block, indices: &[Index]) -> Vec<Index> {
     indices
         .iter()
-        .map(|ix| ix.subst(&|v| match v {
-            Var::Iter(i) => Some(block.bindings[i as usize].clone()),
-            Var::Loop(_) => None,
-        }))
+        .map(|ix| {
+            ix.subst(&|v| match v {
+                Var::Iter(i) => Some(block.bindings[i as usize].clone()),
+                Var::Loop(_) => None,
+            })
+        })
         .collect()
 }
 
 fn realize_one(k: &mut Kernel, buffer: BufferId, scope: Scope) -> Result<(), ScheduleError> {
     let name = k.buffer(buffer).name.clone();
-    let fail = |msg: String| ScheduleError::Codegen(format!("buffer {name} ({scope:?} scope): {msg}"));
+    let fail =
+        |msg: String| ScheduleError::Codegen(format!("buffer {name} ({scope:?} scope): {msg}"));
     let blocks = users(k, buffer);
-    let paths: Vec<Vec<LoopId>> = blocks.iter().map(|&b| k.path_to(&Node::Block(b)).expect("live")).collect();
+    let paths: Vec<Vec<LoopId>> = blocks
+        .iter()
+        .map(|&b| k.path_to(&Node::Block(b)).expect("live"))
+        .collect();
     let common: Vec<LoopId> = paths[0]
         .iter()
         .enumerate()
@@ -63,13 +72,19 @@ fn realize_one(k: &mut Kernel, buffer: BufferId, scope: Scope) -> Result<(), Sch
                     "loop {} bound to {} lies inside the loops that share it; a {scope:?} buffer cannot span {}s",
                     k.loop_(l).name,
                     axis.name(),
-                    if axis.is_workgroup() { "workgroup" } else { "invocation" }
+                    if axis.is_workgroup() {
+                        "workgroup"
+                    } else {
+                        "invocation"
+                    }
                 )));
             }
         }
     }
     if scope == Scope::Workgroup
-        && let Some(&l) = common.iter().find(|&&l| matches!(k.loop_(l).kind, LoopKind::Bound(a) if !a.is_workgroup()))
+        && let Some(&l) = common
+            .iter()
+            .find(|&&l| matches!(k.loop_(l).kind, LoopKind::Bound(a) if !a.is_workgroup()))
     {
         return Err(fail(format!(
             "it is used inside loop {} bound to an invocation axis; use private scope",
@@ -99,7 +114,10 @@ fn realize_one(k: &mut Kernel, buffer: BufferId, scope: Scope) -> Result<(), Sch
             let (mut min, mut max) = (0i64, 0i64);
             for &v in &inner {
                 let Some((c, r)) = rest.linear_in(Var::Loop(v)) else {
-                    return Err(fail(format!("index {d} is not affine in loop {}", k.loop_(v).name)));
+                    return Err(fail(format!(
+                        "index {d} is not affine in loop {}",
+                        k.loop_(v).name
+                    )));
                 };
                 let span = c * (k.loop_(v).extent as i64 - 1);
                 min += span.min(0);
@@ -107,24 +125,44 @@ fn realize_one(k: &mut Kernel, buffer: BufferId, scope: Scope) -> Result<(), Sch
                 rest = r;
             }
             if start[d].as_ref().is_some_and(|s| *s != rest) {
-                return Err(fail("its accesses move differently with the loops around them".into()));
+                return Err(fail(
+                    "its accesses move differently with the loops around them".into(),
+                ));
             }
             start[d] = Some(rest);
             lo[d] = lo[d].min(min);
             hi[d] = hi[d].max(max);
         }
     }
-    let start: Vec<Index> = start.into_iter().zip(&lo).map(|(s, &m)| s.unwrap_or(Index::Const(0)) + Index::Const(m)).collect();
-    k.buffers[buffer.0 as usize].shape = lo.iter().zip(&hi).map(|(&a, &b)| (b - a + 1) as u64).collect();
+    let start: Vec<Index> = start
+        .into_iter()
+        .zip(&lo)
+        .map(|(s, &m)| s.unwrap_or(Index::Const(0)) + Index::Const(m))
+        .collect();
+    k.buffers[buffer.0 as usize].shape = lo
+        .iter()
+        .zip(&hi)
+        .map(|(&a, &b)| (b - a + 1) as u64)
+        .collect();
     let rebase = |indices: &[Index]| -> Vec<Index> {
-        indices.iter().zip(&start).map(|(ix, s)| ix.clone() + s.clone() * -1).collect()
+        indices
+            .iter()
+            .zip(&start)
+            .map(|(ix, s)| ix.clone() + s.clone() * -1)
+            .collect()
     };
     for &b in &blocks {
         let block = k.block(b).clone();
-        let value = block.value.map_loads(&mut |buf, idx| crate::ir::Expr::Load {
-            buffer: buf,
-            indices: if buf == buffer { rebase(idx) } else { idx.to_vec() },
-        });
+        let value = block
+            .value
+            .map_loads(&mut |buf, idx| crate::ir::Expr::Load {
+                buffer: buf,
+                indices: if buf == buffer {
+                    rebase(idx)
+                } else {
+                    idx.to_vec()
+                },
+            });
         let bm = k.block_mut(b);
         bm.value = value;
         if bm.buffer == buffer {

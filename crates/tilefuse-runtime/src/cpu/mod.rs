@@ -33,17 +33,22 @@ impl Default for CpuDevice {
 #[derive(Debug)]
 pub struct CpuKernel {
     schedule: Schedule,
+    /// The schedule's kernel with workgroup / private buffers realized.
+    kernel: tilefuse_sched::ir::Kernel,
     program: Program,
     threads: usize,
 }
 
 impl CpuDevice {
-    pub fn build(&self, schedule: &Schedule) -> CpuKernel {
-        CpuKernel {
-            program: Program::compile(schedule.kernel()),
+    /// Realizes the schedule's buffers and compiles it.
+    pub fn build(&self, schedule: &Schedule) -> Result<CpuKernel> {
+        let kernel = tilefuse_sched::realize(schedule.kernel())?;
+        Ok(CpuKernel {
+            program: Program::compile(&kernel),
+            kernel,
             schedule: schedule.clone(),
             threads: self.threads,
-        }
+        })
     }
 }
 
@@ -58,8 +63,7 @@ impl CpuKernel {
         check_arguments(self.schedule.fusion(), inputs)
             .map_err(|e| RuntimeError::Argument(e.to_string()))?;
         let storage = self
-            .schedule
-            .kernel()
+            .kernel
             .buffers
             .iter()
             .map(|b| match b.role {
@@ -81,8 +85,7 @@ impl CpuKernel {
         let mut prepared = self.prepare(inputs)?;
         self.launch(&mut prepared);
         let mut outputs: Vec<(usize, Tensor)> = self
-            .schedule
-            .kernel()
+            .kernel
             .buffers
             .iter()
             .zip(prepared.storage)

@@ -8,10 +8,10 @@
 //! workgroup-bound loops are spread over threads.
 
 use tilefuse_ir::{DType, ReduceOp, Scalar, binary_scalar, reduce_identity, unary_scalar};
-use tilefuse_sched::ir::{Block, Expr, Index, IterKind, Kernel, LoopKind, Node, Var};
+use tilefuse_sched::ir::{Block, Expr, Index, IterKind, Kernel, LoopKind, Node, Scope, Var};
 
 use super::lanes::Column;
-use super::memory::RawBuf;
+use super::memory::{RawBuf, Storage};
 
 /// Lanes per chunk: small enough that a block's columns stay in L1.
 pub const CHUNK: usize = 512;
@@ -76,6 +76,9 @@ enum Step {
 pub struct Program {
     steps: Vec<Step>,
     n_loops: usize,
+    /// Workgroup / private buffers (id, dtype, elements): each thread of a
+    /// parallel loop gets its own.
+    locals: Vec<(usize, DType, usize)>,
 }
 
 fn flat_offset(indices: &[Index], shape: &[u64]) -> Index {
@@ -95,16 +98,28 @@ impl Program {
             .iter()
             .map(|n| compile_node(kernel, n))
             .collect();
+        let locals = kernel
+            .buffers
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.scope != Scope::Global)
+            .map(|(i, b)| (i, b.dtype, b.numel() as usize))
+            .collect();
         Program {
             steps,
             n_loops: kernel.loops.len(),
+            locals,
         }
     }
 
     /// Runs every step on `buffers` (indexed by buffer id).
     pub fn run(&self, buffers: &[RawBuf], threads: usize) {
         let mut env = vec![0i64; self.n_loops];
-        let ctx = Ctx { buffers, threads };
+        let ctx = Ctx {
+            buffers,
+            threads,
+            locals: &self.locals,
+        };
         for step in &self.steps {
             ctx.step(step, &mut env, true);
         }
@@ -222,6 +237,7 @@ fn all_linear(v: &Value) -> bool {
 struct Ctx<'a> {
     buffers: &'a [RawBuf],
     threads: usize,
+    locals: &'a [(usize, DType, usize)],
 }
 
 impl Ctx<'_> {
@@ -254,9 +270,24 @@ impl Ctx<'_> {
                 let (lo, hi) = (extent * t / threads, extent * (t + 1) / threads);
                 let mut env = env.to_vec();
                 scope.spawn(move || {
+                    // This thread's own workgroup / private buffers.
+                    let mut own: Vec<Storage> = self
+                        .locals
+                        .iter()
+                        .map(|&(_, d, n)| Storage::zeros(d, n))
+                        .collect();
+                    let mut buffers = self.buffers.to_vec();
+                    for (&(id, ..), s) in self.locals.iter().zip(&mut own) {
+                        buffers[id] = s.view();
+                    }
+                    let ctx = Ctx {
+                        buffers: &buffers,
+                        threads: 1,
+                        locals: self.locals,
+                    };
                     for i in lo..hi {
                         env[var] = i;
-                        body.iter().for_each(|s| self.step(s, &mut env, false));
+                        body.iter().for_each(|s| ctx.step(s, &mut env, false));
                     }
                 });
             }

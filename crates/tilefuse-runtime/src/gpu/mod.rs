@@ -168,6 +168,12 @@ impl GpuDevice {
                     stage.loop_iterations, self.info.name
                 )));
             }
+            if stage.workgroup_bytes > u64::from(l.max_workgroup_storage_bytes) {
+                return Err(RuntimeError::Limit(format!(
+                    "{name}: {} bytes of workgroup memory exceed the device's max_compute_workgroup_storage_size ({})",
+                    stage.workgroup_bytes, l.max_workgroup_storage_bytes
+                )));
+            }
             let invocations: u32 = stage.workgroup_size.iter().product();
             if invocations > l.max_invocations_per_workgroup {
                 return Err(RuntimeError::Limit(format!(

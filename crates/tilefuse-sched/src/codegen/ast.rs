@@ -74,6 +74,8 @@ impl Display for Expr {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     Let(String, Expr),
+    /// `var name: array<elem, len>;` (function scope).
+    VarArray(String, Scalar, u64),
     Assign(Expr, Expr),
     If(Expr, Vec<Stmt>),
     /// `for (var v = 0u; v < end; v++) { body }`
@@ -100,6 +102,9 @@ impl Stmt {
         };
         match self {
             Stmt::Let(name, e) => writeln!(out, "{pad}let {name} = {e};"),
+            Stmt::VarArray(name, elem, len) => {
+                writeln!(out, "{pad}var {name}: array<{elem}, {len}>;")
+            }
             Stmt::Assign(lhs, e) => writeln!(out, "{pad}{lhs} = {e};"),
             Stmt::If(c, stmts) => {
                 writeln!(out, "{pad}if {c} {{")?;

@@ -10,7 +10,7 @@
 
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar as Value, UnaryOp, reduce_identity};
 
-use super::ast::{Access, EntryPoint, Expr, Module, Scalar, Stmt, StorageBinding};
+use super::ast::{Access, EntryPoint, Expr, Module, Scalar, Stmt, StorageBinding, WorkgroupArray};
 use crate::ir::{self, BlockId, BufferId, Index, Kernel, LoopKind, Node, Role, Scope, Var};
 use crate::schedule::ScheduleError;
 
@@ -38,6 +38,8 @@ pub struct StageInfo {
     pub bindings: Vec<u32>,
     /// Most `for`-loop iterations one invocation runs (some drivers cap it).
     pub loop_iterations: u64,
+    /// Bytes of `var<workgroup>` arrays the stage uses.
+    pub workgroup_bytes: u64,
 }
 
 /// A kernel as WGSL, with what a WebGPU host needs to run it.
@@ -50,6 +52,7 @@ pub struct WgslKernel {
 
 /// Generates the WGSL module of `kernel`.
 pub fn generate(kernel: &Kernel) -> Result<WgslKernel, ScheduleError> {
+    let kernel = &crate::realize(kernel)?;
     let live = kernel.live_buffers();
     let globals: Vec<BufferId> = live
         .iter()
@@ -103,7 +106,15 @@ pub fn generate(kernel: &Kernel) -> Result<WgslKernel, ScheduleError> {
                 elem: storage_scalar(b.dtype),
             })
             .collect(),
-        workgroup_arrays: Vec::new(),
+        workgroup_arrays: live
+            .iter()
+            .filter(|&&b| kernel.buffer(b).scope == Scope::Workgroup)
+            .map(|&b| WorkgroupArray {
+                name: buffer_ident(&kernel.buffer(b).name, b),
+                elem: storage_scalar(kernel.buffer(b).dtype),
+                len: kernel.buffer(b).numel().max(1),
+            })
+            .collect(),
         entry_points,
     };
     Ok(WgslKernel {
@@ -160,10 +171,26 @@ fn loop_ident(l: ir::LoopId) -> String {
 
 fn index_expr(ix: &Index) -> Expr {
     match ix {
+        Index::Const(c) if *c < 0 => Expr::bin("-", Expr::raw("0u"), Expr::raw(format!("{}u", -c))),
         Index::Const(c) => Expr::raw(format!("{c}u")),
         Index::Var(Var::Loop(l)) => Expr::raw(loop_ident(*l)),
         Index::Var(Var::Iter(i)) => Expr::raw(format!("it{i}")),
-        Index::Add(a, b) => Expr::bin("+", index_expr(a), index_expr(b)),
+        // Rebased indices subtract: `a + b * -c` prints as `a - b * c`
+        // (u32 arithmetic wraps, and the final index is non-negative).
+        Index::Add(a, b) => match &**b {
+            Index::Mul(x, c) if *c < 0 => {
+                Expr::bin("-", index_expr(a), index_expr(&(*x.clone() * -c)))
+            }
+            Index::Const(c) if *c < 0 => {
+                Expr::bin("-", index_expr(a), Expr::raw(format!("{}u", -c)))
+            }
+            _ => Expr::bin("+", index_expr(a), index_expr(b)),
+        },
+        Index::Mul(a, c) if *c < 0 => Expr::bin(
+            "-",
+            Expr::raw("0u"),
+            Expr::bin("*", index_expr(a), Expr::raw(format!("{}u", -c))),
+        ),
         Index::Mul(a, c) => Expr::bin("*", index_expr(a), Expr::raw(format!("{c}u"))),
         Index::Div(a, c) => Expr::bin("/", index_expr(a), Expr::raw(format!("{c}u"))),
         Index::Mod(a, c) => Expr::bin("%", index_expr(a), Expr::raw(format!("{c}u"))),
@@ -195,9 +222,23 @@ impl Gen<'_> {
             narrow(sizes[4], "invocation")?,
             narrow(sizes[5], "invocation")?,
         ];
-        let body = self.node(root, &sizes);
         let mut used = Vec::new();
         self.buffers_in(root, &mut used);
+        used.sort_unstable();
+        used.dedup();
+        let mut body: Vec<Stmt> = used
+            .iter()
+            .filter(|&&b| self.kernel.buffer(b).scope == Scope::Private)
+            .map(|&b| {
+                let buf = self.kernel.buffer(b);
+                Stmt::VarArray(
+                    buffer_ident(&buf.name, b),
+                    storage_scalar(buf.dtype),
+                    buf.numel().max(1),
+                )
+            })
+            .collect();
+        body.extend(self.node(root, &sizes));
         let mut bindings: Vec<u32> = self
             .bindings
             .iter()
@@ -218,6 +259,11 @@ impl Gen<'_> {
                 workgroup_size,
                 bindings,
                 loop_iterations: self.loop_iterations(root),
+                workgroup_bytes: used
+                    .iter()
+                    .filter(|&&b| self.kernel.buffer(b).scope == Scope::Workgroup)
+                    .map(|&b| 4 * self.kernel.buffer(b).numel().max(1))
+                    .sum(),
             },
         ))
     }

@@ -5,7 +5,9 @@
 //! what one workgroup (or invocation) touches.
 
 use super::{Instruction, Result, Schedule, ScheduleError};
-use crate::ir::{Block, BlockId, Buffer, BufferId, Expr, Index, IterKind, IterVar, Role, Scope, Var};
+use crate::ir::{
+    Block, BlockId, Buffer, BufferId, Expr, Index, IterKind, IterVar, Role, Scope, Var,
+};
 
 fn scope_suffix(scope: Scope) -> &'static str {
     match scope {
@@ -32,11 +34,15 @@ impl Schedule {
             indices: indices.to_vec(),
         });
         self.kernel.block_mut(block).value = value;
-        let copy = self.copy_block(source, cache);
+        let copy = self.copy_block(source, cache, self.kernel.buffer(cache).name.clone());
         let node = self.add_nest(copy);
         let root = self.root_index(block);
         self.kernel.body.insert(root, node);
-        self.record(Instruction::CacheRead { block, buffer: buffer.to_owned(), scope });
+        self.record(Instruction::CacheRead {
+            block,
+            buffer: buffer.to_owned(),
+            scope,
+        });
         Ok(self.last_block())
     }
 
@@ -50,7 +56,7 @@ impl Schedule {
         let target = self.kernel.block(block).buffer;
         let cache = self.add_cache_buffer(target, scope);
         self.kernel.block_mut(block).buffer = cache;
-        let copy = self.copy_block(cache, target);
+        let copy = self.copy_block(cache, target, self.kernel.buffer(cache).name.clone());
         let node = self.add_nest(copy);
         let root = self.root_index(block);
         self.kernel.body.insert(root + 1, node);
@@ -61,37 +67,77 @@ impl Schedule {
     fn buffer_read_by(&self, primitive: &'static str, b: &Block, name: &str) -> Result<BufferId> {
         let mut loads = Vec::new();
         b.value.loads(&mut loads);
-        let mut names: Vec<&str> = loads.iter().map(|(buf, _)| self.kernel.buffer(*buf).name.as_str()).collect();
+        let mut names: Vec<&str> = loads
+            .iter()
+            .map(|(buf, _)| self.kernel.buffer(*buf).name.as_str())
+            .collect();
         names.dedup();
-        loads.iter().map(|(buf, _)| *buf).find(|&buf| self.kernel.buffer(buf).name == name).ok_or_else(|| {
-            ScheduleError::pre(primitive, format!("block {} does not read {name:?}; it reads {}", b.name, names.join(", ")))
-        })
+        loads
+            .iter()
+            .map(|(buf, _)| *buf)
+            .find(|&buf| self.kernel.buffer(buf).name == name)
+            .ok_or_else(|| {
+                ScheduleError::pre(
+                    primitive,
+                    format!(
+                        "block {} does not read {name:?}; it reads {}",
+                        b.name,
+                        names.join(", ")
+                    ),
+                )
+            })
     }
 
     fn add_cache_buffer(&mut self, of: BufferId, scope: Scope) -> BufferId {
         let src = self.kernel.buffer(of).clone();
         let base = format!("{}_{}", src.name, scope_suffix(scope));
         let taken = |n: &str| self.kernel.buffers.iter().any(|b| b.name == n);
-        let name = (0..).map(|i| if i == 0 { base.clone() } else { format!("{base}{i}") }).find(|n| !taken(n)).expect("a free name");
-        self.kernel.buffers.push(Buffer { name, dtype: src.dtype, shape: src.shape, scope, role: Role::Temp });
+        let name = (0..)
+            .map(|i| {
+                if i == 0 {
+                    base.clone()
+                } else {
+                    format!("{base}{i}")
+                }
+            })
+            .find(|n| !taken(n))
+            .expect("a free name");
+        self.kernel.buffers.push(Buffer {
+            name,
+            dtype: src.dtype,
+            shape: src.shape,
+            scope,
+            role: Role::Temp,
+        });
         BufferId(self.kernel.buffers.len() as u32 - 1)
     }
 
-    /// `to[v...] = from[v...]` over the whole buffer.
-    fn copy_block(&self, from: BufferId, to: BufferId) -> Block {
+    /// `to[v...] = from[v...]` over the whole buffer, named after the
+    /// cache buffer (TVM's convention: `A_shared` fills `A_shared`, and
+    /// `C_local` drains `C_local` into `C`).
+    fn copy_block(&self, from: BufferId, to: BufferId, name: String) -> Block {
         let shape = &self.kernel.buffer(from).shape;
-        let indices: Vec<Index> = (0..shape.len()).map(|i| Index::var(Var::Iter(i as u32))).collect();
+        let indices: Vec<Index> = (0..shape.len())
+            .map(|i| Index::var(Var::Iter(i as u32)))
+            .collect();
         Block {
-            name: self.kernel.buffer(to).name.clone(),
+            name,
             iters: shape
                 .iter()
                 .enumerate()
-                .map(|(i, &extent)| IterVar { name: format!("v{i}"), extent, kind: IterKind::Spatial })
+                .map(|(i, &extent)| IterVar {
+                    name: format!("v{i}"),
+                    extent,
+                    kind: IterKind::Spatial,
+                })
                 .collect(),
             bindings: Vec::new(),
             buffer: to,
             indices: indices.clone(),
-            value: Expr::Load { buffer: from, indices },
+            value: Expr::Load {
+                buffer: from,
+                indices,
+            },
             reduce: None,
             init: false,
         }

@@ -87,7 +87,11 @@ impl Schedule {
             Instruction::Vectorize { loop_ } => self.vectorize(*loop_),
             Instruction::Unroll { loop_ } => self.unroll(*loop_),
             Instruction::Rfactor { loop_ } => self.rfactor(*loop_).map(drop),
-            Instruction::CacheRead { block, buffer, scope } => self.cache_read(*block, buffer, *scope).map(drop),
+            Instruction::CacheRead {
+                block,
+                buffer,
+                scope,
+            } => self.cache_read(*block, buffer, *scope).map(drop),
             Instruction::CacheWrite { block, scope } => self.cache_write(*block, *scope).map(drop),
             Instruction::ComputeAt { block, loop_ } => self.compute_at(*block, *loop_),
             Instruction::ReverseComputeAt { block, loop_ } => {
