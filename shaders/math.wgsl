@@ -23,3 +23,20 @@ fn tf_relu_f32(x: f32) -> f32 {
 fn tf_relu_i32(x: i32) -> i32 {
     return max(x, 0);
 }
+
+// vec4 forms, for vectorized loops.
+fn tf_sigmoid4(x: vec4<f32>) -> vec4<f32> {
+    return 1.0 / (1.0 + exp(-x));
+}
+
+fn tf_tanh4(x: vec4<f32>) -> vec4<f32> {
+    return tanh(clamp(x, vec4<f32>(-10.0), vec4<f32>(10.0)));
+}
+
+fn tf_gelu4(x: vec4<f32>) -> vec4<f32> {
+    return 0.5 * x * (1.0 + tf_tanh4(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+fn tf_relu4(x: vec4<f32>) -> vec4<f32> {
+    return max(x, vec4<f32>(0.0));
+}

@@ -43,3 +43,24 @@ fn every_fixture_schedule_generates_valid_wgsl_and_replays() {
         }
     }
 }
+
+#[test]
+fn aligned_vectorized_loops_use_vec4() {
+    let (_, f) = fusions()
+        .into_iter()
+        .find(|(n, _)| *n == "layernorm")
+        .unwrap();
+    let mut s = Schedule::new(&f);
+    tilefuse_sched::fixtures::vectorize_unroll(&mut s);
+    let wgsl = generate(s.kernel()).unwrap().source;
+    assert!(wgsl.contains("array<vec4<f32>>"), "{wgsl}");
+    assert!(wgsl.contains("4 lanes of loop"), "{wgsl}");
+    // A loop whose lanes straddle rows (130 is not a multiple of 4) stays scalar.
+    let (_, f) = fusions()
+        .into_iter()
+        .find(|(n, _)| *n == "softmax")
+        .unwrap();
+    let mut s = Schedule::new(&f);
+    tilefuse_sched::fixtures::vectorize_unroll(&mut s);
+    assert!(!generate(s.kernel()).unwrap().source.contains("vec4<f32>>"));
+}

@@ -141,6 +141,8 @@ pub struct StorageBinding {
     pub name: String,
     pub access: Access,
     pub elem: Scalar,
+    /// Declared as `array<vec4<elem>>` (for vectorized loops).
+    pub vec4: bool,
 }
 
 /// `var<workgroup> name: array<elem, len>;`
@@ -180,10 +182,15 @@ impl Display for Module {
                 Access::Read => "read",
                 Access::ReadWrite => "read_write",
             };
+            let elem = if b.vec4 {
+                format!("vec4<{}>", b.elem)
+            } else {
+                b.elem.to_string()
+            };
             writeln!(
                 out,
-                "@group(0) @binding({}) var<storage, {access}> {}: array<{}>;",
-                b.binding, b.name, b.elem
+                "@group(0) @binding({}) var<storage, {access}> {}: array<{elem}>;",
+                b.binding, b.name
             )?;
         }
         for w in &self.workgroup_arrays {

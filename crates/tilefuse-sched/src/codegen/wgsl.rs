@@ -8,10 +8,12 @@
 //! are repeated. Between sibling subtrees that run on different invocations
 //! a barrier makes the first's writes visible to the second.
 
+use std::collections::{HashMap, HashSet};
+
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar as Value, UnaryOp, reduce_identity};
 
 use super::ast::{Access, EntryPoint, Expr, Module, Scalar, Stmt, StorageBinding, WorkgroupArray};
-use crate::ir::{self, BlockId, BufferId, Index, Kernel, LoopKind, Node, Role, Scope, Var};
+use crate::ir::{self, BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, Role, Scope, Var};
 use crate::schedule::ScheduleError;
 
 const MATH: &str = include_str!("../../../../shaders/math.wgsl");
@@ -80,9 +82,12 @@ pub fn generate(kernel: &Kernel) -> Result<WgslKernel, ScheduleError> {
             }
         })
         .collect();
+    let (vec_loops, vec_buffers) = vectorized_loops(kernel);
     let emitter = Gen {
         kernel,
         bindings: &bindings,
+        vec_loops,
+        vec_buffers,
     };
     let mut entry_points = Vec::new();
     let mut stages = Vec::new();
@@ -104,6 +109,7 @@ pub fn generate(kernel: &Kernel) -> Result<WgslKernel, ScheduleError> {
                     Access::Read
                 },
                 elem: storage_scalar(b.dtype),
+                vec4: emitter.vec_buffers.contains(&b.buffer),
             })
             .collect(),
         workgroup_arrays: live
@@ -165,7 +171,7 @@ fn literal(v: Value, dtype: DType) -> Expr {
     }
 }
 
-fn loop_ident(l: ir::LoopId) -> String {
+fn loop_ident(l: LoopId) -> String {
     format!("l{}", l.0)
 }
 
@@ -200,6 +206,11 @@ fn index_expr(ix: &Index) -> Expr {
 struct Gen<'a> {
     kernel: &'a Kernel,
     bindings: &'a [BindingInfo],
+    /// Vectorized loops emitted as one `vec4<f32>` step, with their block.
+    vec_loops: HashMap<LoopId, BlockId>,
+    /// Buffers declared `array<vec4<f32>>`; their scalar accesses pick a
+    /// component.
+    vec_buffers: HashSet<BufferId>,
 }
 
 impl Gen<'_> {
@@ -384,6 +395,9 @@ impl Gen<'_> {
                             Stmt::Scope(stmts)
                         })
                         .collect(),
+                    LoopKind::Vectorized if self.vec_loops.contains_key(l) => {
+                        vec![self.vector_block(*l, self.vec_loops[l])]
+                    }
                     LoopKind::Serial | LoopKind::Parallel | LoopKind::Vectorized => {
                         vec![Stmt::For {
                             var,
@@ -401,14 +415,78 @@ impl Gen<'_> {
     }
 
     fn offset(&self, b: BufferId, indices: &[Index]) -> Expr {
-        let shape = &self.kernel.buffer(b).shape;
-        let mut offset = Index::Const(0);
-        let mut stride = 1i64;
-        for (idx, &extent) in indices.iter().zip(shape).rev() {
-            offset = idx.clone() * stride + offset;
-            stride *= extent as i64;
+        index_expr(&flat_offset(indices, &self.kernel.buffer(b).shape))
+    }
+
+    /// One element: `b[o]`, or `b[o / 4u][o % 4u]` in a vec4 buffer.
+    fn element(&self, b: BufferId, indices: &[Index]) -> Expr {
+        let o = self.offset(b, indices);
+        if self.vec_buffers.contains(&b) {
+            let vec = Expr::index(self.buffer(b), Expr::bin("/", o.clone(), Expr::raw("4u")));
+            Expr::index(vec, Expr::bin("%", o, Expr::raw("4u")))
+        } else {
+            Expr::index(self.buffer(b), o)
         }
-        index_expr(&offset)
+    }
+
+    /// A vectorized loop: lane 0's iterators, then all four lanes at once.
+    fn vector_block(&self, l: LoopId, id: BlockId) -> Stmt {
+        let b = self.kernel.block(id);
+        let mut stmts = vec![
+            Stmt::Comment(format!(
+                "block {}, 4 lanes of loop {} at once",
+                b.name,
+                self.kernel.loop_(l).name
+            )),
+            Stmt::Let(loop_ident(l), Expr::raw("0u")),
+        ];
+        for (i, binding) in b.bindings.iter().enumerate() {
+            stmts.push(Stmt::Let(format!("it{i}"), index_expr(binding)));
+        }
+        let target = Expr::index(
+            self.buffer(b.buffer),
+            Expr::bin("/", self.offset(b.buffer, &b.indices), Expr::raw("4u")),
+        );
+        stmts.push(Stmt::Assign(target, self.vector_value(&b.value, b, l)));
+        Stmt::Scope(stmts)
+    }
+
+    fn vector_value(&self, e: &ir::Expr, b: &ir::Block, l: LoopId) -> Expr {
+        let v = |x: &ir::Expr| self.vector_value(x, b, l);
+        let splat = |x: Expr| Expr::call("vec4<f32>", vec![x]);
+        match e {
+            ir::Expr::Const { value, dtype } => splat(literal(Value::F(*value), *dtype)),
+            ir::Expr::Load { buffer, indices } => {
+                match lane_step(self.kernel, b, *buffer, indices, l) {
+                    Some(1) => Expr::index(
+                        self.buffer(*buffer),
+                        Expr::bin("/", self.offset(*buffer, indices), Expr::raw("4u")),
+                    ),
+                    _ => splat(self.element(*buffer, indices)),
+                }
+            }
+            ir::Expr::Unary(op, a) => {
+                let x = v(a);
+                match op {
+                    UnaryOp::Neg => Expr::Unary("-", Box::new(x)),
+                    UnaryOp::Abs => Expr::call("abs", vec![x]),
+                    UnaryOp::Exp => Expr::call("exp", vec![x]),
+                    UnaryOp::Log => Expr::call("log", vec![x]),
+                    UnaryOp::Sqrt => Expr::call("sqrt", vec![x]),
+                    UnaryOp::Rsqrt => Expr::call("inverseSqrt", vec![x]),
+                    UnaryOp::Tanh => Expr::call("tf_tanh4", vec![x]),
+                    UnaryOp::Sigmoid => Expr::call("tf_sigmoid4", vec![x]),
+                    UnaryOp::Relu => Expr::call("tf_relu4", vec![x]),
+                    UnaryOp::Gelu => Expr::call("tf_gelu4", vec![x]),
+                    UnaryOp::Sin => Expr::call("sin", vec![x]),
+                    UnaryOp::Cos => Expr::call("cos", vec![x]),
+                    UnaryOp::Reciprocal => Expr::bin("/", splat(Expr::raw("1.0f")), x),
+                }
+            }
+            ir::Expr::Binary(op, x, y) => self.binary(*op, v(x), v(y)),
+            ir::Expr::Select(c, x, y) => Expr::call("select", vec![v(y), v(x), v(c)]),
+            ir::Expr::Cast(..) => unreachable!("vectorized_loops admits no casts"),
+        }
     }
 
     fn block(&self, id: BlockId) -> Stmt {
@@ -418,7 +496,7 @@ impl Gen<'_> {
             stmts.push(Stmt::Let(format!("it{i}"), index_expr(binding)));
         }
         let dtype = self.kernel.buffer(b.buffer).dtype;
-        let target = Expr::index(self.buffer(b.buffer), self.offset(b.buffer, &b.indices));
+        let target = self.element(b.buffer, &b.indices);
         let value = self.value(&b.value);
         let mut body = Vec::new();
         match b.reduce {
@@ -477,7 +555,7 @@ impl Gen<'_> {
         match e {
             ir::Expr::Const { value, dtype } => literal(Value::F(*value), *dtype),
             ir::Expr::Load { buffer, indices } => {
-                let load = Expr::index(self.buffer(*buffer), self.offset(*buffer, indices));
+                let load = self.element(*buffer, indices);
                 if self.kernel.buffer(*buffer).dtype == DType::Bool {
                     Expr::bin("!=", load, Expr::raw("0u"))
                 } else {
@@ -504,24 +582,7 @@ impl Gen<'_> {
                     UnaryOp::Reciprocal => Expr::bin("/", Expr::raw("1.0f"), x),
                 }
             }
-            ir::Expr::Binary(op, a, b) => {
-                let (x, y) = (self.value(a), self.value(b));
-                match op {
-                    BinaryOp::Add => Expr::bin("+", x, y),
-                    BinaryOp::Sub => Expr::bin("-", x, y),
-                    BinaryOp::Mul => Expr::bin("*", x, y),
-                    BinaryOp::Div => Expr::bin("/", x, y),
-                    BinaryOp::Max => Expr::call("max", vec![x, y]),
-                    BinaryOp::Min => Expr::call("min", vec![x, y]),
-                    BinaryOp::Pow => Expr::call("pow", vec![x, y]),
-                    BinaryOp::Eq => Expr::bin("==", x, y),
-                    BinaryOp::Ne => Expr::bin("!=", x, y),
-                    BinaryOp::Lt => Expr::bin("<", x, y),
-                    BinaryOp::Le => Expr::bin("<=", x, y),
-                    BinaryOp::Gt => Expr::bin(">", x, y),
-                    BinaryOp::Ge => Expr::bin(">=", x, y),
-                }
-            }
+            ir::Expr::Binary(op, a, b) => self.binary(*op, self.value(a), self.value(b)),
             ir::Expr::Select(c, a, b) => {
                 Expr::call("select", vec![self.value(b), self.value(a), self.value(c)])
             }
@@ -536,6 +597,142 @@ impl Gen<'_> {
             }
         }
     }
+}
+
+impl Gen<'_> {
+    /// A binary op on scalars or on vectors alike.
+    fn binary(&self, op: BinaryOp, x: Expr, y: Expr) -> Expr {
+        match op {
+            BinaryOp::Add => Expr::bin("+", x, y),
+            BinaryOp::Sub => Expr::bin("-", x, y),
+            BinaryOp::Mul => Expr::bin("*", x, y),
+            BinaryOp::Div => Expr::bin("/", x, y),
+            BinaryOp::Max => Expr::call("max", vec![x, y]),
+            BinaryOp::Min => Expr::call("min", vec![x, y]),
+            BinaryOp::Pow => Expr::call("pow", vec![x, y]),
+            BinaryOp::Eq => Expr::bin("==", x, y),
+            BinaryOp::Ne => Expr::bin("!=", x, y),
+            BinaryOp::Lt => Expr::bin("<", x, y),
+            BinaryOp::Le => Expr::bin("<=", x, y),
+            BinaryOp::Gt => Expr::bin(">", x, y),
+            BinaryOp::Ge => Expr::bin(">=", x, y),
+        }
+    }
+}
+
+fn flat_offset(indices: &[Index], shape: &[u64]) -> Index {
+    let mut offset = Index::Const(0);
+    let mut stride = 1i64;
+    for (idx, &extent) in indices.iter().zip(shape).rev() {
+        offset = idx.clone() * stride + offset;
+        stride *= extent as i64;
+    }
+    offset
+}
+
+/// How an access's element offset moves with loop `l`: `Some(c)` when it
+/// is `c * l + rest`, where for `c == 1` `rest` is provably a multiple of 4
+/// (lane 0 starts a `vec4`); `None` otherwise.
+fn lane_step(
+    kernel: &Kernel,
+    block: &ir::Block,
+    buffer: BufferId,
+    indices: &[Index],
+    l: LoopId,
+) -> Option<i64> {
+    let offset = flat_offset(indices, &kernel.buffer(buffer).shape).subst(&|v| match v {
+        Var::Iter(i) => Some(block.bindings[i as usize].clone()),
+        Var::Loop(_) => None,
+    });
+    let (c, rest) = offset.linear_in(Var::Loop(l))?;
+    (c == 0 || (c == 1 && multiple_of_4(&rest))).then_some(c)
+}
+
+fn multiple_of_4(ix: &Index) -> bool {
+    match ix {
+        Index::Const(c) => c % 4 == 0,
+        Index::Add(a, b) => multiple_of_4(a) && multiple_of_4(b),
+        Index::Mul(a, c) => c % 4 == 0 || multiple_of_4(a),
+        Index::Var(_) | Index::Div(..) | Index::Mod(..) => false,
+    }
+}
+
+/// Vectorized loops of extent 4 over a single f32 block that can run as
+/// one `vec4<f32>` step (contiguous aligned or uniform loads, a contiguous
+/// aligned store, no guard, no reduction, no cast), and the buffers whose
+/// contiguous accesses need `array<vec4<f32>>`.
+fn vectorized_loops(kernel: &Kernel) -> (HashMap<LoopId, BlockId>, HashSet<BufferId>) {
+    fn walk(
+        k: &Kernel,
+        nodes: &[Node],
+        loops: &mut HashMap<LoopId, BlockId>,
+        buffers: &mut HashSet<BufferId>,
+    ) {
+        for n in nodes {
+            let Node::Loop(l, body) = n else { continue };
+            walk(k, body, loops, buffers);
+            let lp = k.loop_(*l);
+            let [Node::Block(b)] = body.as_slice() else {
+                continue;
+            };
+            if lp.kind != LoopKind::Vectorized || lp.extent != 4 {
+                continue;
+            }
+            let block = k.block(*b);
+            let vec_buffer = |buf: BufferId| {
+                let x = k.buffer(buf);
+                x.dtype == DType::F32 && x.scope == Scope::Global && x.numel().is_multiple_of(4)
+            };
+            let mut contiguous = vec![block.buffer];
+            let ok = block.reduce.is_none()
+                && k.needs_guard(*b).is_empty()
+                && vec_buffer(block.buffer)
+                && lane_step(k, block, block.buffer, &block.indices, *l) == Some(1)
+                && vector_ok(k, block, &block.value, *l, false, &mut contiguous)
+                && contiguous.iter().all(|&buf| vec_buffer(buf));
+            if ok {
+                loops.insert(*l, *b);
+                buffers.extend(contiguous);
+            }
+        }
+    }
+    /// Whether `e` has a `vec4` form (`cond`: it is a `select` condition,
+    /// the only place a comparison may appear).
+    fn vector_ok(
+        k: &Kernel,
+        b: &ir::Block,
+        e: &ir::Expr,
+        l: LoopId,
+        cond: bool,
+        contiguous: &mut Vec<BufferId>,
+    ) -> bool {
+        match e {
+            ir::Expr::Const { dtype, .. } => *dtype == DType::F32 && !cond,
+            ir::Expr::Load { buffer, indices } => {
+                let step = lane_step(k, b, *buffer, indices, l);
+                if step == Some(1) {
+                    contiguous.push(*buffer);
+                }
+                !cond && k.buffer(*buffer).dtype == DType::F32 && step.is_some()
+            }
+            ir::Expr::Unary(_, a) => !cond && vector_ok(k, b, a, l, false, contiguous),
+            ir::Expr::Binary(op, x, y) => {
+                cond == op.is_comparison()
+                    && vector_ok(k, b, x, l, false, contiguous)
+                    && vector_ok(k, b, y, l, false, contiguous)
+            }
+            ir::Expr::Select(c, x, y) => {
+                !cond
+                    && vector_ok(k, b, c, l, true, contiguous)
+                    && vector_ok(k, b, x, l, false, contiguous)
+                    && vector_ok(k, b, y, l, false, contiguous)
+            }
+            ir::Expr::Cast(..) => false,
+        }
+    }
+    let (mut loops, mut buffers) = (HashMap::new(), HashSet::new());
+    walk(kernel, &kernel.body, &mut loops, &mut buffers);
+    (loops, buffers)
 }
 
 /// Converts a value for storing into a buffer of `dtype`.
