@@ -131,6 +131,7 @@ impl Lowering<'_> {
             value,
             reduce,
             init: true,
+            predicates: Vec::new(),
         });
         let mut node = Node::Block(BlockId(self.kernel.blocks.len() as u32 - 1));
         for &l in loops.iter().rev() {

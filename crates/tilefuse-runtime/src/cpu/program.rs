@@ -40,6 +40,8 @@ struct BlockCode {
     bindings: Vec<Index>,
     extents: Vec<i64>,
     guards: Vec<usize>,
+    /// Split predicates over loop variables: `expr < bound`.
+    predicates: Vec<(Index, i64)>,
     reduce_iters: Vec<usize>,
     store: Access,
     value: Value,
@@ -199,8 +201,15 @@ fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -> BlockCode
     });
     let store = access(block.buffer, &block.indices);
     let value = value(&block.value, &access);
-    let guards = kernel.needs_guard(tilefuse_sched::ir::BlockId(id as u32));
+    let block_id = tilefuse_sched::ir::BlockId(id as u32);
+    let guards = kernel.needs_guard(block_id);
+    let predicates: Vec<(Index, i64)> = kernel
+        .live_predicates(block_id)
+        .into_iter()
+        .map(|(e, b)| (e, b as i64))
+        .collect();
     let per_lane = !guards.is_empty()
+        || !predicates.is_empty()
         || !all_linear(&value)
         || match store.linear {
             None => true,
@@ -211,6 +220,7 @@ fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -> BlockCode
         bindings: block.bindings.clone(),
         extents: block.iters.iter().map(|i| i.extent as i64).collect(),
         guards,
+        predicates,
         reduce_iters: (0..block.iters.len())
             .filter(|&i| block.iters[i].kind == IterKind::Reduce)
             .collect(),
@@ -367,11 +377,23 @@ impl Ctx<'_> {
                 })
             })
             .collect();
-        let mask: Option<Vec<bool>> = (!b.guards.is_empty()).then(|| {
-            (0..n)
-                .map(|k| b.guards.iter().all(|&g| iters[g][k] < b.extents[g]))
-                .collect()
-        });
+        let lane_env = |k: usize| {
+            move |v: Var| match v {
+                Var::Loop(l) if l.0 as usize == var => start + k as i64,
+                other => loop_value(env, other),
+            }
+        };
+        let mask: Option<Vec<bool>> =
+            (!b.guards.is_empty() || !b.predicates.is_empty()).then(|| {
+                (0..n)
+                    .map(|k| {
+                        b.guards.iter().all(|&g| iters[g][k] < b.extents[g])
+                            && b.predicates
+                                .iter()
+                                .all(|(p, bound)| p.eval(&lane_env(k)) < *bound)
+                    })
+                    .collect()
+            });
         let mask = mask.as_deref().filter(|m| m.iter().any(|&x| !x));
         if mask.is_some_and(|m| m.iter().all(|&x| !x)) {
             return;

@@ -527,22 +527,27 @@ impl Gen<'_> {
                 body.push(Stmt::Assign(target, combined));
             }
         }
-        let guards: Vec<usize> = self.kernel.needs_guard(id);
-        if guards.is_empty() {
-            stmts.extend(body);
-        } else {
-            let cond = guards
+        let mut conds: Vec<Expr> = self
+            .kernel
+            .needs_guard(id)
+            .iter()
+            .map(|&g| {
+                Expr::bin(
+                    "<",
+                    Expr::raw(format!("it{g}")),
+                    Expr::raw(format!("{}u", b.iters[g].extent)),
+                )
+            })
+            .collect();
+        conds.extend(
+            self.kernel
+                .live_predicates(id)
                 .iter()
-                .map(|&g| {
-                    Expr::bin(
-                        "<",
-                        Expr::raw(format!("it{g}")),
-                        Expr::raw(format!("{}u", b.iters[g].extent)),
-                    )
-                })
-                .reduce(|a, c| Expr::bin("&&", a, c))
-                .expect("non-empty");
-            stmts.push(Stmt::If(cond, body));
+                .map(|(e, bound)| Expr::bin("<", index_expr(e), Expr::raw(format!("{bound}u")))),
+        );
+        match conds.into_iter().reduce(|a, c| Expr::bin("&&", a, c)) {
+            None => stmts.extend(body),
+            Some(cond) => stmts.push(Stmt::If(cond, body)),
         }
         Stmt::Scope(stmts)
     }
@@ -686,6 +691,7 @@ fn vectorized_loops(kernel: &Kernel) -> (HashMap<LoopId, BlockId>, HashSet<Buffe
             let mut contiguous = vec![block.buffer];
             let ok = block.reduce.is_none()
                 && k.needs_guard(*b).is_empty()
+                && k.live_predicates(*b).is_empty()
                 && vec_buffer(block.buffer)
                 && lane_step(k, block, block.buffer, &block.indices, *l) == Some(1)
                 && vector_ok(k, block, &block.value, *l, false, &mut contiguous)

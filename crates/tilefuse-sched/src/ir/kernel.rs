@@ -163,6 +163,9 @@ pub struct Block {
     pub reduce: Option<ReduceOp>,
     /// Reductions: start from the identity on the first visit.
     pub init: bool,
+    /// Conditions on loop variables (`expr < bound`) left by splits whose
+    /// factors overshoot a loop's extent: instances outside them do not run.
+    pub predicates: Vec<(Index, u64)>,
 }
 
 impl Block {
@@ -338,6 +341,25 @@ impl Kernel {
 
     /// Whether some instance of `block` can fall outside its domain, so a
     /// guard must check it (a split whose factors overshoot the extent).
+    /// The predicates of `block` that some loop values can violate and that
+    /// no iterator guard already checks.
+    pub fn live_predicates(&self, block: BlockId) -> Vec<(Index, u64)> {
+        let b = self.block(block);
+        let covered = |e: &Index, bound: u64| {
+            b.bindings
+                .iter()
+                .zip(&b.iters)
+                .any(|(x, it)| x == e && it.extent == bound)
+        };
+        b.predicates
+            .iter()
+            .filter(|(e, bound)| {
+                e.bounds(&|v| self.loop_range(v)).1 >= *bound as i64 && !covered(e, *bound)
+            })
+            .cloned()
+            .collect()
+    }
+
     pub fn needs_guard(&self, block: BlockId) -> Vec<usize> {
         let b = self.block(block);
         b.bindings

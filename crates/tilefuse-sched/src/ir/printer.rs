@@ -112,13 +112,18 @@ impl Kernel {
             b.name,
             iters.join(", ")
         );
-        let guards = self.needs_guard(id);
-        let mut inner = format!("{pad}  ");
-        if !guards.is_empty() {
-            let conds: Vec<String> = guards
+        let mut conds: Vec<String> = self
+            .needs_guard(id)
+            .iter()
+            .map(|&i| format!("{} < {}", b.iters[i].name, b.iters[i].extent))
+            .collect();
+        conds.extend(
+            self.live_predicates(id)
                 .iter()
-                .map(|&i| format!("{} < {}", b.iters[i].name, b.iters[i].extent))
-                .collect();
+                .map(|(e, bound)| format!("{} < {bound}", e.display(&name))),
+        );
+        let mut inner = format!("{pad}  ");
+        if !conds.is_empty() {
             let _ = writeln!(out, "{inner}if {}:", conds.join(" and "));
             inner.push_str("  ");
         }

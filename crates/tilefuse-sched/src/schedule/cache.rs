@@ -140,6 +140,7 @@ impl Schedule {
             },
             reduce: None,
             init: false,
+            predicates: Vec::new(),
         }
     }
 

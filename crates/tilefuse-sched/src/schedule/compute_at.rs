@@ -28,6 +28,7 @@ impl Schedule {
         self.check_block(block)?;
         self.check_loop(l)?;
         self.check_alone(P, block, l)?;
+        self.check_sole_writer(P, block)?;
         let dims = self.store_dims(P, block)?;
         let buffer = self.kernel.block(block).buffer;
         let under = self.kernel.blocks_under(l);
@@ -66,6 +67,7 @@ impl Schedule {
         }
         let region = self.region(P, l, &accesses, buffer)?;
         self.check_order(P, block, l, true)?;
+        self.check_inputs_ready(P, block, l, false)?;
         self.move_under(block, l, &region, |i| dims[i], true)?;
         self.record(Instruction::ComputeAt { block, loop_: l });
         Ok(())
@@ -103,6 +105,8 @@ impl Schedule {
                 ),
             ));
         };
+        self.check_sole_writer(P, *producer)?;
+        self.check_sole_writer(P, block)?;
         let p = self.kernel.block(*producer).clone();
         let store = self.over_loops(*producer, &p.indices);
         let region = self.region(P, l, &[store], p.buffer)?;
@@ -144,6 +148,7 @@ impl Schedule {
             dim_iter = this;
         }
         self.check_order(P, block, l, false)?;
+        self.check_inputs_ready(P, block, l, true)?;
         self.move_under(
             block,
             l,
@@ -303,6 +308,50 @@ impl Schedule {
         })
     }
 
+    /// Every buffer `block` reads must be written before `l`'s nest runs
+    /// (or, for a consumer placed last under `l`, by a block under `l`).
+    fn check_inputs_ready(
+        &self,
+        primitive: &'static str,
+        block: BlockId,
+        l: LoopId,
+        under_ok: bool,
+    ) -> Result<()> {
+        let target = self.root_of(l);
+        let under = self.kernel.blocks_under(l);
+        for w in self.kernel.blocks_in_order() {
+            let writer = self.kernel.block(w);
+            if w == block
+                || !self.kernel.block(block).reads(writer.buffer)
+                || (under_ok && under.contains(&w))
+            {
+                continue;
+            }
+            let root = match self.get_loops(w)?.first() {
+                Some(&top) => self.root_of(top),
+                None => self
+                    .kernel
+                    .body
+                    .iter()
+                    .position(|n| matches!(n, Node::Block(b) if *b == w))
+                    .unwrap_or(0),
+            };
+            if root >= target {
+                return Err(ScheduleError::pre(
+                    primitive,
+                    format!(
+                        "block {} reads {}, which block {} writes only after loop {}'s nest",
+                        self.block_name(block),
+                        self.kernel.buffer(writer.buffer).name,
+                        writer.name,
+                        self.loop_name(l)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// A producer's nest must run before `l`'s, a consumer's after.
     fn check_order(
         &self,
@@ -363,7 +412,10 @@ impl Schedule {
                 }
             }
         }
-        self.kernel.block_mut(block).bindings = bindings;
+        // The new nest walks each instance of the region exactly once.
+        let moved = self.kernel.block_mut(block);
+        moved.bindings = bindings;
+        moved.predicates.clear();
         let mut node = Node::Block(block);
         for &lp in loops.iter().rev() {
             node = Node::Loop(lp, vec![node]);

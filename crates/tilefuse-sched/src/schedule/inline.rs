@@ -161,6 +161,7 @@ impl Schedule {
     }
 
     fn check_inlinable(&self, primitive: &'static str, block: BlockId) -> Result<()> {
+        self.check_sole_writer(primitive, block)?;
         let b = self.kernel.block(block);
         if b.reduce.is_some() {
             return Err(ScheduleError::pre(
@@ -185,6 +186,32 @@ impl Schedule {
             ));
         }
         Ok(())
+    }
+
+    /// No other block may write `block`'s buffer (as `rfactor`'s fill and
+    /// partial blocks share theirs): moving or folding one of them would
+    /// change what the other sees.
+    pub(super) fn check_sole_writer(&self, primitive: &'static str, block: BlockId) -> Result<()> {
+        let buffer = self.kernel.block(block).buffer;
+        let others: Vec<String> = self
+            .kernel
+            .blocks_in_order()
+            .into_iter()
+            .filter(|&b| b != block && self.kernel.block(b).buffer == buffer)
+            .map(|b| self.block_name(b))
+            .collect();
+        if others.is_empty() {
+            return Ok(());
+        }
+        Err(ScheduleError::pre(
+            primitive,
+            format!(
+                "block {} shares its buffer {} with block {}",
+                self.block_name(block),
+                self.kernel.buffer(buffer).name,
+                others.join(", ")
+            ),
+        ))
     }
 
     /// Takes a block out of the tree, with loops left empty by it.

@@ -8,9 +8,13 @@ use crate::ir::{Index, LoopId, LoopKind, Node, Var};
 impl Schedule {
     /// Replaces loop variable `old` by `expr` in every block binding.
     fn substitute_loop(&mut self, old: LoopId, expr: &Index) {
+        let f = |v| (v == Var::Loop(old)).then(|| expr.clone());
         for block in &mut self.kernel.blocks {
             for binding in &mut block.bindings {
-                *binding = binding.subst(&|v| (v == Var::Loop(old)).then(|| expr.clone()));
+                *binding = binding.subst(&f);
+            }
+            for (p, _) in &mut block.predicates {
+                *p = p.subst(&f);
             }
         }
     }
@@ -97,6 +101,15 @@ impl Schedule {
         for (i, &lid) in new.iter().enumerate().rev() {
             expr = Index::var(Var::Loop(lid)) * stride + expr;
             stride *= resolved[i] as i64;
+        }
+        if product > extent {
+            // The new loops overshoot: keep instances within the old loop.
+            for b in self.kernel.blocks_under(l) {
+                self.kernel
+                    .block_mut(b)
+                    .predicates
+                    .push((Index::var(Var::Loop(l)), extent));
+            }
         }
         self.substitute_loop(l, &expr);
         let (siblings, pos) = self.kernel.find_loop_mut(l).expect("checked");

@@ -22,18 +22,26 @@ impl Schedule {
     ///
     /// Returns the `B_rf` block.
     ///
-    /// Preconditions: `l` is in the schedule with exactly one block under
-    /// it; that block is a reduction that initializes its buffer; `l`
-    /// drives one of its reduce iterators and none of its spatial ones.
+    /// Preconditions: `l` is in the schedule, in a root loop nest that holds
+    /// exactly one block (the combining block runs after that nest); that
+    /// block is a reduction that initializes its buffer; `l` drives one of
+    /// its reduce iterators and none of its spatial ones.
     pub fn rfactor(&mut self, l: LoopId) -> Result<BlockId> {
         const P: &str = "rfactor";
         self.check_loop(l)?;
-        let blocks = self.kernel.blocks_under(l);
+        let root = self
+            .kernel
+            .path_to(&Node::Loop(l, vec![]))
+            .expect("checked")
+            .first()
+            .copied()
+            .unwrap_or(l);
+        let blocks = self.kernel.blocks_under(root);
         let [block] = blocks.as_slice() else {
             return Err(ScheduleError::pre(
                 P,
                 format!(
-                    "loop {} must hold exactly one block, it holds {}",
+                    "loop {}'s nest must hold exactly one block, it holds {}",
                     self.loop_name(l),
                     blocks.len()
                 ),
@@ -106,6 +114,7 @@ impl Schedule {
             },
             reduce: None,
             init: false,
+            predicates: Vec::new(),
         };
         // Combining the partials, after it.
         let rank = out.shape.len();
@@ -129,6 +138,7 @@ impl Schedule {
             },
             reduce: Some(op),
             init: true,
+            predicates: Vec::new(),
         };
         let root = self.root_of(l);
         let init_node = self.add_nest(init);
