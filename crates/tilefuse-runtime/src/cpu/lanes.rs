@@ -30,10 +30,18 @@ fn map<T: Copy, U>(a: &[T], f: impl Fn(T) -> U) -> Vec<U> {
     a.iter().map(|&x| f(x)).collect()
 }
 
-fn in_place(a: &[f32], f: fn(&mut [f32])) -> Vec<f32> {
-    let mut v = a.to_vec();
-    f(&mut v);
-    v
+/// The f32 function of an arithmetic binary op.
+fn f32_op(op: BinaryOp) -> fn(f32, f32) -> f32 {
+    match op {
+        BinaryOp::Add => |x, y| x + y,
+        BinaryOp::Sub => |x, y| x - y,
+        BinaryOp::Mul => |x, y| x * y,
+        BinaryOp::Div => |x, y| x / y,
+        BinaryOp::Max => |x, y| extreme(x, y, true),
+        BinaryOp::Min => |x, y| extreme(x, y, false),
+        BinaryOp::Pow => f32::powf,
+        _ => unreachable!("comparisons are not arithmetic"),
+    }
 }
 
 fn zip<T: Copy, U>(a: &[T], b: &[T], f: impl Fn(T, T) -> U) -> Vec<U> {
@@ -178,59 +186,77 @@ impl Column {
         })
     }
 
-    pub fn unary(&self, op: UnaryOp) -> Column {
-        match self {
-            Column::F32(a) => Column::F32(match op {
-                UnaryOp::Neg => map(a, |x| -x),
-                UnaryOp::Abs => map(a, f32::abs),
-                UnaryOp::Exp => in_place(a, simd_math::exp_in_place),
-                UnaryOp::Log => map(a, f32::ln),
-                UnaryOp::Sqrt => map(a, f32::sqrt),
-                UnaryOp::Rsqrt => map(a, |x| 1.0 / x.sqrt()),
-                UnaryOp::Tanh => in_place(a, simd_math::tanh_in_place),
-                UnaryOp::Sigmoid => {
-                    let mut v = map(a, |x| -x);
-                    simd_math::exp_in_place(&mut v);
-                    v.iter_mut().for_each(|e| *e = 1.0 / (1.0 + *e));
-                    v
-                }
-                UnaryOp::Relu => map(a, |x| if x > 0.0 { x } else { 0.0 }),
-                UnaryOp::Gelu => map(a, |x| gelu(f64::from(x)) as f32),
-                UnaryOp::Sin => map(a, f32::sin),
-                UnaryOp::Cos => map(a, f32::cos),
-                UnaryOp::Reciprocal => map(a, |x| 1.0 / x),
-            }),
-            other => other.per_lane(other.dtype(), |x| unary_scalar(op, x)),
+    /// Applies a unary op, reusing the column's storage for f32.
+    pub fn unary(self, op: UnaryOp) -> Column {
+        let Column::F32(mut a) = self else {
+            return self.per_lane(self.dtype(), |x| unary_scalar(op, x));
+        };
+        let each = |a: &mut Vec<f32>, f: fn(f32) -> f32| a.iter_mut().for_each(|x| *x = f(*x));
+        match op {
+            UnaryOp::Neg => each(&mut a, |x| -x),
+            UnaryOp::Abs => each(&mut a, f32::abs),
+            UnaryOp::Exp => simd_math::exp_in_place(&mut a),
+            UnaryOp::Log => each(&mut a, f32::ln),
+            UnaryOp::Sqrt => each(&mut a, f32::sqrt),
+            UnaryOp::Rsqrt => each(&mut a, |x| 1.0 / x.sqrt()),
+            UnaryOp::Tanh => simd_math::tanh_in_place(&mut a),
+            UnaryOp::Sigmoid => {
+                each(&mut a, |x| -x);
+                simd_math::exp_in_place(&mut a);
+                each(&mut a, |e| 1.0 / (1.0 + e));
+            }
+            UnaryOp::Relu => each(&mut a, |x| if x > 0.0 { x } else { 0.0 }),
+            UnaryOp::Gelu => each(&mut a, |x| gelu(f64::from(x)) as f32),
+            UnaryOp::Sin => each(&mut a, f32::sin),
+            UnaryOp::Cos => each(&mut a, f32::cos),
+            UnaryOp::Reciprocal => each(&mut a, |x| 1.0 / x),
         }
+        Column::F32(a)
     }
 
-    pub fn binary(&self, op: BinaryOp, rhs: &Column) -> Column {
+    /// `self op rhs` lane by lane; f32 arithmetic reuses `self`'s storage.
+    pub fn binary(self, op: BinaryOp, rhs: &Column) -> Column {
         match (self, rhs) {
-            (Column::F32(a), Column::F32(b)) => match op {
-                BinaryOp::Add => Column::F32(zip(a, b, |x, y| x + y)),
-                BinaryOp::Sub => Column::F32(zip(a, b, |x, y| x - y)),
-                BinaryOp::Mul => Column::F32(zip(a, b, |x, y| x * y)),
-                BinaryOp::Div => Column::F32(zip(a, b, |x, y| x / y)),
-                BinaryOp::Max => Column::F32(zip(a, b, |x, y| extreme(x, y, true))),
-                BinaryOp::Min => Column::F32(zip(a, b, |x, y| extreme(x, y, false))),
-                BinaryOp::Pow => Column::F32(zip(a, b, f32::powf)),
-                BinaryOp::Eq => Column::Bool(zip(a, b, |x, y| x == y)),
-                BinaryOp::Ne => Column::Bool(zip(a, b, |x, y| x != y)),
-                BinaryOp::Lt => Column::Bool(zip(a, b, |x, y| x < y)),
-                BinaryOp::Le => Column::Bool(zip(a, b, |x, y| x <= y)),
-                BinaryOp::Gt => Column::Bool(zip(a, b, |x, y| x > y)),
-                BinaryOp::Ge => Column::Bool(zip(a, b, |x, y| x >= y)),
-            },
-            _ => {
+            (Column::F32(mut a), Column::F32(b)) if !op.is_comparison() => {
+                let f = f32_op(op);
+                a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y));
+                Column::F32(a)
+            }
+            (Column::F32(a), Column::F32(b)) => Column::Bool(match op {
+                BinaryOp::Eq => zip(&a, b, |x, y| x == y),
+                BinaryOp::Ne => zip(&a, b, |x, y| x != y),
+                BinaryOp::Lt => zip(&a, b, |x, y| x < y),
+                BinaryOp::Le => zip(&a, b, |x, y| x <= y),
+                BinaryOp::Gt => zip(&a, b, |x, y| x > y),
+                _ => zip(&a, b, |x, y| x >= y),
+            }),
+            (lhs, _) => {
                 let dtype = if op.is_comparison() {
                     DType::Bool
                 } else {
-                    self.dtype()
+                    lhs.dtype()
                 };
-                Column::from_fn(dtype, self.len(), |k| {
-                    binary_scalar(op, self.get(k), rhs.get(k))
+                Column::from_fn(dtype, lhs.len(), |k| {
+                    binary_scalar(op, lhs.get(k), rhs.get(k))
                 })
             }
+        }
+    }
+
+    /// `self op c` (or `c op self` with `const_left`) for an f32 column and
+    /// constant, in place; hands the column back where that does not apply.
+    pub fn binary_const(self, op: BinaryOp, c: f32, const_left: bool) -> Result<Column, Column> {
+        match self {
+            Column::F32(mut a) if !op.is_comparison() => {
+                let f = f32_op(op);
+                if const_left {
+                    a.iter_mut().for_each(|x| *x = f(c, *x));
+                } else {
+                    a.iter_mut().for_each(|x| *x = f(*x, c));
+                }
+                Ok(Column::F32(a))
+            }
+            other => Err(other),
         }
     }
 

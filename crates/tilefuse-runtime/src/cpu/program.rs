@@ -510,7 +510,24 @@ impl Chunk<'_> {
                 }
             }
             Value::Unary(op, x) => self.column(x).unary(*op),
-            Value::Binary(op, x, y) => self.column(x).binary(*op, &self.column(y)),
+            Value::Binary(op, x, y) => match (&**x, &**y) {
+                // A constant operand is applied in place, never splatted.
+                (_, Value::Const(c, DType::F32)) => {
+                    let lhs = self.column(x);
+                    lhs.binary_const(*op, c.as_f64() as f32, false)
+                        .unwrap_or_else(|lhs| {
+                            lhs.binary(*op, &Column::splat(*c, DType::F32, self.n))
+                        })
+                }
+                (Value::Const(c, DType::F32), _) => {
+                    let rhs = self.column(y);
+                    rhs.binary_const(*op, c.as_f64() as f32, true)
+                        .unwrap_or_else(|rhs| {
+                            Column::splat(*c, DType::F32, self.n).binary(*op, &rhs)
+                        })
+                }
+                _ => self.column(x).binary(*op, &self.column(y)),
+            },
             Value::Select(c, x, y) => self.column(c).select(&self.column(x), &self.column(y)),
             Value::Cast(d, x) => self.column(x).cast(*d),
         }
