@@ -4,47 +4,18 @@
 use tilefuse_ir::{Data, Fusion, Tensor, evaluate};
 use tilefuse_runtime::CpuDevice;
 use tilefuse_sched::Schedule;
-use tilefuse_sched::fixtures::{fusions, recipes};
-
-fn random(shape: &[usize], seed: u64) -> Tensor {
-    // xorshift: deterministic, dependency-free, never all zeros.
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let n = shape.iter().product();
-    let data = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % 20_000) as f32 / 10_000.0 - 1.0
-        })
-        .collect();
-    Tensor::new(shape.to_vec(), Data::F32(data)).unwrap()
-}
+use tilefuse_sched::fixtures::{compare, fusions, inputs, recipes};
 
 fn check(name: &str, f: &Fusion, schedule: &Schedule) {
-    let inputs: Vec<Tensor> = f
-        .inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &t)| random(&f.ty(t).unwrap().shape, i as u64 + 7))
-        .collect();
-    let want = evaluate(f, &inputs).unwrap();
+    let x = inputs(f, 7);
+    let want = evaluate(f, &x).unwrap();
     let got = CpuDevice::default()
         .build(schedule)
         .unwrap()
-        .run(&inputs)
+        .run(&x)
         .unwrap();
-    for (w, g) in want.iter().zip(&got) {
-        let (Data::F32(w), Data::F32(g)) = (&w.data, &g.data) else {
-            panic!("f32 outputs")
-        };
-        let scale = w.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-30);
-        for (i, (a, b)) in w.iter().zip(g).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-5 * scale + 1e-5 * a.abs(),
-                "{name}: element {i}: want {a}, got {b}\n{schedule}"
-            );
-        }
+    if let Err(e) = compare(&want, &got, 1e-5) {
+        panic!("{name}: {e}\n{schedule}");
     }
 }
 

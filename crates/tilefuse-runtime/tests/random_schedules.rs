@@ -3,10 +3,10 @@
 //! schedule becomes, the CPU device still computes the reference result.
 
 use proptest::prelude::*;
-use tilefuse_ir::{Data, Fusion, Tensor, evaluate};
+use tilefuse_ir::evaluate;
 use tilefuse_runtime::Device;
 use tilefuse_sched::Schedule;
-use tilefuse_sched::fixtures::fusions;
+use tilefuse_sched::fixtures::{compare, fusions, inputs};
 use tilefuse_sched::ir::{BlockId, LoopId, Scope, ThreadAxis};
 
 #[derive(Clone, Debug)]
@@ -74,21 +74,6 @@ fn apply(s: &mut Schedule, c: &Call) {
     };
 }
 
-fn inputs(f: &Fusion) -> Vec<Tensor> {
-    f.inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &t)| {
-            let shape = f.ty(t).unwrap().shape.clone();
-            let n: usize = shape.iter().product();
-            let data = (0..n)
-                .map(|k| ((k * 7 + i * 13) % 23) as f32 / 11.0 - 1.0)
-                .collect();
-            Tensor::new(shape, Data::F32(data)).unwrap()
-        })
-        .collect()
-}
-
 /// Applies `calls` to a fixture fusion and checks the result on `device`
 /// (schedules the device cannot build are skipped: that is a typed error).
 fn check(device: &Device, which: usize, calls: &[Call]) -> Result<(), TestCaseError> {
@@ -106,20 +91,11 @@ fn check(device: &Device, which: usize, calls: &[Call]) -> Result<(), TestCaseEr
     let Ok(kernel) = device.build(&s) else {
         return Ok(());
     };
-    let x = inputs(&f);
+    let x = inputs(&f, 5);
     let want = evaluate(&f, &x).unwrap();
     let got = kernel.run(&x).unwrap();
-    for (w, g) in want.iter().zip(&got) {
-        let (Data::F32(w), Data::F32(g)) = (&w.data, &g.data) else {
-            panic!("f32")
-        };
-        let scale = w.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
-        for (a, b) in w.iter().zip(g) {
-            prop_assert!(
-                (a - b).abs() <= 1e-4 * scale,
-                "{name}: want {a}, got {b} after {calls:?}\n{s}"
-            );
-        }
+    if let Err(e) = compare(&want, &got, 1e-4) {
+        prop_assert!(false, "{name}: {e} after {calls:?}\n{s}");
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Standard fusions and hand schedules: the matrix that tests of every
 //! device run, and that benchmarks and examples start from.
 
-use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
+use tilefuse_ir::{BinaryOp, DType, Data, Fusion, ReduceOp, Tensor, UnaryOp};
 
 use crate::Schedule;
 use crate::ir::{IterKind, Scope, ThreadAxis};
@@ -234,4 +234,47 @@ pub fn recipes() -> [Recipe; 8] {
         ("reverse_compute_at epilogue", reverse_compute_at_epilogue),
         ("cache_read workgroup", cache_stage),
     ]
+}
+
+/// Deterministic, never-zero f32 inputs for `fusion` (xorshift; `seed`
+/// varies them), for device tests that need no random-number crate.
+pub fn inputs(fusion: &Fusion, seed: u64) -> Vec<Tensor> {
+    fusion
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            let shape = fusion.ty(t).expect("an input").shape.clone();
+            let mut s = (seed + i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let data = (0..shape.iter().product())
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    (s % 20_000) as f32 / 10_000.0 - 1.0
+                })
+                .collect();
+            Tensor::new(shape, Data::F32(data)).expect("sized to the shape")
+        })
+        .collect()
+}
+
+/// Whether f32 outputs match the reference within `rtol` of the largest
+/// reference magnitude; the message names the first element that does not.
+pub fn compare(want: &[Tensor], got: &[Tensor], rtol: f32) -> Result<(), String> {
+    for (o, (w, g)) in want.iter().zip(got).enumerate() {
+        let (Data::F32(w), Data::F32(g)) = (&w.data, &g.data) else {
+            return Err(format!("output {o} is not f32"));
+        };
+        let scale = w.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-30);
+        if let Some((i, (a, b))) = w
+            .iter()
+            .zip(g)
+            .enumerate()
+            .find(|(_, (a, b))| (*a - *b).abs() > rtol * scale + rtol * a.abs())
+        {
+            return Err(format!("output {o}, element {i}: want {a}, got {b}"));
+        }
+    }
+    Ok(())
 }

@@ -6,8 +6,7 @@
 use tilefuse_ir::{BinaryOp, DType, Fusion, Op, ReduceOp, TensorId, matmul_dims};
 
 use crate::ir::{
-    Block, BlockId, Buffer, BufferId, Expr, Index, IterKind, IterVar, Kernel, Node, Role, Scope,
-    Var,
+    Block, Buffer, BufferId, Expr, Index, IterKind, IterVar, Kernel, Role, Scope, Var,
 };
 
 /// Builds the initial kernel of `fusion`.
@@ -33,7 +32,7 @@ pub fn lower(fusion: &Fusion) -> Kernel {
                 let dtype = fusion.ty(t).expect("verified").dtype;
                 let name = format!("out{j}");
                 let buffer = l.add_buffer(&name, dtype, &shape, Role::Output(j));
-                let iters = spatial_iters(&shape);
+                let iters = IterVar::spatial(&shape);
                 let value = l.operand(t, &shape);
                 l.add_block(
                     &name,
@@ -71,18 +70,6 @@ fn shape_of(fusion: &Fusion, t: TensorId) -> Vec<u64> {
         .collect()
 }
 
-fn spatial_iters(shape: &[u64]) -> Vec<IterVar> {
-    shape
-        .iter()
-        .enumerate()
-        .map(|(i, &extent)| IterVar {
-            name: format!("v{i}"),
-            extent,
-            kind: IterKind::Spatial,
-        })
-        .collect()
-}
-
 fn identity_indices(rank: usize) -> Vec<Index> {
     (0..rank).map(|i| Index::var(Var::Iter(i as u32))).collect()
 }
@@ -116,16 +103,10 @@ impl Lowering<'_> {
         value: Expr,
         reduce: Option<ReduceOp>,
     ) {
-        let loops: Vec<_> = iters
-            .iter()
-            .enumerate()
-            .map(|(i, it)| self.kernel.new_loop(format!("i{i}"), it.extent))
-            .collect();
-        let bindings = loops.iter().map(|&l| Index::var(Var::Loop(l))).collect();
-        self.kernel.blocks.push(Block {
+        let node = self.kernel.add_nest(Block {
             name: name.to_owned(),
             iters,
-            bindings,
+            bindings: Vec::new(),
             buffer,
             indices,
             value,
@@ -133,10 +114,6 @@ impl Lowering<'_> {
             init: true,
             predicates: Vec::new(),
         });
-        let mut node = Node::Block(BlockId(self.kernel.blocks.len() as u32 - 1));
-        for &l in loops.iter().rev() {
-            node = Node::Loop(l, vec![node]);
-        }
         self.kernel.body.push(node);
     }
 
@@ -189,7 +166,7 @@ impl Lowering<'_> {
             }
             Op::Constant { value, dtype } => return Value::Const(value.0, *dtype),
             Op::Unary { func } => (
-                spatial_iters(&shape),
+                IterVar::spatial(&shape),
                 Expr::Unary(*func, Box::new(self.operand(args[0], &shape))),
                 None,
             ),
@@ -197,32 +174,36 @@ impl Lowering<'_> {
                 let a = self.operand(args[0], &shape);
                 let b = self.operand(args[1], &shape);
                 (
-                    spatial_iters(&shape),
+                    IterVar::spatial(&shape),
                     Expr::Binary(*func, Box::new(a), Box::new(b)),
                     None,
                 )
             }
             Op::Where => {
                 let [c, a, b] = [0, 1, 2].map(|i| Box::new(self.operand(args[i], &shape)));
-                (spatial_iters(&shape), Expr::Select(c, a, b), None)
+                (IterVar::spatial(&shape), Expr::Select(c, a, b), None)
             }
             Op::Cast { dtype } => (
-                spatial_iters(&shape),
+                IterVar::spatial(&shape),
                 Expr::Cast(*dtype, Box::new(self.operand(args[0], &shape))),
                 None,
             ),
-            Op::Broadcast { .. } => (spatial_iters(&shape), self.operand(args[0], &shape), None),
+            Op::Broadcast { .. } => (
+                IterVar::spatial(&shape),
+                self.operand(args[0], &shape),
+                None,
+            ),
             Op::Permute { perm } => {
                 let mut indices = vec![Index::Const(0); perm.len()];
                 for (i, &p) in perm.iter().enumerate() {
                     indices[p] = Index::var(Var::Iter(i as u32));
                 }
-                (spatial_iters(&shape), self.load(args[0], indices), None)
+                (IterVar::spatial(&shape), self.load(args[0], indices), None)
             }
             Op::Reshape { .. } => {
                 let from = shape_of(self.fusion, args[0]);
                 (
-                    spatial_iters(&shape),
+                    IterVar::spatial(&shape),
                     self.load(args[0], reshape_indices(&shape, &from)),
                     None,
                 )
@@ -321,7 +302,7 @@ impl Lowering<'_> {
         let buffer = self.add_buffer(name, dtype, &out_shape, Role::Temp);
         self.add_block(
             name,
-            spatial_iters(&out_shape),
+            IterVar::spatial(&out_shape),
             buffer,
             identity_indices(rank),
             scaled,
@@ -337,7 +318,7 @@ impl Lowering<'_> {
         );
         let dims = matmul_dims(at, bt, ta, tb).expect("verified");
         let nb = dims.batch.len();
-        let mut iters = spatial_iters(&dims.batch.iter().map(|&d| d as u64).collect::<Vec<_>>());
+        let mut iters = IterVar::spatial(&dims.batch.iter().map(|&d| d as u64).collect::<Vec<_>>());
         for (name, extent, kind) in [
             ("m", dims.m, IterKind::Spatial),
             ("n", dims.n, IterKind::Spatial),

@@ -5,7 +5,7 @@
 //! `var<workgroup>` array per workgroup, a private one an array per
 //! invocation (and per thread on the CPU).
 
-use crate::ir::{Block, BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, Scope, Var};
+use crate::ir::{BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, RegionError, Scope};
 use crate::schedule::ScheduleError;
 
 /// The kernel with its non-global buffers realized.
@@ -24,19 +24,6 @@ fn users(k: &Kernel, buffer: BufferId) -> Vec<BlockId> {
     k.blocks_in_order()
         .into_iter()
         .filter(|&b| k.block(b).buffer == buffer || k.block(b).reads(buffer))
-        .collect()
-}
-
-/// A block's index expressions with iterators replaced by their bindings.
-fn over_loops(block: &Block, indices: &[Index]) -> Vec<Index> {
-    indices
-        .iter()
-        .map(|ix| {
-            ix.subst(&|v| match v {
-                Var::Iter(i) => Some(block.bindings[i as usize].clone()),
-                Var::Loop(_) => None,
-            })
-        })
         .collect()
 }
 
@@ -60,10 +47,7 @@ fn realize_one(k: &mut Kernel, buffer: BufferId, scope: Scope) -> Result<(), Sch
             "its blocks share no loop; compute_at the copy under the loop of the block that uses it".into(),
         ));
     };
-    let mut inner = Vec::new();
-    if let Some(Node::Loop(_, body)) = k.loop_node(lca) {
-        collect_loops(body, &mut inner);
-    }
+    let inner = k.loops_inside(lca);
     for &l in &inner {
         if let LoopKind::Bound(axis) = k.loop_(l).kind {
             let allowed = scope == Scope::Workgroup && !axis.is_workgroup();
@@ -96,54 +80,27 @@ fn realize_one(k: &mut Kernel, buffer: BufferId, scope: Scope) -> Result<(), Sch
     for &b in &blocks {
         let block = k.block(b);
         if block.buffer == buffer {
-            accesses.push((b, over_loops(block, &block.indices)));
+            accesses.push((b, block.over_loops(&block.indices)));
         }
         let mut loads = Vec::new();
         block.value.loads(&mut loads);
         for (_, idx) in loads.into_iter().filter(|(buf, _)| *buf == buffer) {
-            accesses.push((b, over_loops(block, idx)));
+            accesses.push((b, block.over_loops(idx)));
         }
     }
     let rank = k.buffer(buffer).shape.len();
-    let mut start: Vec<Option<Index>> = vec![None; rank];
-    let mut lo = vec![i64::MAX; rank];
-    let mut hi = vec![i64::MIN; rank];
-    for (_, access) in &accesses {
-        for (d, ix) in access.iter().enumerate() {
-            let mut rest = ix.clone();
-            let (mut min, mut max) = (0i64, 0i64);
-            for &v in &inner {
-                let Some((c, r)) = rest.linear_in(Var::Loop(v)) else {
-                    return Err(fail(format!(
-                        "index {d} is not affine in loop {}",
-                        k.loop_(v).name
-                    )));
-                };
-                let span = c * (k.loop_(v).extent as i64 - 1);
-                min += span.min(0);
-                max += span.max(0);
-                rest = r;
-            }
-            if start[d].as_ref().is_some_and(|s| *s != rest) {
-                return Err(fail(
-                    "its accesses move differently with the loops around them".into(),
-                ));
-            }
-            start[d] = Some(rest);
-            lo[d] = lo[d].min(min);
-            hi[d] = hi[d].max(max);
+    let accesses: Vec<Vec<Index>> = accesses.into_iter().map(|(_, a)| a).collect();
+    let region = k.region(lca, rank, &accesses).map_err(|e| match e {
+        RegionError::NotAffine { dim, inner } => fail(format!(
+            "index {dim} is not affine in loop {}",
+            k.loop_(inner).name
+        )),
+        RegionError::Diverging => {
+            fail("its accesses move differently with the loops around them".into())
         }
-    }
-    let start: Vec<Index> = start
-        .into_iter()
-        .zip(&lo)
-        .map(|(s, &m)| s.unwrap_or(Index::Const(0)) + Index::Const(m))
-        .collect();
-    k.buffers[buffer.0 as usize].shape = lo
-        .iter()
-        .zip(&hi)
-        .map(|(&a, &b)| (b - a + 1) as u64)
-        .collect();
+    })?;
+    let start = region.start;
+    k.buffers[buffer.0 as usize].shape = region.extent;
     let rebase = |indices: &[Index]| -> Vec<Index> {
         indices
             .iter()
@@ -170,13 +127,4 @@ fn realize_one(k: &mut Kernel, buffer: BufferId, scope: Scope) -> Result<(), Sch
         }
     }
     Ok(())
-}
-
-fn collect_loops(nodes: &[Node], out: &mut Vec<LoopId>) {
-    for n in nodes {
-        if let Node::Loop(l, body) = n {
-            out.push(*l);
-            collect_loops(body, out);
-        }
-    }
 }

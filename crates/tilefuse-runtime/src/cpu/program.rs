@@ -8,7 +8,9 @@
 //! workgroup-bound loops are spread over threads.
 
 use tilefuse_ir::{DType, ReduceOp, Scalar, binary_scalar, reduce_identity, unary_scalar};
-use tilefuse_sched::ir::{Block, Expr, Index, IterKind, Kernel, LoopKind, Node, Scope, Var};
+use tilefuse_sched::ir::{
+    Block, Expr, Index, IterKind, Kernel, LoopKind, Node, Scope, Var, flat_offset,
+};
 
 use super::lanes::Column;
 use super::memory::{RawBuf, Storage};
@@ -83,16 +85,6 @@ pub struct Program {
     locals: Vec<(usize, DType, usize)>,
 }
 
-fn flat_offset(indices: &[Index], shape: &[u64]) -> Index {
-    let mut offset = Index::Const(0);
-    let mut stride = 1i64;
-    for (idx, &extent) in indices.iter().zip(shape).rev() {
-        offset = idx.clone() * stride + offset;
-        stride *= extent as i64;
-    }
-    offset
-}
-
 impl Program {
     pub fn compile(kernel: &Kernel) -> Program {
         let steps = kernel
@@ -161,15 +153,10 @@ fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -> BlockCode
         .iter()
         .position(|b| std::ptr::eq(b, block))
         .expect("block of this kernel");
-    let over_loops = |offset: &Index| {
-        offset.subst(&|v| match v {
-            Var::Iter(i) => Some(block.bindings[i as usize].clone()),
-            Var::Loop(_) => None,
-        })
-    };
     let access = |buffer: tilefuse_sched::ir::BufferId, indices: &[Index]| {
         let offset = flat_offset(indices, &kernel.buffer(buffer).shape);
-        let linear = lane.and_then(|v| over_loops(&offset).linear_in(v));
+        let linear =
+            lane.and_then(|v| block.over_loops(std::slice::from_ref(&offset))[0].linear_in(v));
         Access {
             buffer: buffer.0 as usize,
             offset,

@@ -13,7 +13,9 @@ use std::collections::{HashMap, HashSet};
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar as Value, UnaryOp, reduce_identity};
 
 use super::ast::{Access, EntryPoint, Expr, Module, Scalar, Stmt, StorageBinding, WorkgroupArray};
-use crate::ir::{self, BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, Role, Scope, Var};
+use crate::ir::{
+    self, BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, Role, Scope, Var, flat_offset,
+};
 use crate::schedule::ScheduleError;
 
 const MATH: &str = include_str!("../../../../shaders/math.wgsl");
@@ -465,24 +467,7 @@ impl Gen<'_> {
                     _ => splat(self.element(*buffer, indices)),
                 }
             }
-            ir::Expr::Unary(op, a) => {
-                let x = v(a);
-                match op {
-                    UnaryOp::Neg => Expr::Unary("-", Box::new(x)),
-                    UnaryOp::Abs => Expr::call("abs", vec![x]),
-                    UnaryOp::Exp => Expr::call("exp", vec![x]),
-                    UnaryOp::Log => Expr::call("log", vec![x]),
-                    UnaryOp::Sqrt => Expr::call("sqrt", vec![x]),
-                    UnaryOp::Rsqrt => Expr::call("inverseSqrt", vec![x]),
-                    UnaryOp::Tanh => Expr::call("tf_tanh4", vec![x]),
-                    UnaryOp::Sigmoid => Expr::call("tf_sigmoid4", vec![x]),
-                    UnaryOp::Relu => Expr::call("tf_relu4", vec![x]),
-                    UnaryOp::Gelu => Expr::call("tf_gelu4", vec![x]),
-                    UnaryOp::Sin => Expr::call("sin", vec![x]),
-                    UnaryOp::Cos => Expr::call("cos", vec![x]),
-                    UnaryOp::Reciprocal => Expr::bin("/", splat(Expr::raw("1.0f")), x),
-                }
-            }
+            ir::Expr::Unary(op, a) => unary(*op, v(a), DType::F32, true),
             ir::Expr::Binary(op, x, y) => self.binary(*op, v(x), v(y)),
             ir::Expr::Select(c, x, y) => Expr::call("select", vec![v(y), v(x), v(c)]),
             ir::Expr::Cast(..) => unreachable!("vectorized_loops admits no casts"),
@@ -567,26 +552,7 @@ impl Gen<'_> {
                     load
                 }
             }
-            ir::Expr::Unary(op, a) => {
-                let dtype = self.dtype(a);
-                let x = self.value(a);
-                match op {
-                    UnaryOp::Neg => Expr::Unary("-", Box::new(x)),
-                    UnaryOp::Abs => Expr::call("abs", vec![x]),
-                    UnaryOp::Exp => Expr::call("exp", vec![x]),
-                    UnaryOp::Log => Expr::call("log", vec![x]),
-                    UnaryOp::Sqrt => Expr::call("sqrt", vec![x]),
-                    UnaryOp::Rsqrt => Expr::call("inverseSqrt", vec![x]),
-                    UnaryOp::Tanh => Expr::call("tf_tanh", vec![x]),
-                    UnaryOp::Sigmoid => Expr::call("tf_sigmoid", vec![x]),
-                    UnaryOp::Relu if dtype == DType::I32 => Expr::call("tf_relu_i32", vec![x]),
-                    UnaryOp::Relu => Expr::call("tf_relu_f32", vec![x]),
-                    UnaryOp::Gelu => Expr::call("tf_gelu", vec![x]),
-                    UnaryOp::Sin => Expr::call("sin", vec![x]),
-                    UnaryOp::Cos => Expr::call("cos", vec![x]),
-                    UnaryOp::Reciprocal => Expr::bin("/", Expr::raw("1.0f"), x),
-                }
-            }
+            ir::Expr::Unary(op, a) => unary(*op, self.value(a), self.dtype(a), false),
             ir::Expr::Binary(op, a, b) => self.binary(*op, self.value(a), self.value(b)),
             ir::Expr::Select(c, a, b) => {
                 Expr::call("select", vec![self.value(b), self.value(a), self.value(c)])
@@ -600,6 +566,46 @@ impl Gen<'_> {
                     (_, t) => Expr::call(scalar_of(*t).to_string(), vec![x]),
                 }
             }
+        }
+    }
+}
+
+/// A unary op on a scalar of `dtype`, or on a `vec4<f32>` with `vec4`
+/// (the helpers of `shaders/math.wgsl` have a `4` form for vectors).
+fn unary(op: UnaryOp, x: Expr, dtype: DType, vec4: bool) -> Expr {
+    let helper = |name: &str| {
+        Expr::call(
+            if vec4 {
+                format!("tf_{name}4")
+            } else {
+                format!("tf_{name}")
+            },
+            vec![x.clone()],
+        )
+    };
+    let builtin = |name: &str| Expr::call(name, vec![x.clone()]);
+    match op {
+        UnaryOp::Neg => Expr::Unary("-", Box::new(x)),
+        UnaryOp::Abs => builtin("abs"),
+        UnaryOp::Exp => builtin("exp"),
+        UnaryOp::Log => builtin("log"),
+        UnaryOp::Sqrt => builtin("sqrt"),
+        UnaryOp::Rsqrt => builtin("inverseSqrt"),
+        UnaryOp::Sin => builtin("sin"),
+        UnaryOp::Cos => builtin("cos"),
+        UnaryOp::Tanh => helper("tanh"),
+        UnaryOp::Sigmoid => helper("sigmoid"),
+        UnaryOp::Gelu => helper("gelu"),
+        UnaryOp::Relu if vec4 => helper("relu"),
+        UnaryOp::Relu if dtype == DType::I32 => helper("relu_i32"),
+        UnaryOp::Relu => helper("relu_f32"),
+        UnaryOp::Reciprocal => {
+            let one = if vec4 {
+                Expr::call("vec4<f32>", vec![Expr::raw("1.0f")])
+            } else {
+                Expr::raw("1.0f")
+            };
+            Expr::bin("/", one, x)
         }
     }
 }
@@ -625,16 +631,6 @@ impl Gen<'_> {
     }
 }
 
-fn flat_offset(indices: &[Index], shape: &[u64]) -> Index {
-    let mut offset = Index::Const(0);
-    let mut stride = 1i64;
-    for (idx, &extent) in indices.iter().zip(shape).rev() {
-        offset = idx.clone() * stride + offset;
-        stride *= extent as i64;
-    }
-    offset
-}
-
 /// How an access's element offset moves with loop `l`: `Some(c)` when it
 /// is `c * l + rest`, where for `c == 1` `rest` is provably a multiple of 4
 /// (lane 0 starts a `vec4`); `None` otherwise.
@@ -645,10 +641,9 @@ fn lane_step(
     indices: &[Index],
     l: LoopId,
 ) -> Option<i64> {
-    let offset = flat_offset(indices, &kernel.buffer(buffer).shape).subst(&|v| match v {
-        Var::Iter(i) => Some(block.bindings[i as usize].clone()),
-        Var::Loop(_) => None,
-    });
+    let offset = block
+        .over_loops(&[flat_offset(indices, &kernel.buffer(buffer).shape)])
+        .remove(0);
     let (c, rest) = offset.linear_in(Var::Loop(l))?;
     (c == 0 || (c == 1 && multiple_of_4(&rest))).then_some(c)
 }

@@ -200,6 +200,17 @@ impl std::ops::Rem<i64> for Index {
     }
 }
 
+/// The row-major element offset of `indices` into a buffer of `shape`.
+pub fn flat_offset(indices: &[Index], shape: &[u64]) -> Index {
+    let mut offset = Index::Const(0);
+    let mut stride = 1i64;
+    for (idx, &extent) in indices.iter().zip(shape).rev() {
+        offset = idx.clone() * stride + offset;
+        stride *= extent as i64;
+    }
+    offset
+}
+
 struct IndexDisplay<'a> {
     index: &'a Index,
     name: &'a dyn Fn(Var) -> String,

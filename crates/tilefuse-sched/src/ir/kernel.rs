@@ -145,6 +145,21 @@ pub struct IterVar {
     pub kind: IterKind,
 }
 
+impl IterVar {
+    /// Spatial iterators `v0, v1, ...` over `shape`.
+    pub fn spatial(shape: &[u64]) -> Vec<IterVar> {
+        shape
+            .iter()
+            .enumerate()
+            .map(|(i, &extent)| IterVar {
+                name: format!("v{i}"),
+                extent,
+                kind: IterKind::Spatial,
+            })
+            .collect()
+    }
+}
+
 /// One computation: for every point of its iteration domain, store `value`
 /// (a function of the iterators) at `indices`. A reduction block combines
 /// into the stored value instead, starting from the identity the first time
@@ -220,6 +235,25 @@ impl Kernel {
             kind: LoopKind::Serial,
         });
         LoopId(self.loops.len() as u32 - 1)
+    }
+
+    /// Adds `block` to the arena with a fresh nest of one loop per iterator
+    /// (`i0, i1, ...`, binding each iterator to its loop) and returns the
+    /// nest, for the caller to place in the tree.
+    pub fn add_nest(&mut self, mut block: Block) -> Node {
+        let loops: Vec<LoopId> = block
+            .iters
+            .iter()
+            .enumerate()
+            .map(|(i, it)| self.new_loop(format!("i{i}"), it.extent))
+            .collect();
+        block.bindings = loops.iter().map(|&l| Index::var(Var::Loop(l))).collect();
+        self.blocks.push(block);
+        let mut node = Node::Block(BlockId(self.blocks.len() as u32 - 1));
+        for &l in loops.iter().rev() {
+            node = Node::Loop(l, vec![node]);
+        }
+        node
     }
 
     pub fn buffer_dtype(&self) -> impl Fn(BufferId) -> DType + '_ {

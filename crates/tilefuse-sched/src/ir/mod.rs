@@ -4,10 +4,12 @@ mod expr;
 mod index;
 mod kernel;
 mod printer;
+mod region;
 
 pub use expr::Expr;
-pub use index::{Index, LoopId, Var};
+pub use index::{Index, LoopId, Var, flat_offset};
 pub use kernel::{
     Block, BlockId, Buffer, BufferId, IterKind, IterVar, Kernel, Loop, LoopKind, Node, Role, Scope,
     ThreadAxis,
 };
+pub use region::{Region, RegionError};

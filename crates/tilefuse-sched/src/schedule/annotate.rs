@@ -49,7 +49,7 @@ impl Schedule {
             .path_to(&Node::Loop(l, vec![]))
             .expect("checked");
         let mut related: Vec<LoopId> = path;
-        related.extend(self.loops_under(l));
+        related.extend(self.kernel.loops_inside(l));
         for other in related {
             if let LoopKind::Bound(a) = self.kernel.loop_(other).kind {
                 if a == axis {
@@ -104,7 +104,7 @@ impl Schedule {
     pub fn vectorize(&mut self, l: LoopId) -> Result<()> {
         const P: &str = "vectorize";
         self.check_loop(l)?;
-        if !self.loops_under(l).is_empty() {
+        if !self.kernel.loops_inside(l).is_empty() {
             return Err(ScheduleError::pre(
                 P,
                 format!("loop {} is not innermost", self.loop_name(l)),
@@ -134,22 +134,5 @@ impl Schedule {
         self.annotate(P, l, LoopKind::Unrolled)?;
         self.record(Instruction::Unroll { loop_: l });
         Ok(())
-    }
-
-    /// Loops strictly inside `l`.
-    pub(super) fn loops_under(&self, l: LoopId) -> Vec<LoopId> {
-        fn walk(nodes: &[Node], out: &mut Vec<LoopId>) {
-            for n in nodes {
-                if let Node::Loop(id, body) = n {
-                    out.push(*id);
-                    walk(body, out);
-                }
-            }
-        }
-        let mut out = Vec::new();
-        if let Some(Node::Loop(_, body)) = self.kernel.loop_node(l) {
-            walk(body, &mut out);
-        }
-        out
     }
 }

@@ -5,9 +5,7 @@
 //! what one workgroup (or invocation) touches.
 
 use super::{Instruction, Result, Schedule, ScheduleError};
-use crate::ir::{
-    Block, BlockId, Buffer, BufferId, Expr, Index, IterKind, IterVar, Role, Scope, Var,
-};
+use crate::ir::{Block, BlockId, Buffer, BufferId, Expr, Index, IterVar, Role, Scope, Var};
 
 fn scope_suffix(scope: Scope) -> &'static str {
     match scope {
@@ -35,7 +33,7 @@ impl Schedule {
         });
         self.kernel.block_mut(block).value = value;
         let copy = self.copy_block(source, cache, self.kernel.buffer(cache).name.clone());
-        let node = self.add_nest(copy);
+        let node = self.kernel.add_nest(copy);
         let root = self.root_index(block);
         self.kernel.body.insert(root, node);
         self.record(Instruction::CacheRead {
@@ -57,7 +55,7 @@ impl Schedule {
         let cache = self.add_cache_buffer(target, scope);
         self.kernel.block_mut(block).buffer = cache;
         let copy = self.copy_block(cache, target, self.kernel.buffer(cache).name.clone());
-        let node = self.add_nest(copy);
+        let node = self.kernel.add_nest(copy);
         let root = self.root_index(block);
         self.kernel.body.insert(root + 1, node);
         self.record(Instruction::CacheWrite { block, scope });
@@ -122,15 +120,7 @@ impl Schedule {
             .collect();
         Block {
             name,
-            iters: shape
-                .iter()
-                .enumerate()
-                .map(|(i, &extent)| IterVar {
-                    name: format!("v{i}"),
-                    extent,
-                    kind: IterKind::Spatial,
-                })
-                .collect(),
+            iters: IterVar::spatial(shape),
             bindings: Vec::new(),
             buffer: to,
             indices: indices.clone(),

@@ -5,14 +5,7 @@
 //! in the loops inside the target loop.
 
 use super::{Instruction, Result, Schedule, ScheduleError};
-use crate::ir::{BlockId, BufferId, Index, IterKind, LoopId, Node, Var};
-
-/// The part of a buffer one iteration of a loop touches: per dimension, a
-/// start (a function of the loop and the loops around it) and an extent.
-struct Region {
-    start: Vec<Index>,
-    extent: Vec<u64>,
-}
+use crate::ir::{BlockId, BufferId, Index, IterKind, LoopId, Node, Region, RegionError, Var};
 
 impl Schedule {
     /// Moves producer `block` under `l`: at each iteration of `l` it
@@ -52,7 +45,7 @@ impl Schedule {
             let mut loads = Vec::new();
             consumer.value.loads(&mut loads);
             for (_, idx) in loads.into_iter().filter(|(buf, _)| *buf == buffer) {
-                accesses.push(self.over_loops(b, idx));
+                accesses.push(self.kernel.block(b).over_loops(idx));
             }
         }
         if accesses.is_empty() {
@@ -108,7 +101,7 @@ impl Schedule {
         self.check_sole_writer(P, *producer)?;
         self.check_sole_writer(P, block)?;
         let p = self.kernel.block(*producer).clone();
-        let store = self.over_loops(*producer, &p.indices);
+        let store = p.over_loops(&p.indices);
         let region = self.region(P, l, &[store], p.buffer)?;
         // Which iterator of `block` walks each dimension of the buffer.
         let mut loads = Vec::new();
@@ -224,21 +217,6 @@ impl Schedule {
         Ok(())
     }
 
-    /// A block's buffer indices with its iterators replaced by their
-    /// bindings: functions of loop variables.
-    fn over_loops(&self, block: BlockId, indices: &[Index]) -> Vec<Index> {
-        let b = self.kernel.block(block);
-        indices
-            .iter()
-            .map(|ix| {
-                ix.subst(&|v| match v {
-                    Var::Iter(i) => Some(b.bindings[i as usize].clone()),
-                    Var::Loop(_) => None,
-                })
-            })
-            .collect()
-    }
-
     /// The region of `buffer` that `accesses` touch in one iteration of `l`.
     fn region(
         &self,
@@ -247,64 +225,21 @@ impl Schedule {
         accesses: &[Vec<Index>],
         buffer: BufferId,
     ) -> Result<Region> {
-        let Some(Node::Loop(_, body)) = self.kernel.loop_node(l) else {
-            unreachable!("checked")
-        };
-        let mut inner = Vec::new();
-        collect_loops(body, &mut inner);
-        let rank = self.kernel.buffer(buffer).shape.len();
-        let mut start: Vec<Option<Index>> = vec![None; rank];
-        let mut lo = vec![i64::MAX; rank];
-        let mut hi = vec![i64::MIN; rank];
-        for access in accesses {
-            for (d, ix) in access.iter().enumerate() {
-                let mut rest = ix.clone();
-                let (mut min, mut max) = (0i64, 0i64);
-                for &v in &inner {
-                    let Some((c, r)) = rest.linear_in(Var::Loop(v)) else {
-                        return Err(ScheduleError::pre(
-                            primitive,
-                            format!(
-                                "index {d} of {} is not affine in loop {} inside loop {}",
-                                self.kernel.buffer(buffer).name,
-                                self.loop_name(v),
-                                self.loop_name(l)
-                            ),
-                        ));
-                    };
-                    let span = c * (self.kernel.loop_(v).extent as i64 - 1);
-                    min += span.min(0);
-                    max += span.max(0);
-                    rest = r;
-                }
-                match &start[d] {
-                    Some(s) if *s != rest => {
-                        return Err(ScheduleError::pre(
-                            primitive,
-                            format!(
-                                "{} is accessed at offsets that move differently with the loops around {}",
-                                self.kernel.buffer(buffer).name,
-                                self.loop_name(l)
-                            ),
-                        ));
+        let name = &self.kernel.buffer(buffer).name;
+        self.kernel.region(l, self.kernel.buffer(buffer).shape.len(), accesses).map_err(|e| {
+            ScheduleError::pre(
+                primitive,
+                match e {
+                    RegionError::NotAffine { dim, inner } => format!(
+                        "index {dim} of {name} is not affine in loop {} inside loop {}",
+                        self.loop_name(inner),
+                        self.loop_name(l)
+                    ),
+                    RegionError::Diverging => {
+                        format!("{name} is accessed at offsets that move differently with the loops around {}", self.loop_name(l))
                     }
-                    _ => start[d] = Some(rest),
-                }
-                lo[d] = lo[d].min(min);
-                hi[d] = hi[d].max(max);
-            }
-        }
-        Ok(Region {
-            start: start
-                .into_iter()
-                .zip(&lo)
-                .map(|(s, &m)| s.unwrap_or(Index::Const(0)) + Index::Const(m))
-                .collect(),
-            extent: lo
-                .iter()
-                .zip(&hi)
-                .map(|(&a, &b)| (b - a + 1) as u64)
-                .collect(),
+                },
+            )
         })
     }
 
@@ -440,14 +375,5 @@ impl Schedule {
             body.push(node);
         }
         Ok(())
-    }
-}
-
-fn collect_loops(nodes: &[Node], out: &mut Vec<LoopId>) {
-    for n in nodes {
-        if let Node::Loop(l, body) = n {
-            out.push(*l);
-            collect_loops(body, out);
-        }
     }
 }

@@ -104,7 +104,7 @@ impl Schedule {
         // Filling the partial buffer, before the original nest.
         let init = Block {
             name: format!("{rf_name}_init"),
-            iters: spatial(&rf_shape),
+            iters: IterVar::spatial(&rf_shape),
             bindings: Vec::new(),
             buffer: rf,
             indices: (0..rf_shape.len()).map(iter).collect(),
@@ -118,7 +118,7 @@ impl Schedule {
         };
         // Combining the partials, after it.
         let rank = out.shape.len();
-        let mut iters = spatial(&out.shape);
+        let mut iters = IterVar::spatial(&out.shape);
         iters.push(IterVar {
             name: "vr".into(),
             extent,
@@ -141,8 +141,8 @@ impl Schedule {
             predicates: Vec::new(),
         };
         let root = self.root_of(l);
-        let init_node = self.add_nest(init);
-        let finish_node = self.add_nest(finish);
+        let init_node = self.kernel.add_nest(init);
+        let finish_node = self.kernel.add_nest(finish);
         self.kernel.body.insert(root + 1, finish_node);
         self.kernel.body.insert(root, init_node);
         self.record(Instruction::Rfactor { loop_: l });
@@ -162,34 +162,4 @@ impl Schedule {
             .position(|n| matches!(n, Node::Loop(id, _) if *id == top))
             .expect("a root loop")
     }
-
-    /// Adds `block` with a fresh loop nest, one loop per iterator, and
-    /// returns the nest (not yet placed in the tree).
-    pub(super) fn add_nest(&mut self, mut block: Block) -> Node {
-        let loops: Vec<LoopId> = block
-            .iters
-            .iter()
-            .enumerate()
-            .map(|(i, it)| self.kernel.new_loop(format!("i{i}"), it.extent))
-            .collect();
-        block.bindings = loops.iter().map(|&l| Index::var(Var::Loop(l))).collect();
-        self.kernel.blocks.push(block);
-        let mut node = Node::Block(BlockId(self.kernel.blocks.len() as u32 - 1));
-        for &l in loops.iter().rev() {
-            node = Node::Loop(l, vec![node]);
-        }
-        node
-    }
-}
-
-fn spatial(shape: &[u64]) -> Vec<IterVar> {
-    shape
-        .iter()
-        .enumerate()
-        .map(|(i, &extent)| IterVar {
-            name: format!("v{i}"),
-            extent,
-            kind: IterKind::Spatial,
-        })
-        .collect()
 }
