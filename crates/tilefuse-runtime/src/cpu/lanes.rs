@@ -30,16 +30,35 @@ fn map<T: Copy, U>(a: &[T], f: impl Fn(T) -> U) -> Vec<U> {
     a.iter().map(|&x| f(x)).collect()
 }
 
-/// The f32 function of an arithmetic binary op.
-fn f32_op(op: BinaryOp) -> fn(f32, f32) -> f32 {
+/// Applies `f` to every element in place; generic so that each use is
+/// inlined and vectorized (a function pointer would be called per element).
+#[inline(always)]
+fn each(a: &mut [f32], f: impl Fn(f32) -> f32) {
+    a.iter_mut().for_each(|x| *x = f(*x));
+}
+
+/// `a[i] = f(a[i], b(i))` for an arithmetic op, where `b` yields the other
+/// operand; one monomorphized loop per op.
+#[inline(always)]
+fn arith(op: BinaryOp, a: &mut [f32], b: impl Fn(usize) -> f32, swap: bool) {
+    macro_rules! apply {
+        ($f:expr) => {{
+            let f = $f;
+            if swap {
+                a.iter_mut().enumerate().for_each(|(i, x)| *x = f(b(i), *x));
+            } else {
+                a.iter_mut().enumerate().for_each(|(i, x)| *x = f(*x, b(i)));
+            }
+        }};
+    }
     match op {
-        BinaryOp::Add => |x, y| x + y,
-        BinaryOp::Sub => |x, y| x - y,
-        BinaryOp::Mul => |x, y| x * y,
-        BinaryOp::Div => |x, y| x / y,
-        BinaryOp::Max => |x, y| extreme(x, y, true),
-        BinaryOp::Min => |x, y| extreme(x, y, false),
-        BinaryOp::Pow => f32::powf,
+        BinaryOp::Add => apply!(|x: f32, y: f32| x + y),
+        BinaryOp::Sub => apply!(|x: f32, y: f32| x - y),
+        BinaryOp::Mul => apply!(|x: f32, y: f32| x * y),
+        BinaryOp::Div => apply!(|x: f32, y: f32| x / y),
+        BinaryOp::Max => apply!(|x, y| extreme(x, y, true)),
+        BinaryOp::Min => apply!(|x, y| extreme(x, y, false)),
+        BinaryOp::Pow => apply!(f32::powf),
         _ => unreachable!("comparisons are not arithmetic"),
     }
 }
@@ -191,7 +210,6 @@ impl Column {
         let Column::F32(mut a) = self else {
             return self.per_lane(self.dtype(), |x| unary_scalar(op, x));
         };
-        let each = |a: &mut Vec<f32>, f: fn(f32) -> f32| a.iter_mut().for_each(|x| *x = f(*x));
         match op {
             UnaryOp::Neg => each(&mut a, |x| -x),
             UnaryOp::Abs => each(&mut a, f32::abs),
@@ -218,8 +236,8 @@ impl Column {
     pub fn binary(self, op: BinaryOp, rhs: &Column) -> Column {
         match (self, rhs) {
             (Column::F32(mut a), Column::F32(b)) if !op.is_comparison() => {
-                let f = f32_op(op);
-                a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y));
+                let b = &b[..a.len()]; // equal lengths: no bounds checks in the loop
+                arith(op, &mut a, |i| b[i], false);
                 Column::F32(a)
             }
             (Column::F32(a), Column::F32(b)) => Column::Bool(match op {
@@ -248,12 +266,7 @@ impl Column {
     pub fn binary_const(self, op: BinaryOp, c: f32, const_left: bool) -> Result<Column, Column> {
         match self {
             Column::F32(mut a) if !op.is_comparison() => {
-                let f = f32_op(op);
-                if const_left {
-                    a.iter_mut().for_each(|x| *x = f(c, *x));
-                } else {
-                    a.iter_mut().for_each(|x| *x = f(*x, c));
-                }
+                arith(op, &mut a, |_| c, const_left);
                 Ok(Column::F32(a))
             }
             other => Err(other),
