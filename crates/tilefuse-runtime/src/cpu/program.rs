@@ -479,6 +479,25 @@ impl Chunk<'_> {
         }
     }
 
+    /// The value of an f32 operand that is equal in every lane.
+    fn uniform_f32(&self, v: &Value) -> Option<f32> {
+        match v {
+            Value::Const(c, DType::F32) => Some(c.as_f64() as f32),
+            Value::Load(a)
+                if self.mask.is_none() && self.ctx.buffers[a.buffer].dtype == DType::F32 =>
+            {
+                match &a.linear {
+                    Some((0, rest)) => {
+                        let at = rest.eval(&|v| loop_value(self.env, v)) as usize;
+                        Some(self.ctx.buffers[a.buffer].slice::<f32>(at, 1)[0])
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
     fn column(&self, v: &Value) -> Column {
         match v {
             Value::Const(s, d) => Column::splat(*s, *d, self.n),
@@ -497,24 +516,24 @@ impl Chunk<'_> {
                 }
             }
             Value::Unary(op, x) => self.column(x).unary(*op),
-            Value::Binary(op, x, y) => match (&**x, &**y) {
-                // A constant operand is applied in place, never splatted.
-                (_, Value::Const(c, DType::F32)) => {
-                    let lhs = self.column(x);
-                    lhs.binary_const(*op, c.as_f64() as f32, false)
-                        .unwrap_or_else(|lhs| {
-                            lhs.binary(*op, &Column::splat(*c, DType::F32, self.n))
-                        })
+            Value::Binary(op, x, y) => {
+                // An operand that is the same in every lane (a constant, or
+                // a load that does not move with the lane) is applied in
+                // place as a scalar, never splatted into a column.
+                if let Some(c) = self.uniform_f32(y) {
+                    return self
+                        .column(x)
+                        .binary_const(*op, c, false)
+                        .unwrap_or_else(|lhs| lhs.binary(*op, &self.column(y)));
                 }
-                (Value::Const(c, DType::F32), _) => {
-                    let rhs = self.column(y);
-                    rhs.binary_const(*op, c.as_f64() as f32, true)
-                        .unwrap_or_else(|rhs| {
-                            Column::splat(*c, DType::F32, self.n).binary(*op, &rhs)
-                        })
+                if let Some(c) = self.uniform_f32(x) {
+                    return self
+                        .column(y)
+                        .binary_const(*op, c, true)
+                        .unwrap_or_else(|rhs| self.column(x).binary(*op, &rhs));
                 }
-                _ => self.column(x).binary(*op, &self.column(y)),
-            },
+                self.column(x).binary(*op, &self.column(y))
+            }
             Value::Select(c, x, y) => self.column(c).select(&self.column(x), &self.column(y)),
             Value::Cast(d, x) => self.column(x).cast(*d),
         }
