@@ -11,7 +11,7 @@ use tilefuse_sched::codegen::{WgslKernel, generate};
 use crate::cpu::{CpuDevice, CpuKernel};
 use crate::error::{Result, RuntimeError};
 use crate::gpu::{GpuDevice, GpuKernel};
-use crate::info::{DeviceInfo, DeviceLimits};
+use tilefuse_sched::{DeviceInfo, DeviceLimits};
 
 /// Where kernels run.
 #[derive(Clone, Debug)]

@@ -5,10 +5,9 @@ pub mod cpu;
 mod device;
 mod error;
 pub mod gpu;
-mod info;
 
 pub use cpu::{CpuDevice, CpuKernel};
 pub use device::{Device, Kernel, Timing};
 pub use error::{Result, RuntimeError};
 pub use gpu::{GpuDevice, GpuKernel};
-pub use info::{DeviceInfo, DeviceLimits};
+pub use tilefuse_sched::{DeviceInfo, DeviceLimits};

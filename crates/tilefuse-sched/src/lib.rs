@@ -7,7 +7,10 @@ pub mod ir;
 mod lower;
 mod realize;
 pub mod schedule;
+pub mod schedulers;
+mod target;
 
 pub use lower::lower;
 pub use realize::realize;
 pub use schedule::{Instruction, Schedule, ScheduleError};
+pub use target::{DeviceInfo, DeviceLimits};

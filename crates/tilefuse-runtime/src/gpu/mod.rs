@@ -14,8 +14,8 @@ use tilefuse_sched::codegen::{WgslKernel, generate};
 use tilefuse_sched::ir::Role;
 
 use crate::error::{Result, RuntimeError};
-use crate::info::{DeviceInfo, DeviceLimits};
 use buffers::{download, upload_bytes};
+use tilefuse_sched::{DeviceInfo, DeviceLimits};
 
 /// llvmpipe (Mesa's CPU driver, lavapipe's core) stops every loop of an
 /// invocation once their iterations add up to this, without an error.

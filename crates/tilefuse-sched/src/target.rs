@@ -1,4 +1,5 @@
-//! What heuristics and caches know about a device.
+//! What heuristics and caches know about a device: the runtime fills it
+//! in, schedulers read it.
 
 /// Limits that decide whether a kernel can launch.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -1,0 +1,162 @@
+//! The pointwise scheduler driven by its params, on the CPU and the GPU.
+
+use serde_json::json;
+use tilefuse_ir::{BinaryOp, DType, Fusion, UnaryOp, evaluate};
+use tilefuse_params::{HeuristicParams, ParamsStruct, PointwiseParams};
+use tilefuse_runtime::Device;
+use tilefuse_sched::codegen::generate;
+use tilefuse_sched::fixtures::{compare, fusions, inputs};
+use tilefuse_sched::schedulers::{can_schedule, heuristics, schedule};
+
+fn devices() -> Vec<Device> {
+    let mut out = vec![Device::cpu()];
+    match Device::gpu() {
+        Ok(g) => out.push(g),
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI needs a GPU adapter: {e}")
+        }
+        Err(e) => eprintln!("GPU checks skipped: {e}"),
+    }
+    out
+}
+
+/// `tanh(a * b + 1) * 0.5 + exp(-a)` over `[rows, cols]`, `b` broadcast.
+fn chain(rows: usize, cols: usize) -> Fusion {
+    let mut f = Fusion::new();
+    let a = f.input(&[rows, cols], DType::F32, Some("a")).unwrap();
+    let b = f.input(&[cols], DType::F32, Some("b")).unwrap();
+    let ab = f.binary(BinaryOp::Mul, a, b).unwrap();
+    let one = f.constant(1.0, DType::F32).unwrap();
+    let t = f.binary(BinaryOp::Add, ab, one).unwrap();
+    let t = f.unary(UnaryOp::Tanh, t).unwrap();
+    let half = f.constant(0.5, DType::F32).unwrap();
+    let t = f.binary(BinaryOp::Mul, t, half).unwrap();
+    let na = f.unary(UnaryOp::Neg, a).unwrap();
+    let e = f.unary(UnaryOp::Exp, na).unwrap();
+    let y = f.binary(BinaryOp::Add, t, e).unwrap();
+    f.output(y).unwrap();
+    f
+}
+
+fn run(f: &Fusion, params: &HeuristicParams, device: &Device) -> Result<(), String> {
+    let s = schedule(f, params, &device.info()).map_err(|e| e.to_string())?;
+    let x = inputs(f, 11);
+    let got = device
+        .build(&s)
+        .map_err(|e| e.to_string())?
+        .run(&x)
+        .map_err(|e| e.to_string())?;
+    compare(&evaluate(f, &x).unwrap(), &got, 1e-5)
+}
+
+fn variant(change: serde_json::Value) -> HeuristicParams {
+    let mut v = PointwiseParams::default().to_value();
+    v["launch"]["workgroup_size"] = json!([64, 1, 1]);
+    for (k, x) in change.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    HeuristicParams::from_value(v).unwrap()
+}
+
+#[test]
+fn default_heuristics_match_the_reference() {
+    for device in devices() {
+        for f in [chain(37, 72), chain(4, 1000)] {
+            let p = heuristics(&f, None, &device.info()).unwrap();
+            assert_eq!(p.scheduler(), "pointwise");
+            run(&f, &p, &device).unwrap_or_else(|e| panic!("{}: {e}", device.info().name));
+        }
+    }
+}
+
+/// Each field, changed on its own, keeps the result right and changes the
+/// kernel (its WGSL).
+#[test]
+fn every_field_changes_the_kernel_and_keeps_the_result() {
+    let f = chain(37, 72);
+    let changes = [
+        json!({"break_point": 1}),
+        json!({"break_point": 1, "split_block": true, "launch": {"workgroup_size": [32, 2, 1]}}),
+        json!({"break_point": 1, "flip_grid_binding": true}),
+        json!({"vectorization_factor": 4}),
+        json!({"unroll_factor_inner": 2}),
+        json!({"unroll_factor_outer": 3}),
+        json!({"launch": {"workgroup_size": [32, 1, 1]}}),
+        json!({"launch": {"workgroup_size": [64, 1, 1], "grid": [5, 1, 1]}}),
+    ];
+    let devices = devices();
+    let base = generate(
+        schedule(&f, &variant(json!({})), &devices[0].info())
+            .unwrap()
+            .kernel(),
+    )
+    .unwrap()
+    .source;
+    for change in changes {
+        let p = variant(change.clone());
+        for device in &devices {
+            run(&f, &p, device).unwrap_or_else(|e| panic!("{change}: {e}"));
+        }
+        let wgsl = generate(schedule(&f, &p, &devices[0].info()).unwrap().kernel())
+            .unwrap()
+            .source;
+        assert_ne!(wgsl, base, "{change} left the kernel unchanged");
+    }
+    // split_grid_y_dim only matters past the device's grid limit.
+    let mut small = devices[0].info();
+    small.limits.max_workgroups_per_dimension = 8;
+    let err = schedule(&f, &variant(json!({})), &small).unwrap_err();
+    assert_eq!(err.path, "split_grid_y_dim");
+    let p = variant(json!({"split_grid_y_dim": true}));
+    assert!(
+        schedule(&f, &p, &small)
+            .unwrap()
+            .to_string()
+            .contains("workgroup.x")
+    );
+}
+
+#[test]
+fn unusable_params_name_the_field() {
+    let f = chain(37, 70);
+    let info = Device::cpu().info();
+    for (change, path) in [
+        (json!({"vectorization_factor": 4}), "vectorization_factor"),
+        (json!({"break_point": 2}), "break_point"),
+        (
+            json!({"compile": {"index_type": "i32"}}),
+            "compile.index_type",
+        ),
+        (
+            json!({"launch": {"workgroup_size": [64, 1, 2]}}),
+            "launch.workgroup_size[2]",
+        ),
+        (
+            json!({"launch": {"workgroup_size": [64, 2, 1]}}),
+            "launch.workgroup_size[1]",
+        ),
+    ] {
+        let err = schedule(&f, &variant(change.clone()), &info).unwrap_err();
+        assert_eq!(err.path, path, "{change}: {err}");
+    }
+}
+
+#[test]
+fn can_schedule_gives_reasons() {
+    let (_, softmax) = fusions()
+        .into_iter()
+        .find(|(n, _)| *n == "softmax")
+        .unwrap();
+    assert!(
+        can_schedule(&softmax, "pointwise")
+            .unwrap_err()
+            .contains("reduces")
+    );
+    assert!(can_schedule(&chain(2, 2), "pointwise").is_ok());
+    assert!(
+        heuristics(&softmax, None, &Device::cpu().info())
+            .unwrap_err()
+            .to_string()
+            .starts_with("scheduler: no scheduler accepts")
+    );
+}

@@ -1,0 +1,279 @@
+//! The pointwise scheduler (nvFuser's `schedulePointwise`, in WebGPU terms).
+//!
+//! Every intermediate is inlined, so each output is one block. Its loops
+//! are fused into one (`break_point = 0`) or into an outer and an inner
+//! group (2D), then split so that, from the outside in:
+//!
+//! ```text
+//! 1D: grid → workgroup.x, unroll_factor_outer, unroll_factor_inner (unrolled),
+//!     launch.workgroup_size[0] → invocation.x, vectorization_factor (vectorized)
+//! 2D: outer grid → workgroup.y, inner grid → workgroup.x (swapped by flip_grid_binding),
+//!     unroll_factor_outer / unroll_factor_inner (unrolled),
+//!     launch.workgroup_size[1] → invocation.y (split_block), launch.workgroup_size[0] →
+//!     invocation.x, vectorization_factor (vectorized)
+//! ```
+//!
+//! Consecutive invocations touch consecutive vectors. A fixed `launch.grid`
+//! adds a serial grid-stride loop; `split_grid_y_dim` splits a grid that
+//! exceeds the device's per-dimension workgroup limit. `compile.fast_math`
+//! and `compile.use_subgroups` have no pointwise variant and are ignored;
+//! `compile.index_type` must be `"u32"` (kernels index with u32).
+
+use tilefuse_ir::Fusion;
+use tilefuse_params::{IndexType, ParamsError, PointwiseParams};
+
+use crate::ir::{LoopId, ThreadAxis};
+use crate::{DeviceInfo, Schedule};
+
+fn err(path: &str, message: impl Into<String>) -> ParamsError {
+    ParamsError::new(path, message)
+}
+
+/// Default params: 128 invocations (or the device's maximum), vec4 where
+/// the innermost extent allows; on the CPU device, long invocation loops
+/// (the executor runs them as SIMD lanes) and no vectors.
+pub fn pointwise_heuristics(fusion: &Fusion, device: &DeviceInfo) -> PointwiseParams {
+    let (inner, _) = extents(fusion);
+    let mut p = PointwiseParams::default();
+    if device.is_gpu() {
+        p.launch.workgroup_size = [128.min(device.limits.max_invocations_per_workgroup), 1, 1];
+        p.vectorization_factor = [4u32, 2, 1]
+            .into_iter()
+            .find(|&v| inner.is_multiple_of(u64::from(v)))
+            .unwrap_or(1);
+    } else {
+        p.launch.workgroup_size = [1024.min(device.limits.max_invocations_per_workgroup), 1, 1];
+        p.vectorization_factor = 1;
+    }
+    let total = largest_output(fusion);
+    let per_workgroup = u64::from(p.launch.workgroup_size[0] * p.vectorization_factor);
+    p.split_grid_y_dim =
+        total.div_ceil(per_workgroup) > u64::from(device.limits.max_workgroups_per_dimension);
+    p
+}
+
+fn largest_output(fusion: &Fusion) -> u64 {
+    fusion
+        .outputs()
+        .iter()
+        .map(|&t| {
+            fusion
+                .ty(t)
+                .expect("an output")
+                .shape
+                .iter()
+                .map(|&d| d as u64)
+                .product::<u64>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Innermost extent and rank of the largest output.
+fn extents(fusion: &Fusion) -> (u64, usize) {
+    let shape = fusion
+        .outputs()
+        .iter()
+        .map(|&t| &fusion.ty(t).expect("an output").shape)
+        .max_by_key(|s| s.iter().product::<usize>())
+        .cloned()
+        .unwrap_or_default();
+    (shape.last().map_or(1, |&d| d as u64), shape.len())
+}
+
+/// Builds the pointwise schedule of `fusion` from `p` (see the module docs).
+pub fn schedule_pointwise(
+    fusion: &Fusion,
+    p: &PointwiseParams,
+    device: &DeviceInfo,
+) -> Result<Schedule, ParamsError> {
+    if p.compile.index_type != IndexType::U32 {
+        return Err(err(
+            "compile.index_type",
+            "only \"u32\" is supported: kernels index with u32",
+        ));
+    }
+    let [bx, by, bz] = p.launch.workgroup_size;
+    if bz != 1 {
+        return Err(err(
+            "launch.workgroup_size[2]",
+            format!("the pointwise scheduler uses x and y only; must be 1, got {bz}"),
+        ));
+    }
+    if (p.break_point == 0 || !p.split_block) && by != 1 {
+        return Err(err(
+            "launch.workgroup_size[1]",
+            format!("must be 1 unless break_point > 0 and split_block, got {by}"),
+        ));
+    }
+    let limits = &device.limits;
+    if bx * by > limits.max_invocations_per_workgroup {
+        return Err(err(
+            "launch.workgroup_size",
+            format!(
+                "{} invocations exceed the device's max_compute_invocations_per_workgroup ({})",
+                bx * by,
+                limits.max_invocations_per_workgroup
+            ),
+        ));
+    }
+    let mut s = Schedule::new(fusion);
+    for b in s.get_blocks() {
+        let _ = s.compute_inline(b); // outputs stay
+    }
+    for b in s.get_blocks() {
+        let loops = s.get_loops(b).expect("a live block");
+        if loops.is_empty() {
+            continue; // a scalar output
+        }
+        let rank = loops.len();
+        let bp = p.break_point as usize;
+        if bp >= rank && bp != 0 {
+            return Err(err(
+                "break_point",
+                format!("must be less than the output rank {rank}, got {bp}"),
+            ));
+        }
+        let fuse = |s: &mut Schedule, group: &[LoopId]| -> LoopId {
+            if group.len() == 1 {
+                group[0]
+            } else {
+                s.fuse(group).expect("a fresh chain of serial loops")
+            }
+        };
+        let inner = fuse(&mut s, &loops[bp..]);
+        let inner_extent = s.kernel().loop_(inner).extent;
+        let v = u64::from(p.vectorization_factor);
+        if !inner_extent.is_multiple_of(v) {
+            return Err(err(
+                "vectorization_factor",
+                format!(
+                    "{v} does not divide the innermost extent {inner_extent} of block {}",
+                    s.block_name(b)
+                ),
+            ));
+        }
+        let f = |x: u32| Some(u64::from(x));
+        if bp == 0 {
+            let parts = s
+                .split(
+                    inner,
+                    &[
+                        None,
+                        f(p.unroll_factor_outer),
+                        f(p.unroll_factor_inner),
+                        f(bx),
+                        Some(v),
+                    ],
+                    None,
+                )
+                .expect("valid factors");
+            let (grid, uo, ui, tx, vec) = (parts[0], parts[1], parts[2], parts[3], parts[4]);
+            annotate(&mut s, &[uo, ui], tx, None, vec);
+            bind_grid(
+                &mut s,
+                p,
+                grid,
+                ThreadAxis::WorkgroupX,
+                limits.max_workgroups_per_dimension,
+            )?;
+        } else {
+            let outer = fuse(&mut s, &loops[..bp]);
+            let ip = s
+                .split(
+                    inner,
+                    &[None, f(p.unroll_factor_inner), f(bx), Some(v)],
+                    None,
+                )
+                .expect("valid factors");
+            let (ig, ui, tx, vec) = (ip[0], ip[1], ip[2], ip[3]);
+            let (og, uo, ty) = if p.split_block {
+                let op = s
+                    .split(outer, &[None, f(p.unroll_factor_outer), f(by)], None)
+                    .expect("valid factors");
+                (op[0], op[1], Some(op[2]))
+            } else {
+                let op = s
+                    .split(outer, &[None, f(p.unroll_factor_outer)], None)
+                    .expect("valid factors");
+                (op[0], op[1], None)
+            };
+            let mut order = vec![og, ig, uo, ui];
+            order.extend(ty);
+            order.extend([tx, vec]);
+            s.reorder(&order).expect("one chain");
+            annotate(&mut s, &[uo, ui], tx, ty, vec);
+            let (outer_axis, inner_axis) = if p.flip_grid_binding {
+                (ThreadAxis::WorkgroupX, ThreadAxis::WorkgroupY)
+            } else {
+                (ThreadAxis::WorkgroupY, ThreadAxis::WorkgroupX)
+            };
+            bind_grid(
+                &mut s,
+                p,
+                ig,
+                inner_axis,
+                limits.max_workgroups_per_dimension,
+            )?;
+            bind_grid(
+                &mut s,
+                p,
+                og,
+                outer_axis,
+                limits.max_workgroups_per_dimension,
+            )?;
+        }
+    }
+    Ok(s)
+}
+
+/// Unrolls, binds invocations and vectorizes the inner loops.
+fn annotate(s: &mut Schedule, unrolled: &[LoopId], tx: LoopId, ty: Option<LoopId>, vec: LoopId) {
+    for &u in unrolled {
+        s.unroll(u).expect("a small serial loop");
+    }
+    if let Some(ty) = ty {
+        s.bind(ty, ThreadAxis::InvocationY)
+            .expect("an unbound spatial loop");
+    }
+    s.bind(tx, ThreadAxis::InvocationX)
+        .expect("an unbound spatial loop");
+    s.vectorize(vec).expect("the innermost spatial loop");
+}
+
+/// Binds a grid loop to `axis`: split by a fixed `launch.grid` into a
+/// grid-stride loop, or by the device limit where `split_grid_y_dim` allows.
+fn bind_grid(
+    s: &mut Schedule,
+    p: &PointwiseParams,
+    grid: LoopId,
+    axis: ThreadAxis,
+    max: u32,
+) -> Result<(), ParamsError> {
+    let fixed = p.launch.grid.map(|g| g[axis.dim()]);
+    let extent = s.kernel().loop_(grid).extent;
+    let cap = match fixed {
+        Some(g) => Some(u64::from(g)),
+        None if extent > u64::from(max) => {
+            if !p.split_grid_y_dim {
+                return Err(err(
+                    "split_grid_y_dim",
+                    format!(
+                        "{extent} workgroups along {} exceed the device's max_compute_workgroups_per_dimension ({max}); set split_grid_y_dim",
+                        axis.name()
+                    ),
+                ));
+            }
+            Some(u64::from(max))
+        }
+        None => None,
+    };
+    let bound = match cap {
+        Some(c) if c < extent => s
+            .split(grid, &[None, Some(c)], None)
+            .expect("valid factors")[1],
+        _ => grid,
+    };
+    s.bind(bound, axis).expect("an unbound spatial loop");
+    Ok(())
+}
