@@ -49,7 +49,7 @@ fn run(f: &Fusion, params: &HeuristicParams, device: &Device) -> Result<(), Stri
     compare(&evaluate(f, &x).unwrap(), &got, 1e-5)
 }
 
-fn variant(change: serde_json::Value) -> HeuristicParams {
+fn variant(change: &serde_json::Value) -> HeuristicParams {
     let mut v = PointwiseParams::default().to_value();
     v["launch"]["workgroup_size"] = json!([64, 1, 1]);
     for (k, x) in change.as_object().unwrap() {
@@ -86,14 +86,14 @@ fn every_field_changes_the_kernel_and_keeps_the_result() {
     ];
     let devices = devices();
     let base = generate(
-        schedule(&f, &variant(json!({})), &devices[0].info())
+        schedule(&f, &variant(&json!({})), &devices[0].info())
             .unwrap()
             .kernel(),
     )
     .unwrap()
     .source;
     for change in changes {
-        let p = variant(change.clone());
+        let p = variant(&change);
         for device in &devices {
             run(&f, &p, device).unwrap_or_else(|e| panic!("{change}: {e}"));
         }
@@ -105,9 +105,9 @@ fn every_field_changes_the_kernel_and_keeps_the_result() {
     // split_grid_y_dim only matters past the device's grid limit.
     let mut small = devices[0].info();
     small.limits.max_workgroups_per_dimension = 8;
-    let err = schedule(&f, &variant(json!({})), &small).unwrap_err();
+    let err = schedule(&f, &variant(&json!({})), &small).unwrap_err();
     assert_eq!(err.path, "split_grid_y_dim");
-    let p = variant(json!({"split_grid_y_dim": true}));
+    let p = variant(&json!({"split_grid_y_dim": true}));
     assert!(
         schedule(&f, &p, &small)
             .unwrap()
@@ -136,7 +136,7 @@ fn unusable_params_name_the_field() {
             "launch.workgroup_size[1]",
         ),
     ] {
-        let err = schedule(&f, &variant(change.clone()), &info).unwrap_err();
+        let err = schedule(&f, &variant(&change), &info).unwrap_err();
         assert_eq!(err.path, path, "{change}: {err}");
     }
 }
