@@ -396,3 +396,38 @@ def test_wgpu_py_runs_the_kernel(fusion: str, gpu: tf.Device, rng: np.random.Gen
     kernel = s.build(tf.Device.cpu())  # WGSL and bindings do not depend on the device
     for got, want in zip(run_with_wgpu_py(kernel, *inputs), expected, strict=True):
         assert_close(got, want)
+
+
+# --- automatic scheduling ----------------------------------------------------
+
+
+def test_pointwise_scheduler_end_to_end(device: tf.Device, rng: np.random.Generator) -> None:
+    f, inputs, (want,) = pointwise(rng)
+    assert f.schedulers()["pointwise"] is None
+    p = f.heuristics(device=device)
+    assert isinstance(p, tf.PointwiseParams)
+    k = f.schedule(p, device)
+    assert_close(k(*inputs), want)
+    assert k.schedule is not None and "workgroup.x" in str(k.schedule)
+    # Edit the params as a user would: by attribute and through a dict.
+    p.break_point = 1
+    p.unroll_factor_inner = 2
+    d = p.to_dict()
+    d["launch"]["workgroup_size"] = [32, 1, 1]
+    q = tf.HeuristicParams.from_dict(d)
+    assert_close(f.schedule(q, device)(*inputs), want)
+    assert_close(f.execute(*inputs, device=device), want)
+
+
+def test_scheduler_errors_name_the_field(rng: np.random.Generator) -> None:
+    f, _, _ = pointwise(rng)  # 37 x 70, fused into one extent of 2590
+    cpu = tf.Device.cpu()
+    with pytest.raises(tf.ParamsError) as info:
+        f.schedule(tf.PointwiseParams(vectorization_factor=4), cpu)
+    assert info.value.path == "vectorization_factor"
+    assert "does not divide the innermost extent 2590" in str(info.value)
+    g, _, _ = softmax(rng)
+    reasons = g.schedulers()
+    assert "reduces" in (reasons["pointwise"] or "")
+    with pytest.raises(tf.ParamsError, match="scheduler: no scheduler accepts"):
+        g.heuristics(device=cpu)

@@ -22,7 +22,8 @@ from . import _native
 from ._native import FusionError
 
 if TYPE_CHECKING:
-    from .schedule import Schedule
+    from .params import HeuristicParams
+    from .schedule import Device, Kernel, Schedule
 
 __all__ = [
     "DTypeLike",
@@ -343,6 +344,45 @@ class Fusion:
         f = cls.__new__(cls)
         f._native = _native.Fusion.from_json(text)
         return f
+
+    # --- automatic scheduling --------------------------------------------------
+    def schedulers(self) -> dict[str, str | None]:
+        """Each scheduler, mapped to ``None`` if it accepts this fusion or
+        to the reason it does not."""
+        return dict(_native.schedulers(self._native))
+
+    def heuristics(
+        self, scheduler: str | None = None, device: Device | None = None
+    ) -> HeuristicParams:
+        """The params the default heuristic picks for this fusion on
+        ``device`` (``Device.default()`` when omitted)."""
+        from .params import HeuristicParams
+        from .schedule import Device
+
+        device = device or Device.default()
+        data = _native.heuristics(self._native, device._native, scheduler)
+        return cast("HeuristicParams", HeuristicParams.from_dict(data))
+
+    def schedule(self, params: HeuristicParams, device: Device | None = None) -> Kernel:
+        """Schedules with ``params`` and compiles for ``device``; the kernel's
+        ``.schedule`` shows the loop nest and trace the scheduler made."""
+        from .schedule import Device, Schedule
+
+        device = device or Device.default()
+        s = Schedule.__new__(Schedule)
+        s.fusion = self
+        s._native = _native.schedule(self._native, params.to_dict(), device._native)
+        return s.build(device)
+
+    def execute(
+        self, *arrays: Any, params: HeuristicParams | None = None, device: Device | None = None
+    ) -> Any:
+        """Runs the fusion with ``params`` (the default heuristic's when
+        omitted) on ``device``; numpy arrays in, numpy arrays out."""
+        from .schedule import Device
+
+        device = device or Device.default()
+        return self.schedule(params or self.heuristics(device=device), device)(*arrays)
 
     def create_schedule(self) -> Schedule:
         """The initial schedule: one block per op in its own loop nest."""

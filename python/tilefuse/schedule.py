@@ -197,7 +197,7 @@ class Schedule:
     def build(self, device: Device | None = None) -> Kernel:
         """Compiles for ``device`` (``Device.default()`` when omitted)."""
         device = device or Device.default()
-        return Kernel(self._native.build(device._native), device)
+        return Kernel(self._native.build(device._native), device, self)
 
     def __str__(self) -> str:
         return str(self._native)
@@ -269,11 +269,15 @@ class Kernel:
     """A compiled schedule. Call it with numpy arrays; read its WGSL,
     bindings and dispatches to run it on any WebGPU host."""
 
-    __slots__ = ("_native", "device")
+    __slots__ = ("_native", "device", "schedule")
 
-    def __init__(self, native: _native.Kernel, device: Device) -> None:
+    def __init__(
+        self, native: _native.Kernel, device: Device, schedule: Schedule | None = None
+    ) -> None:
         self._native = native
         self.device = device
+        #: The schedule the kernel was built from.
+        self.schedule = schedule
 
     def __call__(self, *arrays: Any) -> Any:
         outs = self._native.run(*(np.asarray(a) for a in arrays))

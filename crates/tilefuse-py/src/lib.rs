@@ -10,6 +10,7 @@ mod fusion;
 mod json_value;
 mod params;
 mod schedule;
+mod schedulers;
 
 use pyo3::prelude::*;
 
@@ -23,6 +24,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<schedule::PySchedule>()?;
     m.add_class::<schedule::PyDevice>()?;
     m.add_class::<schedule::PyKernel>()?;
+    m.add_function(wrap_pyfunction!(schedulers::schedulers, m)?)?;
+    m.add_function(wrap_pyfunction!(schedulers::heuristics, m)?)?;
+    m.add_function(wrap_pyfunction!(schedulers::schedule, m)?)?;
     m.add_function(wrap_pyfunction!(params::params_structs, m)?)?;
     m.add_function(wrap_pyfunction!(params::params_schema, m)?)?;
     m.add_function(wrap_pyfunction!(params::params_normalize, m)?)?;

@@ -15,7 +15,7 @@ use crate::fusion::PyFusion;
 
 #[pyclass(module = "tilefuse._native", name = "Schedule")]
 pub struct PySchedule {
-    inner: Schedule,
+    pub(crate) inner: Schedule,
 }
 
 fn loops(ids: &[u32]) -> Vec<LoopId> {
@@ -221,7 +221,7 @@ fn negative_factors(factors: &[Option<i64>]) -> ScheduleError {
 
 #[pyclass(module = "tilefuse._native", name = "Device", frozen)]
 pub struct PyDevice {
-    inner: Device,
+    pub(crate) inner: Device,
 }
 
 #[pymethods]

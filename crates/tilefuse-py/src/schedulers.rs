@@ -1,0 +1,46 @@
+//! The automatic schedulers: which accept a fusion, their default params,
+//! and scheduling with given params.
+
+use pyo3::prelude::*;
+use tilefuse::params::HeuristicParams;
+use tilefuse::sched::schedulers as auto;
+
+use crate::errors::OrRaise;
+use crate::fusion::PyFusion;
+use crate::json_value::{to_py, to_value};
+use crate::schedule::{PyDevice, PySchedule};
+
+/// `[(scheduler, None if it accepts the fusion else the reason), ...]`.
+#[pyfunction]
+pub fn schedulers(fusion: &PyFusion) -> Vec<(&'static str, Option<String>)> {
+    auto::SCHEDULERS
+        .iter()
+        .map(|&s| (s, auto::can_schedule(&fusion.inner, s).err()))
+        .collect()
+}
+
+/// The default heuristic's params (a dict with its `"scheduler"` tag).
+#[pyfunction]
+#[pyo3(signature = (fusion, device, scheduler=None))]
+pub fn heuristics<'py>(
+    py: Python<'py>,
+    fusion: &PyFusion,
+    device: &PyDevice,
+    scheduler: Option<&str>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let params = auto::heuristics(&fusion.inner, scheduler, &device.inner.info()).or_raise(py)?;
+    to_py(py, &params.to_value())
+}
+
+/// Schedules `fusion` with params given as a dict.
+#[pyfunction]
+pub fn schedule(
+    py: Python<'_>,
+    fusion: &PyFusion,
+    params: &Bound<'_, PyAny>,
+    device: &PyDevice,
+) -> PyResult<PySchedule> {
+    let params = HeuristicParams::from_value(to_value(params)?).or_raise(py)?;
+    let inner = auto::schedule(&fusion.inner, &params, &device.inner.info()).or_raise(py)?;
+    Ok(PySchedule { inner })
+}
