@@ -130,11 +130,11 @@ fn compile_node(kernel: &Kernel, node: &Node) -> Step {
                 LoopKind::Bound(axis) => axis.is_workgroup(),
                 _ => false,
             };
-            match body.as_slice() {
-                [Node::Block(b)] if !parallel => Step::Lanes {
+            match single_block(kernel, body) {
+                Some(b) if !parallel => Step::Lanes {
                     var: l.0 as usize,
                     extent: lp.extent as i64,
-                    block: compile_block(kernel, kernel.block(*b), Some(Var::Loop(*l))),
+                    block: compile_block(kernel, kernel.block(b), Some(Var::Loop(*l))),
                 },
                 _ => Step::Loop {
                     var: l.0 as usize,
@@ -144,6 +144,17 @@ fn compile_node(kernel: &Kernel, node: &Node) -> Step {
                 },
             }
         }
+    }
+}
+
+/// The block a loop body consists of, looking through loops of extent 1
+/// (their variable stays 0), so that e.g. a vector loop of width 1 under an
+/// invocation loop does not turn every lane into a chunk of its own.
+fn single_block(kernel: &Kernel, body: &[Node]) -> Option<tilefuse_sched::ir::BlockId> {
+    match body {
+        [Node::Block(b)] => Some(*b),
+        [Node::Loop(l, inner)] if kernel.loop_(*l).extent == 1 => single_block(kernel, inner),
+        _ => None,
     }
 }
 

@@ -29,20 +29,28 @@ fn err(path: &str, message: impl Into<String>) -> ParamsError {
     ParamsError::new(path, message)
 }
 
-/// Default params: 128 invocations (or the device's maximum), vec4 where
-/// the innermost extent allows; on the CPU device, long invocation loops
-/// (the executor runs them as SIMD lanes) and no vectors.
+/// Default params. On a GPU: a flat schedule, 128 invocations (or the
+/// device's maximum), vec4 where the innermost extent allows. On the CPU
+/// device: rows (all but the last axis) in parallel and the last axis as
+/// one invocation loop that divides it exactly, which the executor runs as
+/// SIMD lanes with contiguous (and broadcast) loads and no tail guard.
 pub fn pointwise_heuristics(fusion: &Fusion, device: &DeviceInfo) -> PointwiseParams {
-    let (inner, _) = extents(fusion);
+    let (inner, rank) = extents(fusion);
     let mut p = PointwiseParams::default();
+    let max = device.limits.max_invocations_per_workgroup;
     if device.is_gpu() {
-        p.launch.workgroup_size = [128.min(device.limits.max_invocations_per_workgroup), 1, 1];
+        p.launch.workgroup_size = [128.min(max), 1, 1];
         p.vectorization_factor = [4u32, 2, 1]
             .into_iter()
             .find(|&v| inner.is_multiple_of(u64::from(v)))
             .unwrap_or(1);
     } else {
-        p.launch.workgroup_size = [1024.min(device.limits.max_invocations_per_workgroup), 1, 1];
+        let lanes = (1..=u64::from(max.min(1024)))
+            .rev()
+            .find(|&d| inner.is_multiple_of(d))
+            .unwrap_or(1);
+        p.launch.workgroup_size = [lanes as u32, 1, 1];
+        p.break_point = rank.saturating_sub(1) as u32;
         p.vectorization_factor = 1;
     }
     let total = largest_output(fusion);
