@@ -50,7 +50,7 @@ def gpu() -> tf.Device:
     except tf.DeviceError as exc:
         if in_ci():
             pytest.fail(f"CI needs a GPU adapter (install mesa-vulkan-drivers): {exc}")
-        pytest.skip(f"no GPU adapter: {exc}")
+        pytest.skip(f"no GPU adapter: {exc}")  # outside CI only: CI failed just above
 
 
 @pytest.fixture(params=["cpu", "gpu"])
