@@ -206,6 +206,17 @@ def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, repeat: int)
     return case
 
 
+def scheduling_latency(device: tf.Device, repeat: int) -> float:
+    """Median seconds for heuristics + schedule + WGSL (+ compile for the
+    device) of a 10-op pointwise fusion."""
+    f = tf.Fusion()
+    a = f.input((1024, 1024), "f32", name="a")
+    b = f.input((1024,), "f32", name="b")
+    y = ((a * b + 1.0).tanh() * 0.5 + (-a).exp()).maximum(0.0).sqrt() / (a.abs() + 1.0)
+    f.output(y)
+    return median_time(lambda: f.schedule(f.heuristics(device=device), device), repeat)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
@@ -227,6 +238,12 @@ def main() -> None:
 
     rows = [run_case(case, devices, torch, args.repeat) for case in cases(args.quick)]
 
+    for name, device in devices.items():
+        t = scheduling_latency(device, max(args.repeat, 20))
+        print(
+            f"heuristics + schedule + WGSL + build, 10-op fusion, {name}: {t * 1e3:.2f} ms",
+            file=sys.stderr,
+        )
     peers = [p for p in ("numpy", "torch") if any(p in c.results for c in rows)]
     header = f"{'case':<40} {'device':<14} {'ms':>9} " + " ".join(f"{'/ ' + p:>9}" for p in peers)
     print(header)
