@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 import tilefuse as tf
 
@@ -59,3 +60,34 @@ def device(request: pytest.FixtureRequest) -> tf.Device:
     if request.param == "cpu":
         return tf.Device.cpu()
     return request.getfixturevalue("gpu")  # type: ignore[no-any-return]
+
+
+def from_schema(root: dict[str, Any], schema: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """A hypothesis strategy for values the schema admits (cross-field rules
+    aside): built from the Rust declarations, like the tuner's spaces."""
+    if "$ref" in schema:
+        return from_schema(root, root["$defs"][schema["$ref"].removeprefix("#/$defs/")])
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            return st.one_of([from_schema(root, s) for s in schema[key]])
+    if "const" in schema:
+        return st.just(schema["const"])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    types = schema.get("type", "object")
+    if isinstance(types, list):
+        return st.one_of([from_schema(root, {**schema, "type": t}) for t in types])
+    if types == "null":
+        return st.none()
+    if types == "boolean":
+        return st.booleans()
+    if types == "integer":
+        lo = schema.get("minimum", 0)
+        hi = min(schema.get("maximum", lo + 512), lo + 512)
+        powers = [2**e for e in range(12) if lo <= 2**e <= hi]
+        return st.sampled_from(powers) | st.integers(lo, hi) if powers else st.integers(lo, hi)
+    if types == "array":
+        n = schema["minItems"]
+        return st.lists(from_schema(root, schema["items"]), min_size=n, max_size=n)
+    fields = {k: from_schema(root, v) for k, v in schema["properties"].items()}
+    return st.fixed_dictionaries({}, optional=fields)

@@ -9,9 +9,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tilefuse as tf
-from conftest import assert_close
+from conftest import assert_close, from_schema
 
 f32 = np.float32
 Builder = Callable[[np.random.Generator], tuple[tf.Fusion, list[np.ndarray[Any, Any]], list[Any]]]
@@ -434,3 +436,60 @@ def test_scheduler_errors_name_the_field(rng: np.random.Generator) -> None:
     assert "reduces" in (reasons["pointwise"] or "")
     with pytest.raises(tf.ParamsError, match="scheduler: no scheduler accepts"):
         g.heuristics(device=cpu)
+
+
+def pointwise_params(device: tf.Device, base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Partial params drawn from the struct's JSON Schema, over the
+    heuristic's defaults, with loop sizes kept small enough to run."""
+    schema = tf.PointwiseParams.json_schema()
+    small = {"type": "integer", "minimum": 1, "maximum": 4}
+    fields = {
+        "break_point": st.integers(0, 2),
+        "split_block": st.booleans(),
+        "split_grid_y_dim": st.booleans(),
+        "flip_grid_binding": st.booleans(),
+        "vectorization_factor": from_schema(schema, schema["properties"]["vectorization_factor"]),
+        "unroll_factor_inner": from_schema(schema, small),
+        "unroll_factor_outer": from_schema(schema, small),
+        "launch": st.fixed_dictionaries(
+            {},
+            optional={
+                "workgroup_size": st.lists(
+                    st.sampled_from([1, 2, 8, 32, 64]), min_size=3, max_size=3
+                ),
+                "grid": st.none() | st.lists(st.integers(1, 6), min_size=3, max_size=3),
+            },
+        ),
+    }
+    return st.fixed_dictionaries({}, optional=fields).map(lambda d: {**base, **d})
+
+
+@pytest.mark.parametrize("on", ["cpu", "gpu"])
+def test_any_pointwise_params_run_right_or_name_the_field(
+    on: str, request: pytest.FixtureRequest, rng: np.random.Generator
+) -> None:
+    device = tf.Device.cpu() if on == "cpu" else request.getfixturevalue("gpu")
+    f = tf.Fusion()
+    a = f.input((12, 24), "f32", name="a")
+    b = f.input((24,), "f32", name="b")
+    f.output((a * b + 1.0).tanh() * 0.5 + (-a).exp())
+    xa, xb = rng.standard_normal((12, 24)).astype(f32), rng.standard_normal(24).astype(f32)
+    want = np.tanh(xa.astype(np.float64) * xb + 1) * 0.5 + np.exp(-xa.astype(np.float64))
+    base = f.heuristics(device=device).to_dict()
+    outcomes = {"ran": 0, "rejected": 0}
+
+    @settings(max_examples=40, deadline=None)
+    @given(pointwise_params(device, base))
+    def check(values: dict[str, Any]) -> None:
+        try:
+            params = tf.HeuristicParams.from_dict(values)
+            kernel = f.schedule(params, device)
+        except tf.ParamsError as err:
+            assert err.path, f"rejection without a path: {err}"
+            outcomes["rejected"] += 1
+            return
+        assert_close(kernel(xa, xb), want)
+        outcomes["ran"] += 1
+
+    check()
+    assert outcomes["ran"] >= 5, outcomes

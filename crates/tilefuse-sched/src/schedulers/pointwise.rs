@@ -115,6 +115,15 @@ pub fn schedule_pointwise(
         ));
     }
     let limits = &device.limits;
+    for (d, (&size, &max)) in p.launch.workgroup_size.iter().zip(&limits.max_workgroup_size).enumerate() {
+        if size > max {
+            let axis = ["x", "y", "z"][d];
+            return Err(err(
+                &format!("launch.workgroup_size[{d}]"),
+                format!("{size} exceeds the device's max_compute_workgroup_size_{axis} ({max})"),
+            ));
+        }
+    }
     if bx * by > limits.max_invocations_per_workgroup {
         return Err(err(
             "launch.workgroup_size",
