@@ -369,32 +369,42 @@ impl Ctx<'_> {
             .bindings
             .iter()
             .map(|x| {
-                lane_values(x, lanes, &|v, k| match v {
-                    Var::Loop(l) if l.0 as usize == var => start + k as i64,
-                    other => loop_value(env, other),
+                lane_values(x, lanes, &|v| match v {
+                    Var::Loop(l) if l.0 as usize == var => Lane::From(start),
+                    other => Lane::Same(loop_value(env, other)),
                 })
             })
             .collect();
-        let lane_env = |k: usize| {
-            move |v: Var| match v {
-                Var::Loop(l) if l.0 as usize == var => start + k as i64,
-                other => loop_value(env, other),
-            }
-        };
         let mask: Option<Vec<bool>> =
             (!b.guards.is_empty() || !b.predicates.is_empty()).then(|| {
-                (0..n)
-                    .map(|k| {
-                        b.guards.iter().all(|&g| iters[g][k] < b.extents[g])
-                            && b.predicates
-                                .iter()
-                                .all(|(p, bound)| p.eval(&lane_env(k)) < *bound)
-                    })
-                    .collect()
+                let mut mask = vec![true; n];
+                for &g in &b.guards {
+                    mask.iter_mut()
+                        .zip(&iters[g])
+                        .for_each(|(m, &v)| *m &= v < b.extents[g]);
+                }
+                for (p, bound) in &b.predicates {
+                    let values = lane_values(p, n, &|v| match v {
+                        Var::Loop(l) if l.0 as usize == var => Lane::From(start),
+                        other => Lane::Same(loop_value(env, other)),
+                    });
+                    mask.iter_mut()
+                        .zip(&values)
+                        .for_each(|(m, &v)| *m &= v < *bound);
+                }
+                mask
             });
         let mask = mask.as_deref().filter(|m| m.iter().any(|&x| !x));
         if mask.is_some_and(|m| m.iter().all(|&x| !x)) {
             return;
+        }
+        // A tail: the valid lanes come first. Run them as a shorter chunk
+        // without a mask, so contiguous loads and stores stay contiguous.
+        if let Some(m) = mask {
+            let valid = m.iter().take_while(|&&x| x).count();
+            if m[valid..].iter().all(|&x| !x) {
+                return self.chunk(b, var, start, valid, env);
+            }
         }
         let chunk = Chunk {
             ctx: self,
@@ -483,9 +493,9 @@ impl Chunk<'_> {
                 let base = rest.eval(&|v| loop_value(self.env, v)) + coef * self.start;
                 (0..self.n as i64).map(|k| base + coef * k).collect()
             }
-            None => lane_values(&a.offset, self.n, &|v, k| match v {
-                Var::Iter(i) => self.iters[i as usize][k],
-                other => loop_value(self.env, other),
+            None => lane_values(&a.offset, self.n, &|v| match v {
+                Var::Iter(i) => Lane::Each(&self.iters[i as usize]),
+                other => Lane::Same(loop_value(self.env, other)),
             }),
         }
     }
@@ -559,8 +569,42 @@ fn loop_value(env: &[i64], v: Var) -> i64 {
 }
 
 /// An index expression's value in each of `n` lanes.
-fn lane_values(x: &Index, n: usize, at: &dyn Fn(Var, usize) -> i64) -> Vec<i64> {
-    (0..n).map(|k| x.eval(&|v| at(v, k))).collect()
+/// A variable across the lanes of a chunk.
+enum Lane<'a> {
+    /// The same in every lane (an outer loop).
+    Same(i64),
+    /// `start + k` in lane `k` (the lane loop).
+    From(i64),
+    /// Given per lane (an iterator already evaluated).
+    Each(&'a [i64]),
+}
+
+/// An index expression's value in each of `n` lanes, one node at a time
+/// over all lanes (so the arithmetic vectorizes); `at(v)` says how
+/// variable `v` varies across the lanes.
+fn lane_values<'a>(x: &Index, n: usize, at: &dyn Fn(Var) -> Lane<'a>) -> Vec<i64> {
+    let each = |a: &Index, f: &dyn Fn(i64) -> i64| {
+        let mut v = lane_values(a, n, at);
+        v.iter_mut().for_each(|x| *x = f(*x));
+        v
+    };
+    match x {
+        Index::Const(c) => vec![*c; n],
+        Index::Var(v) => match at(*v) {
+            Lane::Same(c) => vec![c; n],
+            Lane::From(s) => (s..s + n as i64).collect(),
+            Lane::Each(values) => values[..n].to_vec(),
+        },
+        Index::Add(a, b) => {
+            let mut a = lane_values(a, n, at);
+            let b = lane_values(b, n, at);
+            a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+            a
+        }
+        Index::Mul(a, c) => each(a, &|x| x * c),
+        Index::Div(a, c) => each(a, &|x| x.div_euclid(*c)),
+        Index::Mod(a, c) => each(a, &|x| x.rem_euclid(*c)),
+    }
 }
 
 fn combine(op: ReduceOp, acc: Scalar, v: Scalar) -> Scalar {

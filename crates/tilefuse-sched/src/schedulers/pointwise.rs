@@ -115,7 +115,13 @@ pub fn schedule_pointwise(
         ));
     }
     let limits = &device.limits;
-    for (d, (&size, &max)) in p.launch.workgroup_size.iter().zip(&limits.max_workgroup_size).enumerate() {
+    for (d, (&size, &max)) in p
+        .launch
+        .workgroup_size
+        .iter()
+        .zip(&limits.max_workgroup_size)
+        .enumerate()
+    {
         if size > max {
             let axis = ["x", "y", "z"][d];
             return Err(err(
