@@ -49,3 +49,17 @@ fn integer_reductions_take_the_generic_path() {
         assert_eq!(want, got, "axis {axis}");
     }
 }
+
+#[test]
+fn matmul_with_the_spatial_axis_innermost_takes_the_axpy_path() {
+    let (_, f) = fusions()
+        .into_iter()
+        .find(|(n, _)| *n == "matmul_bias_relu")
+        .unwrap();
+    let mut s = Schedule::new(&f);
+    let mm = s.get_blocks()[0];
+    let loops = s.get_loops(mm).unwrap();
+    s.reorder(&[loops[0], loops[2], loops[1]]).unwrap(); // i, k, j
+    s.parallel(loops[0]).unwrap();
+    check("matmul i,k,j", &f, &s);
+}

@@ -414,6 +414,9 @@ impl Ctx<'_> {
             n,
             mask,
         };
+        if chunk.axpy(b) {
+            return;
+        }
         let value = chunk.column(&b.value);
         let buf = &self.buffers[b.store.buffer];
         match b.reduce {
@@ -498,6 +501,47 @@ impl Chunk<'_> {
                 other => Lane::Same(loop_value(self.env, other)),
             }),
         }
+    }
+
+    /// `dst[k] += c * src[k]` over consecutive lanes, straight between the
+    /// buffers (the inner loop of a matmul with the spatial `j` innermost):
+    /// a sum reduction of a lane-invariant operand times a contiguous load
+    /// into a contiguous store, first visits storing instead of adding.
+    fn axpy(&self, b: &BlockCode) -> bool {
+        let (Some(ReduceOp::Sum), None, Some((1, out_rest)), false) =
+            (b.reduce, self.mask, &b.store.linear, b.lane_reduces)
+        else {
+            return false;
+        };
+        let Value::Binary(tilefuse_ir::BinaryOp::Mul, x, y) = &b.value else {
+            return false;
+        };
+        let (c, src) = match (self.uniform_f32(x), self.uniform_f32(y)) {
+            (Some(c), None) => (c, &**y),
+            (None, Some(c)) => (c, &**x),
+            _ => return false,
+        };
+        let Value::Load(Access {
+            buffer,
+            linear: Some((1, rest)),
+            ..
+        }) = src
+        else {
+            return false;
+        };
+        let (dst_buf, src_buf) = (
+            &self.ctx.buffers[b.store.buffer],
+            &self.ctx.buffers[*buffer],
+        );
+        if *buffer == b.store.buffer || dst_buf.dtype != DType::F32 || src_buf.dtype != DType::F32 {
+            return false;
+        }
+        let at = |v| loop_value(self.env, v);
+        let src = src_buf.slice::<f32>((rest.eval(&at) + self.start) as usize, self.n);
+        let dst = dst_buf.slice_mut::<f32>((out_rest.eval(&at) + self.start) as usize, self.n);
+        let first = b.init && b.reduce_iters.iter().all(|&r| self.iters[r][0] == 0);
+        super::simd_math::axpy(dst, c, src, first);
+        true
     }
 
     /// The value of an f32 operand that is equal in every lane.

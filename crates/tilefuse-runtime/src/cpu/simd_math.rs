@@ -68,6 +68,31 @@ macro_rules! slice_fn {
 slice_fn!(exp_in_place, exp_avx2, exp1);
 slice_fn!(tanh_in_place, tanh_avx2, tanh1);
 
+/// `dst = c * src` on the first visit of a sum, else `dst += c * src`
+/// (fused multiply-add with AVX2 + FMA).
+pub fn axpy(dst: &mut [f32], c: f32, src: &[f32], first: bool) {
+    let src = &src[..dst.len()];
+    if first {
+        dst.iter_mut().zip(src).for_each(|(d, &s)| *d = c * s);
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports the features the function was compiled for.
+        unsafe { axpy_fma(dst, c, src) };
+        return;
+    }
+    dst.iter_mut().zip(src).for_each(|(d, &s)| *d += c * s);
+}
+
+#[target_feature(enable = "avx2,fma")]
+#[cfg(target_arch = "x86_64")]
+fn axpy_fma(dst: &mut [f32], c: f32, src: &[f32]) {
+    dst.iter_mut()
+        .zip(src)
+        .for_each(|(d, &s)| *d = c.mul_add(s, *d));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
