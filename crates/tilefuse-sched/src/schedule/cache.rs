@@ -134,19 +134,6 @@ impl Schedule {
         }
     }
 
-    /// Position among the root nests of the nest holding `block`.
-    fn root_index(&self, block: BlockId) -> usize {
-        match self.get_loops(block).expect("checked").first() {
-            Some(&top) => self.root_of(top),
-            None => self
-                .kernel
-                .body
-                .iter()
-                .position(|n| matches!(n, crate::ir::Node::Block(b) if *b == block))
-                .expect("a root block"),
-        }
-    }
-
     fn last_block(&self) -> BlockId {
         BlockId(self.kernel.blocks.len() as u32 - 1)
     }

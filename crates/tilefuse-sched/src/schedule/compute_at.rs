@@ -262,15 +262,7 @@ impl Schedule {
             {
                 continue;
             }
-            let root = match self.get_loops(w)?.first() {
-                Some(&top) => self.root_of(top),
-                None => self
-                    .kernel
-                    .body
-                    .iter()
-                    .position(|n| matches!(n, Node::Block(b) if *b == w))
-                    .unwrap_or(0),
-            };
+            let root = self.root_index(w);
             if root >= target {
                 return Err(ScheduleError::pre(
                     primitive,
@@ -295,14 +287,9 @@ impl Schedule {
         l: LoopId,
         before: bool,
     ) -> Result<()> {
-        let top = self.get_loops(block)?.first().copied();
-        let own = self.kernel.body.iter().position(|n| match (n, top) {
-            (Node::Loop(id, _), Some(t)) => *id == t,
-            (Node::Block(b), None) => *b == block,
-            _ => false,
-        });
+        let own = self.root_index(block);
         let target = self.root_of(l);
-        if own.is_some_and(|o| (o < target) != before) {
+        if (own < target) != before {
             let side = if before { "before" } else { "after" };
             return Err(ScheduleError::pre(
                 primitive,

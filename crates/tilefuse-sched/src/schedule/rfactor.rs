@@ -149,6 +149,20 @@ impl Schedule {
         Ok(block)
     }
 
+    /// Position among the root nests of the nest holding `block` (which
+    /// must be in the schedule).
+    pub(super) fn root_index(&self, block: BlockId) -> usize {
+        match self.get_loops(block).expect("a live block").first() {
+            Some(&top) => self.root_of(top),
+            None => self
+                .kernel
+                .body
+                .iter()
+                .position(|n| matches!(n, Node::Block(b) if *b == block))
+                .expect("a root block"),
+        }
+    }
+
     /// Position among the root nests of the nest holding loop `l`.
     pub(super) fn root_of(&self, l: LoopId) -> usize {
         let path = self
