@@ -180,6 +180,12 @@ class Schedule:
         that copies it out, to place with ``reverse_compute_at``."""
         return Block(self, self._native.cache_write(self._block(block), scope))
 
+    def set_scope(self, block: Block | str, scope: str) -> None:
+        """Moves the intermediate ``block`` writes to ``scope``
+        (``"workgroup"``, ``"private"`` or ``"global"``); it is sized to
+        what its users share when the kernel is built."""
+        self._native.set_scope(self._block(block), scope)
+
     def compute_inline(self, block: Block | str) -> None:
         """Folds a pointwise producer into every block that reads it."""
         self._native.compute_inline(self._block(block))

@@ -66,9 +66,11 @@ pub struct ReductionParams {
     /// Rows (iteration-domain elements) each workgroup handles. Default `1`.
     #[schemars(range(min = 1, max = 1024))]
     pub rows_per_workgroup: u32,
-    /// Invocations of a workgroup assigned to the reduction domain; the
-    /// rest of `launch.workgroup_size` spans the iteration domain. Must
-    /// divide the workgroup's invocation count. Default `128`.
+    /// Invocations of a workgroup that share one row's reduction, when a
+    /// `cross_invocation_*` flag is on (else each invocation reduces whole
+    /// rows and this is unused); the rest of the workgroup's invocations
+    /// span the rows. Must divide the workgroup's invocation count.
+    /// Default `128`.
     #[schemars(range(min = 1, max = 1024))]
     pub reduction_invocations: u32,
 }
@@ -118,7 +120,8 @@ params_struct!(
             }
         }
         let invocations = p.launch.invocations();
-        if !invocations.is_multiple_of(p.reduction_invocations) {
+        let cross = p.cross_invocation_inner_reduction || p.cross_invocation_outer_reduction;
+        if cross && !invocations.is_multiple_of(p.reduction_invocations) {
             return Err(ParamsError::new(
                 "reduction_invocations",
                 format!(

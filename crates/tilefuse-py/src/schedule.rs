@@ -169,6 +169,11 @@ impl PySchedule {
             .or_raise(py)
     }
 
+    fn set_scope(&mut self, py: Python<'_>, block: u32, scope: &str) -> PyResult<()> {
+        let scope = parse_scope(scope).or_raise(py)?;
+        self.inner.set_scope(BlockId(block), scope).or_raise(py)
+    }
+
     fn compute_inline(&mut self, py: Python<'_>, block: u32) -> PyResult<()> {
         self.inner.compute_inline(BlockId(block)).or_raise(py)
     }

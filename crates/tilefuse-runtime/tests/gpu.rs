@@ -1,23 +1,13 @@
 //! The fixture matrix on the GPU device. In CI (`CI=true`) a missing
 //! adapter is a failure, not a skip: CI runs these on Mesa's lavapipe.
 
+mod common;
+
+use common::gpu;
 use tilefuse_ir::{Fusion, evaluate};
 use tilefuse_runtime::Device;
 use tilefuse_sched::Schedule;
 use tilefuse_sched::fixtures::{compare, fusions, inputs, recipes};
-
-fn gpu() -> Option<Device> {
-    match Device::gpu() {
-        Ok(d) => Some(d),
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("CI needs a GPU adapter (lavapipe): {e}")
-        }
-        Err(e) => {
-            eprintln!("skipping GPU tests: {e}");
-            None
-        }
-    }
-}
 
 fn check(name: &str, f: &Fusion, s: &Schedule, device: &Device) {
     let x = inputs(f, 3);

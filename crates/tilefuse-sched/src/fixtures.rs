@@ -70,6 +70,79 @@ pub fn fusions() -> Vec<(&'static str, Fusion)> {
     out
 }
 
+/// `(name, fusion)` pairs the reduction scheduler accepts, beyond those of
+/// [`fusions`]: every normalization family, reductions over a middle axis,
+/// several row axes, a full reduction, statistics returned with the
+/// result, extents that no vector width divides.
+pub fn reduction_fusions() -> Vec<(&'static str, Fusion)> {
+    let mut out: Vec<(&'static str, Fusion)> = fusions()
+        .into_iter()
+        .filter(|(n, _)| matches!(*n, "inner_sum" | "outer_max" | "softmax" | "layernorm"))
+        .collect();
+    out.push(("softmax_3d_rows", softmax(&[3, 5, 40], 2)));
+    out.push(("softmax_odd", softmax(&[7, 333], 1)));
+    out.push(("softmax_outer", softmax(&[50, 12], 0)));
+
+    let mut f = Fusion::new();
+    let x = f.input(&[10, 64], DType::F32, Some("x")).unwrap();
+    let m = f.reduce(ReduceOp::Max, x, Some(&[1]), true).unwrap();
+    let d = f.binary(BinaryOp::Sub, x, m).unwrap();
+    let e = f.unary(UnaryOp::Exp, d).unwrap();
+    let s = f.reduce(ReduceOp::Sum, e, Some(&[1]), true).unwrap();
+    let l = f.unary(UnaryOp::Log, s).unwrap();
+    let y = f.binary(BinaryOp::Sub, d, l).unwrap();
+    f.output(y).unwrap();
+    out.push(("log_softmax", f));
+
+    let mut f = Fusion::new();
+    let x = f.input(&[12, 80], DType::F32, Some("x")).unwrap();
+    let w = f.input(&[80], DType::F32, Some("w")).unwrap();
+    let sq = f.binary(BinaryOp::Mul, x, x).unwrap();
+    let ms = f.reduce(ReduceOp::Mean, sq, Some(&[1]), true).unwrap();
+    let eps = f.constant(1e-6, DType::F32).unwrap();
+    let r = f.binary(BinaryOp::Add, ms, eps).unwrap();
+    let r = f.unary(UnaryOp::Rsqrt, r).unwrap();
+    let y = f.binary(BinaryOp::Mul, x, r).unwrap();
+    let y = f.binary(BinaryOp::Mul, y, w).unwrap();
+    f.output(y).unwrap();
+    out.push(("rmsnorm", f));
+
+    let mut f = Fusion::new();
+    let x = f.input(&[4, 30, 6], DType::F32, Some("x")).unwrap();
+    let s = f.reduce(ReduceOp::Sum, x, Some(&[1]), false).unwrap();
+    f.output(s).unwrap();
+    out.push(("middle_sum", f));
+
+    let mut f = Fusion::new();
+    let x = f.input(&[20, 25], DType::F32, Some("x")).unwrap();
+    let s = f.reduce(ReduceOp::Sum, x, None, false).unwrap();
+    f.output(s).unwrap();
+    out.push(("full_sum", f));
+
+    let mut f = Fusion::new();
+    let x = f.input(&[9, 48], DType::F32, Some("x")).unwrap();
+    let mu = f.reduce(ReduceOp::Mean, x, Some(&[1]), false).unwrap();
+    let mx = f.reduce(ReduceOp::Max, x, Some(&[1]), false).unwrap();
+    let gap = f.binary(BinaryOp::Sub, mx, mu).unwrap();
+    f.output(mu).unwrap();
+    f.output(gap).unwrap();
+    out.push(("two_stats", f));
+    out
+}
+
+/// Softmax of a tensor of `shape` over `axis`.
+fn softmax(shape: &[usize], axis: i64) -> Fusion {
+    let mut f = Fusion::new();
+    let x = f.input(shape, DType::F32, Some("x")).unwrap();
+    let m = f.reduce(ReduceOp::Max, x, Some(&[axis]), true).unwrap();
+    let d = f.binary(BinaryOp::Sub, x, m).unwrap();
+    let e = f.unary(UnaryOp::Exp, d).unwrap();
+    let s = f.reduce(ReduceOp::Sum, e, Some(&[axis]), true).unwrap();
+    let y = f.binary(BinaryOp::Div, e, s).unwrap();
+    f.output(y).unwrap();
+    f
+}
+
 /// Inlines every intermediate that can be inlined.
 pub fn inline_all(s: &mut Schedule) {
     for b in s.get_blocks() {

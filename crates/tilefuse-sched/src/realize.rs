@@ -1,11 +1,12 @@
 //! Buffer realization, the lowering pass between scheduling and code: every
 //! workgroup- or private-scope buffer shrinks to the region that one
-//! iteration of the innermost loop enclosing all its uses touches, and its
-//! indices are rebased to that region. A workgroup buffer then becomes a
+//! iteration of the innermost loop enclosing all its uses touches (a
+//! dimension indexed non-affinely keeps its whole extent), and its indices
+//! are rebased to that region. A workgroup buffer then becomes a
 //! `var<workgroup>` array per workgroup, a private one an array per
 //! invocation (and per thread on the CPU).
 
-use crate::ir::{BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, RegionError, Scope};
+use crate::ir::{BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, Scope};
 use crate::schedule::ScheduleError;
 
 /// The kernel with its non-global buffers realized.
@@ -42,20 +43,49 @@ fn realize_one(k: &mut Kernel, buffer: BufferId, scope: Scope) -> Result<(), Sch
         .take_while(|(i, l)| paths.iter().all(|p| p.get(*i) == Some(l)))
         .map(|(_, l)| *l)
         .collect();
-    let Some(&lca) = common.last() else {
-        return Err(fail(
-            "its blocks share no loop; compute_at the copy under the loop of the block that uses it".into(),
-        ));
+    // A workgroup buffer is shared by the invocations of a workgroup, so
+    // its region spans the invocation-bound loops its uses share.
+    let shared = match scope {
+        Scope::Workgroup => common
+            .iter()
+            .position(|&l| matches!(k.loop_(l).kind, LoopKind::Bound(a) if !a.is_workgroup()))
+            .unwrap_or(common.len()),
+        _ => common.len(),
     };
-    let inner = k.loops_inside(lca);
-    for &l in &inner {
+    let Some(&lca) = common[..shared].last() else {
+        return Err(fail(if shared < common.len() {
+            "its blocks share no loop outside the invocation-bound ones; compute_at it under a \
+             workgroup-level loop"
+                .into()
+        } else {
+            "its blocks share no loop; compute_at the copy under the loop of the block that uses it"
+                .into()
+        }));
+    };
+    // Each invocation holds its own private copy: an invocation-bound loop
+    // inside `lca` may read it, but writing it there would leave the other
+    // invocations' copies incomplete.
+    let writers: Vec<BlockId> = blocks
+        .iter()
+        .copied()
+        .filter(|&b| k.block(b).buffer == buffer)
+        .collect();
+    for l in k.loops_inside(lca) {
         if let LoopKind::Bound(axis) = k.loop_(l).kind {
-            let allowed = scope == Scope::Workgroup && !axis.is_workgroup();
+            let allowed = !axis.is_workgroup()
+                && (scope == Scope::Workgroup
+                    || !writers.iter().any(|w| k.blocks_under(l).contains(w)));
             if !allowed {
                 return Err(fail(format!(
-                    "loop {} bound to {} lies inside the loops that share it; a {scope:?} buffer cannot span {}s",
+                    "loop {} bound to {} lies inside the loops that share it; a {scope:?} buffer \
+                     cannot be {} {}s",
                     k.loop_(l).name,
                     axis.name(),
+                    if axis.is_workgroup() {
+                        "shared by"
+                    } else {
+                        "written by several"
+                    },
                     if axis.is_workgroup() {
                         "workgroup"
                     } else {
@@ -64,16 +94,6 @@ fn realize_one(k: &mut Kernel, buffer: BufferId, scope: Scope) -> Result<(), Sch
                 )));
             }
         }
-    }
-    if scope == Scope::Workgroup
-        && let Some(&l) = common
-            .iter()
-            .find(|&&l| matches!(k.loop_(l).kind, LoopKind::Bound(a) if !a.is_workgroup()))
-    {
-        return Err(fail(format!(
-            "it is used inside loop {} bound to an invocation axis; use private scope",
-            k.loop_(l).name
-        )));
     }
     // Region of the buffer one iteration of `lca` touches.
     let mut accesses: Vec<(BlockId, Vec<Index>)> = Vec::new();
@@ -88,17 +108,8 @@ fn realize_one(k: &mut Kernel, buffer: BufferId, scope: Scope) -> Result<(), Sch
             accesses.push((b, block.over_loops(idx)));
         }
     }
-    let rank = k.buffer(buffer).shape.len();
     let accesses: Vec<Vec<Index>> = accesses.into_iter().map(|(_, a)| a).collect();
-    let region = k.region(lca, rank, &accesses).map_err(|e| match e {
-        RegionError::NotAffine { dim, inner } => fail(format!(
-            "index {dim} is not affine in loop {}",
-            k.loop_(inner).name
-        )),
-        RegionError::Diverging => {
-            fail("its accesses move differently with the loops around them".into())
-        }
-    })?;
+    let region = k.region_or_whole(lca, &k.buffer(buffer).shape, &accesses);
     let start = region.start;
     k.buffers[buffer.0 as usize].shape = region.extent;
     let rebase = |indices: &[Index]| -> Vec<Index> {

@@ -352,17 +352,41 @@ impl Gen<'_> {
         }
     }
 
+    /// Whether invocations hand data to each other between siblings `i - 1`
+    /// and `i`.
+    fn sync_before(&self, nodes: &[Node], i: usize) -> bool {
+        i > 0 && (self.has_invocation_loop(&nodes[i - 1]) || self.has_invocation_loop(&nodes[i]))
+    }
+
+    /// Whether `nodes` hold a barrier: then a loop around them also needs
+    /// one at the end of each iteration, or the next iteration's writes
+    /// would race with this one's reads.
+    fn has_barrier(&self, nodes: &[Node]) -> bool {
+        (0..nodes.len()).any(|i| self.sync_before(nodes, i))
+            || nodes
+                .iter()
+                .any(|n| matches!(n, Node::Loop(_, body) if self.has_barrier(body)))
+    }
+
     /// Siblings, with a barrier wherever invocations hand data to each other.
     fn nodes(&self, nodes: &[Node], sizes: &[u64; 6]) -> Vec<Stmt> {
         let mut out = Vec::new();
         for (i, n) in nodes.iter().enumerate() {
-            if i > 0 && (self.has_invocation_loop(&nodes[i - 1]) || self.has_invocation_loop(n)) {
-                out.push(Stmt::Call("storageBarrier".into()));
-                out.push(Stmt::Call("workgroupBarrier".into()));
+            if self.sync_before(nodes, i) {
+                out.extend(barrier());
             }
             out.extend(self.node(n, sizes));
         }
         out
+    }
+
+    /// One iteration of a loop's body, ending with a barrier if it holds one.
+    fn iteration(&self, body: &[Node], sizes: &[u64; 6]) -> Vec<Stmt> {
+        let mut stmts = self.nodes(body, sizes);
+        if self.has_barrier(body) {
+            stmts.extend(barrier());
+        }
+        stmts
     }
 
     fn node(&self, node: &Node, sizes: &[u64; 6]) -> Vec<Stmt> {
@@ -389,11 +413,18 @@ impl Gen<'_> {
                         }
                         vec![Stmt::Scope(stmts)]
                     }
+                    // A loop of one iteration needs no loop (nor a barrier
+                    // between iterations).
+                    LoopKind::Serial | LoopKind::Parallel if lp.extent == 1 => {
+                        let mut stmts = vec![Stmt::Let(var, Expr::raw("0u"))];
+                        stmts.extend(self.nodes(body, sizes));
+                        vec![Stmt::Scope(stmts)]
+                    }
                     LoopKind::Unrolled => (0..lp.extent)
                         .map(|k| {
                             let mut stmts =
                                 vec![Stmt::Let(var.clone(), Expr::raw(format!("{k}u")))];
-                            stmts.extend(self.nodes(body, sizes));
+                            stmts.extend(self.iteration(body, sizes));
                             Stmt::Scope(stmts)
                         })
                         .collect(),
@@ -404,7 +435,7 @@ impl Gen<'_> {
                         vec![Stmt::For {
                             var,
                             end,
-                            body: self.nodes(body, sizes),
+                            body: self.iteration(body, sizes),
                         }]
                     }
                 }
@@ -737,6 +768,13 @@ fn vectorized_loops(kernel: &Kernel) -> (HashMap<LoopId, BlockId>, HashSet<Buffe
 }
 
 /// Converts a value for storing into a buffer of `dtype`.
+fn barrier() -> [Stmt; 2] {
+    [
+        Stmt::Call("storageBarrier".into()),
+        Stmt::Call("workgroupBarrier".into()),
+    ]
+}
+
 fn to_storage(value: Expr, dtype: DType) -> Expr {
     if dtype == DType::Bool {
         Expr::call("select", vec![Expr::raw("0u"), Expr::raw("1u"), value])

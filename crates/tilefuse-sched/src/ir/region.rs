@@ -63,41 +63,65 @@ impl Kernel {
         accesses: &[Vec<Index>],
     ) -> Result<Region, RegionError> {
         let inner = self.loops_inside(l);
-        let mut start: Vec<Option<Index>> = vec![None; rank];
-        let mut lo = vec![i64::MAX; rank];
-        let mut hi = vec![i64::MIN; rank];
+        let dims = (0..rank)
+            .map(|dim| self.dim_region(&inner, dim, accesses))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Region::from_dims(dims))
+    }
+
+    /// Like [`Kernel::region`], but a dimension whose indices are not
+    /// affine in the inner loops (a fused index divided back into
+    /// dimensions) spans its whole extent in `shape`.
+    pub fn region_or_whole(&self, l: LoopId, shape: &[u64], accesses: &[Vec<Index>]) -> Region {
+        let inner = self.loops_inside(l);
+        let dims = (0..shape.len())
+            .map(|dim| {
+                self.dim_region(&inner, dim, accesses)
+                    .unwrap_or((Index::Const(0), shape[dim]))
+            })
+            .collect();
+        Region::from_dims(dims)
+    }
+
+    /// Start and extent of dimension `dim` over one iteration of the loops
+    /// outside `inner`.
+    fn dim_region(
+        &self,
+        inner: &[LoopId],
+        dim: usize,
+        accesses: &[Vec<Index>],
+    ) -> Result<(Index, u64), RegionError> {
+        let mut start: Option<Index> = None;
+        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
         for access in accesses {
-            for (dim, ix) in access.iter().enumerate() {
-                let mut rest = ix.clone();
-                let (mut min, mut max) = (0i64, 0i64);
-                for &v in &inner {
-                    let (c, r) = rest
-                        .linear_in(Var::Loop(v))
-                        .ok_or(RegionError::NotAffine { dim, inner: v })?;
-                    let span = c * (self.loop_(v).extent as i64 - 1);
-                    min += span.min(0);
-                    max += span.max(0);
-                    rest = r;
-                }
-                if start[dim].as_ref().is_some_and(|s| *s != rest) {
-                    return Err(RegionError::Diverging);
-                }
-                start[dim] = Some(rest);
-                lo[dim] = lo[dim].min(min);
-                hi[dim] = hi[dim].max(max);
+            let mut rest = access[dim].clone();
+            let (mut min, mut max) = (0i64, 0i64);
+            for &v in inner {
+                let (c, r) = rest
+                    .linear_in(Var::Loop(v))
+                    .ok_or(RegionError::NotAffine { dim, inner: v })?;
+                let span = c * (self.loop_(v).extent as i64 - 1);
+                min += span.min(0);
+                max += span.max(0);
+                rest = r;
             }
+            if start.as_ref().is_some_and(|s| *s != rest) {
+                return Err(RegionError::Diverging);
+            }
+            start = Some(rest);
+            lo = lo.min(min);
+            hi = hi.max(max);
         }
-        Ok(Region {
-            start: start
-                .into_iter()
-                .zip(&lo)
-                .map(|(s, &m)| s.unwrap_or(Index::Const(0)) + Index::Const(m))
-                .collect(),
-            extent: lo
-                .iter()
-                .zip(&hi)
-                .map(|(&a, &b)| (b - a + 1) as u64)
-                .collect(),
-        })
+        match start {
+            Some(s) => Ok((s + Index::Const(lo), (hi - lo + 1) as u64)),
+            None => Ok((Index::Const(0), 1)),
+        }
+    }
+}
+
+impl Region {
+    fn from_dims(dims: Vec<(Index, u64)>) -> Region {
+        let (start, extent) = dims.into_iter().unzip();
+        Region { start, extent }
     }
 }

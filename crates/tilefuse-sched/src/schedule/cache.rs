@@ -2,7 +2,8 @@
 //! scope (workgroup or private memory). The copy starts as a full-size
 //! buffer in its own loop nest; `compute_at` / `reverse_compute_at` then
 //! move the copy next to its user, and buffer realization shrinks it to
-//! what one workgroup (or invocation) touches.
+//! what one workgroup (or invocation) touches. `set_scope` moves a block's
+//! own output instead.
 
 use super::{Instruction, Result, Schedule, ScheduleError};
 use crate::ir::{Block, BlockId, Buffer, BufferId, Expr, Index, IterVar, Role, Scope, Var};
@@ -60,6 +61,37 @@ impl Schedule {
         self.kernel.body.insert(root + 1, node);
         self.record(Instruction::CacheWrite { block, scope });
         Ok(self.last_block())
+    }
+
+    /// Moves the buffer `block` writes to `scope` (TVM's `set_scope`):
+    /// buffer realization then sizes it to what its users share, e.g. a
+    /// row of partial sums in workgroup memory, or a per-invocation copy of
+    /// a row statistic every invocation computes.
+    ///
+    /// Preconditions: `block` is in the schedule and writes an
+    /// intermediate (not a fusion input or output).
+    pub fn set_scope(&mut self, block: BlockId, scope: Scope) -> Result<()> {
+        self.check_block(block)?;
+        let buffer = self.kernel.block(block).buffer;
+        let buf = self.kernel.buffer(buffer);
+        if buf.role != Role::Temp {
+            return Err(ScheduleError::pre(
+                "set_scope",
+                format!(
+                    "block {} writes {}, a fusion {}; only intermediates can change scope",
+                    self.block_name(block),
+                    buf.name,
+                    if matches!(buf.role, Role::Input(_)) {
+                        "input"
+                    } else {
+                        "output"
+                    }
+                ),
+            ));
+        }
+        self.kernel.buffers[buffer.0 as usize].scope = scope;
+        self.record(Instruction::SetScope { block, scope });
+        Ok(())
     }
 
     fn buffer_read_by(&self, primitive: &'static str, b: &Block, name: &str) -> Result<BufferId> {

@@ -117,8 +117,12 @@ impl Schedule {
 
     /// A block under `l` whose reduction `l` carries (some reduce
     /// iterator's binding uses `l`, and no spatial iterator moves with it,
-    /// as one does after `rfactor`), with that iterator's name.
+    /// as one does after `rfactor`), with that iterator's name. A loop of
+    /// one iteration carries nothing.
     fn carried_reduction(&self, l: LoopId) -> Option<(String, String)> {
+        if self.kernel.loop_(l).extent == 1 {
+            return None;
+        }
         let var = Var::Loop(l);
         self.kernel.blocks_under(l).into_iter().find_map(|b| {
             let block = self.kernel.block(b);

@@ -12,36 +12,35 @@ use crate::ir::{
 };
 
 impl Schedule {
-    /// Factors the reduction of the block under `l` over `l`:
+    /// Factors the reduction of the block `B` under `l` over `l`:
     ///
     /// - `B_rf_init` fills a new buffer `B_rf[l, ...]` with the identity;
     /// - the block, renamed `B_rf`, reduces into `B_rf[l, ...]` (so `l` is a
     ///   spatial loop for it and may be parallelized or bound);
     /// - a new block named `B` reduces `B_rf` over `l` into the original
-    ///   buffer, in a loop nest after the original one.
+    ///   buffer.
+    ///
+    /// In place: when the loops that carry `B`'s reduction enclose only `B`
+    /// and drive none of its spatial iterators, the fill and combine nests
+    /// go right before and after them, inside the loops around (so a
+    /// reduction already placed under a row loop by `compute_at` can be
+    /// factored there). Otherwise `B` must be alone in its root nest, and
+    /// the fill and combine get root nests of their own.
     ///
     /// Returns the `B_rf` block.
     ///
-    /// Preconditions: `l` is in the schedule, in a root loop nest that holds
-    /// exactly one block (the combining block runs after that nest); that
-    /// block is a reduction that initializes its buffer; `l` drives one of
-    /// its reduce iterators and none of its spatial ones.
+    /// Preconditions: `l` encloses exactly one block, a reduction; `l`
+    /// drives one of its reduce iterators and none of its spatial ones; one
+    /// of the two placements above applies.
     pub fn rfactor(&mut self, l: LoopId) -> Result<BlockId> {
         const P: &str = "rfactor";
         self.check_loop(l)?;
-        let root = self
-            .kernel
-            .path_to(&Node::Loop(l, vec![]))
-            .expect("checked")
-            .first()
-            .copied()
-            .unwrap_or(l);
-        let blocks = self.kernel.blocks_under(root);
+        let blocks = self.kernel.blocks_under(l);
         let [block] = blocks.as_slice() else {
             return Err(ScheduleError::pre(
                 P,
                 format!(
-                    "loop {}'s nest must hold exactly one block, it holds {}",
+                    "loop {} must enclose exactly one block, it encloses {}",
                     self.loop_name(l),
                     blocks.len()
                 ),
@@ -49,24 +48,56 @@ impl Schedule {
         };
         let block = *block;
         let b = self.kernel.block(block).clone();
-        let Some(op) = b.reduce.filter(|_| b.init) else {
+        let Some(op) = b.reduce else {
             return Err(ScheduleError::pre(
                 P,
-                format!("block {} is not an initializing reduction", b.name),
+                format!("block {} is not a reduction", b.name),
             ));
         };
-        let drives = |kind| {
+        let drives = |loop_: LoopId, kind| {
             b.iters
                 .iter()
                 .zip(&b.bindings)
-                .any(|(it, x)| it.kind == kind && x.mentions(Var::Loop(l)))
+                .any(|(it, x)| it.kind == kind && x.mentions(Var::Loop(loop_)))
         };
-        if !drives(IterKind::Reduce) || drives(IterKind::Spatial) {
+        if !drives(l, IterKind::Reduce) || drives(l, IterKind::Spatial) {
             return Err(ScheduleError::pre(
                 P,
                 format!(
                     "loop {} must drive a reduce iterator of block {} and no spatial one",
                     self.loop_name(l),
+                    b.name
+                ),
+            ));
+        }
+        // The outermost loop that carries the reduction (a loop a previous
+        // rfactor made spatial drives a reduce iterator too, but carries
+        // none; neither does a loop of one iteration).
+        let path = self.get_loops(block)?;
+        let first = path
+            .iter()
+            .position(|&p| {
+                drives(p, IterKind::Reduce)
+                    && !drives(p, IterKind::Spatial)
+                    && self.kernel.loop_(p).extent > 1
+            })
+            .ok_or_else(|| {
+                ScheduleError::pre(
+                    P,
+                    format!(
+                        "loop {} has one iteration: nothing to factor",
+                        self.loop_name(l)
+                    ),
+                )
+            })?;
+        let in_place = self.kernel.blocks_under(path[first]) == [block]
+            && !path[first..].iter().any(|&p| drives(p, IterKind::Spatial));
+        if !in_place && self.kernel.blocks_under(path[0]) != [block] {
+            return Err(ScheduleError::pre(
+                P,
+                format!(
+                    "block {}'s reduction loops must enclose only it and drive none of its \
+                     spatial iterators, or its loop nest must hold only it",
                     b.name
                 ),
             ));
@@ -89,10 +120,21 @@ impl Schedule {
 
         // The partial reduction: the original block, one more spatial iterator.
         let position = b.iters.len();
+        let taken = |n: &str| b.iters.iter().any(|it| it.name == n);
+        let vrf = (0..)
+            .map(|i| {
+                if i == 0 {
+                    "vrf".to_owned()
+                } else {
+                    format!("vrf{i}")
+                }
+            })
+            .find(|n| !taken(n))
+            .expect("a free name");
         let pb = self.kernel.block_mut(block);
         pb.name = rf_name.clone();
         pb.iters.push(IterVar {
-            name: "vrf".into(),
+            name: vrf.clone(),
             extent,
             kind: IterKind::Spatial,
         });
@@ -101,13 +143,49 @@ impl Schedule {
         pb.indices.insert(0, iter(position));
         pb.init = false;
 
-        // Filling the partial buffer, before the original nest.
-        let init = Block {
+        // The fill and combine blocks walk `B`'s output elements (its
+        // spatial iterators, renumbered) and one more iterator over `l`.
+        let (spatial, bindings, indices): (Vec<IterVar>, Vec<Index>, Vec<Index>) = if in_place {
+            let kept: Vec<usize> = (0..b.iters.len())
+                .filter(|&i| b.iters[i].kind == IterKind::Spatial)
+                .collect();
+            let renumber = |ix: &Index| {
+                ix.subst(&|v| match v {
+                    Var::Iter(i) => kept.iter().position(|&k| k == i as usize).map(iter),
+                    Var::Loop(_) => None,
+                })
+            };
+            (
+                kept.iter().map(|&i| b.iters[i].clone()).collect(),
+                kept.iter().map(|&i| b.bindings[i].clone()).collect(),
+                b.indices.iter().map(renumber).collect(),
+            )
+        } else {
+            let rank = out.shape.len();
+            (
+                IterVar::spatial(&out.shape),
+                Vec::new(),
+                (0..rank).map(iter).collect(),
+            )
+        };
+        let k = spatial.len();
+        let mut rf_index = vec![iter(k)];
+        rf_index.extend(indices.iter().cloned());
+        let with_last = |kind, name: &str| {
+            let mut iters = spatial.clone();
+            iters.push(IterVar {
+                name: name.into(),
+                extent,
+                kind,
+            });
+            iters
+        };
+        let fill = Block {
             name: format!("{rf_name}_init"),
-            iters: IterVar::spatial(&rf_shape),
-            bindings: Vec::new(),
+            iters: with_last(IterKind::Spatial, &vrf),
+            bindings: bindings.clone(),
             buffer: rf,
-            indices: (0..rf_shape.len()).map(iter).collect(),
+            indices: rf_index.clone(),
             value: Expr::Const {
                 value: reduce_identity(op, dtype).as_f64(),
                 dtype,
@@ -116,37 +194,60 @@ impl Schedule {
             init: false,
             predicates: Vec::new(),
         };
-        // Combining the partials, after it.
-        let rank = out.shape.len();
-        let mut iters = IterVar::spatial(&out.shape);
-        iters.push(IterVar {
-            name: "vr".into(),
-            extent,
-            kind: IterKind::Reduce,
-        });
-        let mut rf_index = vec![iter(rank)];
-        rf_index.extend((0..rank).map(iter));
-        let finish = Block {
+        let combine = Block {
             name: b.name.clone(),
-            iters,
-            bindings: Vec::new(),
+            iters: with_last(IterKind::Reduce, "vr"),
+            bindings,
             buffer: b.buffer,
-            indices: (0..rank).map(iter).collect(),
+            indices,
             value: Expr::Load {
                 buffer: rf,
                 indices: rf_index,
             },
             reduce: Some(op),
-            init: true,
+            init: b.init,
             predicates: Vec::new(),
         };
-        let root = self.root_of(l);
-        let init_node = self.kernel.add_nest(init);
-        let finish_node = self.kernel.add_nest(finish);
-        self.kernel.body.insert(root + 1, finish_node);
-        self.kernel.body.insert(root, init_node);
+        if in_place {
+            let fill = self.inner_nest(fill, extent);
+            let combine = self.inner_nest(combine, extent);
+            let siblings = match first {
+                0 => &mut self.kernel.body,
+                _ => {
+                    let (nodes, pos) = self.kernel.find_loop_mut(path[first - 1]).expect("live");
+                    match &mut nodes[pos] {
+                        Node::Loop(_, body) => body,
+                        Node::Block(_) => unreachable!("a loop"),
+                    }
+                }
+            };
+            let at = siblings
+                .iter()
+                .position(|n| matches!(n, Node::Loop(id, _) if *id == path[first]))
+                .expect("a child");
+            siblings.insert(at + 1, combine);
+            siblings.insert(at, fill);
+        } else {
+            let root = self.root_of(l);
+            let fill = self.kernel.add_nest(fill);
+            let combine = self.kernel.add_nest(combine);
+            self.kernel.body.insert(root + 1, combine);
+            self.kernel.body.insert(root, fill);
+        }
         self.record(Instruction::Rfactor { loop_: l });
         Ok(block)
+    }
+
+    /// A nest of one new loop over the last iterator of `block`, whose
+    /// other iterators keep their bindings.
+    fn inner_nest(&mut self, mut block: Block, extent: u64) -> Node {
+        let lp = self.kernel.new_loop(format!("{}_l", block.name), extent);
+        block.bindings.push(Index::var(Var::Loop(lp)));
+        self.kernel.blocks.push(block);
+        Node::Loop(
+            lp,
+            vec![Node::Block(BlockId(self.kernel.blocks.len() as u32 - 1))],
+        )
     }
 
     /// Position among the root nests of the nest holding `block` (which

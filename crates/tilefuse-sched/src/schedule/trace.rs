@@ -53,6 +53,10 @@ pub enum Instruction {
         block: BlockId,
         scope: Scope,
     },
+    SetScope {
+        block: BlockId,
+        scope: Scope,
+    },
     ComputeAt {
         block: BlockId,
         #[serde(rename = "loop")]
@@ -93,6 +97,7 @@ impl Schedule {
                 scope,
             } => self.cache_read(*block, buffer, *scope).map(drop),
             Instruction::CacheWrite { block, scope } => self.cache_write(*block, *scope).map(drop),
+            Instruction::SetScope { block, scope } => self.set_scope(*block, *scope),
             Instruction::ComputeAt { block, loop_ } => self.compute_at(*block, *loop_),
             Instruction::ReverseComputeAt { block, loop_ } => {
                 self.reverse_compute_at(*block, *loop_)

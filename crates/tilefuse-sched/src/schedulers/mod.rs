@@ -2,12 +2,15 @@
 //! with the same primitives a user calls by hand. `can_schedule` says which
 //! accept a fusion, `heuristics` picks params for a fusion on a device.
 
+mod launch;
 mod pointwise;
+mod reduction;
 
 use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{HeuristicParams, ParamsError};
 
 pub use pointwise::{pointwise_heuristics, schedule_pointwise};
+pub use reduction::{reduction_heuristics, schedule_reduction};
 
 use crate::{DeviceInfo, Schedule};
 
@@ -29,7 +32,14 @@ pub fn can_schedule(fusion: &Fusion, scheduler: &str) -> Result<(), String> {
                 Ok(())
             }
         }
-        "reduction" | "matmul" => Err(format!(
+        "reduction" => {
+            if has(|op| matches!(op, Op::Matmul { .. })) {
+                Err("the fusion has a matmul".into())
+            } else {
+                reduction::topology(fusion).map(drop)
+            }
+        }
+        "matmul" => Err(format!(
             "the {scheduler} scheduler is not available in this version"
         )),
         other => Err(format!(
@@ -67,6 +77,7 @@ pub fn heuristics(
     can_schedule(fusion, scheduler).map_err(|e| ParamsError::new("scheduler", e))?;
     match scheduler {
         "pointwise" => Ok(pointwise_heuristics(fusion, device).into()),
+        "reduction" => Ok(reduction_heuristics(fusion, device).into()),
         _ => unreachable!("can_schedule admits only available schedulers"),
     }
 }
@@ -82,6 +93,7 @@ pub fn schedule(
     can_schedule(fusion, params.scheduler()).map_err(|e| ParamsError::new("scheduler", e))?;
     match params {
         HeuristicParams::Pointwise(p) => schedule_pointwise(fusion, p, device),
+        HeuristicParams::Reduction(p) => schedule_reduction(fusion, p, device),
         _ => unreachable!("can_schedule admits only available schedulers"),
     }
 }

@@ -20,14 +20,11 @@
 //! `compile.index_type` must be `"u32"` (kernels index with u32).
 
 use tilefuse_ir::Fusion;
-use tilefuse_params::{IndexType, ParamsError, PointwiseParams};
+use tilefuse_params::{ParamsError, PointwiseParams};
 
+use super::launch::{bind_capped, check_index_type, check_workgroup, err};
 use crate::ir::{LoopId, ThreadAxis};
 use crate::{DeviceInfo, Schedule};
-
-fn err(path: &str, message: impl Into<String>) -> ParamsError {
-    ParamsError::new(path, message)
-}
 
 /// Default params. On a GPU: a flat schedule, 128 invocations (or the
 /// device's maximum), vec4 where the innermost extent allows. On the CPU
@@ -95,12 +92,7 @@ pub fn schedule_pointwise(
     p: &PointwiseParams,
     device: &DeviceInfo,
 ) -> Result<Schedule, ParamsError> {
-    if p.compile.index_type != IndexType::U32 {
-        return Err(err(
-            "compile.index_type",
-            "only \"u32\" is supported: kernels index with u32",
-        ));
-    }
+    check_index_type(p.compile.index_type)?;
     let [bx, by, bz] = p.launch.workgroup_size;
     if bz != 1 {
         return Err(err(
@@ -115,31 +107,7 @@ pub fn schedule_pointwise(
         ));
     }
     let limits = &device.limits;
-    for (d, (&size, &max)) in p
-        .launch
-        .workgroup_size
-        .iter()
-        .zip(&limits.max_workgroup_size)
-        .enumerate()
-    {
-        if size > max {
-            let axis = ["x", "y", "z"][d];
-            return Err(err(
-                &format!("launch.workgroup_size[{d}]"),
-                format!("{size} exceeds the device's max_compute_workgroup_size_{axis} ({max})"),
-            ));
-        }
-    }
-    if bx * by > limits.max_invocations_per_workgroup {
-        return Err(err(
-            "launch.workgroup_size",
-            format!(
-                "{} invocations exceed the device's max_compute_invocations_per_workgroup ({})",
-                bx * by,
-                limits.max_invocations_per_workgroup
-            ),
-        ));
-    }
+    check_workgroup(&p.launch, limits)?;
     let mut s = Schedule::new(fusion);
     for b in s.get_blocks() {
         let _ = s.compute_inline(b); // outputs stay
@@ -291,12 +259,6 @@ fn bind_grid(
         }
         None => None,
     };
-    let bound = match cap {
-        Some(c) if c < extent => s
-            .split(grid, &[None, Some(c)], None)
-            .expect("valid factors")[1],
-        _ => grid,
-    };
-    s.bind(bound, axis).expect("an unbound spatial loop");
+    bind_capped(s, grid, axis, cap);
     Ok(())
 }

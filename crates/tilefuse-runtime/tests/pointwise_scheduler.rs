@@ -1,24 +1,15 @@
 //! The pointwise scheduler driven by its params, on the CPU and the GPU.
 
+mod common;
+
+use common::{devices, run};
 use serde_json::json;
-use tilefuse_ir::{BinaryOp, DType, Fusion, UnaryOp, evaluate};
+use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
 use tilefuse_params::{HeuristicParams, ParamsStruct, PointwiseParams};
 use tilefuse_runtime::Device;
 use tilefuse_sched::codegen::generate;
-use tilefuse_sched::fixtures::{compare, fusions, inputs};
+use tilefuse_sched::fixtures::fusions;
 use tilefuse_sched::schedulers::{can_schedule, heuristics, schedule};
-
-fn devices() -> Vec<Device> {
-    let mut out = vec![Device::cpu()];
-    match Device::gpu() {
-        Ok(g) => out.push(g),
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("CI needs a GPU adapter: {e}")
-        }
-        Err(e) => eprintln!("GPU checks skipped: {e}"),
-    }
-    out
-}
 
 /// `tanh(a * b + 1) * 0.5 + exp(-a)` over `[rows, cols]`, `b` broadcast.
 fn chain(rows: usize, cols: usize) -> Fusion {
@@ -36,17 +27,6 @@ fn chain(rows: usize, cols: usize) -> Fusion {
     let y = f.binary(BinaryOp::Add, t, e).unwrap();
     f.output(y).unwrap();
     f
-}
-
-fn run(f: &Fusion, params: &HeuristicParams, device: &Device) -> Result<(), String> {
-    let s = schedule(f, params, &device.info()).map_err(|e| e.to_string())?;
-    let x = inputs(f, 11);
-    let got = device
-        .build(&s)
-        .map_err(|e| e.to_string())?
-        .run(&x)
-        .map_err(|e| e.to_string())?;
-    compare(&evaluate(f, &x).unwrap(), &got, 1e-5)
 }
 
 fn variant(change: &serde_json::Value) -> HeuristicParams {
@@ -152,9 +132,22 @@ fn can_schedule_gives_reasons() {
             .unwrap_err()
             .contains("reduces")
     );
+    assert!(can_schedule(&softmax, "reduction").is_ok());
     assert!(can_schedule(&chain(2, 2), "pointwise").is_ok());
+    // Reductions over different axes: no single scheduler takes them.
+    let mut f = Fusion::new();
+    let x = f.input(&[4, 6], DType::F32, Some("x")).unwrap();
+    let rows = f.reduce(ReduceOp::Sum, x, Some(&[1]), false).unwrap();
+    let cols = f.reduce(ReduceOp::Sum, x, Some(&[0]), false).unwrap();
+    f.output(rows).unwrap();
+    f.output(cols).unwrap();
     assert!(
-        heuristics(&softmax, None, &Device::cpu().info())
+        can_schedule(&f, "reduction")
+            .unwrap_err()
+            .contains("reductions differ")
+    );
+    assert!(
+        heuristics(&f, None, &Device::cpu().info())
             .unwrap_err()
             .to_string()
             .starts_with("scheduler: no scheduler accepts")

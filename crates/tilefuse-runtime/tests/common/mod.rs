@@ -1,0 +1,69 @@
+//! Helpers shared by the device test files.
+#![allow(dead_code)] // each test file uses its own subset
+
+use tilefuse_ir::{Fusion, evaluate};
+use tilefuse_params::HeuristicParams;
+use tilefuse_runtime::Device;
+use tilefuse_sched::fixtures::{compare, inputs};
+use tilefuse_sched::schedulers::schedule;
+
+/// The GPU device; in CI (`CI=true`) a missing adapter is a failure, not a
+/// skip: CI runs these on Mesa's lavapipe.
+pub fn gpu() -> Option<Device> {
+    match Device::gpu() {
+        Ok(g) => Some(g),
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI needs a GPU adapter (lavapipe): {e}")
+        }
+        Err(e) => {
+            eprintln!("GPU checks skipped: {e}");
+            None
+        }
+    }
+}
+
+/// The CPU device and, where there is one, the GPU.
+pub fn devices() -> Vec<Device> {
+    let mut out = vec![Device::cpu()];
+    out.extend(gpu());
+    out
+}
+
+/// Schedules `f` with `params` for `device`, runs it on fresh inputs and
+/// compares with the reference.
+pub fn run(f: &Fusion, params: &HeuristicParams, device: &Device) -> Result<(), String> {
+    let s = schedule(f, params, &device.info()).map_err(|e| e.to_string())?;
+    let x = inputs(f, 11);
+    let got = device
+        .build(&s)
+        .map_err(|e| e.to_string())?
+        .run(&x)
+        .map_err(|e| e.to_string())?;
+    compare(&evaluate(f, &x).unwrap(), &got, 1e-5)
+}
+
+/// `base` with `change` merged in (objects key by key, other values
+/// replaced), as params.
+pub fn merged(base: &serde_json::Value, change: &serde_json::Value) -> HeuristicParams {
+    fn merge(into: &mut serde_json::Value, change: &serde_json::Value) {
+        match (into, change) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (slot, v) => *slot = v.clone(),
+        }
+    }
+    let mut v = base.clone();
+    merge(&mut v, change);
+    HeuristicParams::from_value(v).unwrap_or_else(|e| panic!("{change}: {e}"))
+}
+
+/// The WGSL of `f` scheduled with `params` for `device`.
+pub fn wgsl(f: &Fusion, params: &HeuristicParams, device: &Device) -> String {
+    let s = schedule(f, params, &device.info()).unwrap_or_else(|e| panic!("{e}"));
+    tilefuse_sched::codegen::generate(s.kernel())
+        .unwrap()
+        .source
+}

@@ -1,0 +1,251 @@
+//! The reduction scheduler driven by its params, on the CPU and the GPU.
+
+mod common;
+
+use common::{devices, merged, run, wgsl};
+use serde_json::{Value, json};
+use tilefuse_ir::Fusion;
+use tilefuse_params::{ParamsStruct, ReductionParams};
+use tilefuse_runtime::Device;
+use tilefuse_sched::fixtures::reduction_fusions;
+use tilefuse_sched::schedulers::{heuristics, schedule};
+
+fn fusion(name: &str) -> Fusion {
+    reduction_fusions()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no fixture {name}"))
+        .1
+}
+
+#[test]
+fn default_heuristics_match_the_reference() {
+    for device in devices() {
+        for (name, f) in reduction_fusions() {
+            let p = heuristics(&f, None, &device.info()).unwrap();
+            assert_eq!(p.scheduler(), "reduction", "{name}");
+            run(&f, &p, &device)
+                .unwrap_or_else(|e| panic!("{name} on {}: {e}\n{p:?}", device.info().name));
+        }
+    }
+}
+
+/// Inner reductions: a persistent, cross-invocation base with vec4 loads.
+fn inner_base() -> Value {
+    let mut v = ReductionParams::default().to_value();
+    v["launch"]["workgroup_size"] = json!([32, 1, 1]);
+    v["reduction_invocations"] = json!(16);
+    v["cross_invocation_inner_reduction"] = json!(true);
+    v["persistent_kernel"] = json!(true);
+    v["rows_per_workgroup"] = json!(2);
+    v
+}
+
+/// Outer reductions: columns on invocations, whole columns per invocation.
+fn outer_base() -> Value {
+    let mut v = ReductionParams::default().to_value();
+    v["fastest_dim"] = json!(false);
+    v["launch"]["workgroup_size"] = json!([8, 1, 1]);
+    v["rows_per_workgroup"] = json!(8);
+    v["persistent_kernel"] = json!(true);
+    v
+}
+
+/// Each field, changed alone from `base`, keeps every result right on
+/// every device and changes the WGSL of the first fusion (on one block,
+/// `persistent_kernel` has nothing to change).
+fn check_fields(fusions: &[&str], base: &Value, changes: &[Value]) {
+    let devices = devices();
+    for name in fusions {
+        let f = fusion(name);
+        let reference = wgsl(&f, &merged(base, &json!({})), &devices[0]);
+        let primary = name == &fusions[0];
+        for change in changes {
+            let p = merged(base, change);
+            for device in &devices {
+                run(&f, &p, device)
+                    .unwrap_or_else(|e| panic!("{name} {change} on {}: {e}", device.info().name));
+            }
+            if primary {
+                assert_ne!(
+                    wgsl(&f, &p, &devices[0]),
+                    reference,
+                    "{name}: {change} left the kernel unchanged"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_inner_field_changes_the_kernel_and_keeps_the_result() {
+    check_fields(
+        &[
+            "softmax",
+            "layernorm",
+            "rmsnorm",
+            "log_softmax",
+            "inner_sum",
+            "softmax_3d_rows",
+        ],
+        &inner_base(),
+        &[
+            json!({"persistent_kernel": false}),
+            json!({"project_persistent_buffers": true}),
+            json!({"flip_grid": true}),
+            json!({"cross_invocation_inner_reduction": false, "rows_per_workgroup": 32}),
+            json!({"persistent_kernel": false, "cross_workgroup_inner_reduction": true}),
+            json!({"persistent_kernel": false, "cross_workgroup_inner_reduction": true,
+                   "launch": {"grid": [2, 3, 1]}}),
+            json!({"vectorization_factor_reduction": 2}),
+            json!({"unroll_factor_reduction": 2}),
+            json!({"unroll_factor_iteration": 2, "rows_per_workgroup": 4}),
+            json!({"rows_per_workgroup": 4}),
+            json!({"reduction_invocations": 8, "rows_per_workgroup": 4}),
+            json!({"launch": {"workgroup_size": [64, 1, 1]}, "rows_per_workgroup": 4}),
+            json!({"launch": {"grid": [3, 1, 1]}}),
+        ],
+    );
+}
+
+#[test]
+fn every_outer_field_changes_the_kernel_and_keeps_the_result() {
+    check_fields(
+        &["softmax_outer"],
+        &outer_base(),
+        &[
+            json!({"persistent_kernel": false}),
+            json!({"flip_grid": true}),
+            json!({"cross_invocation_outer_reduction": true, "reduction_invocations": 4,
+                   "launch": {"workgroup_size": [32, 1, 1]}}),
+            json!({"persistent_kernel": false, "cross_workgroup_outer_reduction": true}),
+            json!({"vectorization_factor_iteration": 2, "rows_per_workgroup": 16}),
+            json!({"unroll_factor_reduction": 4}),
+            json!({"unroll_factor_iteration": 2, "rows_per_workgroup": 16}),
+            json!({"launch": {"workgroup_size": [4, 1, 1]}}),
+        ],
+    );
+    check_fields(
+        &["middle_sum"],
+        &outer_base(),
+        &[
+            json!({"schedule_3d": true}),
+            json!({"cross_invocation_outer_reduction": true, "reduction_invocations": 2,
+                   "launch": {"workgroup_size": [16, 1, 1]}}),
+        ],
+    );
+}
+
+#[test]
+fn unusable_params_name_the_field() {
+    let mut info = Device::cpu().info();
+    info.limits.max_invocations_per_workgroup = 256;
+    let cases = [
+        (
+            "softmax",
+            inner_base(),
+            json!({"fastest_dim": false}),
+            "fastest_dim",
+        ),
+        (
+            "outer_max",
+            outer_base(),
+            json!({"fastest_dim": true}),
+            "fastest_dim",
+        ),
+        (
+            "softmax",
+            inner_base(),
+            json!({"subgroup_inner_reduction": true,
+            "compile": {"use_subgroups": true}}),
+            "subgroup_inner_reduction",
+        ),
+        (
+            "softmax",
+            inner_base(),
+            json!({"cross_workgroup_inner_reduction": true}),
+            "cross_workgroup_inner_reduction",
+        ),
+        (
+            "softmax",
+            inner_base(),
+            json!({"cross_invocation_outer_reduction": true}),
+            "cross_invocation_outer_reduction",
+        ),
+        (
+            "softmax",
+            inner_base(),
+            json!({"vectorization_factor_iteration": 2}),
+            "vectorization_factor_iteration",
+        ),
+        (
+            "softmax_odd",
+            inner_base(),
+            json!({"vectorization_factor_reduction": 4}),
+            "vectorization_factor_reduction",
+        ),
+        (
+            "softmax",
+            inner_base(),
+            json!({"rows_per_workgroup": 3}),
+            "rows_per_workgroup",
+        ),
+        (
+            "softmax",
+            inner_base(),
+            json!({"schedule_3d": true}),
+            "schedule_3d",
+        ),
+        (
+            "softmax",
+            inner_base(),
+            json!({"compile": {"index_type": "i32"}}),
+            "compile.index_type",
+        ),
+        (
+            "softmax",
+            inner_base(),
+            json!({"launch": {"workgroup_size": [512, 1, 1]}}),
+            "launch.workgroup_size",
+        ),
+    ];
+    for (name, base, change, path) in cases {
+        let err = schedule(&fusion(name), &merged(&base, &change), &info).unwrap_err();
+        assert_eq!(err.path, path, "{name} {change}: {err}");
+    }
+}
+
+#[test]
+fn device_limits_are_params_errors() {
+    let mut info = Device::cpu().info();
+    info.limits.max_workgroup_storage_bytes = 256;
+    let kept = merged(&inner_base(), &json!({"project_persistent_buffers": false}));
+    let err = schedule(&fusion("softmax"), &kept, &info).unwrap_err();
+    assert_eq!(err.path, "project_persistent_buffers", "{err}");
+    assert!(err.to_string().contains("256"), "{err}");
+
+    let mut info = Device::cpu().info();
+    info.backend = "vulkan".into();
+    info.limits.max_loop_iterations_per_invocation = Some(100);
+    let serial = merged(
+        &inner_base(),
+        &json!({"cross_invocation_inner_reduction": false, "rows_per_workgroup": 32}),
+    );
+    let err = schedule(&fusion("softmax"), &serial, &info).unwrap_err();
+    assert_eq!(err.path, "reduction_invocations", "{err}");
+}
+
+#[test]
+fn heuristics_differ_by_device_kind() {
+    let f = fusion("softmax");
+    let cpu = Device::cpu().info();
+    let mut gpu = cpu.clone();
+    gpu.backend = "vulkan".into();
+    gpu.adapter_type = "discrete_gpu".into();
+    gpu.limits.max_invocations_per_workgroup = 1024;
+    let mut lavapipe = gpu.clone();
+    lavapipe.adapter_type = "cpu".into();
+    let [c, g, l] = [&cpu, &gpu, &lavapipe].map(|d| heuristics(&f, None, d).unwrap());
+    assert_ne!(c, g);
+    assert_ne!(g, l);
+}

@@ -1,0 +1,67 @@
+//! Launch checks and grid binding shared by the schedulers.
+
+use tilefuse_params::{IndexType, LaunchParams, ParamsError};
+
+use crate::ir::{LoopId, ThreadAxis};
+use crate::{DeviceLimits, Schedule};
+
+pub(super) fn err(path: &str, message: impl Into<String>) -> ParamsError {
+    ParamsError::new(path, message)
+}
+
+/// Kernels index with u32: the only index type a scheduler accepts.
+pub(super) fn check_index_type(index_type: IndexType) -> Result<(), ParamsError> {
+    if index_type != IndexType::U32 {
+        return Err(err(
+            "compile.index_type",
+            "only \"u32\" is supported: kernels index with u32",
+        ));
+    }
+    Ok(())
+}
+
+/// `launch.workgroup_size` within the device's per-axis and total limits.
+pub(super) fn check_workgroup(
+    launch: &LaunchParams,
+    limits: &DeviceLimits,
+) -> Result<(), ParamsError> {
+    for (d, (&size, &max)) in launch
+        .workgroup_size
+        .iter()
+        .zip(&limits.max_workgroup_size)
+        .enumerate()
+    {
+        if size > max {
+            let axis = ["x", "y", "z"][d];
+            return Err(err(
+                &format!("launch.workgroup_size[{d}]"),
+                format!("{size} exceeds the device's max_compute_workgroup_size_{axis} ({max})"),
+            ));
+        }
+    }
+    let n = launch.invocations();
+    if n > limits.max_invocations_per_workgroup {
+        return Err(err(
+            "launch.workgroup_size",
+            format!(
+                "{n} invocations exceed the device's max_compute_invocations_per_workgroup ({})",
+                limits.max_invocations_per_workgroup
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Binds `grid` to the workgroup `axis`, first split so that at most `cap`
+/// workgroups run along it (the rest becomes a serial grid-stride loop
+/// inside each workgroup).
+pub(super) fn bind_capped(s: &mut Schedule, grid: LoopId, axis: ThreadAxis, cap: Option<u64>) {
+    let extent = s.kernel().loop_(grid).extent;
+    let bound = match cap {
+        Some(c) if c < extent => s
+            .split(grid, &[None, Some(c)], None)
+            .expect("valid factors")[1],
+        _ => grid,
+    };
+    s.bind(bound, axis).expect("an unbound spatial loop");
+}

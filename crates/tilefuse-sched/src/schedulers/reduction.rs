@@ -1,0 +1,795 @@
+//! The reduction / normalization scheduler (nvFuser's reduction and
+//! persistent-normalization schedulers, in WebGPU terms).
+//!
+//! Every reduction of the fusion reduces the same contiguous axes `R` of
+//! the same reference shape `S = [O.., R.., I..]`. A block's loops then
+//! fall into an iteration domain (the rows, `O × I`) and a reduction
+//! domain (`R`), scheduled from the outside in as
+//!
+//! ```text
+//! rows: grid → workgroup.x (workgroup.y with flip_grid; with schedule_3d, O alone
+//!       on the other workgroup axis), serial rows, unroll_factor_iteration
+//!       (unrolled), iteration invocations (bound) [, vectorization_factor_iteration]
+//! R:    [workgroups per row (cross-workgroup) →] serial, unroll_factor_reduction
+//!       (unrolled), reduction_invocations (bound), vectorization_factor_reduction
+//! ```
+//!
+//! where the workgroup's invocations are `reduction_invocations` (when the
+//! cross-invocation flag of the reduction's kind is on, else 1) along the
+//! reduction times the rest along the rows. Inner reductions bind the
+//! reduction invocations to `invocation.x` and rows to `invocation.y`,
+//! outer ones the other way round, so consecutive invocations read
+//! consecutive addresses. `rows_per_workgroup` is the product of the row
+//! factors. Only the invocation count of `launch.workgroup_size` is read;
+//! the scheduler lays it out.
+//!
+//! A reduction over several invocations is `rfactor`ed in place: partial
+//! results in workgroup memory, combined by every invocation into its own
+//! copy (an intermediate the row reuses) or by invocation 0 (a global
+//! result). Across workgroups, partials go to global memory and a second
+//! stage combines them.
+//!
+//! `persistent_kernel` computes every block at the row loop of the last
+//! full-shape block: one stage, each row read while it is hot. Without it
+//! each block is a stage of its own. `project_persistent_buffers = false`
+//! keeps full-shape intermediates that a reduction and a later block both
+//! read (softmax's `exp(x - max)`, layernorm's `x - mean`) in memory —
+//! workgroup memory in a persistent kernel — instead of recomputing them
+//! from the inputs. Subgroup reductions are not implemented yet and are
+//! rejected; `compile.fast_math` has no reduction variant and is ignored.
+
+use tilefuse_ir::{Fusion, Op};
+use tilefuse_params::{ParamsError, ReductionParams};
+
+use super::launch::{bind_capped, check_index_type, check_workgroup, err};
+use crate::codegen;
+use crate::ir::{BlockId, IterKind, LoopId, Role, Scope, ThreadAxis};
+use crate::{DeviceInfo, Schedule, ScheduleError};
+
+/// The reference shape and reduced axes every reduction shares.
+#[derive(Clone, Debug)]
+pub(super) struct Topology {
+    shape: Vec<u64>,
+    axes: Vec<usize>,
+}
+
+impl Topology {
+    fn product(&self, dims: std::ops::Range<usize>) -> u64 {
+        self.shape[dims].iter().product()
+    }
+
+    fn outer(&self) -> u64 {
+        self.product(0..self.axes[0])
+    }
+
+    fn reduced(&self) -> u64 {
+        self.product(self.axes[0]..self.axes[self.axes.len() - 1] + 1)
+    }
+
+    fn inner(&self) -> u64 {
+        self.product(self.axes[self.axes.len() - 1] + 1..self.shape.len())
+    }
+}
+
+/// The shared reduction domain of `fusion`, or why there is none.
+pub(super) fn topology(fusion: &Fusion) -> Result<Topology, String> {
+    let mut found: Option<Topology> = None;
+    for node in fusion.nodes() {
+        let Op::Reduce { axes, .. } = &node.op else {
+            continue;
+        };
+        let shape: Vec<u64> = fusion
+            .ty(node.args[0])
+            .expect("a verified fusion")
+            .shape
+            .iter()
+            .map(|&d| d as u64)
+            .collect();
+        match &found {
+            None => {
+                found = Some(Topology {
+                    shape,
+                    axes: axes.clone(),
+                })
+            }
+            Some(t) if t.shape == shape && t.axes == *axes => {}
+            Some(t) => {
+                return Err(format!(
+                    "its reductions differ ({:?} over axes {:?}, {shape:?} over axes {axes:?}); \
+                     segment the fusion",
+                    t.shape, t.axes
+                ));
+            }
+        }
+    }
+    let t = found.ok_or("the fusion has no reduction")?;
+    if t.axes.is_empty() {
+        return Err("a reduction reduces no axis".into());
+    }
+    if t.axes.windows(2).any(|w| w[1] != w[0] + 1) {
+        return Err(format!(
+            "it reduces non-adjacent axes {:?}; permute them together first",
+            t.axes
+        ));
+    }
+    Ok(t)
+}
+
+/// Default params. The CPU device: one row per workgroup (rows run on
+/// threads), each reduced serially as SIMD lanes, intermediates kept per
+/// row. GPUs: inner reductions spread each row over invocations with vec4
+/// loads; outer reductions give each invocation columns (coalesced) and,
+/// when rows are few and long, several invocations per column. A CPU Vulkan
+/// (lavapipe) pays for every barrier, so it gets fewer, larger steps per
+/// invocation, within its per-invocation loop budget.
+pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionParams {
+    let topo = topology(fusion).expect("can_schedule checked the fusion");
+    let mut p = ReductionParams {
+        fastest_dim: topo.inner() == 1,
+        persistent_kernel: true,
+        project_persistent_buffers: true,
+        ..ReductionParams::default()
+    };
+    let r = topo.reduced();
+    let max = u64::from(device.limits.max_invocations_per_workgroup);
+    if !device.is_gpu() {
+        p.launch.workgroup_size = [1, 1, 1];
+        p.reduction_invocations = 1;
+        p.project_persistent_buffers = false;
+        return p;
+    }
+    let cpu_vulkan = device.adapter_type == "cpu";
+    let pow2_at_most = |n: u64| 1u64 << (63 - n.max(1).leading_zeros());
+    if p.fastest_dim {
+        p.vectorization_factor_reduction = [4u32, 2, 1]
+            .into_iter()
+            .find(|&v| r.is_multiple_of(u64::from(v)))
+            .unwrap_or(1);
+        let per_invocation = if cpu_vulkan { 32 } else { 4 };
+        let t = pow2_at_most(r / per_invocation).clamp(1, max.min(256));
+        p.cross_invocation_inner_reduction = t > 1;
+        p.reduction_invocations = t as u32;
+        p.launch.workgroup_size = [t as u32, 1, 1];
+        // Keeps the exp / centred row on chip when it fits.
+        let row_bytes = 4 * r * u64::from(p.vectorization_factor_reduction.max(1));
+        p.project_persistent_buffers =
+            t == 1 || row_bytes > u64::from(device.limits.max_workgroup_storage_bytes) / 4;
+    } else {
+        let columns = topo.inner();
+        let x = pow2_at_most(columns).clamp(1, max.min(64));
+        let y = if columns < 4 * x && r >= 64 {
+            (max / x).min(8)
+        } else {
+            1
+        };
+        p.cross_invocation_outer_reduction = y > 1;
+        p.reduction_invocations = y as u32;
+        p.launch.workgroup_size = [(x * y) as u32, 1, 1];
+        p.rows_per_workgroup = x as u32;
+        p.schedule_3d = topo.outer() > 1;
+    }
+    p
+}
+
+/// How one nest lays out its rows and reduction.
+#[derive(Clone, Copy, Debug)]
+struct Rows {
+    serial: u64,
+    unroll: u64,
+    /// Row invocations.
+    invocations: u64,
+    vector: u64,
+    /// Invocations per row (1: each invocation reduces whole rows).
+    reduction_invocations: u64,
+    /// Workgroups per row (cross-workgroup reductions).
+    groups: Option<u64>,
+}
+
+/// What the params say, checked against the fusion and the device.
+struct Plan {
+    topo: Topology,
+    rows: Rows,
+    /// Reduction invocations of the main nests.
+    t: u64,
+    /// All invocations of a workgroup.
+    invocations: u64,
+    unroll_r: u64,
+    vec_r: u64,
+    red_axis: ThreadAxis,
+    row_axis: ThreadAxis,
+    grid_axis: ThreadAxis,
+    /// The second workgroup axis (3D: outer rows; cross-workgroup: groups).
+    other_grid_axis: ThreadAxis,
+    schedule_3d: bool,
+    grid_cap: u64,
+    fixed_grid: Option<[u32; 3]>,
+    max_row_invocations: u64,
+}
+
+impl Plan {
+    /// Workgroups along `axis`: a fixed `launch.grid` or the device limit.
+    fn grid(&self, axis: ThreadAxis) -> u64 {
+        self.fixed_grid
+            .map_or(self.grid_cap, |g| u64::from(g[axis.dim()]))
+    }
+
+    /// The stage combining cross-workgroup partials: every invocation on
+    /// rows, each reducing its row's partials serially.
+    fn combine_rows(&self) -> Rows {
+        Rows {
+            serial: 1,
+            unroll: 1,
+            invocations: self.invocations.min(self.max_row_invocations),
+            vector: 1,
+            reduction_invocations: 1,
+            groups: None,
+        }
+    }
+}
+
+fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Result<Plan, ParamsError> {
+    let topo = topology(fusion).map_err(|e| err("scheduler", e))?;
+    check_index_type(p.compile.index_type)?;
+    check_workgroup(&p.launch, &device.limits)?;
+    let inner = topo.inner() == 1;
+    if p.fastest_dim != inner {
+        return Err(err(
+            "fastest_dim",
+            format!(
+                "the fusion reduces {} axes {:?} of {:?}; must be {inner}",
+                if inner { "the innermost" } else { "outer" },
+                topo.axes,
+                topo.shape
+            ),
+        ));
+    }
+    for (field, on) in [
+        ("subgroup_inner_reduction", p.subgroup_inner_reduction),
+        ("subgroup_outer_reduction", p.subgroup_outer_reduction),
+    ] {
+        if on {
+            return Err(err(
+                field,
+                "subgroup reductions are not implemented by this version's reduction scheduler",
+            ));
+        }
+    }
+    let (cross_invocation, cross_workgroup, other_cross) = if inner {
+        (
+            p.cross_invocation_inner_reduction,
+            p.cross_workgroup_inner_reduction,
+            [
+                (
+                    "cross_invocation_outer_reduction",
+                    p.cross_invocation_outer_reduction,
+                ),
+                (
+                    "cross_workgroup_outer_reduction",
+                    p.cross_workgroup_outer_reduction,
+                ),
+            ],
+        )
+    } else {
+        (
+            p.cross_invocation_outer_reduction,
+            p.cross_workgroup_outer_reduction,
+            [
+                (
+                    "cross_invocation_inner_reduction",
+                    p.cross_invocation_inner_reduction,
+                ),
+                (
+                    "cross_workgroup_inner_reduction",
+                    p.cross_workgroup_inner_reduction,
+                ),
+            ],
+        )
+    };
+    let kind = if inner { "an inner" } else { "an outer" };
+    if let Some((field, _)) = other_cross.iter().find(|(_, on)| *on) {
+        return Err(err(
+            field,
+            format!("the fusion is {kind} reduction; this flag is for the other kind"),
+        ));
+    }
+    let n = u64::from(p.launch.invocations());
+    let t = if cross_invocation {
+        u64::from(p.reduction_invocations)
+    } else {
+        1
+    };
+    let y = n / t;
+    let (vec_rows, vec_r) = (
+        u64::from(p.vectorization_factor_iteration),
+        u64::from(p.vectorization_factor_reduction),
+    );
+    let (contiguous, strided) = if inner {
+        (
+            "vectorization_factor_reduction",
+            "vectorization_factor_iteration",
+        )
+    } else {
+        (
+            "vectorization_factor_iteration",
+            "vectorization_factor_reduction",
+        )
+    };
+    if (if inner { vec_rows } else { vec_r }) != 1 {
+        return Err(err(
+            strided,
+            format!(
+                "{kind} reduction vectorizes along its contiguous domain ({contiguous}); must be 1"
+            ),
+        ));
+    }
+    let contiguous_extent = if inner { topo.reduced() } else { topo.inner() };
+    let v = vec_rows.max(vec_r);
+    if !contiguous_extent.is_multiple_of(v) {
+        return Err(err(
+            contiguous,
+            format!("{v} does not divide the contiguous extent {contiguous_extent}"),
+        ));
+    }
+    let unroll_rows = u64::from(p.unroll_factor_iteration);
+    let rpw = u64::from(p.rows_per_workgroup);
+    let per_step = y * unroll_rows * vec_rows;
+    if !rpw.is_multiple_of(per_step) {
+        return Err(err(
+            "rows_per_workgroup",
+            format!(
+                "must be a multiple of the {y} row invocations × unroll_factor_iteration ({unroll_rows}) \
+                 × vectorization_factor_iteration ({vec_rows}) = {per_step}, got {rpw}"
+            ),
+        ));
+    }
+    let three_d = topo.outer() > 1 && topo.inner() > 1;
+    if p.schedule_3d && !three_d {
+        return Err(err(
+            "schedule_3d",
+            format!(
+                "the reduction over axes {:?} of {:?} has no outer and inner rows both",
+                topo.axes, topo.shape
+            ),
+        ));
+    }
+    let groups_per_row = if cross_workgroup {
+        if p.persistent_kernel {
+            return Err(err(
+                if inner {
+                    "cross_workgroup_inner_reduction"
+                } else {
+                    "cross_workgroup_outer_reduction"
+                },
+                "workgroups cannot share a row within one stage; needs persistent_kernel = false",
+            ));
+        }
+        if p.schedule_3d {
+            return Err(err(
+                "schedule_3d",
+                "both workgroup axes are taken by a cross-workgroup reduction",
+            ));
+        }
+        let per_group = t * u64::from(p.unroll_factor_reduction) * vec_r;
+        let other = if p.flip_grid { 0 } else { 1 };
+        let groups = match p.launch.grid {
+            Some(g) => u64::from(g[other]),
+            None => topo.reduced().div_ceil(per_group * 16).clamp(2, 256),
+        };
+        if groups < 2 || groups > topo.reduced() {
+            return Err(err(
+                &format!("launch.grid[{other}]"),
+                format!(
+                    "a cross-workgroup reduction spreads each row over 2 to {} workgroups \
+                     (its reduction extent) along this axis, got {groups}",
+                    topo.reduced()
+                ),
+            ));
+        }
+        Some(groups)
+    } else {
+        None
+    };
+    let (red_axis, row_axis) = if inner {
+        (ThreadAxis::InvocationX, ThreadAxis::InvocationY)
+    } else {
+        (ThreadAxis::InvocationY, ThreadAxis::InvocationX)
+    };
+    let (grid_axis, other_grid_axis) = if p.flip_grid {
+        (ThreadAxis::WorkgroupY, ThreadAxis::WorkgroupX)
+    } else {
+        (ThreadAxis::WorkgroupX, ThreadAxis::WorkgroupY)
+    };
+    Ok(Plan {
+        topo,
+        rows: Rows {
+            serial: rpw / per_step,
+            unroll: unroll_rows,
+            invocations: y,
+            vector: vec_rows,
+            reduction_invocations: t,
+            groups: groups_per_row,
+        },
+        t,
+        invocations: n,
+        unroll_r: u64::from(p.unroll_factor_reduction),
+        vec_r,
+        red_axis,
+        row_axis,
+        grid_axis,
+        other_grid_axis,
+        schedule_3d: p.schedule_3d,
+        grid_cap: u64::from(device.limits.max_workgroups_per_dimension),
+        fixed_grid: p.launch.grid,
+        max_row_invocations: u64::from(device.limits.max_workgroup_size[row_axis.dim()]),
+    })
+}
+
+/// Builds the reduction schedule of `fusion` from `p` (see the module docs).
+pub fn schedule_reduction(
+    fusion: &Fusion,
+    p: &ReductionParams,
+    device: &DeviceInfo,
+) -> Result<Schedule, ParamsError> {
+    let plan = plan(fusion, p, device)?;
+    let mut s = Schedule::new(fusion);
+    let kept = if p.project_persistent_buffers {
+        Vec::new()
+    } else {
+        shared_rows(&s, &plan.topo)
+    };
+    for b in s.get_blocks() {
+        if !kept.contains(&b) {
+            let _ = s.compute_inline(b); // reductions and outputs stay
+        }
+    }
+    let blocks = s.get_blocks();
+    let anchor_at = blocks
+        .iter()
+        .rposition(|&b| full_shape(&s, b, &plan.topo) && s.kernel().block(b).reduce.is_none())
+        .unwrap_or(blocks.len() - 1);
+    let anchor = blocks[anchor_at];
+    let row = own_nest(&mut s, &plan, anchor, plan.rows)?;
+    let mut moved = Vec::new();
+    if p.persistent_kernel {
+        for &b in blocks[..anchor_at].iter().rev() {
+            if s.compute_at(b, row).is_ok() {
+                moved.push(b);
+            }
+        }
+    }
+    for &b in &blocks {
+        if moved.contains(&b) {
+            under_row(&mut s, &plan, b, kept.contains(&b))?;
+        } else if b != anchor {
+            own_nest(&mut s, &plan, b, plan.rows)?;
+        }
+    }
+    check_limits(&s, !kept.is_empty(), device)?;
+    Ok(s)
+}
+
+/// Full-shape intermediates that a reduction and another block both read.
+fn shared_rows(s: &Schedule, topo: &Topology) -> Vec<BlockId> {
+    let k = s.kernel();
+    let blocks = s.get_blocks();
+    blocks
+        .iter()
+        .copied()
+        .filter(|&b| {
+            let buf = k.block(b).buffer;
+            let readers: Vec<BlockId> = blocks
+                .iter()
+                .copied()
+                .filter(|&r| k.block(r).reads(buf))
+                .collect();
+            k.buffer(buf).role == Role::Temp
+                && k.block(b).reduce.is_none()
+                && full_shape(s, b, topo)
+                && readers.len() > 1
+                && readers.iter().any(|&r| k.block(r).reduce.is_some())
+        })
+        .collect()
+}
+
+fn full_shape(s: &Schedule, b: BlockId, topo: &Topology) -> bool {
+    s.kernel().buffer(s.kernel().block(b).buffer).shape == topo.shape
+}
+
+/// The block's own loops (one per iterator, as a fresh or `compute_at`
+/// nest has them), split into those over rows and those over the
+/// reduction domain.
+fn own_loops(s: &Schedule, topo: &Topology, b: BlockId) -> (Vec<LoopId>, Vec<LoopId>) {
+    let block = s.kernel().block(b);
+    let loops = s.get_loops(b).expect("a live block");
+    let own = &loops[loops.len() - block.iters.len()..];
+    let full = full_shape(s, b, topo) && block.reduce.is_none();
+    let in_r =
+        |i: usize| block.iters[i].kind == IterKind::Reduce || (full && topo.axes.contains(&i));
+    let pick = |r: bool| {
+        (0..own.len())
+            .filter(|&i| in_r(i) == r)
+            .map(|i| own[i])
+            .collect()
+    };
+    (pick(false), pick(true))
+}
+
+/// Fuses a chain of fresh loops (`None` when there are none).
+fn fuse(s: &mut Schedule, loops: &[LoopId]) -> Option<LoopId> {
+    match loops {
+        [] => None,
+        [one] => Some(*one),
+        _ => Some(s.fuse(loops).expect("a chain of fresh serial loops")),
+    }
+}
+
+/// Splits `l` by the given factors after an inferred outermost one, keeping
+/// only factors above 1 (and those marked `keep`); returns the outermost
+/// loop and, per factor, its loop if it was kept.
+fn split_kept(
+    s: &mut Schedule,
+    l: LoopId,
+    factors: &[(u64, bool)],
+) -> (LoopId, Vec<Option<LoopId>>) {
+    let mut wanted = vec![None];
+    wanted.extend(
+        factors
+            .iter()
+            .filter(|(f, keep)| *f > 1 || *keep)
+            .map(|(f, _)| Some(*f)),
+    );
+    let parts = s.split(l, &wanted, None).expect("valid factors");
+    let mut rest = parts[1..].iter();
+    let loops = factors
+        .iter()
+        .map(|(f, keep)| (*f > 1 || *keep).then(|| *rest.next().expect("one per kept factor")))
+        .collect();
+    (parts[0], loops)
+}
+
+/// Schedules a block in its own root nest (the anchor, or a block not
+/// computed at the anchor's rows); returns its innermost row loop.
+fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) -> Result<LoopId, ParamsError> {
+    let (mut row_loops, mut r) = own_loops(s, &plan.topo, b);
+    let chain: Vec<LoopId> = row_loops.iter().chain(&r).copied().collect();
+    if chain.len() > 1 {
+        s.reorder(&chain).expect("one fresh chain");
+    }
+    if row_loops.is_empty() {
+        // A full reduction: one row, split off the reduction domain.
+        let parts = s.split(r[0], &[Some(1), None], None).expect("valid");
+        row_loops.push(parts[0]);
+        r[0] = parts[1];
+    }
+    if plan.schedule_3d && row_loops.len() > 1 {
+        let outer_dims = plan.topo.axes[0].min(row_loops.len() - 1);
+        let outer = fuse(s, &row_loops[..outer_dims]).expect("outer rows");
+        bind_capped(
+            s,
+            outer,
+            plan.other_grid_axis,
+            Some(plan.grid(plan.other_grid_axis)),
+        );
+        row_loops.drain(..outer_dims);
+    }
+    let row = fuse(s, &row_loops).expect("rows");
+    let (grid, parts) = split_kept(
+        s,
+        row,
+        &[
+            (rows.serial, false),
+            (rows.unroll, false),
+            (rows.invocations, true),
+            (rows.vector, false),
+        ],
+    );
+    let [serial, unroll, invocations, vector] = parts[..] else {
+        unreachable!("four factors")
+    };
+    let unroll_or_serial = [serial, unroll];
+    let invocations = invocations.expect("kept");
+    let mut r = fuse(s, &r);
+    let mut next_stage = None;
+    if let (Some(r_loop), Some(groups), true) = (r, rows.groups, is_reduction(s, b)) {
+        // Partials per workgroup: the group loop goes outermost and is
+        // factored into a global buffer that the next stage combines.
+        let parts = s.split(r_loop, &[Some(groups), None], None).expect("valid");
+        let mut order = vec![parts[0], grid];
+        order.extend(unroll_or_serial.iter().flatten());
+        order.push(invocations);
+        order.extend(vector);
+        s.reorder(&order).expect("one chain");
+        let name = s.block_name(b);
+        s.rfactor(parts[0]).map_err(|e| internal(&e))?;
+        let fill = s
+            .get_block(&format!("{name}_rf_init"))
+            .expect("rfactor's fill");
+        flat_nest(s, plan, fill);
+        next_stage = Some(s.get_block(&name).expect("rfactor's combining block"));
+        bind_capped(
+            s,
+            parts[0],
+            plan.other_grid_axis,
+            Some(plan.grid(plan.other_grid_axis)),
+        );
+        r = Some(parts[1]);
+    }
+    bind_capped(s, grid, plan.grid_axis, Some(plan.grid(plan.grid_axis)));
+    if let Some(u) = unroll {
+        s.unroll(u).expect("a small serial loop");
+    }
+    s.bind(invocations, plan.row_axis)
+        .expect("an unbound row loop");
+    reduction_domain(s, plan, b, r, vector, rows.reduction_invocations, false)?;
+    if let Some(combine) = next_stage {
+        own_nest(s, plan, combine, plan.combine_rows())?;
+    }
+    Ok(invocations)
+}
+
+/// Schedules a block that `compute_at` placed under the anchor's rows.
+fn under_row(s: &mut Schedule, plan: &Plan, b: BlockId, kept: bool) -> Result<(), ParamsError> {
+    let (rows, r) = own_loops(s, &plan.topo, b);
+    let chain: Vec<LoopId> = rows.iter().chain(&r).copied().collect();
+    if chain.len() > 1 {
+        s.reorder(&chain).expect("one chain of fresh loops");
+    }
+    let vector = rows
+        .iter()
+        .copied()
+        .rfind(|&l| s.kernel().loop_(l).extent > 1);
+    let r = fuse(s, &r);
+    reduction_domain(s, plan, b, r, vector, plan.rows.reduction_invocations, true)?;
+    let temp = s.kernel().buffer(s.kernel().block(b).buffer).role == Role::Temp;
+    if kept {
+        let scope = if plan.t > 1 {
+            Scope::Workgroup
+        } else {
+            Scope::Private
+        };
+        s.set_scope(b, scope).map_err(|e| internal(&e))?;
+    } else if temp && plan.t == 1 && is_reduction(s, b) {
+        s.set_scope(b, Scope::Private).map_err(|e| internal(&e))?;
+    }
+    Ok(())
+}
+
+fn is_reduction(s: &Schedule, b: BlockId) -> bool {
+    s.kernel().block(b).reduce.is_some()
+}
+
+/// Splits and binds the reduction domain `r` of block `b` (see the module
+/// docs); `vector` is the row-vector loop of outer reductions.
+fn reduction_domain(
+    s: &mut Schedule,
+    plan: &Plan,
+    b: BlockId,
+    r: Option<LoopId>,
+    vector: Option<LoopId>,
+    t: u64,
+    under_row: bool,
+) -> Result<(), ParamsError> {
+    let reduce = is_reduction(s, b);
+    let Some(r) = r else {
+        if let (Some(v), false) = (vector, reduce) {
+            s.vectorize(v).expect("the innermost loop");
+        }
+        return Ok(());
+    };
+    let (serial, parts) = split_kept(
+        s,
+        r,
+        &[(plan.unroll_r, false), (t, false), (plan.vec_r, false)],
+    );
+    let [unroll, lanes, vec_r] = parts[..] else {
+        unreachable!("three factors")
+    };
+    if let Some(v) = vector {
+        if reduce {
+            s.unroll(v).expect("a small spatial loop");
+        } else {
+            let mut order = vec![serial];
+            order.extend(unroll.iter().chain(&lanes));
+            order.push(v);
+            s.reorder(&order).expect("one chain");
+            s.vectorize(v).expect("the innermost spatial loop");
+        }
+    }
+    if let Some(u) = unroll {
+        s.unroll(u).expect("a small loop");
+    }
+    if let Some(lanes) = lanes {
+        if reduce {
+            let name = s.block_name(b);
+            s.rfactor(lanes).map_err(|e| internal(&e))?;
+            s.set_scope(b, Scope::Workgroup).map_err(|e| internal(&e))?;
+            let fill = s
+                .get_block(&format!("{name}_rf_init"))
+                .expect("rfactor's fill");
+            let fill_loop = *s.get_loops(fill).expect("live").last().expect("its loop");
+            s.bind(fill_loop, plan.red_axis).expect("a spatial loop");
+            let combine = s.get_block(&name).expect("rfactor's combining block");
+            let temp = s.kernel().buffer(s.kernel().block(combine).buffer).role == Role::Temp;
+            if under_row && temp {
+                // Every invocation combines the partials into its own copy.
+                s.set_scope(combine, Scope::Private)
+                    .map_err(|e| internal(&e))?;
+            } else {
+                // One invocation writes the global result.
+                let vr = *s
+                    .get_loops(combine)
+                    .expect("live")
+                    .last()
+                    .expect("its loop");
+                let one = s.split(vr, &[Some(1), None], None).expect("valid")[0];
+                s.bind(one, plan.red_axis).expect("a loop of one iteration");
+            }
+        }
+        s.bind(lanes, plan.red_axis).expect("a spatial loop");
+    }
+    if let Some(v) = vec_r {
+        if reduce {
+            s.unroll(v).expect("a small loop");
+        } else {
+            s.vectorize(v).expect("the innermost spatial loop");
+        }
+    }
+    Ok(())
+}
+
+/// A fill nest of a cross-workgroup reduction: flat over workgroups.
+fn flat_nest(s: &mut Schedule, plan: &Plan, b: BlockId) {
+    let loops = s.get_loops(b).expect("live");
+    let flat = fuse(s, &loops).expect("a non-empty nest");
+    let parts = s
+        .split(flat, &[None, Some(plan.invocations)], None)
+        .expect("valid");
+    bind_capped(s, parts[0], plan.grid_axis, Some(plan.grid_cap));
+    s.bind(parts[1], plan.row_axis).expect("a spatial loop");
+}
+
+fn internal(e: &ScheduleError) -> ParamsError {
+    err("scheduler", format!("the reduction scheduler failed: {e}"))
+}
+
+/// Workgroup memory and per-invocation loop budgets, checked on the WGSL
+/// the schedule produces.
+fn check_limits(s: &Schedule, kept: bool, device: &DeviceInfo) -> Result<(), ParamsError> {
+    let wgsl = codegen::generate(s.kernel()).map_err(|e| internal(&e))?;
+    let limits = &device.limits;
+    for stage in &wgsl.stages {
+        if stage.workgroup_bytes > u64::from(limits.max_workgroup_storage_bytes) {
+            let (field, fix) = if kept {
+                (
+                    "project_persistent_buffers",
+                    "set it to true to recompute the rows from the inputs",
+                )
+            } else {
+                ("reduction_invocations", "use fewer")
+            };
+            return Err(err(
+                field,
+                format!(
+                    "{} needs {} bytes of workgroup memory, over the device's \
+                     max_compute_workgroup_storage_size ({}); {fix}",
+                    stage.entry_point, stage.workgroup_bytes, limits.max_workgroup_storage_bytes
+                ),
+            ));
+        }
+        if let Some(cap) = limits.max_loop_iterations_per_invocation
+            && device.is_gpu()
+            && stage.loop_iterations > cap
+        {
+            return Err(err(
+                "reduction_invocations",
+                format!(
+                    "each invocation of {} runs {} loop iterations, over the device's limit of \
+                     {cap}; spread the work over more invocations (cross-invocation reduction, \
+                     reduction_invocations) or workgroups",
+                    stage.entry_point, stage.loop_iterations
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
