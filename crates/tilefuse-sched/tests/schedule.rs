@@ -156,3 +156,47 @@ fn compute_at_family_preconditions_and_effect() {
         "{err}"
     );
 }
+
+/// rfactor over part of an exact split: the partial block starts its
+/// partials itself (no fill block). With a tail guard some partials might
+/// never start, so a fill block does; under a row loop shared with other
+/// blocks, everything is placed in that loop.
+#[test]
+fn rfactor_self_initializing_and_in_place() {
+    let f = softmax(4, 64);
+    let mut s = Schedule::new(&f);
+    let m = s.get_block("op_1").unwrap();
+    let k = *s.get_loops(m).unwrap().last().unwrap();
+    let parts = s.split(k, &[Some(4), None], None).unwrap();
+    s.rfactor(parts[0]).unwrap();
+    let text = s.to_string();
+    assert!(!text.contains("op_1_rf_init"), "{text}");
+    assert!(
+        text.contains("op_1_rf[vrf, v0, 0] max= x[v0, vrf * 16 + v1]"),
+        "{text}"
+    );
+
+    let mut s = Schedule::new(&f);
+    for b in ["op_2", "e"] {
+        let b = s.get_block(b).unwrap();
+        let _ = s.compute_inline(b);
+    }
+    let y = s.get_block("y").unwrap();
+    let row = s.get_loops(y).unwrap()[0];
+    for b in ["op_4", "op_1"] {
+        let b = s.get_block(b).unwrap();
+        s.compute_at(b, row).unwrap();
+    }
+    let m = s.get_block("op_1").unwrap();
+    let k = *s.get_loops(m).unwrap().last().unwrap();
+    let parts = s.split(k, &[None, Some(7)], None).unwrap();
+    s.rfactor(parts[1]).unwrap();
+    s.bind(parts[1], ThreadAxis::InvocationX).unwrap();
+    let text = s.to_string();
+    println!("{text}");
+    // Fill, partials and combine all sit under the shared row loop.
+    assert_eq!(s.kernel().body.len(), 1, "{text}");
+    assert!(text.contains("block op_1_rf_init"), "{text}");
+    let replayed = Schedule::replay_json(&f, &s.trace_json()).unwrap();
+    assert_eq!(replayed.to_string(), text);
+}

@@ -14,9 +14,11 @@ use crate::ir::{
 impl Schedule {
     /// Factors the reduction of the block `B` under `l` over `l`:
     ///
-    /// - `B_rf_init` fills a new buffer `B_rf[l, ...]` with the identity;
-    /// - the block, renamed `B_rf`, reduces into `B_rf[l, ...]` (so `l` is a
-    ///   spatial loop for it and may be parallelized or bound);
+    /// - the block, renamed `B_rf`, reduces into a new buffer `B_rf[l, ...]`
+    ///   (so `l` is a spatial loop for it and may be parallelized or bound);
+    ///   where `l` splits its only reduce iterator exactly, it reduces over
+    ///   the rest of that iterator and starts from the identity itself,
+    ///   else `B_rf_init` first fills `B_rf` with the identity;
     /// - a new block named `B` reduces `B_rf` over `l` into the original
     ///   buffer.
     ///
@@ -141,7 +143,24 @@ impl Schedule {
         pb.bindings.push(Index::var(Var::Loop(l)));
         pb.buffer = rf;
         pb.indices.insert(0, iter(position));
-        pb.init = false;
+        // Where `l` splits the block's only reduce iterator `vk = c * l + q`
+        // exactly, the partial block reduces over `q` alone and starts
+        // from the identity itself (TVM's rfactor): no fill block, and its
+        // partials can live in registers. Otherwise a fill block starts
+        // them.
+        let self_init = b.init && self.split_reduce_iter(&b, l).is_some();
+        if let Some((k, c, q)) = self.split_reduce_iter(&b, l).filter(|_| b.init) {
+            let q_extent = q.bounds(&|v| self.kernel.loop_range(v)).1 as u64 + 1;
+            let pb = self.kernel.block_mut(block);
+            pb.iters[k].extent = q_extent;
+            pb.bindings[k] = q;
+            let vk = iter(position) * c as i64 + iter(k);
+            pb.value = pb
+                .value
+                .subst(&|v| (v == Var::Iter(k as u32)).then(|| vk.clone()));
+        } else {
+            self.kernel.block_mut(block).init = false;
+        }
 
         // The fill and combine blocks walk `B`'s output elements (its
         // spatial iterators, renumbered) and one more iterator over `l`.
@@ -209,7 +228,7 @@ impl Schedule {
             predicates: Vec::new(),
         };
         if in_place {
-            let fill = self.inner_nest(fill, extent);
+            let fill = (!self_init).then(|| self.inner_nest(fill, extent));
             let combine = self.inner_nest(combine, extent);
             let siblings = match first {
                 0 => &mut self.kernel.body,
@@ -226,16 +245,52 @@ impl Schedule {
                 .position(|n| matches!(n, Node::Loop(id, _) if *id == path[first]))
                 .expect("a child");
             siblings.insert(at + 1, combine);
-            siblings.insert(at, fill);
+            if let Some(fill) = fill {
+                siblings.insert(at, fill);
+            }
         } else {
             let root = self.root_of(l);
-            let fill = self.kernel.add_nest(fill);
+            let fill = (!self_init).then(|| self.kernel.add_nest(fill));
             let combine = self.kernel.add_nest(combine);
             self.kernel.body.insert(root + 1, combine);
-            self.kernel.body.insert(root, fill);
+            if let Some(fill) = fill {
+                self.kernel.body.insert(root, fill);
+            }
         }
         self.record(Instruction::Rfactor { loop_: l });
         Ok(block)
+    }
+
+    /// `(k, c, q)` when block `b`'s only reduce iterator `k` is bound to
+    /// `c * l + q` exactly (no instance guarded off), `q` a sum of other
+    /// loops with non-negative coefficients: then `q = 0` is the first
+    /// instance of every partial, where the partial block starts from the
+    /// identity.
+    fn split_reduce_iter(&self, b: &Block, l: LoopId) -> Option<(usize, u64, Index)> {
+        let mut reduce = (0..b.iters.len()).filter(|&i| b.iters[i].kind == IterKind::Reduce);
+        let k = reduce.next()?;
+        if reduce.next().is_some() {
+            return None;
+        }
+        let (c, q) = b.bindings[k].linear_in(Var::Loop(l))?;
+        // Every partial must have a first instance that runs: no guard or
+        // predicate may skip instances along `l`.
+        let range = |v| self.kernel.loop_range(v);
+        let overshoot = b.bindings[k].bounds(&range).1 >= b.iters[k].extent as i64;
+        if overshoot || b.predicates.iter().any(|(e, _)| e.mentions(Var::Loop(l))) {
+            return None;
+        }
+        let mut vars = Vec::new();
+        q.vars(&mut vars);
+        let mut rest = q.clone();
+        for v in vars {
+            let (coef, r) = rest.linear_in(v)?;
+            if coef < 0 {
+                return None;
+            }
+            rest = r;
+        }
+        (c > 0 && rest == Index::Const(0)).then_some((k, c as u64, q))
     }
 
     /// A nest of one new loop over the last iterator of `block`, whose

@@ -601,10 +601,9 @@ fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) -> Result<Loo
         s.reorder(&order).expect("one chain");
         let name = s.block_name(b);
         s.rfactor(parts[0]).map_err(|e| internal(&e))?;
-        let fill = s
-            .get_block(&format!("{name}_rf_init"))
-            .expect("rfactor's fill");
-        flat_nest(s, plan, fill);
+        if let Ok(fill) = s.get_block(&format!("{name}_rf_init")) {
+            flat_nest(s, plan, fill);
+        }
         next_stage = Some(s.get_block(&name).expect("rfactor's combining block"));
         bind_capped(
             s,
@@ -703,11 +702,10 @@ fn reduction_domain(
             let name = s.block_name(b);
             s.rfactor(lanes).map_err(|e| internal(&e))?;
             s.set_scope(b, Scope::Workgroup).map_err(|e| internal(&e))?;
-            let fill = s
-                .get_block(&format!("{name}_rf_init"))
-                .expect("rfactor's fill");
-            let fill_loop = *s.get_loops(fill).expect("live").last().expect("its loop");
-            s.bind(fill_loop, plan.red_axis).expect("a spatial loop");
+            if let Ok(fill) = s.get_block(&format!("{name}_rf_init")) {
+                let fill_loop = *s.get_loops(fill).expect("live").last().expect("its loop");
+                s.bind(fill_loop, plan.red_axis).expect("a spatial loop");
+            }
             let combine = s.get_block(&name).expect("rfactor's combining block");
             let temp = s.kernel().buffer(s.kernel().block(combine).buffer).role == Role::Temp;
             if under_row && temp {
