@@ -130,6 +130,41 @@ pub fn reduction_fusions() -> Vec<(&'static str, Fusion)> {
     out
 }
 
+/// `(name, fusion)` pairs the matmul scheduler accepts: both transposes,
+/// a batch, every epilogue family, extents no tile divides.
+pub fn matmul_fusions() -> Vec<(&'static str, Fusion)> {
+    let mut out: Vec<(&'static str, Fusion)> = fusions()
+        .into_iter()
+        .filter(|(n, _)| *n == "matmul_bias_relu")
+        .collect();
+    let mut f = Fusion::new();
+    let a = f.input(&[33, 20], DType::F32, Some("a")).unwrap();
+    let b = f.input(&[45, 33], DType::F32, Some("b")).unwrap();
+    let mm = f.matmul(a, b, true, true).unwrap();
+    f.output(mm).unwrap();
+    out.push(("matmul_tt", f));
+
+    let mut f = Fusion::new();
+    let a = f.input(&[3, 16, 24], DType::F32, Some("a")).unwrap();
+    let b = f.input(&[24, 32], DType::F32, Some("b")).unwrap();
+    let r = f.input(&[3, 16, 32], DType::F32, Some("residual")).unwrap();
+    let mm = f.matmul(a, b, false, false).unwrap();
+    let g = f.unary(UnaryOp::Gelu, mm).unwrap();
+    let y = f.binary(BinaryOp::Add, g, r).unwrap();
+    f.output(y).unwrap();
+    out.push(("batched_gelu_residual", f));
+
+    let mut f = Fusion::new();
+    let a = f.input(&[64, 96], DType::F32, Some("a")).unwrap();
+    let b = f.input(&[96, 64], DType::F32, Some("b")).unwrap();
+    let mm = f.matmul(a, b, false, false).unwrap();
+    let half = f.constant(0.5, DType::F32).unwrap();
+    let y = f.binary(BinaryOp::Mul, mm, half).unwrap();
+    f.output(y).unwrap();
+    out.push(("matmul_scaled", f));
+    out
+}
+
 /// Softmax of a tensor of `shape` over `axis`.
 fn softmax(shape: &[usize], axis: i64) -> Fusion {
     let mut f = Fusion::new();

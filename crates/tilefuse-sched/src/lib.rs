@@ -11,6 +11,6 @@ pub mod schedulers;
 mod target;
 
 pub use lower::lower;
-pub use realize::realize;
+pub use realize::{PrivateMemory, realize};
 pub use schedule::{Instruction, Schedule, ScheduleError};
 pub use target::{DeviceInfo, DeviceLimits};

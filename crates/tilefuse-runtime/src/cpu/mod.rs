@@ -8,8 +8,8 @@ mod program;
 mod simd_math;
 
 use tilefuse_ir::{Tensor, check_arguments};
-use tilefuse_sched::Schedule;
 use tilefuse_sched::ir::Role;
+use tilefuse_sched::{PrivateMemory, Schedule};
 
 use crate::error::{Result, RuntimeError};
 use memory::Storage;
@@ -42,7 +42,7 @@ pub struct CpuKernel {
 impl CpuDevice {
     /// Realizes the schedule's buffers and compiles it.
     pub fn build(&self, schedule: &Schedule) -> Result<CpuKernel> {
-        let kernel = tilefuse_sched::realize(schedule.kernel())?;
+        let kernel = tilefuse_sched::realize(schedule.kernel(), PrivateMemory::PerWorkgroup)?;
         Ok(CpuKernel {
             program: Program::compile(&kernel),
             kernel,

@@ -67,3 +67,34 @@ pub fn wgsl(f: &Fusion, params: &HeuristicParams, device: &Device) -> String {
         .unwrap()
         .source
 }
+
+/// Each field, changed alone from `base`, keeps every result right on
+/// every device and changes the WGSL of the first fusion (others may have
+/// nothing for a field to change: one block has no persistence).
+pub fn check_fields(
+    fusion: fn(&str) -> Fusion,
+    fusions: &[&str],
+    base: &serde_json::Value,
+    changes: &[serde_json::Value],
+) {
+    let devices = devices();
+    for name in fusions {
+        let f = fusion(name);
+        let reference = wgsl(&f, &merged(base, &serde_json::json!({})), &devices[0]);
+        let primary = name == &fusions[0];
+        for change in changes {
+            let p = merged(base, change);
+            for device in &devices {
+                run(&f, &p, device)
+                    .unwrap_or_else(|e| panic!("{name} {change} on {}: {e}", device.info().name));
+            }
+            if primary {
+                assert_ne!(
+                    wgsl(&f, &p, &devices[0]),
+                    reference,
+                    "{name}: {change} left the kernel unchanged"
+                );
+            }
+        }
+    }
+}

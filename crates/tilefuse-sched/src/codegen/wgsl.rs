@@ -13,6 +13,7 @@ use std::collections::{HashMap, HashSet};
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar as Value, UnaryOp, reduce_identity};
 
 use super::ast::{Access, EntryPoint, Expr, Module, Scalar, Stmt, StorageBinding, WorkgroupArray};
+use crate::PrivateMemory;
 use crate::ir::{
     self, BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, Role, Scope, Var, flat_offset,
 };
@@ -56,7 +57,7 @@ pub struct WgslKernel {
 
 /// Generates the WGSL module of `kernel`.
 pub fn generate(kernel: &Kernel) -> Result<WgslKernel, ScheduleError> {
-    let kernel = &crate::realize(kernel)?;
+    let kernel = &crate::realize(kernel, PrivateMemory::PerInvocation)?;
     let live = kernel.live_buffers();
     let globals: Vec<BufferId> = live
         .iter()

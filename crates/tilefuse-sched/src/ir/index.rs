@@ -164,6 +164,33 @@ impl Index {
         }
     }
 
+    /// Whether the two expressions are equal as sums of terms (products
+    /// distributed, like terms collected; divisions and remainders compared
+    /// as written).
+    pub fn same_sum(&self, other: &Index) -> bool {
+        self.terms() == other.terms()
+    }
+
+    /// Coefficient per atom (a variable, quotient or remainder) and the
+    /// constant (under the key `Const(1)`), zero coefficients dropped.
+    fn terms(&self) -> std::collections::BTreeMap<String, i64> {
+        fn walk(ix: &Index, scale: i64, out: &mut std::collections::BTreeMap<String, i64>) {
+            match ix {
+                Index::Const(c) => *out.entry("1".into()).or_default() += c * scale,
+                Index::Add(a, b) => {
+                    walk(a, scale, out);
+                    walk(b, scale, out);
+                }
+                Index::Mul(a, c) => walk(a, scale * c, out),
+                atom => *out.entry(format!("{atom:?}")).or_default() += scale,
+            }
+        }
+        let mut out = std::collections::BTreeMap::new();
+        walk(self, 1, &mut out);
+        out.retain(|_, c| *c != 0);
+        out
+    }
+
     /// Prints with variables named by `name`.
     pub fn display<'a>(&'a self, name: &'a dyn Fn(Var) -> String) -> impl fmt::Display + 'a {
         IndexDisplay { index: self, name }

@@ -62,9 +62,19 @@ impl Kernel {
         rank: usize,
         accesses: &[Vec<Index>],
     ) -> Result<Region, RegionError> {
-        let inner = self.loops_inside(l);
+        self.region_over(&self.loops_inside(l), rank, accesses)
+    }
+
+    /// The region `accesses` touch as the loops `inner` run (the other
+    /// loops fixed).
+    pub fn region_over(
+        &self,
+        inner: &[LoopId],
+        rank: usize,
+        accesses: &[Vec<Index>],
+    ) -> Result<Region, RegionError> {
         let dims = (0..rank)
-            .map(|dim| self.dim_region(&inner, dim, accesses))
+            .map(|dim| self.dim_region(inner, dim, accesses))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Region::from_dims(dims))
     }

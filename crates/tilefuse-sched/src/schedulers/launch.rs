@@ -54,8 +54,13 @@ pub(super) fn check_workgroup(
 
 /// Binds `grid` to the workgroup `axis`, first split so that at most `cap`
 /// workgroups run along it (the rest becomes a serial grid-stride loop
-/// inside each workgroup).
-pub(super) fn bind_capped(s: &mut Schedule, grid: LoopId, axis: ThreadAxis, cap: Option<u64>) {
+/// around it); returns the bound loop.
+pub(super) fn bind_capped(
+    s: &mut Schedule,
+    grid: LoopId,
+    axis: ThreadAxis,
+    cap: Option<u64>,
+) -> LoopId {
     let extent = s.kernel().loop_(grid).extent;
     let bound = match cap {
         Some(c) if c < extent => s
@@ -64,4 +69,5 @@ pub(super) fn bind_capped(s: &mut Schedule, grid: LoopId, axis: ThreadAxis, cap:
         _ => grid,
     };
     s.bind(bound, axis).expect("an unbound spatial loop");
+    bound
 }

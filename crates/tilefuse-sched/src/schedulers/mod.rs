@@ -3,12 +3,14 @@
 //! accept a fusion, `heuristics` picks params for a fusion on a device.
 
 mod launch;
+mod matmul;
 mod pointwise;
 mod reduction;
 
 use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{HeuristicParams, ParamsError};
 
+pub use matmul::{matmul_heuristics, schedule_matmul};
 pub use pointwise::{pointwise_heuristics, schedule_pointwise};
 pub use reduction::{reduction_heuristics, schedule_reduction};
 
@@ -39,9 +41,7 @@ pub fn can_schedule(fusion: &Fusion, scheduler: &str) -> Result<(), String> {
                 reduction::topology(fusion).map(drop)
             }
         }
-        "matmul" => Err(format!(
-            "the {scheduler} scheduler is not available in this version"
-        )),
+        "matmul" => matmul::accepts(fusion),
         other => Err(format!(
             "no scheduler {other:?}; expected one of {}",
             SCHEDULERS.join(", ")
@@ -78,6 +78,7 @@ pub fn heuristics(
     match scheduler {
         "pointwise" => Ok(pointwise_heuristics(fusion, device).into()),
         "reduction" => Ok(reduction_heuristics(fusion, device).into()),
+        "matmul" => Ok(matmul_heuristics(fusion, device).into()),
         _ => unreachable!("can_schedule admits only available schedulers"),
     }
 }
@@ -94,6 +95,6 @@ pub fn schedule(
     match params {
         HeuristicParams::Pointwise(p) => schedule_pointwise(fusion, p, device),
         HeuristicParams::Reduction(p) => schedule_reduction(fusion, p, device),
-        _ => unreachable!("can_schedule admits only available schedulers"),
+        HeuristicParams::Matmul(p) => schedule_matmul(fusion, p, device),
     }
 }

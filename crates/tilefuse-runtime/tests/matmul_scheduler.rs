@@ -1,0 +1,172 @@
+//! The matmul scheduler driven by its params, on the CPU and the GPU.
+
+mod common;
+
+use common::{check_fields, devices, merged, run, wgsl};
+use serde_json::{Value, json};
+use tilefuse_ir::Fusion;
+use tilefuse_params::{HeuristicParams, MatmulParams, ParamsStruct};
+use tilefuse_runtime::Device;
+use tilefuse_sched::fixtures::matmul_fusions;
+use tilefuse_sched::schedulers::{heuristics, schedule};
+
+#[test]
+fn default_heuristics_match_the_reference() {
+    for device in devices() {
+        for (name, f) in matmul_fusions() {
+            let p = heuristics(&f, None, &device.info()).unwrap();
+            assert_eq!(p.scheduler(), "matmul", "{name}");
+            run(&f, &p, &device)
+                .unwrap_or_else(|e| panic!("{name} on {}: {e}\n{p:?}", device.info().name));
+        }
+    }
+}
+
+fn fusion(name: &str) -> Fusion {
+    matmul_fusions()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no fixture {name}"))
+        .1
+}
+
+/// 16×16 workgroup tiles of 4×4 register tiles: 16 invocations.
+fn base() -> Value {
+    let mut v = MatmulParams::default().to_value();
+    v["tile_sizes"] = json!({
+        "cta_tile": {"m": 16, "n": 16, "k": 8},
+        "warp_tile": {"m": 8, "n": 16, "k": 8},
+        "instruction_tile": {"m": 4, "n": 4, "k": 4},
+    });
+    v["launch"]["workgroup_size"] = json!([4, 4, 1]);
+    v
+}
+
+#[test]
+fn every_field_changes_the_kernel_and_keeps_the_result() {
+    let tiles = |cta: [u32; 3], warp: [u32; 3], instr: [u32; 3], wg: [u32; 3]| {
+        let t = |[m, n, k]: [u32; 3]| json!({"m": m, "n": n, "k": k});
+        json!({"tile_sizes": {"cta_tile": t(cta), "warp_tile": t(warp), "instruction_tile": t(instr)},
+               "launch": {"workgroup_size": wg}})
+    };
+    check_fields(
+        fusion,
+        &["matmul_bias_relu", "batched_gelu_residual"],
+        &base(),
+        &[
+            tiles([32, 16, 8], [16, 16, 8], [4, 4, 4], [4, 8, 1]),
+            tiles([16, 16, 8], [16, 8, 8], [4, 4, 4], [4, 4, 1]),
+            tiles([16, 16, 8], [8, 16, 4], [4, 4, 4], [4, 4, 1]),
+            tiles([16, 16, 8], [8, 16, 8], [2, 4, 2], [4, 8, 1]),
+            json!({"async_gmem_load_operands": true}),
+            json!({"async_gmem_load_operands": true, "supported_vec_size": {"a": 1}}),
+            json!({"async_gmem_load_operands": true, "supported_vec_size": {"b": 2}}),
+            json!({"supported_vec_size": {"epilogue": 1}}),
+            json!({"cta_order": "column_major"}),
+            json!({"grid_swizzle_factor": 2}),
+            json!({"cta_order": "column_major", "grid_swizzle_factor": 3}),
+            json!({"use_smem_epilogue": true}),
+            json!({"tiling_strategy": "distribute_tiles_across_workgroups",
+                   "launch": {"grid": [3, 1, 1]}}),
+            json!({"launch": {"grid": [1, 1, 1]}}),
+        ],
+    );
+    check_fields(
+        fusion,
+        &["matmul_bias_relu", "matmul_scaled"],
+        &base(),
+        &[json!({"splitk_factor": 2}), json!({"splitk_factor": 3})],
+    );
+}
+
+/// Fields with no meaning in this scheduler leave the kernel as it is
+/// (they are documented as ignored).
+#[test]
+fn ignored_fields_change_nothing() {
+    let f = fusion("matmul_bias_relu");
+    let device = Device::cpu();
+    let reference = wgsl(&f, &merged(&base(), &json!({})), &device);
+    for change in [
+        json!({"promote_prologue_smem_reuse": true}),
+        json!({"circular_buffer_options": {"stages": 4, "prefetch_gap": 2}}),
+        json!({"compile": {"fast_math": true}}),
+    ] {
+        assert_eq!(
+            wgsl(&f, &merged(&base(), &change), &device),
+            reference,
+            "{change}"
+        );
+    }
+}
+
+#[test]
+fn unusable_params_name_the_field() {
+    let info = Device::cpu().info();
+    let f = fusion("matmul_bias_relu");
+    for (change, path) in [
+        (
+            json!({"circular_buffer_options": {"smem_write": true}}),
+            "circular_buffer_options.smem_write",
+        ),
+        (
+            json!({"circular_buffer_options": {"smem_read": true}}),
+            "circular_buffer_options.smem_read",
+        ),
+        (
+            json!({"compile": {"use_subgroups": true}}),
+            "compile.use_subgroups",
+        ),
+        (
+            json!({"compile": {"index_type": "i32"}}),
+            "compile.index_type",
+        ),
+        (json!({"splitk_factor": 5}), "splitk_factor"),
+        (
+            json!({"launch": {"workgroup_size": [8, 4, 1]}}),
+            "launch.workgroup_size",
+        ),
+    ] {
+        let err = schedule(&f, &merged(&base(), &change), &info).unwrap_err();
+        assert_eq!(err.path, path, "{change}: {err}");
+    }
+    let mut small = info.clone();
+    small.limits.max_workgroup_storage_bytes = 1024;
+    let staged = json!({"async_gmem_load_operands": true, "use_smem_epilogue": true});
+    let err = schedule(&f, &merged(&base(), &staged), &small).unwrap_err();
+    assert_eq!(err.path, "tile_sizes.cta_tile", "{err}");
+    let mut narrow = info.clone();
+    narrow.limits.max_workgroup_size = [256, 2, 64];
+    let flat = json!({"launch": {"workgroup_size": [16, 1, 1]}});
+    let err = schedule(&f, &merged(&base(), &flat), &narrow).unwrap_err();
+    assert_eq!(err.path, "tile_sizes.instruction_tile", "{err}");
+    let batched = fusion("batched_gelu_residual");
+    let err = schedule(
+        &batched,
+        &merged(&base(), &json!({"splitk_factor": 2})),
+        &Device::cpu().info(),
+    )
+    .unwrap_err();
+    assert_eq!(err.path, "splitk_factor", "{err}");
+}
+
+#[test]
+fn heuristics_differ_by_device_kind() {
+    let f = fusion("matmul_scaled");
+    let cpu = Device::cpu().info();
+    let mut gpu = cpu.clone();
+    gpu.backend = "vulkan".into();
+    gpu.adapter_type = "discrete_gpu".into();
+    gpu.limits.max_invocations_per_workgroup = 1024;
+    let mut lavapipe = gpu.clone();
+    lavapipe.adapter_type = "cpu".into();
+    let [c, g, l] = [&cpu, &gpu, &lavapipe].map(|d| heuristics(&f, None, d).unwrap());
+    assert_ne!(c, g);
+    assert_ne!(g, l);
+    let HeuristicParams::Matmul(l) = l else {
+        panic!("matmul params")
+    };
+    assert!(
+        !l.async_gmem_load_operands,
+        "lavapipe reads operands from global memory"
+    );
+}

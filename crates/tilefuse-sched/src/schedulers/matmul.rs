@@ -1,0 +1,583 @@
+//! The matmul scheduler (nvFuser's `scheduleMatmul`, in WebGPU terms):
+//! `[b,]m,k × k,n` (either operand transposed, operand prologues inlined)
+//! with a pointwise epilogue (bias, activation, residual, scaling).
+//!
+//! From the outside in, the matmul block's loops become
+//!
+//! ```text
+//! [split-k → workgroup.z,] batch → workgroup.z,
+//! output tiles (cta_tile.m × cta_tile.n) → workgroup.y / .x (cta_order swaps them;
+//!     grid_swizzle_factor groups rows of tiles; distribute_tiles_across_workgroups
+//!     loops a fixed grid over them),
+//! subgroup tiles × invocations (warp_tile / instruction_tile) → invocation.y / .x,
+//! k: cta_tile.k steps, warp_tile.k, instruction_tile.k (unrolled),
+//! instruction_tile.m × .n (unrolled): each invocation's register tile
+//! ```
+//!
+//! The register tile accumulates in private memory and the epilogue is
+//! computed from it and stored (vectorized by `supported_vec_size.epilogue`)
+//! by the invocation that owns it; with `use_smem_epilogue` the output tile
+//! goes through workgroup memory and the whole workgroup stores it.
+//! `async_gmem_load_operands` stages each cta-tile step of the operands in
+//! workgroup memory, copied cooperatively (vectorized by
+//! `supported_vec_size.a` / `.b`); without it invocations read operands
+//! from global memory (the better choice where barriers are costly, as on a
+//! CPU Vulkan). `splitk_factor` splits k across workgroups; a second stage
+//! sums the partial products and a third applies the epilogue.
+//!
+//! Not implemented, and rejected: circular buffering
+//! (`circular_buffer_options.smem_write` / `smem_read`; `stages` and
+//! `prefetch_gap` only matter with them) and subgroup operations
+//! (`compile.use_subgroups`). Ignored: `promote_prologue_smem_reuse` (WGSL
+//! declares each workgroup array on its own) and `compile.fast_math`.
+
+use tilefuse_ir::{Fusion, Op, matmul_dims};
+use tilefuse_params::{CtaOrder, GemmTile, MatmulParams, ParamsError, TilingStrategy};
+
+use super::launch::{bind_capped, check_index_type, check_workgroup, err};
+use crate::ir::{BlockId, IterKind, LoopId, Role, Scope, ThreadAxis};
+use crate::{DeviceInfo, Schedule, ScheduleError};
+
+/// `Ok` when `fusion` is one matmul with a pointwise prologue / epilogue
+/// and a single output of the matmul's shape.
+pub(super) fn accepts(fusion: &Fusion) -> Result<(), String> {
+    let mut matmuls = fusion
+        .nodes()
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| matches!(n.op, Op::Matmul { .. }));
+    let Some((mm, _)) = matmuls.next() else {
+        return Err("the fusion has no matmul".into());
+    };
+    if matmuls.next().is_some() {
+        return Err("the fusion has several matmuls; segment it".into());
+    }
+    if fusion
+        .nodes()
+        .iter()
+        .any(|n| matches!(n.op, Op::Reduce { .. }))
+    {
+        return Err("the fusion also reduces; segment it".into());
+    }
+    let shape = &fusion
+        .ty(tilefuse_ir::TensorId(mm))
+        .expect("verified")
+        .shape;
+    match fusion.outputs() {
+        [out] if fusion.ty(*out).expect("verified").shape == *shape => Ok(()),
+        [_] => Err(format!(
+            "its output is not of the matmul's shape {shape:?} (an epilogue must be pointwise)"
+        )),
+        _ => Err("a matmul fusion returns one tensor; segment it".into()),
+    }
+}
+
+/// `(m, n, k)` of the fusion's matmul.
+fn problem(fusion: &Fusion) -> (u64, u64, u64) {
+    let node = fusion
+        .nodes()
+        .iter()
+        .find(|n| matches!(n.op, Op::Matmul { .. }))
+        .expect("accepts checked");
+    let Op::Matmul {
+        transpose_a,
+        transpose_b,
+    } = node.op
+    else {
+        unreachable!("a matmul")
+    };
+    let ty = |i: usize| fusion.ty(node.args[i]).expect("verified");
+    let d = matmul_dims(ty(0), ty(1), transpose_a, transpose_b).expect("verified");
+    (d.m as u64, d.n as u64, d.k as u64)
+}
+
+/// Default params. The CPU device: one invocation per workgroup whose
+/// register tile is a few rows by a wide strip of columns (the executor
+/// runs the strip as SIMD lanes, FMA into private accumulators), tiles in
+/// parallel on threads. A CPU Vulkan (lavapipe): 4×4 register tiles read
+/// straight from global memory, no workgroup memory (its barriers are
+/// costly). Other GPUs: 4×4 register tiles in a 64×64 workgroup tile whose
+/// operands are staged in workgroup memory.
+pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
+    let (m, n, k) = problem(fusion);
+    let mut p = MatmulParams::default();
+    let pow2_at_most = |x: u64, cap: u64| (1u64 << (63 - x.max(1).leading_zeros())).min(cap) as u32;
+    let (cta, warp, instr) = if !device.is_gpu() {
+        let strip = pow2_at_most(n, 256);
+        let rows = pow2_at_most(m, 4);
+        let tile = GemmTile::new(rows, strip, pow2_at_most(k, 256));
+        (tile, tile, GemmTile::new(rows, strip, 1))
+    } else {
+        let max = device.limits.max_invocations_per_workgroup;
+        let (ri, rj) = (pow2_at_most(m, 4), pow2_at_most(n, 4));
+        let side = if device.adapter_type == "cpu" || max < 256 {
+            8
+        } else {
+            16
+        };
+        let (tm, tn) = (
+            ri * pow2_at_most(m.div_ceil(u64::from(ri)), side),
+            rj * pow2_at_most(n.div_ceil(u64::from(rj)), side),
+        );
+        let kk = pow2_at_most(k, 16);
+        let ik = pow2_at_most(k, 4);
+        (
+            GemmTile::new(tm, tn, kk),
+            GemmTile::new((tm / 2).max(ri), (tn / 2).max(rj), kk),
+            GemmTile::new(ri, rj, ik),
+        )
+    };
+    p.tile_sizes.cta_tile = cta;
+    p.tile_sizes.warp_tile = warp;
+    p.tile_sizes.instruction_tile = instr;
+    p.launch.workgroup_size = [cta.n / instr.n, cta.m / instr.m, 1];
+    p.async_gmem_load_operands = device.is_gpu() && device.adapter_type != "cpu";
+    p.supported_vec_size.epilogue = [4u32, 2, 1]
+        .into_iter()
+        .find(|&v| instr.n.is_multiple_of(v) && n.is_multiple_of(u64::from(v)))
+        .unwrap_or(1);
+    p
+}
+
+struct Plan {
+    cta: GemmTile,
+    warp: GemmTile,
+    instr: GemmTile,
+    invocations: [u64; 2],
+    splitk: u64,
+    /// Invocations of the later, flat stages.
+    flat_invocations: u64,
+    grid_cap: u64,
+}
+
+fn plan(fusion: &Fusion, p: &MatmulParams, device: &DeviceInfo) -> Result<Plan, ParamsError> {
+    accepts(fusion).map_err(|e| err("scheduler", e))?;
+    check_index_type(p.compile.index_type)?;
+    check_workgroup(&p.launch, &device.limits)?;
+    if p.compile.use_subgroups {
+        return Err(err(
+            "compile.use_subgroups",
+            "the matmul scheduler has no subgroup variant yet",
+        ));
+    }
+    let cb = &p.circular_buffer_options;
+    for (field, on) in [("smem_write", cb.smem_write), ("smem_read", cb.smem_read)] {
+        if on {
+            return Err(err(
+                &format!("circular_buffer_options.{field}"),
+                "circular buffering is not implemented by this version's matmul scheduler",
+            ));
+        }
+    }
+    let t = &p.tile_sizes;
+    let (cta, warp, instr) = (t.cta_tile, t.warp_tile, t.instruction_tile);
+    let invocations = [u64::from(cta.n / instr.n), u64::from(cta.m / instr.m)];
+    let n_inv = invocations[0] * invocations[1];
+    if n_inv != u64::from(p.launch.invocations()) {
+        return Err(err(
+            "launch.workgroup_size",
+            format!(
+                "the tiles give (cta_tile.n / instruction_tile.n) × (cta_tile.m / instruction_tile.m) \
+                 = {} × {} = {n_inv} invocations per workgroup, got {}",
+                invocations[0],
+                invocations[1],
+                p.launch.invocations()
+            ),
+        ));
+    }
+    for (d, &count) in invocations.iter().enumerate() {
+        let max = u64::from(device.limits.max_workgroup_size[d]);
+        if count > max {
+            return Err(err(
+                "tile_sizes.instruction_tile",
+                format!(
+                    "the tiles put {count} invocations along {}, over the device's \
+                     max_compute_workgroup_size_{} ({max})",
+                    ["x (n)", "y (m)"][d],
+                    ["x", "y"][d]
+                ),
+            ));
+        }
+    }
+    let (_, _, k) = problem(fusion);
+    let splitk = u64::from(p.splitk_factor);
+    if !k.is_multiple_of(splitk) {
+        return Err(err(
+            "splitk_factor",
+            format!("{splitk} does not divide k ({k})"),
+        ));
+    }
+    if splitk > 1 && fusion_has_batch(fusion) {
+        return Err(err(
+            "splitk_factor",
+            "batched matmuls keep workgroup.z for the batch; split-k needs it",
+        ));
+    }
+    if p.async_gmem_load_operands {
+        let bytes = 4 * u64::from(cta.k) * u64::from(cta.m + cta.n)
+            + if p.use_smem_epilogue {
+                4 * u64::from(cta.m * cta.n)
+            } else {
+                0
+            };
+        let max = u64::from(device.limits.max_workgroup_storage_bytes);
+        if bytes > max {
+            return Err(err(
+                "tile_sizes.cta_tile",
+                format!(
+                    "staging the operand tiles needs {bytes} bytes of workgroup memory, over the \
+                     device's max_compute_workgroup_storage_size ({max})"
+                ),
+            ));
+        }
+    }
+    Ok(Plan {
+        cta,
+        warp,
+        instr,
+        invocations,
+        splitk,
+        flat_invocations: n_inv.min(u64::from(device.limits.max_workgroup_size[0])),
+        grid_cap: u64::from(device.limits.max_workgroups_per_dimension),
+    })
+}
+
+fn fusion_has_batch(fusion: &Fusion) -> bool {
+    fusion
+        .outputs()
+        .first()
+        .is_some_and(|&o| fusion.ty(o).expect("verified").shape.len() > 2)
+}
+
+fn internal(e: &ScheduleError) -> ParamsError {
+    err("scheduler", format!("the matmul scheduler failed: {e}"))
+}
+
+/// Builds the matmul schedule of `fusion` from `p` (see the module docs).
+pub fn schedule_matmul(
+    fusion: &Fusion,
+    p: &MatmulParams,
+    device: &DeviceInfo,
+) -> Result<Schedule, ParamsError> {
+    let plan = plan(fusion, p, device)?;
+    let mut s = Schedule::new(fusion);
+    for b in s.get_blocks() {
+        let _ = s.compute_inline(b); // the matmul and the output stay
+    }
+    let blocks = s.get_blocks();
+    let mm = *blocks
+        .iter()
+        .find(|&&b| s.kernel().block(b).reduce.is_some())
+        .expect("a matmul block");
+    let epilogue = blocks.iter().copied().find(|&b| b != mm);
+    let loops = s.get_loops(mm).expect("live");
+    let nb = loops.len() - 3;
+    let (batch, [i, j, mut k]) = (
+        loops[..nb].to_vec(),
+        [loops[nb], loops[nb + 1], loops[nb + 2]],
+    );
+    // rfactor keeps the block id for the partial products.
+    let tiled = mm;
+    let mut later = Vec::new();
+    if plan.splitk > 1 {
+        // Partial products per slice of k, summed by the next stage.
+        let parts = s.split(k, &[Some(plan.splitk), None], None).expect("valid");
+        s.reorder(&[parts[0], i, j]).expect("one chain");
+        let name = s.block_name(mm);
+        s.rfactor(parts[0]).map_err(|e| internal(&e))?;
+        s.bind(parts[0], ThreadAxis::WorkgroupZ)
+            .expect("a spatial loop");
+        later.push(s.get_block(&name).expect("rfactor's combining block"));
+        later.extend(epilogue);
+        k = parts[1];
+    } else if let Some(z) = fuse(&mut s, &batch) {
+        s.bind(z, ThreadAxis::WorkgroupZ).expect("a spatial loop");
+    }
+    let (cta, warp, instr) = (plan.cta, plan.warp, plan.instr);
+    let f = |x: u32| Some(u64::from(x));
+    let ip = s
+        .split(
+            i,
+            &[None, f(cta.m / warp.m), f(warp.m / instr.m), f(instr.m)],
+            None,
+        )
+        .expect("valid");
+    let jp = s
+        .split(
+            j,
+            &[None, f(cta.n / warp.n), f(warp.n / instr.n), f(instr.n)],
+            None,
+        )
+        .expect("valid");
+    let kp = s
+        .split(
+            k,
+            &[None, f(cta.k / warp.k), f(warp.k / instr.k), f(instr.k)],
+            None,
+        )
+        .expect("valid");
+    // Staged operands are copied once per k step by the whole workgroup,
+    // so the k step loop goes outside the invocation loops.
+    let staged = p.async_gmem_load_operands;
+    let invocation_loops = [ip[1], ip[2], jp[1], jp[2]];
+    let mut order = vec![ip[0], jp[0]];
+    if staged {
+        order.push(kp[0]);
+        order.extend(invocation_loops);
+    } else {
+        order.extend(invocation_loops);
+        order.push(kp[0]);
+    }
+    order.extend([kp[1], kp[2], kp[3], ip[3], jp[3]]);
+    s.reorder(&order).expect("one chain");
+    let grid = bind_tiles(&mut s, p, ip[0], jp[0], device);
+    for l in [kp[3], ip[3], jp[3]] {
+        s.unroll(l)
+            .map_err(|e| err("tile_sizes.instruction_tile", e.to_string()))?;
+    }
+    if staged {
+        stage_operands(&mut s, p, &plan, tiled, kp[0])?;
+    }
+    // Register tile: private accumulators, stored (with the epilogue) by
+    // the invocation that owns them; placements come before the
+    // invocation loops are fused, while every index is still affine.
+    let staged_out = if p.use_smem_epilogue {
+        Some(
+            s.cache_write(tiled, Scope::Workgroup)
+                .map_err(|e| internal(&e))?,
+        )
+    } else {
+        None
+    };
+    let store = s
+        .cache_write(tiled, Scope::Private)
+        .map_err(|e| internal(&e))?;
+    if let (Some(e), true) = (epilogue, later.is_empty()) {
+        s.reverse_compute_inline(e).map_err(|e| internal(&e))?;
+    }
+    let owner = if staged { grid } else { jp[2] };
+    s.reverse_compute_at(store, owner)
+        .map_err(|e| internal(&e))?;
+    if let Some(copy) = staged_out {
+        s.reverse_compute_at(copy, grid).map_err(|e| internal(&e))?;
+    }
+    let bind_invocations = |s: &mut Schedule, [a1, a2, b1, b2]: [LoopId; 4]| {
+        let ty = s.fuse(&[a1, a2]).expect("adjacent");
+        let tx = s.fuse(&[b1, b2]).expect("adjacent");
+        s.bind(ty, ThreadAxis::InvocationY).expect("a spatial loop");
+        s.bind(tx, ThreadAxis::InvocationX).expect("a spatial loop");
+    };
+    bind_invocations(&mut s, invocation_loops);
+    let (rows, cols) = if staged {
+        // The store walks the workgroup tile: give each invocation its own
+        // register tile, as in the matmul block.
+        let own = own_loops(&s, store);
+        let [.., rows, cols] = own[..] else {
+            unreachable!("a matmul output has two axes or more")
+        };
+        let a = s
+            .split(
+                rows,
+                &[f(cta.m / warp.m), f(warp.m / instr.m), f(instr.m)],
+                None,
+            )
+            .expect("valid");
+        let b = s
+            .split(
+                cols,
+                &[f(cta.n / warp.n), f(warp.n / instr.n), f(instr.n)],
+                None,
+            )
+            .expect("valid");
+        s.reorder(&[a[0], a[1], b[0], b[1], a[2], b[2]])
+            .expect("one chain");
+        bind_invocations(&mut s, [a[0], a[1], b[0], b[1]]);
+        (vec![a[2]], b[2])
+    } else {
+        let own = own_loops(&s, store);
+        (own[..own.len() - 1].to_vec(), own[own.len() - 1])
+    };
+    store_rows(&mut s, &rows, cols, p.supported_vec_size.epilogue);
+    if let Some(copy) = staged_out {
+        cooperative(&mut s, &plan, copy, p.supported_vec_size.epilogue);
+    }
+    for b in later {
+        flat(&mut s, &plan, b);
+    }
+    Ok(s)
+}
+
+/// The block's own loops (one per iterator, as `compute_at` leaves them).
+fn own_loops(s: &Schedule, b: BlockId) -> Vec<LoopId> {
+    let loops = s.get_loops(b).expect("live");
+    loops[loops.len() - s.kernel().block(b).iters.len()..].to_vec()
+}
+
+/// Fuses a chain of fresh loops (`None` when there are none).
+fn fuse(s: &mut Schedule, loops: &[LoopId]) -> Option<LoopId> {
+    match loops {
+        [] => None,
+        [one] => Some(*one),
+        _ => Some(s.fuse(loops).expect("a chain of fresh loops")),
+    }
+}
+
+/// Binds the tile loops to workgroups (see the module docs); returns the
+/// innermost grid loop, under which a workgroup's tile is computed.
+fn bind_tiles(
+    s: &mut Schedule,
+    p: &MatmulParams,
+    ti: LoopId,
+    tj: LoopId,
+    device: &DeviceInfo,
+) -> LoopId {
+    let (fast, slow) = match p.cta_order {
+        CtaOrder::RowMajor => (tj, ti),
+        CtaOrder::ColumnMajor => (ti, tj),
+    };
+    let cap = u64::from(device.limits.max_workgroups_per_dimension);
+    let g = u64::from(p.grid_swizzle_factor);
+    // Swizzle: consecutive workgroups walk `g` tiles along the slow axis
+    // before moving along the fast one.
+    let (x, y) = if g > 1 {
+        let sp = s.split(slow, &[None, Some(g)], None).expect("valid");
+        s.reorder(&[sp[0], fast, sp[1]]).expect("one chain");
+        (s.fuse(&[fast, sp[1]]).expect("adjacent"), sp[0])
+    } else {
+        if slow != ti {
+            s.reorder(&[tj, ti]).expect("one chain");
+        }
+        (fast, slow)
+    };
+    match p.tiling_strategy {
+        TilingStrategy::OneTilePerWorkgroup => {
+            let fixed = p.launch.grid.map(|g| (u64::from(g[0]), u64::from(g[1])));
+            bind_capped(
+                s,
+                y,
+                ThreadAxis::WorkgroupY,
+                Some(fixed.map_or(cap, |f| f.1)),
+            );
+            bind_capped(
+                s,
+                x,
+                ThreadAxis::WorkgroupX,
+                Some(fixed.map_or(cap, |f| f.0)),
+            )
+        }
+        TilingStrategy::DistributeTilesAcrossWorkgroups => {
+            // A persistent grid: each workgroup loops over its share of tiles.
+            let tiles = s.fuse(&[y, x]).expect("adjacent");
+            let n = s.kernel().loop_(tiles).extent;
+            let workgroups = p
+                .launch
+                .grid
+                .map_or(u64::from(device.cores.max(1) as u32) * 4, |g| {
+                    u64::from(g[0])
+                })
+                .min(n)
+                .min(cap);
+            let parts = s
+                .split(tiles, &[None, Some(workgroups)], None)
+                .expect("valid");
+            s.reorder(&[parts[1], parts[0]]).expect("one chain");
+            s.bind(parts[1], ThreadAxis::WorkgroupX)
+                .expect("a spatial loop");
+            parts[0]
+        }
+    }
+}
+
+/// Stages each cta-tile step of the operands in workgroup memory, copied
+/// by the whole workgroup.
+fn stage_operands(
+    s: &mut Schedule,
+    p: &MatmulParams,
+    plan: &Plan,
+    block: BlockId,
+    step: LoopId,
+) -> Result<(), ParamsError> {
+    let k = s.kernel();
+    let mut loads = Vec::new();
+    k.block(block).value.loads(&mut loads);
+    let mut operands: Vec<String> = Vec::new();
+    for (buf, _) in loads {
+        let b = k.buffer(buf);
+        if matches!(b.role, Role::Input(_)) && !operands.contains(&b.name) {
+            operands.push(b.name.clone());
+        }
+    }
+    for (name, vec) in operands
+        .iter()
+        .zip([p.supported_vec_size.a, p.supported_vec_size.b])
+    {
+        let copy = s
+            .cache_read(block, name, Scope::Workgroup)
+            .map_err(|e| internal(&e))?;
+        s.compute_at(copy, step).map_err(|e| internal(&e))?;
+        cooperative(s, plan, copy, vec);
+    }
+    Ok(())
+}
+
+/// Spreads a copy block's loops over the workgroup's invocations, `vec`
+/// contiguous elements each where the innermost extent allows.
+fn cooperative(s: &mut Schedule, plan: &Plan, copy: BlockId, vec: u32) {
+    let loops = s.get_loops(copy).expect("live");
+    let own = &loops[loops.len() - s.kernel().block(copy).iters.len()..];
+    let inner = s
+        .kernel()
+        .loop_(*own.last().expect("a copy has loops"))
+        .extent;
+    let v = [u64::from(vec), 2, 1]
+        .into_iter()
+        .find(|&v| v <= u64::from(vec) && inner.is_multiple_of(v))
+        .unwrap_or(1);
+    let flat = fuse(s, &own).expect("loops");
+    let [x, y] = plan.invocations;
+    let parts = s
+        .split(flat, &[None, Some(y), Some(x), Some(v)], None)
+        .expect("valid");
+    s.bind(parts[1], ThreadAxis::InvocationY)
+        .expect("a spatial loop");
+    s.bind(parts[2], ThreadAxis::InvocationX)
+        .expect("a spatial loop");
+    s.vectorize(parts[3]).expect("the innermost loop");
+}
+
+/// The register tile's store: its row loops unrolled, its columns in
+/// vectors of `vec` where they divide.
+fn store_rows(s: &mut Schedule, rows: &[LoopId], cols: LoopId, vec: u32) {
+    for &r in rows {
+        s.unroll(r).expect("a register tile row");
+    }
+    let n = s.kernel().loop_(cols).extent;
+    let v = u64::from(vec);
+    if v > 1 && n.is_multiple_of(v) {
+        let parts = s.split(cols, &[None, Some(v)], None).expect("valid");
+        s.unroll(parts[0]).expect("a register tile row");
+        s.vectorize(parts[1]).expect("the innermost loop");
+    } else {
+        s.unroll(cols).expect("a register tile row");
+    }
+}
+
+/// A later stage (split-k's sum, then the epilogue): flat over the
+/// workgroup's invocations.
+fn flat(s: &mut Schedule, plan: &Plan, b: BlockId) {
+    let block = s.kernel().block(b).clone();
+    let loops = s.get_loops(b).expect("live");
+    let spatial: Vec<LoopId> = loops
+        .iter()
+        .zip(&block.iters)
+        .filter(|(_, it)| it.kind == IterKind::Spatial)
+        .map(|(l, _)| *l)
+        .collect();
+    let flat = fuse(s, &spatial).expect("spatial loops");
+    let parts = s
+        .split(flat, &[None, Some(plan.flat_invocations)], None)
+        .expect("valid");
+    bind_capped(s, parts[0], ThreadAxis::WorkgroupX, Some(plan.grid_cap));
+    s.bind(parts[1], ThreadAxis::InvocationX)
+        .expect("a spatial loop");
+}
