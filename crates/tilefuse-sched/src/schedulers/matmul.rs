@@ -523,8 +523,7 @@ fn stage_operands(
 /// Spreads a copy block's loops over the workgroup's invocations, `vec`
 /// contiguous elements each where the innermost extent allows.
 fn cooperative(s: &mut Schedule, plan: &Plan, copy: BlockId, vec: u32) {
-    let loops = s.get_loops(copy).expect("live");
-    let own = &loops[loops.len() - s.kernel().block(copy).iters.len()..];
+    let own = own_loops(s, copy);
     let inner = s
         .kernel()
         .loop_(*own.last().expect("a copy has loops"))
