@@ -134,7 +134,7 @@ fn unusable_params_name_the_field() {
     let staged = json!({"async_gmem_load_operands": true, "use_smem_epilogue": true});
     let err = schedule(&f, &merged(&base(), &staged), &small).unwrap_err();
     assert_eq!(err.path, "tile_sizes.cta_tile", "{err}");
-    let mut narrow = info.clone();
+    let mut narrow = info;
     narrow.limits.max_workgroup_size = [256, 2, 64];
     let flat = json!({"launch": {"workgroup_size": [16, 1, 1]}});
     let err = schedule(&f, &merged(&base(), &flat), &narrow).unwrap_err();
