@@ -46,6 +46,7 @@ from .params import (
     SupportedVecSize,
 )
 from .schedule import Block, Device, Kernel, Loop, Schedule, Timing
+from .segments import Segment, SegmentedKernel
 
 __all__ = [
     "FUSION_SCHEMA_VERSION",
@@ -71,6 +72,8 @@ __all__ = [
     "ReductionParams",
     "Schedule",
     "ScheduleError",
+    "Segment",
+    "SegmentedKernel",
     "SupportedVecSize",
     "Tensor",
     "TilefuseError",

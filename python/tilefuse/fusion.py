@@ -24,6 +24,7 @@ from ._native import FusionError
 if TYPE_CHECKING:
     from .params import HeuristicParams
     from .schedule import Device, Kernel, Schedule
+    from .segments import Segment, SegmentedKernel
 
 __all__ = [
     "DTypeLike",
@@ -341,9 +342,7 @@ class Fusion:
 
     @classmethod
     def from_json(cls, text: str) -> Fusion:
-        f = cls.__new__(cls)
-        f._native = _native.Fusion.from_json(text)
-        return f
+        return _wrap(_native.Fusion.from_json(text))
 
     # --- automatic scheduling --------------------------------------------------
     def schedulers(self) -> dict[str, str | None]:
@@ -351,31 +350,76 @@ class Fusion:
         to the reason it does not."""
         return dict(_native.schedulers(self._native))
 
+    def segments(self) -> list[Segment]:
+        """The parts this fusion runs as: one when a scheduler accepts it
+        whole, else several (each a fusion one scheduler accepts), in
+        order."""
+        from .segments import Segment
+
+        return [
+            Segment(
+                _wrap(native),
+                scheduler,
+                [Tensor(self, i) for i in inputs],
+                [Tensor(self, i) for i in outputs],
+            )
+            for native, scheduler, inputs, outputs in _native.segments(self._native)
+        ]
+
     def heuristics(
         self, scheduler: str | None = None, device: Device | None = None
-    ) -> HeuristicParams:
+    ) -> HeuristicParams | list[HeuristicParams]:
         """The params the default heuristic picks for this fusion on
-        ``device`` (``Device.default()`` when omitted)."""
+        ``device`` (``Device.default()`` when omitted): one params object,
+        or one per segment (see :meth:`segments`) when no scheduler takes
+        the whole fusion."""
         from .params import HeuristicParams
         from .schedule import Device
 
         device = device or Device.default()
+        if scheduler is None and not any(r is None for r in self.schedulers().values()):
+            return [
+                cast("HeuristicParams", seg.fusion.heuristics(seg.scheduler, device))
+                for seg in self.segments()
+            ]
         data = _native.heuristics(self._native, device._native, scheduler)
         return cast("HeuristicParams", HeuristicParams.from_dict(data))
 
-    def schedule(self, params: HeuristicParams, device: Device | None = None) -> Kernel:
+    def schedule(
+        self,
+        params: HeuristicParams | Sequence[HeuristicParams],
+        device: Device | None = None,
+    ) -> Kernel | SegmentedKernel:
         """Schedules with ``params`` and compiles for ``device``; the kernel's
-        ``.schedule`` shows the loop nest and trace the scheduler made."""
+        ``.schedule`` shows the loop nest and trace the scheduler made. A
+        list (one params object per segment) schedules each segment and
+        returns a :class:`SegmentedKernel`."""
         from .schedule import Device, Schedule
+        from .segments import SegmentedKernel
 
         device = device or Device.default()
+        if isinstance(params, Sequence):
+            segments = self.segments()
+            if len(params) != len(segments):
+                raise _native.ParamsError(
+                    f"scheduler: the fusion runs as {len(segments)} segments, "
+                    f"got {len(params)} params"
+                )
+            kernels = [
+                cast("Kernel", seg.fusion.schedule(p, device))
+                for seg, p in zip(segments, params, strict=True)
+            ]
+            return SegmentedKernel(self, segments, kernels, device)
         s = Schedule.__new__(Schedule)
         s.fusion = self
         s._native = _native.schedule(self._native, params.to_dict(), device._native)
         return s.build(device)
 
     def execute(
-        self, *arrays: Any, params: HeuristicParams | None = None, device: Device | None = None
+        self,
+        *arrays: Any,
+        params: HeuristicParams | Sequence[HeuristicParams] | None = None,
+        device: Device | None = None,
     ) -> Any:
         """Runs the fusion with ``params`` (the default heuristic's when
         omitted) on ``device``; numpy arrays in, numpy arrays out."""
@@ -413,6 +457,12 @@ class Fusion:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Fusion.from_json, (self.to_json(),))
+
+
+def _wrap(native: _native.Fusion) -> Fusion:
+    f = Fusion.__new__(Fusion)
+    f._native = native
+    return f
 
 
 def _tensor(x: Operand, *others: Operand) -> Tensor:

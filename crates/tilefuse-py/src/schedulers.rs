@@ -2,7 +2,7 @@
 //! and scheduling with given params.
 
 use pyo3::prelude::*;
-use tilefuse::params::HeuristicParams;
+use tilefuse::params::{HeuristicParams, ParamsError};
 use tilefuse::sched::schedulers as auto;
 
 use crate::errors::OrRaise;
@@ -43,4 +43,28 @@ pub fn schedule(
     let params = HeuristicParams::from_value(to_value(params)?).or_raise(py)?;
     let inner = auto::schedule(&fusion.inner, &params, &device.inner.info()).or_raise(py)?;
     Ok(PySchedule { inner })
+}
+
+/// `[(segment fusion, scheduler, parent input ids, parent output ids), ...]`.
+#[pyfunction]
+#[allow(clippy::type_complexity)] // the tuple is the Python-facing shape
+pub fn segments(
+    py: Python<'_>,
+    fusion: &PyFusion,
+) -> PyResult<Vec<(PyFusion, &'static str, Vec<usize>, Vec<usize>)>> {
+    let parts = auto::segments(&fusion.inner)
+        .map_err(|e| ParamsError::new("scheduler", e))
+        .or_raise(py)?;
+    let ids = |ts: &[tilefuse::TensorId]| ts.iter().map(|t| t.0).collect();
+    Ok(parts
+        .into_iter()
+        .map(|s| {
+            (
+                PyFusion { inner: s.fusion },
+                s.scheduler,
+                ids(&s.inputs),
+                ids(&s.outputs),
+            )
+        })
+        .collect())
 }

@@ -6,6 +6,7 @@ mod launch;
 mod matmul;
 mod pointwise;
 mod reduction;
+mod segment;
 
 use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{HeuristicParams, ParamsError};
@@ -13,6 +14,7 @@ use tilefuse_params::{HeuristicParams, ParamsError};
 pub use matmul::{matmul_heuristics, schedule_matmul};
 pub use pointwise::{pointwise_heuristics, schedule_pointwise};
 pub use reduction::{reduction_heuristics, schedule_reduction};
+pub use segment::{Segment, segments};
 
 use crate::{DeviceInfo, Schedule};
 

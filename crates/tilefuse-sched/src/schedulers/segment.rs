@@ -1,0 +1,141 @@
+//! Segmentation: a fusion that no single scheduler accepts (a matmul
+//! followed by a softmax, reductions over different axes) is split into
+//! segments, each a fusion of its own that one scheduler accepts, run in
+//! order; tensors that cross segments go through device memory.
+
+use std::collections::HashMap;
+
+use tilefuse_ir::{Fusion, Op, TensorId};
+
+use super::{SCHEDULERS, can_schedule};
+
+/// A part of a fusion that one scheduler accepts.
+#[derive(Clone, Debug)]
+pub struct Segment {
+    /// The part as a fusion of its own.
+    pub fusion: Fusion,
+    /// The first scheduler that accepts it.
+    pub scheduler: &'static str,
+    /// The parent fusion's tensors that feed the segment's inputs, in order.
+    pub inputs: Vec<TensorId>,
+    /// The parent fusion's tensors that the segment's outputs are, in order.
+    pub outputs: Vec<TensorId>,
+}
+
+/// Splits `fusion` into segments, greedily: ops join the current segment
+/// (in the fusion's topological order) while some scheduler accepts it. A
+/// fusion one scheduler accepts is one segment.
+pub fn segments(fusion: &Fusion) -> Result<Vec<Segment>, String> {
+    let compute: Vec<usize> = (0..fusion.nodes().len())
+        .filter(|&i| !matches!(fusion.nodes()[i].op, Op::Input { .. } | Op::Constant { .. }))
+        .collect();
+    let mut out = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut accepted: Option<Segment> = None;
+    for &n in &compute {
+        let mut candidate = current.clone();
+        candidate.push(n);
+        match part(fusion, &candidate)? {
+            Some(segment) => {
+                current = candidate;
+                accepted = Some(segment);
+            }
+            None => {
+                let Some(done) = accepted.take() else {
+                    return Err(format!(
+                        "no scheduler accepts {} ({}) even on its own",
+                        fusion.label(TensorId(n)),
+                        fusion.nodes()[n].op.name()
+                    ));
+                };
+                out.push(done);
+                current = vec![n];
+                accepted = part(fusion, &current)?;
+                if accepted.is_none() {
+                    return Err(format!(
+                        "no scheduler accepts {} ({}) even on its own",
+                        fusion.label(TensorId(n)),
+                        fusion.nodes()[n].op.name()
+                    ));
+                }
+            }
+        }
+    }
+    out.extend(accepted);
+    if out.is_empty() {
+        // Outputs that are inputs or constants: one copying segment.
+        out.extend(part(fusion, &[])?);
+    }
+    Ok(out)
+}
+
+/// The segment made of `nodes` (compute nodes of `fusion`, in order), if
+/// a scheduler accepts it. Its outputs are the tensors used outside it or
+/// returned by the fusion.
+fn part(fusion: &Fusion, nodes: &[usize]) -> Result<Option<Segment>, String> {
+    let fail = |e: tilefuse_ir::FusionError| format!("segmenting: {e}");
+    let mut f = Fusion::new();
+    let mut map: HashMap<usize, TensorId> = HashMap::new();
+    let mut inputs = Vec::new();
+    let mut bring = |f: &mut Fusion, map: &mut HashMap<usize, TensorId>, t: TensorId| {
+        if let Some(&id) = map.get(&t.0) {
+            return Ok(id);
+        }
+        let node = fusion.node(t);
+        let id = match &node.op {
+            Op::Constant { value, dtype } => f.constant(value.0, *dtype),
+            _ => {
+                let ty = fusion.ty(t).expect("a tensor of the fusion");
+                inputs.push(t);
+                f.input(&ty.shape, ty.dtype, node.name.as_deref())
+            }
+        }
+        .map_err(fail)?;
+        map.insert(t.0, id);
+        Ok::<_, String>(id)
+    };
+    for &n in nodes {
+        let node = &fusion.nodes()[n];
+        let args = node
+            .args
+            .iter()
+            .map(|&a| bring(&mut f, &mut map, a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let id = f
+            .add(node.op.clone(), &args, node.name.as_deref())
+            .map_err(fail)?;
+        map.insert(n, id);
+    }
+    let used_outside = |t: usize| {
+        fusion.outputs().contains(&TensorId(t))
+            || fusion
+                .nodes()
+                .iter()
+                .enumerate()
+                .any(|(c, node)| !nodes.contains(&c) && node.args.contains(&TensorId(t)))
+    };
+    let mut outputs: Vec<TensorId> = nodes
+        .iter()
+        .copied()
+        .filter(|&n| used_outside(n))
+        .map(TensorId)
+        .collect();
+    if nodes.is_empty() {
+        outputs = fusion.outputs().to_vec();
+        for &t in &outputs {
+            bring(&mut f, &mut map, t)?;
+        }
+    }
+    for &t in &outputs {
+        f.output(map[&t.0]).map_err(fail)?;
+    }
+    Ok(SCHEDULERS
+        .into_iter()
+        .find(|s| can_schedule(&f, s).is_ok())
+        .map(|scheduler| Segment {
+            fusion: f,
+            scheduler,
+            inputs,
+            outputs,
+        }))
+}
