@@ -26,6 +26,7 @@ __all__ = [
     "params_structs",
     "schedule",
     "schedulers",
+    "segments",
 ]
 
 __version__: str

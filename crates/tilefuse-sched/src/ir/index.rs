@@ -164,6 +164,20 @@ impl Index {
         }
     }
 
+    /// The expression as a list of terms whose sum it is (products
+    /// distributed over sums; quotients and remainders are single terms).
+    pub fn sum_terms(&self) -> Vec<Index> {
+        match self {
+            Index::Add(a, b) => {
+                let mut out = a.sum_terms();
+                out.extend(b.sum_terms());
+                out
+            }
+            Index::Mul(a, c) => a.sum_terms().into_iter().map(|t| t * *c).collect(),
+            atom => vec![atom.clone()],
+        }
+    }
+
     /// Whether the two expressions are equal as sums of terms (products
     /// distributed, like terms collected; divisions and remainders compared
     /// as written).

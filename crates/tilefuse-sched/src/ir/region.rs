@@ -1,6 +1,9 @@
 //! Regions: the part of a buffer that one iteration of a loop touches,
-//! derived from affine index expressions. `compute_at` places blocks with
-//! them and buffer realization sizes workgroup / private buffers with them.
+//! derived from index expressions whose terms each depend on the loops
+//! outside (the start) or inside (the extent, from the term's range, so a
+//! quotient or remainder of a fused loop counts) but not both. `compute_at`
+//! places blocks with them and buffer realization sizes workgroup /
+//! private buffers with them.
 
 use super::index::{Index, LoopId, Var};
 use super::kernel::{Block, Kernel, Node};
@@ -79,15 +82,15 @@ impl Kernel {
         Ok(Region::from_dims(dims))
     }
 
-    /// Like [`Kernel::region`], but a dimension whose indices are not
-    /// affine in the inner loops (a fused index divided back into
-    /// dimensions) spans its whole extent in `shape`.
+    /// Like [`Kernel::region`], but a dimension whose indices mix inner and
+    /// outer loops in one term, or whose region would be no smaller than
+    /// the buffer, spans its whole extent in `shape`.
     pub fn region_or_whole(&self, l: LoopId, shape: &[u64], accesses: &[Vec<Index>]) -> Region {
         let inner = self.loops_inside(l);
         let dims = (0..shape.len())
-            .map(|dim| {
-                self.dim_region(&inner, dim, accesses)
-                    .unwrap_or((Index::Const(0), shape[dim]))
+            .map(|dim| match self.dim_region(&inner, dim, accesses) {
+                Ok((start, extent)) if extent < shape[dim] => (start, extent),
+                _ => (Index::Const(0), shape[dim]),
             })
             .collect();
         Region::from_dims(dims)
@@ -104,18 +107,31 @@ impl Kernel {
         let mut start: Option<Index> = None;
         let (mut lo, mut hi) = (i64::MAX, i64::MIN);
         for access in accesses {
-            let mut rest = access[dim].clone();
+            // Terms over outer loops only make the start; terms over inner
+            // loops only add their range (a quotient or remainder of a
+            // fused loop included); a term mixing both has no region.
+            let mut rest = Index::Const(0);
             let (mut min, mut max) = (0i64, 0i64);
-            for &v in inner {
-                let (c, r) = rest
-                    .linear_in(Var::Loop(v))
-                    .ok_or(RegionError::NotAffine { dim, inner: v })?;
-                let span = c * (self.loop_(v).extent as i64 - 1);
-                min += span.min(0);
-                max += span.max(0);
-                rest = r;
+            for term in access[dim].sum_terms() {
+                let mut vars = Vec::new();
+                term.vars(&mut vars);
+                let is_inner = |v: &Var| matches!(v, Var::Loop(l) if inner.contains(l));
+                match (vars.iter().any(is_inner), vars.iter().all(is_inner)) {
+                    (false, _) => rest = rest + term,
+                    (true, true) => {
+                        let (a, b) = term.bounds(&|v| self.loop_range(v));
+                        min += a;
+                        max += b;
+                    }
+                    (true, false) => {
+                        let Some(Var::Loop(v)) = vars.into_iter().find(is_inner) else {
+                            unreachable!("an inner loop")
+                        };
+                        return Err(RegionError::NotAffine { dim, inner: v });
+                    }
+                }
             }
-            if start.as_ref().is_some_and(|s| *s != rest) {
+            if start.as_ref().is_some_and(|s| !s.same_sum(&rest)) {
                 return Err(RegionError::Diverging);
             }
             start = Some(rest);

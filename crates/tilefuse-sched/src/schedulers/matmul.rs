@@ -533,7 +533,11 @@ fn cooperative(s: &mut Schedule, plan: &Plan, copy: BlockId, vec: u32) {
         .find(|&v| v <= u64::from(vec) && inner.is_multiple_of(v))
         .unwrap_or(1);
     let flat = fuse(s, &own).expect("loops");
-    let [x, y] = plan.invocations;
+    // As many invocations as there are vectors to copy, no more: a split
+    // that overshoots only adds guarded-off work.
+    let vectors = s.kernel().loop_(flat).extent.div_ceil(v);
+    let x = plan.invocations[0].min(vectors);
+    let y = plan.invocations[1].min(vectors.div_ceil(x));
     let parts = s
         .split(flat, &[None, Some(y), Some(x), Some(v)], None)
         .expect("valid");

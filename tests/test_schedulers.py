@@ -1,0 +1,355 @@
+"""The reduction and matmul schedulers and segmentation, from Python: the
+default heuristics of every fusion family against numpy on both devices,
+params drawn at random from each struct's space (run right, or rejected
+with the field's path), and seed 000's edit-and-schedule flow."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tilefuse as tf
+from conftest import assert_close
+
+f32 = np.float32
+Arrays = list[np.ndarray[Any, Any]]
+Case = tuple[tf.Fusion, Arrays, Any]
+
+
+def _softmax64(x: Any, axis: int) -> Any:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def softmax(rng: np.random.Generator, shape: tuple[int, ...] = (24, 500), axis: int = -1) -> Case:
+    f = tf.Fusion()
+    x = f.input(shape, "f32", name="x")
+    e = (x - x.max(axis=axis, keepdims=True)).exp()
+    f.output(e / e.sum(axis=axis, keepdims=True))
+    a = rng.standard_normal(shape).astype(f32)
+    return f, [a], _softmax64(a.astype(np.float64), axis)
+
+
+def log_softmax(rng: np.random.Generator) -> Case:
+    f = tf.Fusion()
+    x = f.input((16, 300), "f32", name="x")
+    d = x - x.max(axis=1, keepdims=True)
+    f.output(d - d.exp().sum(axis=1, keepdims=True).log())
+    a = rng.standard_normal((16, 300)).astype(f32)
+    a64 = a.astype(np.float64)
+    d64 = a64 - a64.max(axis=1, keepdims=True)
+    return f, [a], d64 - np.log(np.exp(d64).sum(axis=1, keepdims=True))
+
+
+def layernorm(rng: np.random.Generator) -> Case:
+    f = tf.Fusion()
+    x = f.input((20, 256), "f32", name="x")
+    w = f.input((256,), "f32", name="w")
+    b = f.input((256,), "f32", name="b")
+    c = x - x.mean(axis=1, keepdims=True)
+    f.output(c * ((c * c).mean(axis=1, keepdims=True) + 1e-5).rsqrt() * w + b)
+    xa = rng.standard_normal((20, 256)).astype(f32)
+    wa, ba = rng.standard_normal(256).astype(f32), rng.standard_normal(256).astype(f32)
+    x64 = xa.astype(np.float64)
+    c64 = x64 - x64.mean(axis=1, keepdims=True)
+    y = c64 / np.sqrt((c64 * c64).mean(axis=1, keepdims=True) + 1e-5) * wa + ba
+    return f, [xa, wa, ba], y
+
+
+def rmsnorm(rng: np.random.Generator) -> Case:
+    f = tf.Fusion()
+    x = f.input((3, 7, 128), "f32", name="x")
+    f.output(x * ((x * x).mean(axis=-1, keepdims=True) + 1e-6).rsqrt())
+    a = rng.standard_normal((3, 7, 128)).astype(f32)
+    a64 = a.astype(np.float64)
+    return f, [a], a64 / np.sqrt((a64 * a64).mean(axis=-1, keepdims=True) + 1e-6)
+
+
+def stats(rng: np.random.Generator) -> Case:
+    """Several reductions, returned with a value derived from them."""
+    f = tf.Fusion()
+    x = f.input((33, 130), "f32", name="x")
+    mu = x.mean(axis=1)
+    f.output(mu, x.max(axis=1) - mu)
+    a = rng.standard_normal((33, 130)).astype(f32)
+    a64 = a.astype(np.float64)
+    return f, [a], (a64.mean(axis=1), a64.max(axis=1) - a64.mean(axis=1))
+
+
+def outer_sum(rng: np.random.Generator) -> Case:
+    f = tf.Fusion()
+    x = f.input((500, 24), "f32", name="x")
+    f.output(x.sum(axis=0))
+    a = rng.standard_normal((500, 24)).astype(f32)
+    return f, [a], a.astype(np.float64).sum(axis=0)
+
+
+def middle_max(rng: np.random.Generator) -> Case:
+    f = tf.Fusion()
+    x = f.input((6, 50, 10), "f32", name="x")
+    f.output(x.max(axis=1))
+    a = rng.standard_normal((6, 50, 10)).astype(f32)
+    return f, [a], a.astype(np.float64).max(axis=1)
+
+
+def linear_relu(rng: np.random.Generator) -> Case:
+    f = tf.Fusion()
+    a = f.input((40, 64), "f32", name="a")
+    b = f.input((64, 48), "f32", name="b")
+    bias = f.input((48,), "f32", name="bias")
+    f.output(tf.relu(a @ b + bias))
+    xa, xb = rng.standard_normal((40, 64)).astype(f32), rng.standard_normal((64, 48)).astype(f32)
+    xbias = rng.standard_normal(48).astype(f32)
+    return f, [xa, xb, xbias], np.maximum(xa.astype(np.float64) @ xb + xbias, 0)
+
+
+def matmul_transposed(rng: np.random.Generator) -> Case:
+    f = tf.Fusion()
+    a = f.input((30, 20), "f32", name="a")
+    b = f.input((44, 30), "f32", name="b")
+    f.output(tf.matmul(a, b, transpose_a=True, transpose_b=True) * 0.5)
+    xa, xb = rng.standard_normal((30, 20)).astype(f32), rng.standard_normal((44, 30)).astype(f32)
+    return f, [xa, xb], (xa.astype(np.float64).T @ xb.astype(np.float64).T) * 0.5
+
+
+def batched_gelu_residual(rng: np.random.Generator) -> Case:
+    f = tf.Fusion()
+    a = f.input((2, 16, 32), "f32", name="a")
+    b = f.input((32, 24), "f32", name="b")
+    r = f.input((2, 16, 24), "f32", name="r")
+    f.output((a @ b).gelu() + r)
+    xa = rng.standard_normal((2, 16, 32)).astype(f32)
+    xb = rng.standard_normal((32, 24)).astype(f32)
+    xr = rng.standard_normal((2, 16, 24)).astype(f32)
+    z = xa.astype(np.float64) @ xb
+    gelu = 0.5 * z * (1 + np.tanh(0.7978845608028654 * (z + 0.044715 * z**3)))
+    return f, [xa, xb, xr], gelu + xr
+
+
+def matmul_softmax(rng: np.random.Generator) -> Case:
+    f = tf.Fusion()
+    a = f.input((16, 24), "f32", name="a")
+    b = f.input((24, 40), "f32", name="b")
+    s = a @ b
+    e = (s - s.max(axis=1, keepdims=True)).exp()
+    f.output(e / e.sum(axis=1, keepdims=True))
+    xa, xb = rng.standard_normal((16, 24)).astype(f32), rng.standard_normal((24, 40)).astype(f32)
+    return f, [xa, xb], _softmax64(xa.astype(np.float64) @ xb, 1)
+
+
+def rows_and_columns(rng: np.random.Generator) -> Case:
+    f = tf.Fusion()
+    x = f.input((12, 30), "f32", name="x")
+    f.output(x.sum(axis=1), x.max(axis=0) * 2.0)
+    a = rng.standard_normal((12, 30)).astype(f32)
+    a64 = a.astype(np.float64)
+    return f, [a], (a64.sum(axis=1), a64.max(axis=0) * 2)
+
+
+FAMILIES: dict[str, tuple[Callable[[np.random.Generator], Case], list[str]]] = {
+    "softmax": (softmax, ["reduction"]),
+    "softmax_outer": (lambda rng: softmax(rng, (60, 33), 0), ["reduction"]),
+    "log_softmax": (log_softmax, ["reduction"]),
+    "layernorm": (layernorm, ["reduction"]),
+    "rmsnorm": (rmsnorm, ["reduction"]),
+    "stats": (stats, ["reduction"]),
+    "outer_sum": (outer_sum, ["reduction"]),
+    "middle_max": (middle_max, ["reduction"]),
+    "linear_relu": (linear_relu, ["matmul"]),
+    "matmul_transposed": (matmul_transposed, ["matmul"]),
+    "batched_gelu_residual": (batched_gelu_residual, ["matmul"]),
+    "matmul_softmax": (matmul_softmax, ["matmul", "reduction"]),
+    "rows_and_columns": (rows_and_columns, ["reduction", "reduction"]),
+}
+
+
+def check(got: Any, want: Any) -> None:
+    if isinstance(want, tuple):
+        for g, w in zip(got, want, strict=True):
+            assert_close(g, w)
+    else:
+        assert_close(got, want)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_default_heuristics_match_numpy(
+    family: str, device: tf.Device, rng: np.random.Generator
+) -> None:
+    build, schedulers = FAMILIES[family]
+    f, inputs, want = build(rng)
+    assert [s.scheduler for s in f.segments()] == schedulers
+    params = f.heuristics(device=device)
+    if len(schedulers) == 1:
+        assert isinstance(params, tf.HeuristicParams) and params.scheduler == schedulers[0]
+    else:
+        assert isinstance(params, list)
+        assert [p.scheduler for p in params] == schedulers
+    check(f.schedule(params, device)(*inputs), want)
+    check(f.execute(*inputs, device=device), want)
+
+
+def test_segments_show_what_crosses(rng: np.random.Generator) -> None:
+    f, inputs, want = matmul_softmax(rng)
+    first, second = f.segments()
+    assert [t.name for t in first.inputs] == ["a", "b"]
+    assert first.outputs[0].id == second.inputs[0].id
+    assert second.outputs[0].id == f.outputs[0].id
+    # Each segment is a fusion of its own, scheduled on its own.
+    assert first.fusion.schedulers()["matmul"] is None
+    cpu = tf.Device.cpu()
+    params = f.heuristics(device=cpu)
+    assert isinstance(params, list)
+    with pytest.raises(tf.ParamsError, match="2 segments, got 1"):
+        f.schedule(params[:1], cpu)
+    kernel = f.schedule(params, cpu)
+    assert isinstance(kernel, tf.SegmentedKernel) and len(kernel.kernels) == 2
+    check(kernel(*inputs), want)
+    assert kernel.benchmark(*inputs, warmup=1, repeat=3).median > 0
+
+
+def test_seed_000_flow(device: tf.Device, rng: np.random.Generator) -> None:
+    """MatmulParams from a nested dict, warp_tile changed by attribute,
+    scheduled, run, correct."""
+    f, inputs, want = linear_relu(rng)
+    params = tf.MatmulParams.from_dict(
+        {
+            "tile_sizes": {
+                "cta_tile": {"m": 32, "n": 32, "k": 16},
+                "warp_tile": {"m": 16, "n": 32, "k": 16},
+                "instruction_tile": {"m": 4, "n": 4, "k": 4},
+            },
+            "launch": {"workgroup_size": [8, 8, 1]},
+        }
+    )
+    before = f.schedule(params, device)
+    params.tile_sizes.warp_tile.m = 32
+    params.tile_sizes.warp_tile = tf.GemmTile(m=32, n=16, k=8)
+    after = f.schedule(params, device)
+    assert isinstance(after, tf.Kernel) and isinstance(before, tf.Kernel)
+    assert after.wgsl != before.wgsl
+    assert_close(after(*inputs), want)
+    with pytest.raises(tf.ParamsError) as info:
+        params.tile_sizes.warp_tile.n = 5
+    assert info.value.path == "tile_sizes.warp_tile.n"
+
+
+# --- params drawn from each struct's space -----------------------------------
+
+small = st.sampled_from([1, 2, 4])
+
+
+def reduction_params(base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    fields = {
+        "persistent_kernel": st.booleans(),
+        "project_persistent_buffers": st.booleans(),
+        "flip_grid": st.booleans(),
+        "schedule_3d": st.booleans(),
+        "fastest_dim": st.booleans(),
+        "cross_invocation_inner_reduction": st.booleans(),
+        "cross_workgroup_inner_reduction": st.booleans(),
+        "cross_invocation_outer_reduction": st.booleans(),
+        "cross_workgroup_outer_reduction": st.booleans(),
+        "vectorization_factor_reduction": small,
+        "vectorization_factor_iteration": small,
+        "unroll_factor_reduction": small,
+        "unroll_factor_iteration": small,
+        "rows_per_workgroup": st.sampled_from([1, 2, 4, 8, 16, 32]),
+        "reduction_invocations": st.sampled_from([1, 2, 4, 8, 16, 32, 64]),
+        "launch": st.fixed_dictionaries(
+            {},
+            optional={
+                "workgroup_size": st.tuples(
+                    st.sampled_from([1, 4, 16, 32, 64]), st.sampled_from([1, 2]), st.just(1)
+                ).map(list),
+                "grid": st.none() | st.lists(st.integers(1, 5), min_size=3, max_size=3),
+            },
+        ),
+    }
+    return st.fixed_dictionaries({}, optional=fields).map(lambda d: merge(base, d))
+
+
+def gemm_tile(sizes: list[int]) -> st.SearchStrategy[dict[str, int]]:
+    return st.fixed_dictionaries({d: st.sampled_from(sizes) for d in "mnk"})
+
+
+def matmul_params(base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    tiles = st.fixed_dictionaries(
+        {},
+        optional={
+            "cta_tile": gemm_tile([8, 16, 32]),
+            "warp_tile": gemm_tile([4, 8, 16]),
+            "instruction_tile": gemm_tile([1, 2, 4]),
+        },
+    )
+    fields = {
+        "tile_sizes": tiles,
+        "async_gmem_load_operands": st.booleans(),
+        "splitk_factor": st.sampled_from([1, 2, 3, 4]),
+        "cta_order": st.sampled_from(["row_major", "column_major"]),
+        "grid_swizzle_factor": st.sampled_from([1, 2, 3]),
+        "use_smem_epilogue": st.booleans(),
+        "tiling_strategy": st.sampled_from(
+            ["one_tile_per_workgroup", "distribute_tiles_across_workgroups"]
+        ),
+        "supported_vec_size": st.fixed_dictionaries(
+            {}, optional={k: st.sampled_from([1, 2, 4]) for k in ("a", "b", "epilogue")}
+        ),
+    }
+
+    def fit_launch(d: dict[str, Any]) -> dict[str, Any]:
+        # Usually give the workgroup the invocations the tiles need, so
+        # most draws are accepted; sometimes keep the base's.
+        t = d["tile_sizes"]
+        cta, inst = t["cta_tile"], t["instruction_tile"]
+        if cta["n"] % inst["n"] == 0 and cta["m"] % inst["m"] == 0:
+            d["launch"]["workgroup_size"] = [cta["n"] // inst["n"], cta["m"] // inst["m"], 1]
+        return d
+
+    drawn = st.fixed_dictionaries({}, optional=fields).map(lambda d: merge(base, d))
+    return st.one_of(drawn, drawn.map(fit_launch), drawn.map(fit_launch))
+
+
+def merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in change.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+SPACES: dict[str, tuple[Callable[[np.random.Generator], Case], Any]] = {
+    "reduction-inner": (layernorm, reduction_params),
+    "reduction-outer": (lambda rng: softmax(rng, (60, 32), 0), reduction_params),
+    "matmul": (linear_relu, matmul_params),
+}
+
+
+@pytest.mark.parametrize("space", SPACES)
+def test_any_params_run_right_or_name_the_field(
+    space: str, device: tf.Device, rng: np.random.Generator
+) -> None:
+    build, strategy = SPACES[space]
+    f, inputs, want = build(rng)
+    base = f.heuristics(device=device)
+    assert isinstance(base, tf.HeuristicParams)
+    outcomes = {"ran": 0, "rejected": 0}
+
+    @settings(max_examples=20 if device.is_gpu else 30, deadline=None)
+    @given(strategy(base.to_dict()))
+    def run(values: dict[str, Any]) -> None:
+        try:
+            params = tf.HeuristicParams.from_dict(values)
+            kernel = f.schedule(params, device)
+        except tf.ParamsError as err:
+            assert err.path, f"rejection without a path: {err}"
+            outcomes["rejected"] += 1
+            return
+        check(kernel(*inputs), want)
+        outcomes["ran"] += 1
+
+    run()
+    assert outcomes["ran"] >= 3, outcomes
