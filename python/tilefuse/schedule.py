@@ -159,6 +159,12 @@ class Schedule:
         the block ``B`` combines the partials. Returns ``B_rf``."""
         return Block(self, self._native.rfactor(self._loop(loop)))
 
+    def decompose_reduction(self, block: Block | str, loop: Loop) -> Block:
+        """Moves the reduction's start from the identity into a block placed
+        just before ``loop`` (the outermost loop of the reduction), so the
+        reduction itself only accumulates. Returns the new block."""
+        return Block(self, self._native.decompose_reduction(self._block(block), self._loop(loop)))
+
     def compute_at(self, block: Block | str, loop: Loop) -> None:
         """Moves a producer under ``loop``, computing at each iteration only
         the region the blocks under ``loop`` read."""

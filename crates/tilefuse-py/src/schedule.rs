@@ -135,6 +135,13 @@ impl PySchedule {
         self.inner.rfactor(LoopId(loop_)).map(|b| b.0).or_raise(py)
     }
 
+    fn decompose_reduction(&mut self, py: Python<'_>, block: u32, loop_: u32) -> PyResult<u32> {
+        self.inner
+            .decompose_reduction(BlockId(block), LoopId(loop_))
+            .map(|b| b.0)
+            .or_raise(py)
+    }
+
     fn compute_at(&mut self, py: Python<'_>, block: u32, loop_: u32) -> PyResult<()> {
         self.inner
             .compute_at(BlockId(block), LoopId(loop_))

@@ -74,8 +74,8 @@ impl Display for Expr {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     Let(String, Expr),
-    /// `var name: array<elem, len>;` (function scope).
-    VarArray(String, Scalar, u64),
+    /// `var name: array<elem, len>;` (function scope); `elem` is a type.
+    VarArray(String, String, u64),
     Assign(Expr, Expr),
     If(Expr, Vec<Stmt>),
     /// `for (var v = 0u; v < end; v++) { body }`

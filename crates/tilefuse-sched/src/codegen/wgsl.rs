@@ -245,11 +245,15 @@ impl Gen<'_> {
             .filter(|&&b| self.kernel.buffer(b).scope == Scope::Private)
             .map(|&b| {
                 let buf = self.kernel.buffer(b);
-                Stmt::VarArray(
-                    buffer_ident(&buf.name, b),
-                    storage_scalar(buf.dtype),
-                    buf.numel().max(1),
-                )
+                let (elem, len) = if self.vec_buffers.contains(&b) {
+                    (
+                        format!("vec4<{}>", storage_scalar(buf.dtype)),
+                        buf.numel() / 4,
+                    )
+                } else {
+                    (storage_scalar(buf.dtype).to_string(), buf.numel().max(1))
+                };
+                Stmt::VarArray(buffer_ident(&buf.name, b), elem, len)
             })
             .collect();
         body.extend(self.node(root, &sizes));
@@ -465,7 +469,7 @@ impl Gen<'_> {
 
     /// A vectorized loop: lane 0's iterators, then all four lanes at once.
     fn vector_block(&self, l: LoopId, id: BlockId) -> Stmt {
-        let b = self.kernel.block(id);
+        let b = &self.localized(id);
         let mut stmts = vec![
             Stmt::Comment(format!(
                 "block {}, 4 lanes of loop {} at once",
@@ -481,7 +485,14 @@ impl Gen<'_> {
             self.buffer(b.buffer),
             Expr::bin("/", self.offset(b.buffer, &b.indices), Expr::raw("4u")),
         );
-        stmts.push(Stmt::Assign(target, self.vector_value(&b.value, b, l)));
+        let value = self.vector_value(&b.value, b, l);
+        let value = match b.reduce {
+            None => value,
+            Some(ReduceOp::Sum | ReduceOp::Mean) => Expr::bin("+", target.clone(), value),
+            Some(ReduceOp::Max) => Expr::call("max", vec![target.clone(), value]),
+            Some(ReduceOp::Min) => Expr::call("min", vec![target.clone(), value]),
+        };
+        stmts.push(Stmt::Assign(target, value));
         Stmt::Scope(stmts)
     }
 
@@ -507,7 +518,7 @@ impl Gen<'_> {
     }
 
     fn block(&self, id: BlockId) -> Stmt {
-        let b = self.kernel.block(id);
+        let b = &self.localized(id);
         let mut stmts = vec![Stmt::Comment(format!("block {}", b.name))];
         for (i, binding) in b.bindings.iter().enumerate() {
             stmts.push(Stmt::Let(format!("it{i}"), index_expr(binding)));
@@ -567,6 +578,31 @@ impl Gen<'_> {
             Some(cond) => stmts.push(Stmt::If(cond, body)),
         }
         Stmt::Scope(stmts)
+    }
+
+    /// The block with its accesses to workgroup and private buffers
+    /// written over loop variables and simplified: realization rebased them
+    /// to their region, and `(start + i) - start` should read `i`, which
+    /// lets private arrays stay in registers.
+    fn localized(&self, id: BlockId) -> ir::Block {
+        let mut b = self.kernel.block(id).clone();
+        let local = |buf: BufferId| self.kernel.buffer(buf).scope != Scope::Global;
+        let over = |b: &ir::Block, ix: &[Index]| -> Vec<Index> {
+            b.over_loops(ix).iter().map(Index::simplified).collect()
+        };
+        let original = b.clone();
+        b.value = b.value.map_loads(&mut |buffer, indices| ir::Expr::Load {
+            buffer,
+            indices: if local(buffer) {
+                over(&original, indices)
+            } else {
+                indices.to_vec()
+            },
+        });
+        if local(b.buffer) {
+            b.indices = over(&original, &original.indices);
+        }
+        b
     }
 
     fn dtype(&self, e: &ir::Expr) -> DType {
@@ -675,7 +711,8 @@ fn lane_step(
 ) -> Option<i64> {
     let offset = block
         .over_loops(&[flat_offset(indices, &kernel.buffer(buffer).shape)])
-        .remove(0);
+        .remove(0)
+        .simplified();
     let (c, rest) = offset.linear_in(Var::Loop(l))?;
     (c == 0 || (c == 1 && multiple_of_4(&rest))).then_some(c)
 }
@@ -691,8 +728,9 @@ fn multiple_of_4(ix: &Index) -> bool {
 
 /// Vectorized loops of extent 4 over a single f32 block that can run as
 /// one `vec4<f32>` step (contiguous aligned or uniform loads, a contiguous
-/// aligned store, no guard, no reduction, no cast), and the buffers whose
-/// contiguous accesses need `array<vec4<f32>>`.
+/// aligned store or accumulation into global or private memory, no guard,
+/// no first-iteration start, no cast), and the buffers whose contiguous
+/// accesses need `array<vec4<f32>>`.
 fn vectorized_loops(kernel: &Kernel) -> (HashMap<LoopId, BlockId>, HashSet<BufferId>) {
     fn walk(
         k: &Kernel,
@@ -713,10 +751,12 @@ fn vectorized_loops(kernel: &Kernel) -> (HashMap<LoopId, BlockId>, HashSet<Buffe
             let block = k.block(*b);
             let vec_buffer = |buf: BufferId| {
                 let x = k.buffer(buf);
-                x.dtype == DType::F32 && x.scope == Scope::Global && x.numel().is_multiple_of(4)
+                x.dtype == DType::F32 && x.scope != Scope::Workgroup && x.numel().is_multiple_of(4)
             };
             let mut contiguous = vec![block.buffer];
-            let ok = block.reduce.is_none()
+            // A reduction's lanes accumulate independently once it no
+            // longer starts itself (decompose_reduction).
+            let ok = (block.reduce.is_none() || !block.init)
                 && k.needs_guard(*b).is_empty()
                 && k.live_predicates(*b).is_empty()
                 && vec_buffer(block.buffer)

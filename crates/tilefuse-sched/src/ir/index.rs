@@ -39,7 +39,33 @@ impl Index {
         match (a, b) {
             (Index::Const(x), Index::Const(y)) => Index::Const(x + y),
             (Index::Const(0), e) | (e, Index::Const(0)) => e,
-            (a, b) => Index::Add(Box::new(a), Box::new(b)),
+            (a, b) => match Index::recombine(&a, &b).or_else(|| Index::recombine(&b, &a)) {
+                Some(e) => e,
+                None => Index::Add(Box::new(a), Box::new(b)),
+            },
+        }
+    }
+
+    /// `x / c * c + x % c = x` and `x / c % b * c + x % c = x % (b * c)`:
+    /// a fused loop split back into dimensions and flattened again (a
+    /// buffer offset) is the fused loop, which keeps vector accesses
+    /// recognizable.
+    fn recombine(high: &Index, low: &Index) -> Option<Index> {
+        let (Index::Mul(q, c), Index::Mod(x, m)) = (high, low) else {
+            return None;
+        };
+        if c != m {
+            return None;
+        }
+        match &**q {
+            Index::Div(y, d) if d == c && y == x => Some((**x).clone()),
+            Index::Mod(inner, b) => match &**inner {
+                Index::Div(y, d) if d == c && y == x => {
+                    Some(Index::remainder((**x).clone(), b * c))
+                }
+                _ => None,
+            },
+            _ => None,
         }
     }
 
@@ -57,6 +83,7 @@ impl Index {
         match (a, c) {
             (a, 1) => a,
             (Index::Const(x), c) => Index::Const(x.div_euclid(c)),
+            (Index::Div(x, d), c) => Index::Div(x, d * c),
             (a, c) => Index::Div(Box::new(a), c),
         }
     }
@@ -176,6 +203,37 @@ impl Index {
             Index::Mul(a, c) => a.sum_terms().into_iter().map(|t| t * *c).collect(),
             atom => vec![atom.clone()],
         }
+    }
+
+    /// The expression as a sum of distinct terms with their coefficients
+    /// collected (so `(a + b + c) - (a + b)` becomes `c`); quotients and
+    /// remainders are simplified inside and kept as terms.
+    pub fn simplified(&self) -> Index {
+        let mut terms: Vec<(Index, i64)> = Vec::new();
+        let mut constant = 0;
+        for term in self.sum_terms() {
+            let (atom, coef) = match term {
+                Index::Mul(a, c) => (*a, c),
+                other => (other, 1),
+            };
+            let atom = match atom {
+                Index::Const(c) => {
+                    constant += c * coef;
+                    continue;
+                }
+                Index::Div(x, d) => x.simplified() / d,
+                Index::Mod(x, d) => x.simplified() % d,
+                other => other,
+            };
+            match terms.iter_mut().find(|(a, _)| *a == atom) {
+                Some((_, c)) => *c += coef,
+                None => terms.push((atom, coef)),
+            }
+        }
+        terms
+            .into_iter()
+            .filter(|(_, c)| *c != 0)
+            .fold(Index::Const(constant), |acc, (atom, c)| acc + atom * c)
     }
 
     /// Whether the two expressions are equal as sums of terms (products

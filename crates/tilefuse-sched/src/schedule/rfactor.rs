@@ -1,7 +1,8 @@
-//! `rfactor`: turns part of a reduction into a spatial dimension, so that
-//! a loop that carried the reduction can run in parallel (bound to
-//! invocations or workgroups), with a second block combining the partial
-//! results.
+//! Reduction transforms. `rfactor` turns part of a reduction into a
+//! spatial dimension, so that a loop that carried the reduction can run in
+//! parallel (bound to invocations or workgroups), with a second block
+//! combining the partial results. `decompose_reduction` moves a
+//! reduction's start from the identity out of its loops.
 
 use tilefuse_ir::reduce_identity;
 
@@ -259,6 +260,120 @@ impl Schedule {
         }
         self.record(Instruction::Rfactor { loop_: l });
         Ok(block)
+    }
+
+    /// Starts the reduction of `block` with a separate block placed just
+    /// before loop `l`, which writes the identity over the elements
+    /// `block` reduces into under `l`; `block` then only accumulates (no
+    /// test for its first iteration inside the loop). Returns the new
+    /// block, named `B_init`.
+    ///
+    /// Preconditions: `block` is an initializing reduction under `l`; `l`
+    /// is the outermost loop that carries its reduction (no loop outside
+    /// `l` drives a reduce iterator); the elements written under `l` form
+    /// a region (indices with terms over the loops inside or outside `l`,
+    /// not both).
+    pub fn decompose_reduction(&mut self, block: BlockId, l: LoopId) -> Result<BlockId> {
+        const P: &str = "decompose_reduction";
+        self.check_block(block)?;
+        self.check_loop(l)?;
+        let b = self.kernel.block(block).clone();
+        let Some(op) = b.reduce.filter(|_| b.init) else {
+            return Err(ScheduleError::pre(
+                P,
+                format!("block {} is not an initializing reduction", b.name),
+            ));
+        };
+        let path = self.get_loops(block)?;
+        let Some(at) = path.iter().position(|&p| p == l) else {
+            return Err(ScheduleError::pre(
+                P,
+                format!("block {} is not under loop {}", b.name, self.loop_name(l)),
+            ));
+        };
+        let carries = |p: LoopId| {
+            b.iters
+                .iter()
+                .zip(&b.bindings)
+                .any(|(it, x)| it.kind == IterKind::Reduce && x.mentions(Var::Loop(p)))
+        };
+        if !carries(l) || path[..at].iter().any(|&p| carries(p)) {
+            return Err(ScheduleError::pre(
+                P,
+                format!(
+                    "loop {} must be the outermost loop of block {}'s reduction",
+                    self.loop_name(l),
+                    b.name
+                ),
+            ));
+        }
+        let mut inner = vec![l];
+        inner.extend(self.kernel.loops_inside(l));
+        let out = self.kernel.buffer(b.buffer).clone();
+        let region = self
+            .kernel
+            .region_over(&inner, out.shape.len(), &[b.over_loops(&b.indices)])
+            .map_err(|_| {
+                ScheduleError::pre(
+                    P,
+                    format!(
+                        "the elements block {} writes under loop {} do not form a region",
+                        b.name,
+                        self.loop_name(l)
+                    ),
+                )
+            })?;
+        let dtype = out.dtype;
+        // One iterator per buffer dimension, walking the region from its
+        // start (as compute_at places blocks).
+        let mut loops = Vec::new();
+        let mut bindings = Vec::new();
+        for (i, (&extent, start)) in region.extent.iter().zip(&region.start).enumerate() {
+            let lp = self
+                .kernel
+                .new_loop(format!("{}_init_ax{i}", b.name), extent);
+            loops.push(lp);
+            bindings.push(start.clone() + Index::var(Var::Loop(lp)));
+        }
+        let rank = out.shape.len();
+        let init = Block {
+            name: format!("{}_init", b.name),
+            iters: IterVar::spatial(&out.shape),
+            bindings,
+            buffer: b.buffer,
+            indices: (0..rank).map(|i| Index::var(Var::Iter(i as u32))).collect(),
+            value: Expr::Const {
+                value: reduce_identity(op, dtype).as_f64(),
+                dtype,
+            },
+            reduce: None,
+            init: false,
+            predicates: Vec::new(),
+        };
+        self.kernel.blocks.push(init);
+        let id = BlockId(self.kernel.blocks.len() as u32 - 1);
+        let mut node = Node::Block(id);
+        for &lp in loops.iter().rev() {
+            node = Node::Loop(lp, vec![node]);
+        }
+        let siblings = match at {
+            0 => &mut self.kernel.body,
+            _ => {
+                let (nodes, pos) = self.kernel.find_loop_mut(path[at - 1]).expect("live");
+                match &mut nodes[pos] {
+                    Node::Loop(_, body) => body,
+                    Node::Block(_) => unreachable!("a loop"),
+                }
+            }
+        };
+        let pos = siblings
+            .iter()
+            .position(|n| matches!(n, Node::Loop(id, _) if *id == l))
+            .expect("a child");
+        siblings.insert(pos, node);
+        self.kernel.block_mut(block).init = false;
+        self.record(Instruction::DecomposeReduction { block, loop_: l });
+        Ok(id)
     }
 
     /// `(k, c, q)` when block `b`'s only reduce iterator `k` is bound to

@@ -44,6 +44,11 @@ pub enum Instruction {
         #[serde(rename = "loop")]
         loop_: LoopId,
     },
+    DecomposeReduction {
+        block: BlockId,
+        #[serde(rename = "loop")]
+        loop_: LoopId,
+    },
     CacheRead {
         block: BlockId,
         buffer: String,
@@ -91,6 +96,9 @@ impl Schedule {
             Instruction::Vectorize { loop_ } => self.vectorize(*loop_),
             Instruction::Unroll { loop_ } => self.unroll(*loop_),
             Instruction::Rfactor { loop_ } => self.rfactor(*loop_).map(drop),
+            Instruction::DecomposeReduction { block, loop_ } => {
+                self.decompose_reduction(*block, *loop_).map(drop)
+            }
             Instruction::CacheRead {
                 block,
                 buffer,

@@ -331,9 +331,23 @@ pub fn schedule_matmul(
     order.extend([kp[1], kp[2], kp[3], ip[3], jp[3]]);
     s.reorder(&order).expect("one chain");
     let grid = bind_tiles(&mut s, p, ip[0], jp[0], device);
-    for l in [kp[3], ip[3], jp[3]] {
+    // The register tile: rows and k unrolled; columns in vec4 steps (the
+    // private accumulators then hold vectors), or as one vectorized strip
+    // when wide (SIMD lanes on the CPU device).
+    let unroll = |s: &mut Schedule, l: LoopId| {
         s.unroll(l)
-            .map_err(|e| err("tile_sizes.instruction_tile", e.to_string()))?;
+            .map_err(|e| err("tile_sizes.instruction_tile", e.to_string()))
+    };
+    unroll(&mut s, kp[3])?;
+    unroll(&mut s, ip[3])?;
+    match instr.n {
+        n if n < 4 => unroll(&mut s, jp[3])?,
+        n if n > 4 && n <= 16 && n % 4 == 0 => {
+            let parts = s.split(jp[3], &[None, Some(4)], None).expect("valid");
+            unroll(&mut s, parts[0])?;
+            s.vectorize(parts[1]).expect("the innermost spatial loop");
+        }
+        _ => s.vectorize(jp[3]).expect("the innermost spatial loop"),
     }
     if staged {
         stage_operands(&mut s, p, &plan, tiled, kp[0])?;
@@ -361,43 +375,23 @@ pub fn schedule_matmul(
     if let Some(copy) = staged_out {
         s.reverse_compute_at(copy, grid).map_err(|e| internal(&e))?;
     }
-    let bind_invocations = |s: &mut Schedule, [a1, a2, b1, b2]: [LoopId; 4]| {
-        let ty = s.fuse(&[a1, a2]).expect("adjacent");
-        let tx = s.fuse(&[b1, b2]).expect("adjacent");
-        s.bind(ty, ThreadAxis::InvocationY).expect("a spatial loop");
-        s.bind(tx, ThreadAxis::InvocationX).expect("a spatial loop");
-    };
+    // The accumulators start from zero before the k loop, not at its
+    // first iteration.
+    let init = s
+        .decompose_reduction(tiled, kp[0])
+        .map_err(|e| internal(&e))?;
     bind_invocations(&mut s, invocation_loops);
-    let (rows, cols) = if staged {
-        // The store walks the workgroup tile: give each invocation its own
-        // register tile, as in the matmul block.
-        let own = own_loops(&s, store);
-        let [.., rows, cols] = own[..] else {
-            unreachable!("a matmul output has two axes or more")
+    for (block, vec) in [(init, 1), (store, p.supported_vec_size.epilogue)] {
+        let (rows, cols) = if staged {
+            // A block over the workgroup tile: each invocation takes its
+            // own register tile, as in the matmul block.
+            per_invocation(&mut s, &plan, block)
+        } else {
+            let own = own_loops(&s, block);
+            (own[..own.len() - 1].to_vec(), own[own.len() - 1])
         };
-        let a = s
-            .split(
-                rows,
-                &[f(cta.m / warp.m), f(warp.m / instr.m), f(instr.m)],
-                None,
-            )
-            .expect("valid");
-        let b = s
-            .split(
-                cols,
-                &[f(cta.n / warp.n), f(warp.n / instr.n), f(instr.n)],
-                None,
-            )
-            .expect("valid");
-        s.reorder(&[a[0], a[1], b[0], b[1], a[2], b[2]])
-            .expect("one chain");
-        bind_invocations(&mut s, [a[0], a[1], b[0], b[1]]);
-        (vec![a[2]], b[2])
-    } else {
-        let own = own_loops(&s, store);
-        (own[..own.len() - 1].to_vec(), own[own.len() - 1])
-    };
-    store_rows(&mut s, &rows, cols, p.supported_vec_size.epilogue);
+        store_rows(&mut s, &rows, cols, vec);
+    }
     if let Some(copy) = staged_out {
         cooperative(&mut s, &plan, copy, p.supported_vec_size.epilogue);
     }
@@ -405,6 +399,45 @@ pub fn schedule_matmul(
         flat(&mut s, &plan, b);
     }
     Ok(s)
+}
+
+/// Splits, fuses and binds a block over the workgroup tile as the matmul
+/// block's invocations are (warp tile, then register tile); returns the
+/// register tile's row and column loops.
+fn per_invocation(s: &mut Schedule, plan: &Plan, block: BlockId) -> (Vec<LoopId>, LoopId) {
+    let (cta, warp, instr) = (plan.cta, plan.warp, plan.instr);
+    let f = |x: u32| Some(u64::from(x));
+    let own = own_loops(s, block);
+    let [.., rows, cols] = own[..] else {
+        unreachable!("a matmul output has two axes or more")
+    };
+    let a = s
+        .split(
+            rows,
+            &[f(cta.m / warp.m), f(warp.m / instr.m), f(instr.m)],
+            None,
+        )
+        .expect("valid");
+    let b = s
+        .split(
+            cols,
+            &[f(cta.n / warp.n), f(warp.n / instr.n), f(instr.n)],
+            None,
+        )
+        .expect("valid");
+    s.reorder(&[a[0], a[1], b[0], b[1], a[2], b[2]])
+        .expect("one chain");
+    bind_invocations(s, [a[0], a[1], b[0], b[1]]);
+    (vec![a[2]], b[2])
+}
+
+/// Fuses the (warp, invocation) loops of each axis and binds them to
+/// invocation.y (rows) and invocation.x (columns).
+fn bind_invocations(s: &mut Schedule, [a1, a2, b1, b2]: [LoopId; 4]) {
+    let ty = s.fuse(&[a1, a2]).expect("adjacent");
+    let tx = s.fuse(&[b1, b2]).expect("adjacent");
+    s.bind(ty, ThreadAxis::InvocationY).expect("a spatial loop");
+    s.bind(tx, ThreadAxis::InvocationX).expect("a spatial loop");
 }
 
 /// The block's own loops (one per iterator, as `compute_at` leaves them).
