@@ -5,7 +5,7 @@ wait), so that the ratio compares the shaders and nothing else.
 The kernels are the ones a WebGPU programmer would write first:
 
 - the pointwise chain over ``vec4<f32>``, one vector per invocation;
-- matmul + bias + relu where each invocation accumulates a 4×4 register
+- matmul + bias + relu where each invocation accumulates a 4x4 register
   tile (four rows by one ``vec4`` of columns) reading straight from global
   memory, no workgroup memory (on a CPU Vulkan, barriers cost more than
   they save).
@@ -63,7 +63,7 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {{
 def matmul_bias_relu(
     a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], bias: np.ndarray[Any, Any]
 ) -> Program:
-    """``relu(a @ b + bias)``: each invocation a 4×4 register tile, operands
+    """``relu(a @ b + bias)``: each invocation a 4x4 register tile, operands
     from global memory."""
     m, k = a.shape
     n = b.shape[1]

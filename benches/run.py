@@ -21,11 +21,15 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import tilefuse as tf
+
+sys.path.insert(0, str(Path(__file__).parent))
+import handwritten
 
 Arrays = list[np.ndarray[Any, Any]]
 
@@ -36,9 +40,11 @@ class Case:
     fusion: tf.Fusion
     inputs: Arrays
     numpy: Callable[..., Any]
-    #: Hand schedule per device kind; ``None`` takes the default heuristics.
-    schedule: dict[str, Callable[[tf.Schedule], None] | None]
+    #: Hand schedules per device kind, timed beside the default heuristics.
+    schedule: dict[str, Callable[[tf.Schedule], None]]
     torch: Callable[..., Any] | None = None
+    #: The same work as hand-written WGSL, for the GPU comparison.
+    handwritten: Callable[[], handwritten.Program] | None = None
     results: dict[str, float] = field(default_factory=dict)
 
 
@@ -153,17 +159,7 @@ def cases(quick: bool) -> list[Case]:
             lambda a, b: np.tanh(a * b + 1) * 0.5 + np.exp(-a),
             {"cpu": cpu_rows_parallel, "gpu": gpu_pointwise},
             torch=lambda t, a, b: t.tanh(a * b + 1) * 0.5 + t.exp(-a),
-        )
-    )
-
-    out.append(
-        Case(
-            f"chain, default heuristics {n}x{n}",
-            f,
-            [xa, xb],
-            lambda a, b: np.tanh(a * b + 1) * 0.5 + np.exp(-a),
-            {"cpu": None, "gpu": None},
-            torch=lambda t, a, b: t.tanh(a * b + 1) * 0.5 + t.exp(-a),
+            handwritten=lambda: handwritten.chain(n * n, xa, xb),
         )
     )
 
@@ -191,63 +187,115 @@ def cases(quick: bool) -> list[Case]:
         )
     )
 
+    f = tf.Fusion()
+    x = f.input((n, n), "f32", name="x")
+    c = x - x.mean(axis=1, keepdims=True)
+    f.output(c * ((c * c).mean(axis=1, keepdims=True) + 1e-5).rsqrt())
+
+    def np_layernorm(x: Any) -> Any:
+        c = x - x.mean(axis=1, keepdims=True)
+        return c / np.sqrt((c * c).mean(axis=1, keepdims=True) + 1e-5)
+
+    out.append(
+        Case(
+            f"layernorm {n}x{n}",
+            f,
+            [xs],
+            np_layernorm,
+            {},
+            torch=lambda t, x: t.nn.functional.layer_norm(x, (x.shape[1],), eps=1e-5),
+        )
+    )
+
     m = 256 if quick else 1024
     f = tf.Fusion()
     a = f.input((m, m), "f32", name="a")
     b = f.input((m, m), "f32", name="b")
-    c = a @ b
-    c.name = "c"
-    f.output(c)
+    bias = f.input((m,), "f32", name="bias")
+    f.output(tf.relu(a @ b + bias))
     ma = rng.standard_normal((m, m)).astype(np.float32)
     mb = rng.standard_normal((m, m)).astype(np.float32)
+    mbias = rng.standard_normal(m).astype(np.float32)
     out.append(
         Case(
-            f"matmul {m}^3",
+            f"matmul {m}^3 + bias + relu",
             f,
-            [ma, mb],
-            lambda a, b: a @ b,
-            {"cpu": cpu_matmul, "gpu": gpu_matmul},
-            torch=lambda t, a, b: a @ b,
+            [ma, mb, mbias],
+            lambda a, b, bias: np.maximum(a @ b + bias, 0),
+            {},
+            torch=lambda t, a, b, bias: t.relu(a @ b + bias),
+            handwritten=lambda: handwritten.matmul_bias_relu(ma, mb, mbias),
         )
     )
     return out
 
 
 def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, repeat: int) -> Case:
-    """Times the peers and each device on one case (checking tilefuse's
-    result against float64 numpy first)."""
+    """Times the peers and each device on one case, checking every tilefuse
+    result against float64 numpy first. Columns: ``tilefuse-<device>`` with
+    the default heuristics, ``hand-<device>`` with the hand schedule; on the
+    GPU, ``wgpu:tilefuse`` and ``wgpu:handwritten`` time the generated and
+    the hand-written WGSL under one wgpu-py harness."""
     print(f"[{case.name}]", file=sys.stderr, flush=True)
     want = case.numpy(*[x.astype(np.float64) for x in case.inputs])
     case.results["numpy"] = median_time(lambda: case.numpy(*case.inputs), repeat)
     if torch is not None and case.torch is not None:
         tin = [torch.from_numpy(x) for x in case.inputs]
         case.results["torch"] = median_time(lambda: case.torch(torch, *tin), repeat)
+
+    def check(got: Any, label: str) -> None:
+        got = np.asarray(got).reshape(np.shape(want))
+        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+        assert err < 1e-4, f"{case.name}, {label}: relative error {err}"
+
     for dev_name, device in devices.items():
-        recipe = case.schedule[dev_name]
-        if recipe is None:
-            kernel = case.fusion.schedule(case.fusion.heuristics(device=device), device)
-        else:
+        kernels = {
+            f"tilefuse-{dev_name}": case.fusion.schedule(
+                case.fusion.heuristics(device=device), device
+            )
+        }
+        recipe = case.schedule.get(dev_name)
+        if recipe is not None:
             s = case.fusion.create_schedule()
             recipe(s)
-            kernel = s.build(device)
-        got = kernel(*case.inputs)
-        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
-        assert err < 1e-4, f"{case.name} on {dev_name}: relative error {err}"
-        timing = kernel.benchmark(*case.inputs, warmup=2, repeat=repeat)
-        case.results[f"tilefuse-{dev_name}"] = timing.median
-        print(f"  tilefuse-{dev_name}: {timing.median * 1e3:.1f} ms", file=sys.stderr, flush=True)
+            kernels[f"hand-{dev_name}"] = s.build(device)
+        for label, kernel in kernels.items():
+            check(kernel(*case.inputs), label)
+            timing = kernel.benchmark(*case.inputs, warmup=2, repeat=repeat)
+            case.results[label] = timing.median
+            print(f"  {label}: {timing.median * 1e3:.1f} ms", file=sys.stderr, flush=True)
+        if dev_name == "gpu" and case.handwritten is not None:
+            default = kernels[f"tilefuse-{dev_name}"]
+            assert isinstance(default, tf.Kernel)
+            for label, program in [
+                ("wgpu:tilefuse", handwritten.from_kernel(default, case.inputs)),
+                ("wgpu:handwritten", case.handwritten()),
+            ]:
+                seconds, got = handwritten.time_program(program, repeat)
+                check(got, label)
+                case.results[label] = seconds
+                print(f"  {label}: {seconds * 1e3:.1f} ms", file=sys.stderr, flush=True)
     return case
 
 
-def scheduling_latency(device: tf.Device, repeat: int) -> float:
-    """Median seconds for heuristics + schedule + WGSL (+ compile for the
-    device) of a 10-op pointwise fusion."""
+def latency_fusions() -> dict[str, tf.Fusion]:
+    """Fusions whose heuristics + schedule + WGSL latency is measured."""
+    out = {}
     f = tf.Fusion()
     a = f.input((1024, 1024), "f32", name="a")
     b = f.input((1024,), "f32", name="b")
     y = ((a * b + 1.0).tanh() * 0.5 + (-a).exp()).maximum(0.0).sqrt() / (a.abs() + 1.0)
     f.output(y)
-    return median_time(lambda: f.schedule(f.heuristics(device=device), device), repeat)
+    out["pointwise, 10 ops"] = f
+    for name, case in [("softmax", 1), ("layernorm", 2), ("matmul + bias + relu", 3)]:
+        out[name] = cases(quick=True)[case].fusion
+    return out
+
+
+def scheduling_latency(fusion: tf.Fusion, device: tf.Device, repeat: int) -> float:
+    """Median seconds for heuristics + schedule + WGSL (+ the compiled
+    pipeline, from the device's cache after the first call)."""
+    return median_time(lambda: fusion.schedule(fusion.heuristics(device=device), device), repeat)
 
 
 def main() -> None:
@@ -270,27 +318,37 @@ def main() -> None:
         torch = None
 
     rows = [run_case(case, devices, torch, args.repeat) for case in cases(args.quick)]
+    latency = {
+        (name, dev): scheduling_latency(f, device, max(args.repeat, 20))
+        for name, f in latency_fusions().items()
+        for dev, device in devices.items()
+    }
 
-    for name, device in devices.items():
-        t = scheduling_latency(device, max(args.repeat, 20))
-        print(
-            f"heuristics + schedule + WGSL + build, 10-op fusion, {name}: {t * 1e3:.2f} ms",
-            file=sys.stderr,
-        )
     peers = [p for p in ("numpy", "torch") if any(p in c.results for c in rows)]
-    header = f"{'case':<40} {'device':<14} {'ms':>9} " + " ".join(f"{'/ ' + p:>9}" for p in peers)
+    header = f"{'case':<36} {'run':<17} {'ms':>9} " + " ".join(f"{'/ ' + p:>9}" for p in peers)
     print(header)
     print("-" * len(header))
     for c in rows:
         for p in peers:
             if p in c.results:
-                print(f"{c.name:<40} {p:<14} {c.results[p] * 1e3:>9.1f}")
-        for d in devices:
-            t = c.results[f"tilefuse-{d}"]
+                print(f"{c.name:<36} {p:<17} {c.results[p] * 1e3:>9.1f}")
+        for label, t in c.results.items():
+            if label in peers or label.startswith("wgpu:"):
+                continue
             ratios = " ".join(
                 f"{t / c.results[p]:>9.2f}" if p in c.results else f"{'-':>9}" for p in peers
             )
-            print(f"{c.name:<40} {'tilefuse-' + d:<14} {t * 1e3:>9.1f} {ratios}")
+            print(f"{c.name:<36} {label:<17} {t * 1e3:>9.1f} {ratios}")
+        if "wgpu:handwritten" in c.results:
+            ours, hand = c.results["wgpu:tilefuse"], c.results["wgpu:handwritten"]
+            print(
+                f"{c.name:<36} {'gpu / hand WGSL':<17} {ours * 1e3:>9.1f} "
+                f"{ours / hand:>9.2f}  (hand-written: {hand * 1e3:.1f} ms, same wgpu-py harness)"
+            )
+    print()
+    print(f"{'heuristics + schedule + WGSL':<36} {'device':<17} {'ms':>9}")
+    for (name, dev), t in latency.items():
+        print(f"{name:<36} {dev:<17} {t * 1e3:>9.3f}")
     meta = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": platform.machine(),

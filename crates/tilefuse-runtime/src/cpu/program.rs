@@ -363,6 +363,24 @@ impl Ctx<'_> {
     }
 
     fn chunk(&self, b: &BlockCode, var: usize, start: i64, n: usize, env: &[i64]) {
+        // The matmul inner loop first, before anything is allocated: at
+        // a few hundred lanes per chunk, allocation would cost more than
+        // the FMAs (the lane variable is already `start` in `env`).
+        if !b.per_lane && b.guards.is_empty() && b.predicates.is_empty() {
+            let at = |v| loop_value(env, v);
+            let first = b.init && b.reduce_iters.iter().all(|&r| b.bindings[r].eval(&at) == 0);
+            let chunk = Chunk {
+                ctx: self,
+                iters: &[],
+                env,
+                start,
+                n,
+                mask: None,
+            };
+            if chunk.axpy(b, first) {
+                return;
+            }
+        }
         // Iterator values per lane (only lane 0 where that is enough).
         let lanes = if b.per_lane { n } else { 1 };
         let iters: Vec<Vec<i64>> = b
@@ -414,7 +432,8 @@ impl Ctx<'_> {
             n,
             mask,
         };
-        if chunk.axpy(b) {
+        let first = b.init && b.reduce_iters.iter().all(|&r| iters[r][0] == 0);
+        if chunk.axpy(b, first) {
             return;
         }
         let value = chunk.column(&b.value);
@@ -507,7 +526,7 @@ impl Chunk<'_> {
     /// buffers (the inner loop of a matmul with the spatial `j` innermost):
     /// a sum reduction of a lane-invariant operand times a contiguous load
     /// into a contiguous store, first visits storing instead of adding.
-    fn axpy(&self, b: &BlockCode) -> bool {
+    fn axpy(&self, b: &BlockCode, first: bool) -> bool {
         let (Some(ReduceOp::Sum), None, Some((1, out_rest)), false) =
             (b.reduce, self.mask, &b.store.linear, b.lane_reduces)
         else {
@@ -539,7 +558,6 @@ impl Chunk<'_> {
         let at = |v| loop_value(self.env, v);
         let src = src_buf.slice::<f32>((rest.eval(&at) + self.start) as usize, self.n);
         let dst = dst_buf.slice_mut::<f32>((out_rest.eval(&at) + self.start) as usize, self.n);
-        let first = b.init && b.reduce_iters.iter().all(|&r| self.iters[r][0] == 0);
         super::simd_math::axpy(dst, c, src, first);
         true
     }

@@ -92,9 +92,9 @@ fn problem(fusion: &Fusion) -> (u64, u64, u64) {
 }
 
 /// Default params. The CPU device: one invocation per workgroup whose
-/// register tile is a few rows by a wide strip of columns (the executor
-/// runs the strip as SIMD lanes, FMA into private accumulators), tiles in
-/// parallel on threads. A CPU Vulkan (lavapipe): 4×4 register tiles read
+/// register tile is a few whole rows (the executor runs a row as SIMD
+/// lanes, FMA into private accumulators), row tiles in parallel on
+/// threads. A CPU Vulkan (lavapipe): 4×4 register tiles read
 /// straight from global memory, no workgroup memory (its barriers are
 /// costly). Other GPUs: 4×4 register tiles in a 64×64 workgroup tile whose
 /// operands are staged in workgroup memory.
@@ -103,9 +103,10 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     let mut p = MatmulParams::default();
     let pow2_at_most = |x: u64, cap: u64| (1u64 << (63 - x.max(1).leading_zeros())).min(cap) as u32;
     let (cta, warp, instr) = if !device.is_gpu() {
-        let strip = pow2_at_most(n, 256);
+        // Whole rows: the executor's lanes run best long.
+        let strip = u32::try_from(n).unwrap_or(u32::MAX).min(4096);
         let rows = pow2_at_most(m, 4);
-        let tile = GemmTile::new(rows, strip, pow2_at_most(k, 256));
+        let tile = GemmTile::new(rows, strip, u32::try_from(k).unwrap_or(u32::MAX));
         (tile, tile, GemmTile::new(rows, strip, 1))
     } else {
         let max = device.limits.max_invocations_per_workgroup;
@@ -581,20 +582,24 @@ fn cooperative(s: &mut Schedule, plan: &Plan, copy: BlockId, vec: u32) {
     s.vectorize(parts[3]).expect("the innermost loop");
 }
 
-/// The register tile's store: its row loops unrolled, its columns in
-/// vectors of `vec` where they divide.
+/// A register tile's block (the accumulators' start, or the store with the
+/// epilogue): its rows unrolled, its columns in vectors of `vec` (a few
+/// unrolled, or one strip when there are many: SIMD lanes on the CPU).
 fn store_rows(s: &mut Schedule, rows: &[LoopId], cols: LoopId, vec: u32) {
     for &r in rows {
-        s.unroll(r).expect("a register tile row");
+        s.unroll(r)
+            .expect("as many rows as the matmul block unrolled");
     }
     let n = s.kernel().loop_(cols).extent;
     let v = u64::from(vec);
-    if v > 1 && n.is_multiple_of(v) {
+    if v > 1 && n > v && n.is_multiple_of(v) && n / v <= 16 {
         let parts = s.split(cols, &[None, Some(v)], None).expect("valid");
-        s.unroll(parts[0]).expect("a register tile row");
+        s.unroll(parts[0]).expect("at most 16 iterations");
         s.vectorize(parts[1]).expect("the innermost loop");
+    } else if n <= 16 && v == 1 {
+        s.unroll(cols).expect("at most 16 iterations");
     } else {
-        s.unroll(cols).expect("a register tile row");
+        s.vectorize(cols).expect("the innermost loop");
     }
 }
 
