@@ -164,7 +164,71 @@ def main() -> None:
             t = kernel.benchmark(xa, xb, warmup=2, repeat=7)
             print(f"{device.info['name'][:34]:<34} {label:<44} {t.median * 1e3:>8.2f}")
 
-    print("\nThe reduction and matmul schedulers and the tuner arrive with the next issues.")
+    section("8. reductions: persistent normalization kernels, edited params")
+    n = 1024
+    h = tf.Fusion()
+    xh = h.input((n, n), "f32", name="x")
+    c = xh - xh.mean(axis=1, keepdims=True)
+    h.output(c * ((c * c).mean(axis=1, keepdims=True) + 1e-5).rsqrt())
+    x = rng.standard_normal((n, n)).astype(np.float32)
+    want = h.evaluate(x)
+    print(f"{'device':<34} {'ReductionParams':<44} {'ms':>8}")
+    for device in devices:
+        params = h.heuristics(device=device)
+        assert isinstance(params, tf.ReductionParams)
+        edited = params.copy()
+        edited.persistent_kernel = not params.persistent_kernel
+        edited.project_persistent_buffers = not params.project_persistent_buffers
+        for label, p in [("default heuristic", params), ("persistence flipped", edited)]:
+            kernel = h.schedule(p, device)
+            assert float(np.max(np.abs(kernel(x) - want))) < 1e-4
+            t = kernel.benchmark(x, warmup=2, repeat=5)
+            print(f"{device.info['name'][:34]:<34} {label:<44} {t.median * 1e3:>8.2f}")
+
+    section("9. matmul + bias + relu: tiles from a dict, warp_tile by attribute")
+    mm = matmul_epilogue_fusion(256, 256, 256)
+    a = rng.standard_normal((256, 256)).astype(np.float32)
+    b = rng.standard_normal((256, 256)).astype(np.float32)
+    bias = rng.standard_normal(256).astype(np.float32)
+    want = mm.evaluate(a, b, bias)
+    print(f"{'device':<34} {'MatmulParams':<44} {'ms':>8}")
+    for device in devices:
+        default = mm.heuristics(device=device)
+        tiled = tf.MatmulParams.from_dict(
+            {
+                "tile_sizes": {
+                    "cta_tile": {"m": 32, "n": 32, "k": 16},
+                    "warp_tile": {"m": 16, "n": 32, "k": 16},
+                    "instruction_tile": {"m": 4, "n": 4, "k": 4},
+                },
+                "launch": {"workgroup_size": [8, 8, 1]},
+            }
+        )
+        tiled.tile_sizes.warp_tile.m = 32  # seed 000: edit, schedule, run
+        for label, p in [("default heuristic", default), ("32x32 tiles of 4x4", tiled)]:
+            kernel = mm.schedule(p, device)
+            assert float(np.max(np.abs(kernel(a, b, bias) - want)) / np.max(np.abs(want))) < 1e-5
+            t = kernel.benchmark(a, b, bias, warmup=1, repeat=3)
+            print(f"{device.info['name'][:34]:<34} {label:<44} {t.median * 1e3:>8.2f}")
+
+    section("10. segmentation: a matmul followed by a softmax")
+    sm = tf.Fusion()
+    qa = sm.input((128, 64), "f32", name="q")
+    ka = sm.input((64, 256), "f32", name="k")
+    scores = qa @ ka
+    e = (scores - scores.max(axis=1, keepdims=True)).exp()
+    sm.output(e / e.sum(axis=1, keepdims=True))
+    for seg in sm.segments():
+        print(" ", seg)
+    q = rng.standard_normal((128, 64)).astype(np.float32)
+    k = rng.standard_normal((64, 256)).astype(np.float32)
+    params = sm.heuristics(device=devices[-1])
+    assert isinstance(params, list)
+    print("one params object per segment:", [p.scheduler for p in params])
+    got = sm.schedule(params, devices[-1])(q, k)
+    print("max abs error:", float(np.max(np.abs(got - sm.evaluate(q, k)))))
+
+    print("\nNext: the autotuner and the heuristic cache.")
 
 
 if __name__ == "__main__":

@@ -121,7 +121,8 @@ pub(super) fn topology(fusion: &Fusion) -> Result<Topology, String> {
 /// loads; outer reductions give each invocation columns (coalesced) and,
 /// when rows are few and long, several invocations per column. A CPU Vulkan
 /// (lavapipe) pays for every barrier, so it gets fewer, larger steps per
-/// invocation, within its per-invocation loop budget.
+/// invocation, within its per-invocation loop budget, and one dispatch per
+/// reduction rather than a persistent kernel.
 pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionParams {
     let topo = topology(fusion).expect("can_schedule checked the fusion");
     let mut p = ReductionParams {
@@ -150,6 +151,9 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         p.cross_invocation_inner_reduction = t > 1;
         p.reduction_invocations = t as u32;
         p.launch.workgroup_size = [t as u32, 1, 1];
+        // lavapipe runs a softmax 2.3x faster as one dispatch per reduction
+        // than as one persistent kernel (measured at 4096x4096, BENCHMARKS.md).
+        p.persistent_kernel = !cpu_vulkan;
         // Keeps the exp / centred row on chip when it fits.
         let row_bytes = 4 * r * u64::from(p.vectorization_factor_reduction.max(1));
         p.project_persistent_buffers =
