@@ -2,6 +2,7 @@
 //! parallel and workgroup-bound loops on threads, innermost loops a chunk
 //! of lanes at a time.
 
+mod gemm;
 mod lanes;
 mod memory;
 mod program;

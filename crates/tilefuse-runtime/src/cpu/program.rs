@@ -72,7 +72,25 @@ enum Step {
         extent: i64,
         block: BlockCode,
     },
+    /// A loop over `k` around a loop over a few rows `r` around a lane
+    /// loop over `j` whose block is `C[r, j] += A[r, k] * B[k, j]`: run by
+    /// the register-blocked micro-kernel (`gemm.rs`).
+    Gemm(Box<GemmCode>),
     Block(BlockCode),
+}
+
+#[derive(Debug)]
+struct GemmCode {
+    k: (usize, i64),
+    rows: (usize, i64),
+    lanes: (usize, i64),
+    /// Loops of one iteration in between (their variables stay 0).
+    units: Vec<usize>,
+    /// Buffer, offset at `k = r = j = 0` (over the loops outside), and
+    /// element strides per `r`, `k` (and 1 per `j` for `b` and `c`).
+    c: (usize, Index, i64),
+    a: (usize, Index, i64, i64),
+    b: (usize, Index, i64),
 }
 
 /// A kernel compiled for the CPU.
@@ -123,6 +141,7 @@ impl Program {
 fn compile_node(kernel: &Kernel, node: &Node) -> Step {
     match node {
         Node::Block(b) => Step::Block(compile_block(kernel, kernel.block(*b), None)),
+        Node::Loop(l, body) if let Some(g) = gemm_code(kernel, *l, body) => Step::Gemm(Box::new(g)),
         Node::Loop(l, body) => {
             let lp = kernel.loop_(*l);
             let parallel = match lp.kind {
@@ -145,6 +164,131 @@ fn compile_node(kernel: &Kernel, node: &Node) -> Step {
             }
         }
     }
+}
+
+/// Looks through loops of one iteration to the single node of a body,
+/// collecting their variables.
+fn through_units<'a>(
+    kernel: &Kernel,
+    body: &'a [Node],
+    units: &mut Vec<usize>,
+) -> Option<&'a Node> {
+    match body {
+        [Node::Loop(l, inner)] if kernel.loop_(*l).extent == 1 => {
+            units.push(l.0 as usize);
+            through_units(kernel, inner, units)
+        }
+        [node] => Some(node),
+        _ => None,
+    }
+}
+
+/// The micro-kernel's loop nest under loop `k`, if `body` is one: a serial
+/// loop over at most 4 rows `r`, then a serial loop over `j` with one
+/// block that accumulates (without starting itself, no guards) `C += A *
+/// B` in f32, where C moves with `r` and one step per `j` but not with `k`,
+/// A with `r` and `k` but not `j`, and B with `k` and one step per `j` but
+/// not `r`.
+fn gemm_code(kernel: &Kernel, k: tilefuse_sched::ir::LoopId, body: &[Node]) -> Option<GemmCode> {
+    let serial = |l: tilefuse_sched::ir::LoopId| {
+        !matches!(
+            kernel.loop_(l).kind,
+            LoopKind::Parallel | LoopKind::Bound(_)
+        )
+    };
+    if !serial(k) {
+        return None;
+    }
+    let mut units = Vec::new();
+    let Node::Loop(r, r_body) = through_units(kernel, body, &mut units)? else {
+        return None;
+    };
+    let Node::Loop(j, j_body) = through_units(kernel, r_body, &mut units)? else {
+        return None;
+    };
+    let [Node::Block(id)] = j_body.as_slice() else {
+        return None;
+    };
+    let rows = kernel.loop_(*r).extent;
+    if !serial(*r) || !serial(*j) || rows > 4 {
+        return None;
+    }
+    let block = kernel.block(*id);
+    let f32s = |b: tilefuse_sched::ir::BufferId| kernel.buffer(b).dtype == DType::F32;
+    if block.reduce != Some(ReduceOp::Sum)
+        || block.init
+        || !kernel.needs_guard(*id).is_empty()
+        || !kernel.live_predicates(*id).is_empty()
+        || !f32s(block.buffer)
+    {
+        return None;
+    }
+    let Expr::Binary(tilefuse_ir::BinaryOp::Mul, x, y) = &block.value else {
+        return None;
+    };
+    let (
+        Expr::Load {
+            buffer: xb,
+            indices: xi,
+        },
+        Expr::Load {
+            buffer: yb,
+            indices: yi,
+        },
+    ) = (&**x, &**y)
+    else {
+        return None;
+    };
+    // Strides of an access per loop, and its offset with those loops at 0.
+    let form = |buffer: tilefuse_sched::ir::BufferId, indices: &[Index]| {
+        let offset = block
+            .over_loops(&[flat_offset(indices, &kernel.buffer(buffer).shape)])
+            .remove(0)
+            .simplified();
+        let (sj, rest) = offset.linear_in(Var::Loop(*j))?;
+        let (sr, rest) = rest.linear_in(Var::Loop(*r))?;
+        let (sk, rest) = rest.linear_in(Var::Loop(k))?;
+        let zero = |v| {
+            if units.contains(&v) {
+                Some(Index::Const(0))
+            } else {
+                None
+            }
+        };
+        let rest = rest.subst(&|v| match v {
+            Var::Loop(l) => zero(l.0 as usize),
+            Var::Iter(_) => None,
+        });
+        Some((rest, sr, sk, sj))
+    };
+    let c = form(block.buffer, &block.indices)?;
+    let (a, bm) = match (form(*xb, xi)?, form(*yb, yi)?) {
+        (p, q) if p.3 == 0 && q.3 == 1 => ((*xb, p), (*yb, q)),
+        (p, q) if q.3 == 0 && p.3 == 1 => ((*yb, q), (*xb, p)),
+        _ => return None,
+    };
+    let distinct = a.0 != block.buffer && bm.0 != block.buffer;
+    if !(distinct && f32s(a.0) && f32s(bm.0) && c.3 == 1 && c.2 == 0 && bm.1.1 == 0) {
+        return None;
+    }
+    let (c_rest, c_r, ..) = c;
+    let (a_rest, a_r, a_k, _) = a.1;
+    let (b_rest, _, b_k, _) = bm.1;
+    let n = kernel.loop_(*j).extent as i64;
+    // Rows of C must not overlap: each is held in registers on its own.
+    let disjoint_rows = rows == 1 || c_r >= n;
+    if c_r < 0 || a_r < 0 || a_k < 0 || b_k < 0 || !disjoint_rows {
+        return None;
+    }
+    Some(GemmCode {
+        k: (k.0 as usize, kernel.loop_(k).extent as i64),
+        rows: (r.0 as usize, rows as i64),
+        lanes: (j.0 as usize, n),
+        units,
+        c: (block.buffer.0 as usize, c_rest, c_r),
+        a: (a.0.0 as usize, a_rest, a_r, a_k),
+        b: (bm.0.0 as usize, b_rest, b_k),
+    })
 }
 
 /// The block a loop body consists of, looking through loops of extent 1
@@ -253,6 +397,7 @@ impl Ctx<'_> {
         match step {
             Step::Block(b) => self.scalar_block(b, env),
             Step::Lanes { var, extent, block } => self.lanes(block, *var, *extent, env),
+            Step::Gemm(g) => self.gemm(g, env),
             Step::Loop {
                 var,
                 extent,
@@ -299,6 +444,38 @@ impl Ctx<'_> {
                     }
                 });
             }
+        });
+    }
+
+    fn gemm(&self, g: &GemmCode, env: &mut [i64]) {
+        for &v in [g.k.0, g.rows.0, g.lanes.0].iter().chain(&g.units) {
+            env[v] = 0;
+        }
+        let at = |ix: &Index| ix.eval(&|v| loop_value(env, v)) as usize;
+        let (rows, k, n) = (g.rows.1 as usize, g.k.1 as usize, g.lanes.1 as usize);
+        let (c_row, a_row, a_k, b_k) = (
+            g.c.2 as usize,
+            g.a.2 as usize,
+            g.a.3 as usize,
+            g.b.2 as usize,
+        );
+        let span = |first: usize, strides: &[(usize, usize)]| {
+            first + strides.iter().map(|&(s, n)| s * (n - 1)).sum::<usize>()
+        };
+        let c = self.buffers[g.c.0].slice_mut::<f32>(at(&g.c.1), span(n, &[(c_row, rows)]));
+        let a = self.buffers[g.a.0].slice::<f32>(at(&g.a.1), span(1, &[(a_row, rows), (a_k, k)]));
+        let b = self.buffers[g.b.0].slice::<f32>(at(&g.b.1), span(n, &[(b_k, k)]));
+        super::gemm::update(&mut super::gemm::Panel {
+            c,
+            c_row,
+            a,
+            a_row,
+            a_k,
+            b,
+            b_k,
+            rows,
+            k,
+            n,
         });
     }
 
