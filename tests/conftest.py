@@ -91,3 +91,19 @@ def from_schema(root: dict[str, Any], schema: dict[str, Any]) -> st.SearchStrate
         return st.lists(from_schema(root, schema["items"]), min_size=n, max_size=n)
     fields = {k: from_schema(root, v) for k, v in schema["properties"].items()}
     return st.fixed_dictionaries({}, optional=fields)
+
+
+def schedule_or_reject(
+    f: tf.Fusion, values: dict[str, Any], device: tf.Device, outcomes: dict[str, int]
+) -> Any:
+    """Schedules ``f`` with params drawn as a dict: the kernel, or ``None``
+    when the params are rejected, which must be a ``ParamsError`` naming
+    the field. Counts both in ``outcomes``."""
+    try:
+        kernel = f.schedule(tf.HeuristicParams.from_dict(values), device)
+    except tf.ParamsError as err:
+        assert err.path, f"rejection without a path: {err}"
+        outcomes["rejected"] += 1
+        return None
+    outcomes["ran"] += 1
+    return kernel

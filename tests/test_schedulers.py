@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tilefuse as tf
-from conftest import assert_close
+from conftest import assert_close, schedule_or_reject
 
 f32 = np.float32
 Arrays = list[np.ndarray[Any, Any]]
@@ -341,15 +341,9 @@ def test_any_params_run_right_or_name_the_field(
     @settings(max_examples=20 if device.is_gpu else 30, deadline=None)
     @given(strategy(base.to_dict()))
     def run(values: dict[str, Any]) -> None:
-        try:
-            params = tf.HeuristicParams.from_dict(values)
-            kernel = f.schedule(params, device)
-        except tf.ParamsError as err:
-            assert err.path, f"rejection without a path: {err}"
-            outcomes["rejected"] += 1
-            return
-        check(kernel(*inputs), want)
-        outcomes["ran"] += 1
+        kernel = schedule_or_reject(f, values, device, outcomes)
+        if kernel is not None:
+            check(kernel(*inputs), want)
 
     run()
     assert outcomes["ran"] >= 3, outcomes

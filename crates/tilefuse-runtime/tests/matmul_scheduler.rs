@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{check_fields, devices, merged, run, wgsl};
+use common::{check_fields, device_kinds, devices, merged, run, wgsl};
 use serde_json::{Value, json};
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, MatmulParams, ParamsStruct};
@@ -152,14 +152,7 @@ fn unusable_params_name_the_field() {
 #[test]
 fn heuristics_differ_by_device_kind() {
     let f = fusion("matmul_scaled");
-    let cpu = Device::cpu().info();
-    let mut gpu = cpu.clone();
-    gpu.backend = "vulkan".into();
-    gpu.adapter_type = "discrete_gpu".into();
-    gpu.limits.max_invocations_per_workgroup = 1024;
-    let mut lavapipe = gpu.clone();
-    lavapipe.adapter_type = "cpu".into();
-    let [c, g, l] = [&cpu, &gpu, &lavapipe].map(|d| heuristics(&f, None, d).unwrap());
+    let [c, g, l] = device_kinds().map(|d| heuristics(&f, None, &d).unwrap());
     assert_ne!(c, g);
     assert_ne!(g, l);
     let HeuristicParams::Matmul(l) = l else {

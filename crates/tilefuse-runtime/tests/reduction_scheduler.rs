@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{check_fields, devices, merged, run};
+use common::{check_fields, device_kinds, devices, merged, run};
 use serde_json::{Value, json};
 use tilefuse_ir::Fusion;
 use tilefuse_params::{ParamsStruct, ReductionParams};
@@ -215,14 +215,7 @@ fn device_limits_are_params_errors() {
 #[test]
 fn heuristics_differ_by_device_kind() {
     let f = fusion("softmax");
-    let cpu = Device::cpu().info();
-    let mut gpu = cpu.clone();
-    gpu.backend = "vulkan".into();
-    gpu.adapter_type = "discrete_gpu".into();
-    gpu.limits.max_invocations_per_workgroup = 1024;
-    let mut lavapipe = gpu.clone();
-    lavapipe.adapter_type = "cpu".into();
-    let [c, g, l] = [&cpu, &gpu, &lavapipe].map(|d| heuristics(&f, None, d).unwrap());
+    let [c, g, l] = device_kinds().map(|d| heuristics(&f, None, &d).unwrap());
     assert_ne!(c, g);
     assert_ne!(g, l);
 }

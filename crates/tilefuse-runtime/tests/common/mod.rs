@@ -98,3 +98,16 @@ pub fn check_fields(
         }
     }
 }
+
+/// Device descriptions of the three kinds heuristics tell apart: the CPU
+/// device, a discrete GPU and a CPU Vulkan (lavapipe).
+pub fn device_kinds() -> [tilefuse_sched::DeviceInfo; 3] {
+    let cpu = Device::cpu().info();
+    let mut gpu = cpu.clone();
+    gpu.backend = "vulkan".into();
+    gpu.adapter_type = "discrete_gpu".into();
+    gpu.limits.max_invocations_per_workgroup = 1024;
+    let mut lavapipe = gpu.clone();
+    lavapipe.adapter_type = "cpu".into();
+    [cpu, gpu, lavapipe]
+}

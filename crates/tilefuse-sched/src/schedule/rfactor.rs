@@ -231,20 +231,7 @@ impl Schedule {
         if in_place {
             let fill = (!self_init).then(|| self.inner_nest(fill, extent));
             let combine = self.inner_nest(combine, extent);
-            let siblings = match first {
-                0 => &mut self.kernel.body,
-                _ => {
-                    let (nodes, pos) = self.kernel.find_loop_mut(path[first - 1]).expect("live");
-                    match &mut nodes[pos] {
-                        Node::Loop(_, body) => body,
-                        Node::Block(_) => unreachable!("a loop"),
-                    }
-                }
-            };
-            let at = siblings
-                .iter()
-                .position(|n| matches!(n, Node::Loop(id, _) if *id == path[first]))
-                .expect("a child");
+            let (siblings, at) = self.siblings(&path, first);
             siblings.insert(at + 1, combine);
             if let Some(fill) = fill {
                 siblings.insert(at, fill);
@@ -356,20 +343,7 @@ impl Schedule {
         for &lp in loops.iter().rev() {
             node = Node::Loop(lp, vec![node]);
         }
-        let siblings = match at {
-            0 => &mut self.kernel.body,
-            _ => {
-                let (nodes, pos) = self.kernel.find_loop_mut(path[at - 1]).expect("live");
-                match &mut nodes[pos] {
-                    Node::Loop(_, body) => body,
-                    Node::Block(_) => unreachable!("a loop"),
-                }
-            }
-        };
-        let pos = siblings
-            .iter()
-            .position(|n| matches!(n, Node::Loop(id, _) if *id == l))
-            .expect("a child");
+        let (siblings, pos) = self.siblings(&path, at);
         siblings.insert(pos, node);
         self.kernel.block_mut(block).init = false;
         self.record(Instruction::DecomposeReduction { block, loop_: l });
@@ -406,6 +380,26 @@ impl Schedule {
             rest = r;
         }
         (c > 0 && rest == Index::Const(0)).then_some((k, c as u64, q))
+    }
+
+    /// The node list holding loop `path[at]` (the body of `path[at - 1]`,
+    /// or the kernel's root) and the loop's position in it.
+    fn siblings(&mut self, path: &[LoopId], at: usize) -> (&mut Vec<Node>, usize) {
+        let siblings = match at {
+            0 => &mut self.kernel.body,
+            _ => {
+                let (nodes, pos) = self.kernel.find_loop_mut(path[at - 1]).expect("live");
+                match &mut nodes[pos] {
+                    Node::Loop(_, body) => body,
+                    Node::Block(_) => unreachable!("a loop"),
+                }
+            }
+        };
+        let pos = siblings
+            .iter()
+            .position(|n| matches!(n, Node::Loop(id, _) if *id == path[at]))
+            .expect("a child");
+        (siblings, pos)
     }
 
     /// A nest of one new loop over the last iterator of `block`, whose

@@ -1,4 +1,4 @@
-//! Launch checks and grid binding shared by the schedulers.
+//! Launch checks, grid binding and loop helpers shared by the schedulers.
 
 use tilefuse_params::{IndexType, LaunchParams, ParamsError};
 
@@ -70,4 +70,13 @@ pub(super) fn bind_capped(
     };
     s.bind(bound, axis).expect("an unbound spatial loop");
     bound
+}
+
+/// Fuses a chain of fresh loops (`None` when there are none).
+pub(super) fn fuse(s: &mut Schedule, loops: &[LoopId]) -> Option<LoopId> {
+    match loops {
+        [] => None,
+        [one] => Some(*one),
+        _ => Some(s.fuse(loops).expect("a chain of fresh loops")),
+    }
 }

@@ -34,7 +34,7 @@
 use tilefuse_ir::{Fusion, Op, matmul_dims};
 use tilefuse_params::{CtaOrder, GemmTile, MatmulParams, ParamsError, TilingStrategy};
 
-use super::launch::{bind_capped, check_index_type, check_workgroup, err};
+use super::launch::{bind_capped, check_index_type, check_workgroup, err, fuse};
 use crate::ir::{BlockId, IterKind, LoopId, Role, Scope, ThreadAxis};
 use crate::{DeviceInfo, Schedule, ScheduleError};
 
@@ -446,15 +446,6 @@ fn bind_invocations(s: &mut Schedule, [a1, a2, b1, b2]: [LoopId; 4]) {
 fn own_loops(s: &Schedule, b: BlockId) -> Vec<LoopId> {
     let loops = s.get_loops(b).expect("live");
     loops[loops.len() - s.kernel().block(b).iters.len()..].to_vec()
-}
-
-/// Fuses a chain of fresh loops (`None` when there are none).
-fn fuse(s: &mut Schedule, loops: &[LoopId]) -> Option<LoopId> {
-    match loops {
-        [] => None,
-        [one] => Some(*one),
-        _ => Some(s.fuse(loops).expect("a chain of fresh loops")),
-    }
 }
 
 /// Binds the tile loops to workgroups (see the module docs); returns the

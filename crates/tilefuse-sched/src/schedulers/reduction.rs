@@ -41,7 +41,7 @@
 use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{ParamsError, ReductionParams};
 
-use super::launch::{bind_capped, check_index_type, check_workgroup, err};
+use super::launch::{bind_capped, check_index_type, check_workgroup, err, fuse};
 use crate::codegen;
 use crate::ir::{BlockId, IterKind, LoopId, Role, Scope, ThreadAxis};
 use crate::{DeviceInfo, Schedule, ScheduleError};
@@ -516,15 +516,6 @@ fn own_loops(s: &Schedule, topo: &Topology, b: BlockId) -> (Vec<LoopId>, Vec<Loo
             .collect()
     };
     (pick(false), pick(true))
-}
-
-/// Fuses a chain of fresh loops (`None` when there are none).
-fn fuse(s: &mut Schedule, loops: &[LoopId]) -> Option<LoopId> {
-    match loops {
-        [] => None,
-        [one] => Some(*one),
-        _ => Some(s.fuse(loops).expect("a chain of fresh serial loops")),
-    }
 }
 
 /// Splits `l` by the given factors after an inferred outermost one, keeping
