@@ -30,6 +30,10 @@ fn fusion(name: &str) -> Fusion {
         .1
 }
 
+fn base_params() -> HeuristicParams {
+    merged(&base(), &json!({}))
+}
+
 /// 16×16 workgroup tiles of 4×4 register tiles: 16 invocations.
 fn base() -> Value {
     let mut v = MatmulParams::default().to_value();
@@ -138,6 +142,11 @@ fn unusable_params_name_the_field() {
     narrow.limits.max_workgroup_size = [256, 2, 64];
     let flat = json!({"launch": {"workgroup_size": [16, 1, 1]}});
     let err = schedule(&f, &merged(&base(), &flat), &narrow).unwrap_err();
+    assert_eq!(err.path, "tile_sizes.instruction_tile", "{err}");
+    let mut capped = Device::cpu().info();
+    capped.backend = "vulkan".into();
+    capped.limits.max_loop_iterations_per_invocation = Some(4);
+    let err = schedule(&f, &base_params(), &capped).unwrap_err();
     assert_eq!(err.path, "tile_sizes.instruction_tile", "{err}");
     let batched = fusion("batched_gelu_residual");
     let err = schedule(

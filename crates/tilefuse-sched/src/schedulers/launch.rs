@@ -3,7 +3,7 @@
 use tilefuse_params::{IndexType, LaunchParams, ParamsError};
 
 use crate::ir::{LoopId, ThreadAxis};
-use crate::{DeviceLimits, Schedule};
+use crate::{DeviceInfo, DeviceLimits, Schedule, codegen};
 
 pub(super) fn err(path: &str, message: impl Into<String>) -> ParamsError {
     ParamsError::new(path, message)
@@ -79,4 +79,51 @@ pub(super) fn fuse(s: &mut Schedule, loops: &[LoopId]) -> Option<LoopId> {
         [one] => Some(*one),
         _ => Some(s.fuse(loops).expect("a chain of fresh loops")),
     }
+}
+
+/// The field a limit's overrun is blamed on, and how to fix it.
+#[derive(Clone, Copy)]
+pub(super) struct Fix(pub &'static str, pub &'static str);
+
+/// Workgroup memory and the per-invocation loop budget (llvmpipe's), checked
+/// on the WGSL the schedule produces, as `ParamsError`s on the given fields
+/// rather than `DeviceError`s when the kernel is built.
+pub(super) fn check_wgsl_limits(
+    s: &Schedule,
+    device: &DeviceInfo,
+    storage: Fix,
+    loops: Fix,
+) -> Result<(), ParamsError> {
+    let wgsl = codegen::generate(s.kernel())
+        .map_err(|e| err("scheduler", format!("the generated kernel is invalid: {e}")))?;
+    let limits = &device.limits;
+    for stage in &wgsl.stages {
+        if stage.workgroup_bytes > u64::from(limits.max_workgroup_storage_bytes) {
+            return Err(err(
+                storage.0,
+                format!(
+                    "{} needs {} bytes of workgroup memory, over the device's \
+                     max_compute_workgroup_storage_size ({}); {}",
+                    stage.entry_point,
+                    stage.workgroup_bytes,
+                    limits.max_workgroup_storage_bytes,
+                    storage.1
+                ),
+            ));
+        }
+        if let Some(cap) = limits.max_loop_iterations_per_invocation
+            && device.is_gpu()
+            && stage.loop_iterations > cap
+        {
+            return Err(err(
+                loops.0,
+                format!(
+                    "each invocation of {} runs {} loop iterations, over the device's limit of \
+                     {cap}; {}",
+                    stage.entry_point, stage.loop_iterations, loops.1
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -34,7 +34,9 @@
 use tilefuse_ir::{Fusion, Op, matmul_dims};
 use tilefuse_params::{CtaOrder, GemmTile, MatmulParams, ParamsError, TilingStrategy};
 
-use super::launch::{bind_capped, check_index_type, check_workgroup, err, fuse};
+use super::launch::{
+    Fix, bind_capped, check_index_type, check_wgsl_limits, check_workgroup, err, fuse,
+};
 use crate::ir::{BlockId, IterKind, LoopId, Role, Scope, ThreadAxis};
 use crate::{DeviceInfo, Schedule, ScheduleError};
 
@@ -93,10 +95,11 @@ fn problem(fusion: &Fusion) -> (u64, u64, u64) {
 
 /// Default params. The CPU device: one invocation per workgroup whose
 /// register tile is a few whole rows, which the executor runs with its
-/// register-blocked micro-kernel, row tiles in parallel on threads. A CPU Vulkan (lavapipe): 4×4 register tiles read
-/// straight from global memory, no workgroup memory (its barriers are
-/// costly). Other GPUs: 4×4 register tiles in a 64×64 workgroup tile whose
-/// operands are staged in workgroup memory.
+/// register-blocked micro-kernel, row tiles in parallel on threads. A CPU
+/// Vulkan (lavapipe): 4×8 register tiles read straight from global memory,
+/// no workgroup memory (its barriers are costly). Other GPUs: 4×4 register
+/// tiles in a 64×64 workgroup tile whose operands are staged in workgroup
+/// memory.
 pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     let (m, n, k) = problem(fusion);
     let mut p = MatmulParams::default();
@@ -111,12 +114,14 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
         (tile, tile, GemmTile::new(rows, strip, 1))
     } else {
         let max = device.limits.max_invocations_per_workgroup;
-        let (ri, rj) = (pow2_at_most(m, 4), pow2_at_most(n, 4));
-        let side = if device.adapter_type == "cpu" || max < 256 {
-            8
-        } else {
-            16
-        };
+        let cpu_vulkan = device.adapter_type == "cpu";
+        // lavapipe: 4x8 register tiles (two vec4 accumulators a row) run
+        // 1024^3 in 0.69x the time of 4x4 ones (BENCHMARKS.md).
+        let (ri, rj) = (
+            pow2_at_most(m, 4),
+            pow2_at_most(n, if cpu_vulkan { 8 } else { 4 }),
+        );
+        let side = if cpu_vulkan || max < 256 { 8 } else { 16 };
         let (tm, tn) = (
             ri * pow2_at_most(m.div_ceil(u64::from(ri)), side),
             rj * pow2_at_most(n.div_ceil(u64::from(rj)), side),
@@ -400,6 +405,18 @@ pub fn schedule_matmul(
     for b in later {
         flat(&mut s, &plan, b);
     }
+    check_wgsl_limits(
+        &s,
+        device,
+        Fix(
+            "tile_sizes.cta_tile",
+            "use smaller workgroup tiles or async_gmem_load_operands = false",
+        ),
+        Fix(
+            "tile_sizes.instruction_tile",
+            "give each invocation fewer k steps (a larger instruction_tile.k, or splitk_factor)",
+        ),
+    )?;
     Ok(s)
 }
 

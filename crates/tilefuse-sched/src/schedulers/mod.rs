@@ -77,12 +77,14 @@ pub fn heuristics(
         None => pick(fusion).map_err(|e| ParamsError::new("scheduler", e))?,
     };
     can_schedule(fusion, scheduler).map_err(|e| ParamsError::new("scheduler", e))?;
-    match scheduler {
-        "pointwise" => Ok(pointwise_heuristics(fusion, device).into()),
-        "reduction" => Ok(reduction_heuristics(fusion, device).into()),
-        "matmul" => Ok(matmul_heuristics(fusion, device).into()),
-        _ => unreachable!("can_schedule admits only available schedulers"),
-    }
+    contained(scheduler, || {
+        Ok(match scheduler {
+            "pointwise" => pointwise_heuristics(fusion, device).into(),
+            "reduction" => reduction_heuristics(fusion, device).into(),
+            "matmul" => matmul_heuristics(fusion, device).into(),
+            _ => unreachable!("can_schedule admits only available schedulers"),
+        })
+    })
 }
 
 /// Schedules `fusion` with `params` for `device`; params that cannot work
@@ -94,9 +96,46 @@ pub fn schedule(
 ) -> Result<Schedule, ParamsError> {
     params.validate()?;
     can_schedule(fusion, params.scheduler()).map_err(|e| ParamsError::new("scheduler", e))?;
-    match params {
+    contained(params.scheduler(), || match params {
         HeuristicParams::Pointwise(p) => schedule_pointwise(fusion, p, device),
         HeuristicParams::Reduction(p) => schedule_reduction(fusion, p, device),
         HeuristicParams::Matmul(p) => schedule_matmul(fusion, p, device),
+    })
+}
+
+/// Runs a scheduler, turning a broken internal assumption (a panic) into a
+/// `ParamsError` at `scheduler` instead of unwinding into the caller (a
+/// Python `PanicException` is not even an `Exception`). Params that cannot
+/// work are meant to be rejected before that; this is the safety net.
+fn contained<T>(
+    scheduler: &str,
+    run: impl FnOnce() -> Result<T, ParamsError>,
+) -> Result<T, ParamsError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        Err(ParamsError::new(
+            "scheduler",
+            format!(
+                "internal error in the {scheduler} scheduler ({what}); these params should have \
+                 been accepted or rejected with a reason, please report them"
+            ),
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contained;
+
+    #[test]
+    fn a_panicking_scheduler_is_a_params_error() {
+        let err = contained::<()>("matmul", || panic!("a loop went missing")).unwrap_err();
+        assert_eq!(err.path, "scheduler");
+        assert!(err.to_string().contains("a loop went missing"), "{err}");
+        assert_eq!(contained("matmul", || Ok(7)).unwrap(), 7);
     }
 }

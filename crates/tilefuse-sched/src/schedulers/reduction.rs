@@ -41,8 +41,9 @@
 use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{ParamsError, ReductionParams};
 
-use super::launch::{bind_capped, check_index_type, check_workgroup, err, fuse};
-use crate::codegen;
+use super::launch::{
+    Fix, bind_capped, check_index_type, check_wgsl_limits, check_workgroup, err, fuse,
+};
 use crate::ir::{BlockId, IterKind, LoopId, Role, Scope, ThreadAxis};
 use crate::{DeviceInfo, Schedule, ScheduleError};
 
@@ -748,41 +749,18 @@ fn internal(e: &ScheduleError) -> ParamsError {
 /// Workgroup memory and per-invocation loop budgets, checked on the WGSL
 /// the schedule produces.
 fn check_limits(s: &Schedule, kept: bool, device: &DeviceInfo) -> Result<(), ParamsError> {
-    let wgsl = codegen::generate(s.kernel()).map_err(|e| internal(&e))?;
-    let limits = &device.limits;
-    for stage in &wgsl.stages {
-        if stage.workgroup_bytes > u64::from(limits.max_workgroup_storage_bytes) {
-            let (field, fix) = if kept {
-                (
-                    "project_persistent_buffers",
-                    "set it to true to recompute the rows from the inputs",
-                )
-            } else {
-                ("reduction_invocations", "use fewer")
-            };
-            return Err(err(
-                field,
-                format!(
-                    "{} needs {} bytes of workgroup memory, over the device's \
-                     max_compute_workgroup_storage_size ({}); {fix}",
-                    stage.entry_point, stage.workgroup_bytes, limits.max_workgroup_storage_bytes
-                ),
-            ));
-        }
-        if let Some(cap) = limits.max_loop_iterations_per_invocation
-            && device.is_gpu()
-            && stage.loop_iterations > cap
-        {
-            return Err(err(
-                "reduction_invocations",
-                format!(
-                    "each invocation of {} runs {} loop iterations, over the device's limit of \
-                     {cap}; spread the work over more invocations (cross-invocation reduction, \
-                     reduction_invocations) or workgroups",
-                    stage.entry_point, stage.loop_iterations
-                ),
-            ));
-        }
-    }
-    Ok(())
+    let storage = if kept {
+        Fix(
+            "project_persistent_buffers",
+            "set it to true to recompute the rows from the inputs",
+        )
+    } else {
+        Fix("reduction_invocations", "use fewer")
+    };
+    let loops = Fix(
+        "reduction_invocations",
+        "spread the work over more invocations (cross-invocation reduction, \
+         reduction_invocations) or workgroups",
+    );
+    check_wgsl_limits(s, device, storage, loops)
 }
