@@ -322,14 +322,17 @@ impl Gen<'_> {
     }
 
     /// `for`-loop iterations one invocation runs in `node`: bound loops
-    /// run one iteration per invocation, unrolled ones are not loops.
+    /// run one iteration per invocation; unrolled ones, loops of one
+    /// iteration and `vec4` steps are not loops.
     fn loop_iterations(&self, node: &Node) -> u64 {
         let Node::Loop(l, body) = node else { return 0 };
         let inner: u64 = body.iter().map(|n| self.loop_iterations(n)).sum();
         let lp = self.kernel.loop_(*l);
         match lp.kind {
             LoopKind::Bound(_) => inner,
+            LoopKind::Vectorized if self.vec_loops.contains_key(l) => 0,
             LoopKind::Unrolled => lp.extent.saturating_mul(inner),
+            _ if lp.extent == 1 => inner,
             _ => lp.extent.saturating_mul(1 + inner),
         }
     }
