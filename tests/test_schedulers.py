@@ -270,7 +270,28 @@ def reduction_params(base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
             },
         ),
     }
-    return st.fixed_dictionaries({}, optional=fields).map(lambda d: merge(base, d))
+    inner = base["fastest_dim"]
+
+    def consistent(d: dict[str, Any]) -> dict[str, Any]:
+        # Repair what the space cannot express: the reduction's kind, and
+        # rows per workgroup a multiple of the row invocations' step.
+        d["fastest_dim"] = inner
+        other = "outer" if inner else "inner"
+        d[f"cross_invocation_{other}_reduction"] = False
+        d[f"cross_workgroup_{other}_reduction"] = False
+        d["vectorization_factor_iteration" if inner else "vectorization_factor_reduction"] = 1
+        wg = d["launch"]["workgroup_size"]
+        d["rows_per_workgroup"] = (
+            wg[0]
+            * wg[1]
+            * wg[2]
+            * d["unroll_factor_iteration"]
+            * d["vectorization_factor_iteration"]
+        )
+        return d
+
+    drawn = st.fixed_dictionaries({}, optional=fields).map(lambda d: merge(base, d))
+    return st.one_of(drawn, drawn.map(consistent), drawn.map(consistent))
 
 
 def gemm_tile(sizes: list[int]) -> st.SearchStrategy[dict[str, int]]:
