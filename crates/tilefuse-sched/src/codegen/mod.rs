@@ -3,4 +3,4 @@
 mod ast;
 mod wgsl;
 
-pub use wgsl::{BindingInfo, StageInfo, WgslKernel, generate};
+pub use wgsl::{BindingInfo, StageInfo, WgslKernel, generate, stages};

@@ -57,6 +57,18 @@ pub struct WgslKernel {
 
 /// Generates the WGSL module of `kernel`.
 pub fn generate(kernel: &Kernel) -> Result<WgslKernel, ScheduleError> {
+    emit(kernel, true)
+}
+
+/// What each dispatch of `kernel` needs (grid, workgroup size, loop
+/// iterations, workgroup memory) without writing the WGSL: for limit checks
+/// before a kernel is built.
+pub fn stages(kernel: &Kernel) -> Result<Vec<StageInfo>, ScheduleError> {
+    emit(kernel, false).map(|k| k.stages)
+}
+
+/// The module, or with `bodies` off only its bindings and stage infos.
+fn emit(kernel: &Kernel, bodies: bool) -> Result<WgslKernel, ScheduleError> {
     let kernel = &crate::realize(kernel, PrivateMemory::PerInvocation)?;
     let live = kernel.live_buffers();
     let globals: Vec<BufferId> = live
@@ -95,7 +107,7 @@ pub fn generate(kernel: &Kernel) -> Result<WgslKernel, ScheduleError> {
     let mut entry_points = Vec::new();
     let mut stages = Vec::new();
     for (i, root) in kernel.body.iter().enumerate() {
-        let (entry, stage) = emitter.stage(i, root)?;
+        let (entry, stage) = emitter.stage(i, root, bodies)?;
         entry_points.push(entry);
         stages.push(stage);
     }
@@ -127,7 +139,11 @@ pub fn generate(kernel: &Kernel) -> Result<WgslKernel, ScheduleError> {
         entry_points,
     };
     Ok(WgslKernel {
-        source: module.to_string(),
+        source: if bodies {
+            module.to_string()
+        } else {
+            String::new()
+        },
         bindings,
         stages,
     })
@@ -217,7 +233,12 @@ struct Gen<'a> {
 }
 
 impl Gen<'_> {
-    fn stage(&self, i: usize, root: &Node) -> Result<(EntryPoint, StageInfo), ScheduleError> {
+    fn stage(
+        &self,
+        i: usize,
+        root: &Node,
+        body_too: bool,
+    ) -> Result<(EntryPoint, StageInfo), ScheduleError> {
         let mut sizes = [1u64; 6];
         self.bound_extents(root, &mut sizes);
         self.check_spine(root, true)?;
@@ -256,7 +277,9 @@ impl Gen<'_> {
                 Stmt::VarArray(buffer_ident(&buf.name, b), elem, len)
             })
             .collect();
-        body.extend(self.node(root, &sizes));
+        if body_too {
+            body.extend(self.node(root, &sizes));
+        }
         let mut bindings: Vec<u32> = self
             .bindings
             .iter()

@@ -94,10 +94,10 @@ pub(super) fn check_wgsl_limits(
     storage: Fix,
     loops: Fix,
 ) -> Result<(), ParamsError> {
-    let wgsl = codegen::generate(s.kernel())
+    let stages = codegen::stages(s.kernel())
         .map_err(|e| err("scheduler", format!("the generated kernel is invalid: {e}")))?;
     let limits = &device.limits;
-    for stage in &wgsl.stages {
+    for stage in &stages {
         if stage.workgroup_bytes > u64::from(limits.max_workgroup_storage_bytes) {
             return Err(err(
                 storage.0,
