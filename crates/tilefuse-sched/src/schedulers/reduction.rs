@@ -155,10 +155,10 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         // lavapipe runs a softmax 2.3x faster as one dispatch per reduction
         // than as one persistent kernel (measured at 4096x4096, BENCHMARKS.md).
         p.persistent_kernel = !cpu_vulkan;
-        // Keeps the exp / centred row on chip when it fits.
-        let row_bytes = 4 * r * u64::from(p.vectorization_factor_reduction.max(1));
-        p.project_persistent_buffers =
-            t == 1 || row_bytes > u64::from(device.limits.max_workgroup_storage_bytes) / 4;
+        // A persistent kernel keeps the exp / centred row on chip when it
+        // fits with room to spare (split tails pad it).
+        let fits = 4 * r <= u64::from(device.limits.max_workgroup_storage_bytes) / 4;
+        p.project_persistent_buffers = t == 1 || !fits || !p.persistent_kernel;
     } else {
         let columns = topo.inner();
         let x = pow2_at_most(columns).clamp(1, max.min(64));
