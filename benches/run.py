@@ -62,17 +62,9 @@ def median_time(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
 # --- hand schedules ------------------------------------------------------------
 
 
-def inline_all(s: tf.Schedule) -> None:
-    for b in s.get_blocks():
-        try:
-            s.compute_inline(b)
-        except tf.ScheduleError:
-            pass
-
-
 def cpu_rows_parallel(s: tf.Schedule) -> None:
     """Inline pointwise ops; each remaining block's outer loop in parallel."""
-    inline_all(s)
+    s.compute_inline_all()
     for b in s.get_blocks():
         s.parallel(s.get_loops(b)[0])
 
@@ -80,12 +72,7 @@ def cpu_rows_parallel(s: tf.Schedule) -> None:
 def cpu_softmax(s: tf.Schedule) -> None:
     """Rows in parallel; each row's max, exp (kept in a row buffer, so it is
     computed once) and sum are computed at the row loop of the output."""
-    for b in s.get_blocks():
-        if b.name != "e":
-            try:
-                s.compute_inline(b)
-            except tf.ScheduleError:
-                pass
+    s.compute_inline_all(keep=["e"])
     *producers, out = s.get_blocks()
     row = s.get_loops(out)[0]
     for p in reversed(producers):
@@ -94,7 +81,7 @@ def cpu_softmax(s: tf.Schedule) -> None:
 
 
 def gpu_pointwise(s: tf.Schedule) -> None:
-    inline_all(s)
+    s.compute_inline_all()
     for b in s.get_blocks():
         i, j = s.get_loops(b)
         s.bind(i, "workgroup.x")
@@ -103,7 +90,7 @@ def gpu_pointwise(s: tf.Schedule) -> None:
 
 
 def gpu_softmax(s: tf.Schedule) -> None:
-    inline_all(s)
+    s.compute_inline_all()
     for b in s.get_blocks():
         i, j = s.get_loops(b)
         if b.name == "y":

@@ -4,6 +4,7 @@ another WebGPU host (wgpu-py)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -103,11 +104,7 @@ FUSIONS: dict[str, Builder] = {
 
 
 def inline_all(s: tf.Schedule) -> None:
-    for b in s.get_blocks():
-        try:
-            s.compute_inline(b)
-        except tf.ScheduleError:
-            pass  # reductions and outputs stay
+    s.compute_inline_all()
 
 
 def split_bind(s: tf.Schedule) -> None:
@@ -487,3 +484,14 @@ def test_any_pointwise_params_run_right_or_name_the_field(
 
     check()
     assert outcomes["ran"] >= 5, outcomes
+
+
+def test_compute_inline_all_keeps_what_it_is_told(rng: np.random.Generator) -> None:
+    f, inputs, (want,) = softmax(rng)
+    s = f.create_schedule()
+    inlined = s.compute_inline_all(keep=["e"])
+    assert "e" not in inlined and inlined, inlined
+    names = [b.name for b in s.get_blocks()]
+    assert "e" in names and "y" in names  # kept, and the output stays
+    assert len(json.loads(s.trace)) == len(inlined)  # one compute_inline each
+    assert_close(s.build(tf.Device.cpu())(*inputs), want)

@@ -15,6 +15,7 @@ naming the block or loop; every applied primitive is recorded in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -191,6 +192,12 @@ class Schedule:
         (``"workgroup"``, ``"private"`` or ``"global"``); it is sized to
         what its users share when the kernel is built."""
         self._native.set_scope(self._block(block), scope)
+
+    def compute_inline_all(self, keep: Sequence[Block | str] = ()) -> list[str]:
+        """Inlines every block ``compute_inline`` accepts, except ``keep``;
+        returns their names (reductions, outputs and the like stay)."""
+        ids = self._native.compute_inline_all([self._block(b) for b in keep])
+        return [Block(self, i).name for i in ids]
 
     def compute_inline(self, block: Block | str) -> None:
         """Folds a pointwise producer into every block that reads it."""

@@ -181,6 +181,15 @@ impl PySchedule {
         self.inner.set_scope(BlockId(block), scope).or_raise(py)
     }
 
+    fn compute_inline_all(&mut self, keep: Vec<u32>) -> Vec<u32> {
+        let keep: Vec<BlockId> = keep.into_iter().map(BlockId).collect();
+        self.inner
+            .compute_inline_all(&keep)
+            .into_iter()
+            .map(|b| b.0)
+            .collect()
+    }
+
     fn compute_inline(&mut self, py: Python<'_>, block: u32) -> PyResult<()> {
         self.inner.compute_inline(BlockId(block)).or_raise(py)
     }

@@ -180,9 +180,7 @@ fn softmax(shape: &[usize], axis: i64) -> Fusion {
 
 /// Inlines every intermediate that can be inlined.
 pub fn inline_all(s: &mut Schedule) {
-    for b in s.get_blocks() {
-        let _ = s.compute_inline(b);
-    }
+    s.compute_inline_all(&[]);
 }
 
 /// For every block: split its innermost spatial loop by 32 (tail-guarded),

@@ -6,6 +6,16 @@ use super::{Instruction, Result, Schedule, ScheduleError};
 use crate::ir::{BlockId, Expr, Index, Node, Role, Var};
 
 impl Schedule {
+    /// Inlines, in order, every block `compute_inline` accepts except those
+    /// in `keep`, and returns them; reductions, outputs and the like stay.
+    /// Each is recorded as its own `compute_inline`.
+    pub fn compute_inline_all(&mut self, keep: &[BlockId]) -> Vec<BlockId> {
+        self.get_blocks()
+            .into_iter()
+            .filter(|b| !keep.contains(b) && self.compute_inline(*b).is_ok())
+            .collect()
+    }
+
     /// Replaces every read of `block`'s buffer by `block`'s expression and
     /// removes the block.
     ///

@@ -270,9 +270,7 @@ pub fn schedule_matmul(
 ) -> Result<Schedule, ParamsError> {
     let plan = plan(fusion, p, device)?;
     let mut s = Schedule::new(fusion);
-    for b in s.get_blocks() {
-        let _ = s.compute_inline(b); // the matmul and the output stay
-    }
+    s.compute_inline_all(&[]); // the matmul and the output stay
     let blocks = s.get_blocks();
     let mm = *blocks
         .iter()

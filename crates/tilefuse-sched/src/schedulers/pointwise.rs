@@ -109,9 +109,7 @@ pub fn schedule_pointwise(
     let limits = &device.limits;
     check_workgroup(&p.launch, limits)?;
     let mut s = Schedule::new(fusion);
-    for b in s.get_blocks() {
-        let _ = s.compute_inline(b); // outputs stay
-    }
+    s.compute_inline_all(&[]); // outputs stay
     for b in s.get_blocks() {
         let loops = s.get_loops(b).expect("a live block");
         if loops.is_empty() {

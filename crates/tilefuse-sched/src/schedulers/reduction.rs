@@ -442,11 +442,7 @@ pub fn schedule_reduction(
     } else {
         shared_rows(&s, &plan.topo)
     };
-    for b in s.get_blocks() {
-        if !kept.contains(&b) {
-            let _ = s.compute_inline(b); // reductions and outputs stay
-        }
-    }
+    s.compute_inline_all(&kept);
     let blocks = s.get_blocks();
     let anchor_at = blocks
         .iter()
