@@ -67,6 +67,32 @@ fn zip<T: Copy, U>(a: &[T], b: &[T], f: impl Fn(T, T) -> U) -> Vec<U> {
     a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()
 }
 
+/// The maximum (or minimum) of `v`, NaN if any element is: eight
+/// independent lanes and a NaN flag, which vectorize, where a running
+/// `extreme` would wait on each comparison in turn.
+fn fold_extreme(v: &[f32], take_max: bool) -> f32 {
+    let identity = if take_max {
+        f32::NEG_INFINITY
+    } else {
+        f32::INFINITY
+    };
+    let mut partial = [identity; 8];
+    let mut nan = [false; 8];
+    let chunks = v.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for ((p, n), &x) in partial.iter_mut().zip(&mut nan).zip(c) {
+            *p = if take_max { p.max(x) } else { p.min(x) };
+            *n |= x.is_nan();
+        }
+    }
+    let lanes = partial.iter().chain(tail);
+    if nan.iter().any(|&n| n) || tail.iter().any(|x| x.is_nan()) {
+        return f32::NAN;
+    }
+    lanes.fold(identity, |a, &x| extreme(a, x, take_max))
+}
+
 /// numpy's `maximum` / `minimum` on f32: NaN wins.
 fn extreme(a: f32, b: f32, take_max: bool) -> f32 {
     if a.is_nan() || b.is_nan() {
@@ -198,10 +224,8 @@ impl Column {
                 }
                 partial.iter().sum::<f32>() + tail
             }
-            ReduceOp::Max => v
-                .iter()
-                .fold(f32::NEG_INFINITY, |a, &x| extreme(a, x, true)),
-            ReduceOp::Min => v.iter().fold(f32::INFINITY, |a, &x| extreme(a, x, false)),
+            ReduceOp::Max => fold_extreme(v, true),
+            ReduceOp::Min => fold_extreme(v, false),
         })
     }
 
@@ -321,5 +345,29 @@ impl Column {
             DType::U32 => Column::U32((0..n).map(|k| f(k).as_u32()).collect()),
             DType::Bool => Column::Bool((0..n).map(|k| f(k).as_bool()).collect()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fold_extreme;
+
+    #[test]
+    fn extremes_fold_lane_wise_and_keep_nan() {
+        let v: Vec<f32> = (0..37).map(|i| ((i * 7919) % 101) as f32 - 50.0).collect();
+        let (hi, lo) = (
+            v.iter().copied().fold(f32::MIN, f32::max),
+            v.iter().copied().fold(f32::MAX, f32::min),
+        );
+        assert_eq!(fold_extreme(&v, true), hi);
+        assert_eq!(fold_extreme(&v, false), lo);
+        for at in [3, 35] {
+            // In a full chunk of eight, and in the tail.
+            let mut w = v.clone();
+            w[at] = f32::NAN;
+            assert!(fold_extreme(&w, true).is_nan() && fold_extreme(&w, false).is_nan());
+        }
+        assert_eq!(fold_extreme(&[], true), f32::NEG_INFINITY);
+        assert_eq!(fold_extreme(&[f32::INFINITY; 9], false), f32::INFINITY);
     }
 }
