@@ -204,15 +204,8 @@ impl Schedule {
             name: format!("{rf_name}_init"),
             iters: with_last(IterKind::Spatial, &vrf),
             bindings: bindings.clone(),
-            buffer: rf,
             indices: rf_index.clone(),
-            value: Expr::Const {
-                value: reduce_identity(op, dtype).as_f64(),
-                dtype,
-            },
-            reduce: None,
-            init: false,
-            predicates: Vec::new(),
+            ..identity_block(rf, op, dtype)
         };
         let combine = Block {
             name: b.name.clone(),
@@ -327,15 +320,8 @@ impl Schedule {
             name: format!("{}_init", b.name),
             iters: IterVar::spatial(&out.shape),
             bindings,
-            buffer: b.buffer,
             indices: (0..rank).map(|i| Index::var(Var::Iter(i as u32))).collect(),
-            value: Expr::Const {
-                value: reduce_identity(op, dtype).as_f64(),
-                dtype,
-            },
-            reduce: None,
-            init: false,
-            predicates: Vec::new(),
+            ..identity_block(b.buffer, op, dtype)
         };
         self.kernel.blocks.push(init);
         let id = BlockId(self.kernel.blocks.len() as u32 - 1);
@@ -440,5 +426,24 @@ impl Schedule {
             .iter()
             .position(|n| matches!(n, Node::Loop(id, _) if *id == top))
             .expect("a root loop")
+    }
+}
+
+/// A block storing `op`'s identity into `buffer`; the caller sets its
+/// name, iterators, bindings and indices.
+fn identity_block(buffer: BufferId, op: tilefuse_ir::ReduceOp, dtype: tilefuse_ir::DType) -> Block {
+    Block {
+        name: String::new(),
+        iters: Vec::new(),
+        bindings: Vec::new(),
+        buffer,
+        indices: Vec::new(),
+        value: Expr::Const {
+            value: reduce_identity(op, dtype).as_f64(),
+            dtype,
+        },
+        reduce: None,
+        init: false,
+        predicates: Vec::new(),
     }
 }
