@@ -149,8 +149,9 @@ impl Schedule {
         // from the identity itself (TVM's rfactor): no fill block, and its
         // partials can live in registers. Otherwise a fill block starts
         // them.
-        let self_init = b.init && self.split_reduce_iter(&b, l).is_some();
-        if let Some((k, c, q)) = self.split_reduce_iter(&b, l).filter(|_| b.init) {
+        let split = self.split_reduce_iter(&b, l).filter(|_| b.init);
+        let self_init = split.is_some();
+        if let Some((k, c, q)) = split {
             let q_extent = q.bounds(&|v| self.kernel.loop_range(v)).1 as u64 + 1;
             let pb = self.kernel.block_mut(block);
             pb.iters[k].extent = q_extent;

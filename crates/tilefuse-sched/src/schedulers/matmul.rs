@@ -222,24 +222,6 @@ fn plan(fusion: &Fusion, p: &MatmulParams, device: &DeviceInfo) -> Result<Plan, 
             "batched matmuls keep workgroup.z for the batch; split-k needs it",
         ));
     }
-    if p.async_gmem_load_operands {
-        let bytes = 4 * u64::from(cta.k) * u64::from(cta.m + cta.n)
-            + if p.use_smem_epilogue {
-                4 * u64::from(cta.m * cta.n)
-            } else {
-                0
-            };
-        let max = u64::from(device.limits.max_workgroup_storage_bytes);
-        if bytes > max {
-            return Err(err(
-                "tile_sizes.cta_tile",
-                format!(
-                    "staging the operand tiles needs {bytes} bytes of workgroup memory, over the \
-                     device's max_compute_workgroup_storage_size ({max})"
-                ),
-            ));
-        }
-    }
     Ok(Plan {
         cta,
         warp,

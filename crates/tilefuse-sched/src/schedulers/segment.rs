@@ -32,6 +32,13 @@ pub fn segments(fusion: &Fusion) -> Result<Vec<Segment>, String> {
     let mut out = Vec::new();
     let mut current: Vec<usize> = Vec::new();
     let mut accepted: Option<Segment> = None;
+    let alone = |n: usize| {
+        format!(
+            "no scheduler accepts {} ({}) even on its own",
+            fusion.label(TensorId(n)),
+            fusion.nodes()[n].op.name()
+        )
+    };
     for &n in &compute {
         let mut candidate = current.clone();
         candidate.push(n);
@@ -41,23 +48,10 @@ pub fn segments(fusion: &Fusion) -> Result<Vec<Segment>, String> {
                 accepted = Some(segment);
             }
             None => {
-                let Some(done) = accepted.take() else {
-                    return Err(format!(
-                        "no scheduler accepts {} ({}) even on its own",
-                        fusion.label(TensorId(n)),
-                        fusion.nodes()[n].op.name()
-                    ));
-                };
-                out.push(done);
+                // An op no scheduler takes even as a segment of its own.
+                out.push(accepted.take().ok_or_else(|| alone(n))?);
                 current = vec![n];
-                accepted = part(fusion, &current)?;
-                if accepted.is_none() {
-                    return Err(format!(
-                        "no scheduler accepts {} ({}) even on its own",
-                        fusion.label(TensorId(n)),
-                        fusion.nodes()[n].op.name()
-                    ));
-                }
+                accepted = Some(part(fusion, &current)?.ok_or_else(|| alone(n))?);
             }
         }
     }
