@@ -63,3 +63,72 @@ fn matmul_with_the_spatial_axis_innermost_takes_the_axpy_path() {
     s.parallel(loops[0]).unwrap();
     check("matmul i,k,j", &f, &s);
 }
+
+/// Blocks that run through register-resident tapes: non-commutative ops
+/// with a leaf on either side, an expression deeper than the tape's
+/// registers (which falls back to columns), rows that are not a whole
+/// number of tiles, a lane-invariant load, sums into consecutive elements
+/// (over an outer loop) and into one element (over the lanes).
+#[test]
+fn tapes_match_the_reference() {
+    use tilefuse_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
+    for cols in [1usize, 255, 1000, 4099] {
+        let mut f = Fusion::new();
+        let a = f.input(&[3, cols], DType::F32, Some("a")).unwrap();
+        let b = f.input(&[3, cols], DType::F32, Some("b")).unwrap();
+        let two = f.constant(2.0, DType::F32).unwrap();
+        let ab = f.binary(BinaryOp::Mul, a, b).unwrap();
+        let two_minus = f.binary(BinaryOp::Sub, two, ab).unwrap();
+        let eb = f.unary(UnaryOp::Exp, b).unwrap();
+        let quotient = f.binary(BinaryOp::Div, a, eb).unwrap();
+        let mixed = f.binary(BinaryOp::Sub, two_minus, quotient).unwrap();
+        let abs = f.unary(UnaryOp::Abs, a).unwrap();
+        let base = f.binary(BinaryOp::Add, abs, two).unwrap();
+        let power = f.binary(BinaryOp::Pow, base, b).unwrap();
+        // `(a*b) - ((a*b) - (...))`: every level needs one more register.
+        let mut deep = f.binary(BinaryOp::Add, a, b).unwrap();
+        for _ in 0..10 {
+            let left = f.binary(BinaryOp::Mul, a, b).unwrap();
+            deep = f.binary(BinaryOp::Sub, left, deep).unwrap();
+        }
+        let row_max = f.reduce(ReduceOp::Max, a, Some(&[1]), true).unwrap();
+        let centered = f.binary(BinaryOp::Sub, a, row_max).unwrap();
+        let column_sums = f.reduce(ReduceOp::Sum, mixed, Some(&[0]), false).unwrap();
+        let row_sums = f.reduce(ReduceOp::Sum, power, Some(&[1]), false).unwrap();
+        for out in [mixed, power, deep, centered, column_sums, row_sums] {
+            f.output(out).unwrap();
+        }
+        let mut s = Schedule::new(&f);
+        s.compute_inline_all(&[]);
+        check(&format!("tapes, {cols} columns"), &f, &s);
+    }
+}
+
+/// A NaN reaches a max folded over the lanes and one combined into
+/// consecutive elements, as numpy's `max` propagates it.
+#[test]
+fn tape_reductions_propagate_nan() {
+    use tilefuse_ir::{DType, ReduceOp};
+    let mut f = Fusion::new();
+    let x = f.input(&[4, 600], DType::F32, Some("x")).unwrap();
+    for axis in [0i64, 1] {
+        let m = f.reduce(ReduceOp::Max, x, Some(&[axis]), false).unwrap();
+        f.output(m).unwrap();
+    }
+    let mut input = inputs(&f, 3);
+    let Data::F32(v) = &mut input[0].data else {
+        unreachable!("an f32 input")
+    };
+    v[600 + 517] = f32::NAN; // row 1, column 517
+    let got = CpuDevice::default()
+        .build(&Schedule::new(&f))
+        .unwrap()
+        .run(&input)
+        .unwrap();
+    let (Data::F32(columns), Data::F32(rows)) = (&got[0].data, &got[1].data) else {
+        unreachable!("f32 outputs")
+    };
+    let nan_at = |v: &[f32]| -> Vec<usize> { (0..v.len()).filter(|&i| v[i].is_nan()).collect() };
+    assert_eq!(nan_at(columns), vec![517]);
+    assert_eq!(nan_at(rows), vec![1]);
+}

@@ -37,34 +37,103 @@ fn each(a: &mut [f32], f: impl Fn(f32) -> f32) {
     a.iter_mut().for_each(|x| *x = f(*x));
 }
 
-/// `a[i] = f(a[i], b(i))` for an arithmetic op, where `b` yields the other
-/// operand; one monomorphized loop per op.
+/// Applies a unary op to every element in place.
 #[inline(always)]
-fn arith(op: BinaryOp, a: &mut [f32], b: impl Fn(usize) -> f32, swap: bool) {
-    macro_rules! apply {
-        ($f:expr) => {{
-            let f = $f;
-            if swap {
-                a.iter_mut().enumerate().for_each(|(i, x)| *x = f(b(i), *x));
-            } else {
-                a.iter_mut().enumerate().for_each(|(i, x)| *x = f(*x, b(i)));
-            }
-        }};
+pub fn unary_f32(op: UnaryOp, a: &mut [f32]) {
+    match op {
+        UnaryOp::Neg => each(a, |x| -x),
+        UnaryOp::Abs => each(a, f32::abs),
+        UnaryOp::Exp => simd_math::exp_in_place(a),
+        UnaryOp::Log => each(a, f32::ln),
+        UnaryOp::Sqrt => each(a, f32::sqrt),
+        UnaryOp::Rsqrt => each(a, |x| 1.0 / x.sqrt()),
+        UnaryOp::Tanh => simd_math::tanh_in_place(a),
+        UnaryOp::Sigmoid => {
+            each(a, |x| -x);
+            simd_math::exp_in_place(a);
+            each(a, |e| 1.0 / (1.0 + e));
+        }
+        UnaryOp::Relu => each(a, |x| if x > 0.0 { x } else { 0.0 }),
+        UnaryOp::Gelu => each(a, |x| gelu(f64::from(x)) as f32),
+        UnaryOp::Sin => each(a, f32::sin),
+        UnaryOp::Cos => each(a, f32::cos),
+        UnaryOp::Reciprocal => each(a, |x| 1.0 / x),
+    }
+}
+
+/// The other operand of an arithmetic op: a value per lane, or one for all.
+#[derive(Clone, Copy)]
+pub enum Rhs<'a> {
+    Each(&'a [f32]),
+    Same(f32),
+}
+
+/// `a[i] = a[i] op b[i]` (`b[i] op a[i]` with `swap`) for an arithmetic
+/// op; one monomorphized, vectorizable loop per op and operand kind.
+#[inline(always)]
+pub fn arith(op: BinaryOp, a: &mut [f32], b: Rhs<'_>, swap: bool) {
+    #[inline(always)]
+    fn apply(a: &mut [f32], b: Rhs<'_>, swap: bool, f: impl Fn(f32, f32) -> f32) {
+        match (b, swap) {
+            (Rhs::Each(b), false) => a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y)),
+            (Rhs::Each(b), true) => a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(y, *x)),
+            (Rhs::Same(c), false) => a.iter_mut().for_each(|x| *x = f(*x, c)),
+            (Rhs::Same(c), true) => a.iter_mut().for_each(|x| *x = f(c, *x)),
+        }
     }
     match op {
-        BinaryOp::Add => apply!(|x: f32, y: f32| x + y),
-        BinaryOp::Sub => apply!(|x: f32, y: f32| x - y),
-        BinaryOp::Mul => apply!(|x: f32, y: f32| x * y),
-        BinaryOp::Div => apply!(|x: f32, y: f32| x / y),
-        BinaryOp::Max => apply!(|x, y| extreme(x, y, true)),
-        BinaryOp::Min => apply!(|x, y| extreme(x, y, false)),
-        BinaryOp::Pow => apply!(f32::powf),
+        BinaryOp::Add => apply(a, b, swap, |x, y| x + y),
+        BinaryOp::Sub => apply(a, b, swap, |x, y| x - y),
+        BinaryOp::Mul => apply(a, b, swap, |x, y| x * y),
+        BinaryOp::Div => apply(a, b, swap, |x, y| x / y),
+        BinaryOp::Max => apply(a, b, swap, |x, y| extreme(x, y, true)),
+        BinaryOp::Min => apply(a, b, swap, |x, y| extreme(x, y, false)),
+        BinaryOp::Pow => apply(a, b, swap, f32::powf),
         _ => unreachable!("comparisons are not arithmetic"),
     }
 }
 
 fn zip<T: Copy, U>(a: &[T], b: &[T], f: impl Fn(T, T) -> U) -> Vec<U> {
     a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()
+}
+
+/// `dst[k] = dst[k] op v[k]`, or `dst[k] = v[k]` on the first visit of
+/// the reduction (the identity combined with x is x, NaN included).
+#[inline(always)]
+pub fn combine_into(dst: &mut [f32], v: &[f32], op: ReduceOp, first: bool) {
+    let v = &v[..dst.len()];
+    match (first, op) {
+        (true, _) => dst.copy_from_slice(v),
+        (false, ReduceOp::Sum | ReduceOp::Mean) => dst.iter_mut().zip(v).for_each(|(d, x)| *d += x),
+        (false, ReduceOp::Max) => dst
+            .iter_mut()
+            .zip(v)
+            .for_each(|(d, &x)| *d = extreme(*d, x, true)),
+        (false, ReduceOp::Min) => dst
+            .iter_mut()
+            .zip(v)
+            .for_each(|(d, &x)| *d = extreme(*d, x, false)),
+    }
+}
+
+/// All of `v` combined with `op`; sums use eight partial sums so they
+/// vectorize.
+pub fn fold_f32(v: &[f32], op: ReduceOp) -> f32 {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => {
+            let mut partial = [0f32; 8];
+            let chunks = v.chunks_exact(8);
+            let tail: f32 = chunks.remainder().iter().sum();
+            for c in chunks {
+                for (p, x) in partial.iter_mut().zip(c) {
+                    *p += x;
+                }
+            }
+            partial.iter().sum::<f32>() + tail
+        }
+        ReduceOp::Max => fold_extreme(v, true),
+        ReduceOp::Min => fold_extreme(v, false),
+    }
 }
 
 /// The maximum (or minimum) of `v`, NaN if any element is: eight
@@ -189,44 +258,15 @@ impl Column {
     /// is no typed fast path, for the caller to go lane by lane.
     pub fn reduce_into(&self, buf: &RawBuf, start: usize, op: ReduceOp, first: bool) -> bool {
         let Column::F32(v) = self else { return false };
-        let dst = buf.slice_mut::<f32>(start, v.len());
-        match (first, op) {
-            // The identity combined with x is x (NaN included).
-            (true, _) => dst.copy_from_slice(v),
-            (false, ReduceOp::Sum | ReduceOp::Mean) => {
-                dst.iter_mut().zip(v).for_each(|(d, x)| *d += x)
-            }
-            (false, ReduceOp::Max) => dst
-                .iter_mut()
-                .zip(v)
-                .for_each(|(d, &x)| *d = extreme(*d, x, true)),
-            (false, ReduceOp::Min) => dst
-                .iter_mut()
-                .zip(v)
-                .for_each(|(d, &x)| *d = extreme(*d, x, false)),
-        }
+        combine_into(buf.slice_mut::<f32>(start, v.len()), v, op, first);
         true
     }
 
     /// All lanes combined with `op`, for reductions whose lanes all land on
-    /// one element; sums use eight partial sums so they vectorize.
+    /// one element.
     pub fn fold(&self, op: ReduceOp) -> Option<f32> {
         let Column::F32(v) = self else { return None };
-        Some(match op {
-            ReduceOp::Sum | ReduceOp::Mean => {
-                let mut partial = [0f32; 8];
-                let chunks = v.chunks_exact(8);
-                let tail: f32 = chunks.remainder().iter().sum();
-                for c in chunks {
-                    for (p, x) in partial.iter_mut().zip(c) {
-                        *p += x;
-                    }
-                }
-                partial.iter().sum::<f32>() + tail
-            }
-            ReduceOp::Max => fold_extreme(v, true),
-            ReduceOp::Min => fold_extreme(v, false),
-        })
+        Some(fold_f32(v, op))
     }
 
     /// Applies a unary op, reusing the column's storage for f32.
@@ -234,25 +274,7 @@ impl Column {
         let Column::F32(mut a) = self else {
             return self.per_lane(self.dtype(), |x| unary_scalar(op, x));
         };
-        match op {
-            UnaryOp::Neg => each(&mut a, |x| -x),
-            UnaryOp::Abs => each(&mut a, f32::abs),
-            UnaryOp::Exp => simd_math::exp_in_place(&mut a),
-            UnaryOp::Log => each(&mut a, f32::ln),
-            UnaryOp::Sqrt => each(&mut a, f32::sqrt),
-            UnaryOp::Rsqrt => each(&mut a, |x| 1.0 / x.sqrt()),
-            UnaryOp::Tanh => simd_math::tanh_in_place(&mut a),
-            UnaryOp::Sigmoid => {
-                each(&mut a, |x| -x);
-                simd_math::exp_in_place(&mut a);
-                each(&mut a, |e| 1.0 / (1.0 + e));
-            }
-            UnaryOp::Relu => each(&mut a, |x| if x > 0.0 { x } else { 0.0 }),
-            UnaryOp::Gelu => each(&mut a, |x| gelu(f64::from(x)) as f32),
-            UnaryOp::Sin => each(&mut a, f32::sin),
-            UnaryOp::Cos => each(&mut a, f32::cos),
-            UnaryOp::Reciprocal => each(&mut a, |x| 1.0 / x),
-        }
+        unary_f32(op, &mut a);
         Column::F32(a)
     }
 
@@ -260,8 +282,7 @@ impl Column {
     pub fn binary(self, op: BinaryOp, rhs: &Column) -> Column {
         match (self, rhs) {
             (Column::F32(mut a), Column::F32(b)) if !op.is_comparison() => {
-                let b = &b[..a.len()]; // equal lengths: no bounds checks in the loop
-                arith(op, &mut a, |i| b[i], false);
+                arith(op, &mut a, Rhs::Each(b), false);
                 Column::F32(a)
             }
             (Column::F32(a), Column::F32(b)) => Column::Bool(match op {
@@ -290,7 +311,7 @@ impl Column {
     pub fn binary_const(self, op: BinaryOp, c: f32, const_left: bool) -> Result<Column, Column> {
         match self {
             Column::F32(mut a) if !op.is_comparison() => {
-                arith(op, &mut a, |_| c, const_left);
+                arith(op, &mut a, Rhs::Same(c), const_left);
                 Ok(Column::F32(a))
             }
             other => Err(other),

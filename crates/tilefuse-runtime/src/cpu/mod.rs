@@ -7,6 +7,7 @@ mod lanes;
 mod memory;
 mod program;
 mod simd_math;
+mod tape;
 
 use tilefuse_ir::{Tensor, check_arguments};
 use tilefuse_sched::ir::Role;

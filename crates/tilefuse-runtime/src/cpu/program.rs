@@ -1,11 +1,15 @@
 //! Compiling a kernel into an executable tree of steps, and running it.
 //!
 //! Loops become counted loops over an environment of loop variables. A
-//! loop whose body is a single block becomes a *lane step*: the block runs
-//! for chunks of [`CHUNK`] consecutive iterations at once, over columns
-//! (see `lanes`). Loads whose offset is linear in the lane variable read
-//! contiguous or strided runs; anything else gathers. Parallel and
+//! loop whose body is a single block becomes a *lane step*: f32 blocks
+//! whose loads and store are contiguous in the lane (or lane-invariant)
+//! run the whole loop through a register-resident tape (see `tape`); the
+//! rest run chunks of [`CHUNK`] consecutive iterations at once, over
+//! columns (see `lanes`), where loads linear in the lane variable read
+//! contiguous or strided runs and anything else gathers. Parallel and
 //! workgroup-bound loops are spread over threads.
+
+use std::cell::RefCell;
 
 use tilefuse_ir::{DType, ReduceOp, Scalar, binary_scalar, reduce_identity, unary_scalar};
 use tilefuse_sched::ir::{
@@ -14,6 +18,7 @@ use tilefuse_sched::ir::{
 
 use super::lanes::Column;
 use super::memory::{RawBuf, Storage};
+use super::tape::{Registers, Sink, Tape};
 
 /// Lanes per chunk: small enough that a block's columns stay in L1.
 pub const CHUNK: usize = 512;
@@ -21,14 +26,14 @@ pub const CHUNK: usize = 512;
 /// A load: a buffer and the flat offset, over block iterators, plus (in
 /// lane steps) the offset as `coef * lane + rest` over loop variables.
 #[derive(Debug)]
-struct Access {
-    buffer: usize,
-    offset: Index,
-    linear: Option<(i64, Index)>,
+pub(super) struct Access {
+    pub buffer: usize,
+    pub offset: Index,
+    pub linear: Option<(i64, Index)>,
 }
 
 #[derive(Debug)]
-enum Value {
+pub(super) enum Value {
     Const(Scalar, DType),
     Load(Access),
     Unary(tilefuse_ir::UnaryOp, Box<Value>),
@@ -47,6 +52,9 @@ struct BlockCode {
     reduce_iters: Vec<usize>,
     store: Access,
     value: Value,
+    /// In lane steps, the block as register-resident code where its value
+    /// and store allow (see `tape_code`).
+    tape: Option<TapeCode>,
     reduce: Option<ReduceOp>,
     /// Reductions: start from the identity on the first visit.
     init: bool,
@@ -57,6 +65,26 @@ struct BlockCode {
     /// In lane steps: whether iterator values are needed lane by lane
     /// (guards, non-linear offsets); otherwise lane 0's values serve.
     per_lane: bool,
+}
+
+/// A lane step's block run whole-loop through a tape.
+#[derive(Debug)]
+struct TapeCode {
+    tape: Tape,
+    /// The store's offset in lane 0, over loop variables.
+    store: Index,
+    into: TapeStore,
+}
+
+/// Where a tape's lanes go.
+#[derive(Clone, Copy, Debug)]
+enum TapeStore {
+    /// Consecutive elements.
+    Lanes,
+    /// Combined into consecutive elements (a reduction over an outer loop).
+    Combine(ReduceOp),
+    /// All combined into one element (a reduction over the lanes).
+    Fold(ReduceOp),
 }
 
 #[derive(Debug)]
@@ -131,6 +159,7 @@ impl Program {
             buffers,
             threads,
             locals: &self.locals,
+            registers: RefCell::default(),
         };
         for step in &self.steps {
             ctx.step(step, &mut env, true);
@@ -358,7 +387,12 @@ fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -> BlockCode
             Some((0, _)) => !lane_reduces,
             Some(_) => false,
         };
+    let dtypes: Vec<DType> = kernel.buffers.iter().map(|b| b.dtype).collect();
+    let tape = (lane.is_some() && !per_lane)
+        .then(|| tape_code(&value, &store, block.reduce, lane_reduces, &dtypes))
+        .flatten();
     BlockCode {
+        tape,
         bindings: block.bindings.clone(),
         extents: block.iters.iter().map(|i| i.extent as i64).collect(),
         guards,
@@ -376,6 +410,33 @@ fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -> BlockCode
     }
 }
 
+/// The tape of a lane step's block whose lanes need no iterator values of
+/// their own (`per_lane` is false): f32 values stored to consecutive
+/// elements or folded into one.
+fn tape_code(
+    value: &Value,
+    store: &Access,
+    reduce: Option<ReduceOp>,
+    lane_reduces: bool,
+    dtypes: &[DType],
+) -> Option<TapeCode> {
+    let (coef, rest) = store.linear.as_ref()?;
+    let into = match (reduce, coef, lane_reduces) {
+        (None, 1, _) => TapeStore::Lanes,
+        (Some(op), 1, false) => TapeStore::Combine(op),
+        (Some(op), 0, true) => TapeStore::Fold(op),
+        _ => return None,
+    };
+    if dtypes[store.buffer] != DType::F32 {
+        return None;
+    }
+    Some(TapeCode {
+        tape: Tape::compile(value, store.buffer, dtypes)?,
+        store: rest.clone(),
+        into,
+    })
+}
+
 fn all_linear(v: &Value) -> bool {
     match v {
         Value::Const(..) => true,
@@ -390,6 +451,8 @@ struct Ctx<'a> {
     buffers: &'a [RawBuf],
     threads: usize,
     locals: &'a [(usize, DType, usize)],
+    /// This thread's tape registers.
+    registers: RefCell<Registers>,
 }
 
 impl Ctx<'_> {
@@ -418,25 +481,26 @@ impl Ctx<'_> {
 
     fn parallel_loop(&self, var: usize, extent: i64, body: &[Step], env: &[i64]) {
         let threads = (self.threads as i64).min(extent);
+        let (shared, locals) = (self.buffers, self.locals);
         std::thread::scope(|scope| {
             for t in 0..threads {
                 let (lo, hi) = (extent * t / threads, extent * (t + 1) / threads);
                 let mut env = env.to_vec();
                 scope.spawn(move || {
                     // This thread's own workgroup / private buffers.
-                    let mut own: Vec<Storage> = self
-                        .locals
+                    let mut own: Vec<Storage> = locals
                         .iter()
                         .map(|&(_, d, n)| Storage::zeros(d, n))
                         .collect();
-                    let mut buffers = self.buffers.to_vec();
-                    for (&(id, ..), s) in self.locals.iter().zip(&mut own) {
+                    let mut buffers = shared.to_vec();
+                    for (&(id, ..), s) in locals.iter().zip(&mut own) {
                         buffers[id] = s.view();
                     }
                     let ctx = Ctx {
                         buffers: &buffers,
                         threads: 1,
-                        locals: self.locals,
+                        locals,
+                        registers: RefCell::default(),
                     };
                     for i in lo..hi {
                         env[var] = i;
@@ -528,8 +592,13 @@ impl Ctx<'_> {
         }
     }
 
-    /// Runs a single-block loop a chunk of lanes at a time.
+    /// Runs a single-block loop a chunk of lanes at a time, or whole
+    /// through its tape.
     fn lanes(&self, b: &BlockCode, var: usize, extent: i64, env: &mut [i64]) {
+        if let Some(t) = &b.tape {
+            env[var] = 0;
+            return self.tape_loop(b, t, extent as usize, env);
+        }
         let mut start = 0;
         while start < extent {
             let n = (extent - start).min(CHUNK as i64) as usize;
@@ -640,13 +709,7 @@ impl Ctx<'_> {
                     (Some((0, rest)), None) if b.lane_reduces => {
                         if let Some(folded) = value.fold(op) {
                             let off = rest.eval(&at) as usize;
-                            let acc = if first_lane(0) {
-                                reduce_identity(op, b.dtype)
-                            } else {
-                                buf.read(off)
-                            };
-                            buf.write(off, combine(op, acc, Scalar::F(f64::from(folded))));
-                            return;
+                            return fold_into(buf, off, op, b.dtype, first_lane(0), folded);
                         }
                     }
                     _ => {}
@@ -673,6 +736,51 @@ impl Ctx<'_> {
             }
         }
     }
+}
+
+impl Ctx<'_> {
+    /// Runs a whole lane loop (its variable at 0 in `env`) through the
+    /// block's tape; a multiply-add goes the one-pass axpy way instead.
+    fn tape_loop(&self, b: &BlockCode, t: &TapeCode, n: usize, env: &[i64]) {
+        let at = |x: &Index| x.eval(&|v| loop_value(env, v));
+        // Lanes are equally first or not, or (folds) only lane 0 can be.
+        let first = b.init && b.reduce_iters.iter().all(|&r| at(&b.bindings[r]) == 0);
+        let chunk = Chunk {
+            ctx: self,
+            iters: &[],
+            env,
+            start: 0,
+            n,
+            mask: None,
+        };
+        if chunk.axpy(b, first) {
+            return;
+        }
+        let buf = &self.buffers[b.store.buffer];
+        let mut registers = self.registers.borrow_mut();
+        let mut run = |sink| t.tape.run(self.buffers, &at, n, &mut registers, sink);
+        let lanes = || buf.slice_mut::<f32>(at(&t.store) as usize, n);
+        match t.into {
+            TapeStore::Lanes => run(Sink::Store(lanes())),
+            TapeStore::Combine(op) => run(Sink::Combine(lanes(), op, first)),
+            TapeStore::Fold(op) => {
+                let folded = run(Sink::Fold(op)).expect("a fold returns its value");
+                fold_into(buf, at(&t.store) as usize, op, b.dtype, first, folded);
+                None
+            }
+        };
+    }
+}
+
+/// Combines a folded chunk of lanes into element `off` (or stores it, on
+/// the element's first visit).
+fn fold_into(buf: &RawBuf, off: usize, op: ReduceOp, dtype: DType, first: bool, folded: f32) {
+    let acc = if first {
+        reduce_identity(op, dtype)
+    } else {
+        buf.read(off)
+    };
+    buf.write(off, combine(op, acc, Scalar::F(f64::from(folded))));
 }
 
 /// One chunk of lanes being evaluated.

@@ -1,6 +1,6 @@
 //! Branch-free f32 `exp` and `tanh` over slices, written so that LLVM
-//! vectorizes them, and compiled twice: for the baseline target and for
-//! AVX2 + FMA, picked at run time (libm's scalar calls do not vectorize).
+//! vectorizes them, and compiled for the baseline target, AVX2 + FMA and
+//! AVX-512, picked at run time (libm's scalar calls do not vectorize).
 //!
 //! `exp`: Cody-Waite range reduction to r in [-ln2/2, ln2/2], a degree-6
 //! polynomial, and 2^n built from the exponent bits; relative error below
@@ -15,15 +15,19 @@ const LN2_LO: f32 = 1.428_606_8e-6;
 #[inline(always)]
 fn exp1(x: f32) -> f32 {
     let x = x.clamp(-87.0, 88.0);
-    // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick.
+    // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick: the
+    // sum's low mantissa bits are that integer, read back as bits (an `as
+    // i32` conversion saturates, which does not vectorize).
     let shifter = 12_582_912.0f32;
-    let n = (x * LOG2E + shifter) - shifter;
+    let t = x * LOG2E + shifter;
+    let n = t - shifter;
     let r = x - n * LN2_HI - n * LN2_LO;
     let p = 1.0
         + r * (1.0
             + r * (0.5
                 + r * (0.166_666_67 + r * (0.041_666_67 + r * (0.008_333_34 + r * 0.001_388_89)))));
-    let scale = f32::from_bits(((n as i32 + 127) << 23) as u32);
+    let k = t.to_bits().wrapping_sub(shifter.to_bits()) as i32;
+    let scale = f32::from_bits(((k + 127) << 23) as u32);
     p * scale
 }
 
@@ -41,32 +45,77 @@ fn tanh1(x: f32) -> f32 {
     t.copysign(x)
 }
 
-macro_rules! slice_fn {
-    ($name:ident, $avx2:ident, $scalar:ident) => {
-        #[target_feature(enable = "avx2,fma")]
-        #[cfg(target_arch = "x86_64")]
-        fn $avx2(v: &mut [f32]) {
-            v.iter_mut().for_each(|x| *x = $scalar(*x));
-        }
-
-        /// Applies the function to every element in place.
-        pub fn $name(v: &mut [f32]) {
+/// Defines a function whose body is compiled for the widest vector
+/// extension the CPU has: AVX-512, else AVX2 + FMA, else the baseline.
+/// The body is an `#[inline(always)]` function forced into each
+/// target-feature copy, which is what carries the features into its loops
+/// (a closure handed to a target-feature function may stay out of line).
+macro_rules! multiversion {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$meta])*
+        // The only unsafe calls are the dispatch below, checked here once.
+        #[allow(unsafe_code)]
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
             {
-                // SAFETY: the CPU supports the features the function was
-                // compiled for (checked just above).
-                unsafe { $avx2(v) };
-                return;
+                #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
+                fn avx512($($arg: $ty),*) $(-> $ret)? {
+                    body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    body($($arg),*)
+                }
+                match $crate::cpu::simd_math::widest() {
+                    // SAFETY: the CPU supports the features the function was compiled for.
+                    $crate::cpu::simd_math::Simd::Avx512 => return unsafe { avx512($($arg),*) },
+                    // SAFETY: as above.
+                    $crate::cpu::simd_math::Simd::Avx2 => return unsafe { avx2($($arg),*) },
+                    $crate::cpu::simd_math::Simd::Baseline => {}
+                }
             }
-            v.iter_mut().for_each(|x| *x = $scalar(*x));
+            body($($arg),*)
         }
     };
 }
+pub(crate) use multiversion;
 
-slice_fn!(exp_in_place, exp_avx2, exp1);
-slice_fn!(tanh_in_place, tanh_avx2, tanh1);
+/// The vector extensions `multiversion!` compiles for.
+pub enum Simd {
+    Avx512,
+    Avx2,
+    Baseline,
+}
+
+/// The widest extension this CPU has (feature detection is cached).
+pub fn widest() -> Simd {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") && has!("avx512vl") && has!("avx512dq") && has!("avx512bw") {
+            return Simd::Avx512;
+        }
+        if has!("avx2") && has!("fma") {
+            return Simd::Avx2;
+        }
+    }
+    Simd::Baseline
+}
+
+multiversion!(
+    /// Applies `exp` to every element in place.
+    pub fn exp_in_place(v: &mut [f32]) {
+        v.iter_mut().for_each(|x| *x = exp1(*x));
+    }
+);
+multiversion!(
+    /// Applies `tanh` to every element in place.
+    pub fn tanh_in_place(v: &mut [f32]) {
+        v.iter_mut().for_each(|x| *x = tanh1(*x));
+    }
+);
 
 /// `dst = c * src` on the first visit of a sum, else `dst += c * src`
 /// (fused multiply-add with AVX2 + FMA).

@@ -1,0 +1,291 @@
+//! Register-resident evaluation of a block's value: an f32 expression whose
+//! loads are contiguous in the lane (or the same in every lane) compiles to
+//! straight-line code over a few stack arrays of [`TILE`] lanes, run tile
+//! by tile. Nothing is allocated per chunk and no load is copied into a
+//! column first: the column-at-a-time path spent a third of a pointwise
+//! chain in `malloc` and copies.
+
+use tilefuse_ir::{BinaryOp, DType, ReduceOp, UnaryOp, reduce_identity};
+use tilefuse_sched::ir::Index;
+
+use super::lanes::{Rhs, arith, combine_into, fold_f32, unary_f32};
+use super::memory::RawBuf;
+use super::program::{Access, Value};
+use super::simd_math::multiversion;
+
+/// Lanes per tile: a few AVX vectors per register, a tile's registers in L1.
+const TILE: usize = 256;
+/// Registers (stack depth of the expression) a tape may use.
+const REGISTERS: usize = 8;
+/// Contiguous and lane-invariant loads a tape may read.
+const SOURCES: usize = 16;
+
+/// Where an operand comes from.
+#[derive(Clone, Copy, Debug)]
+enum Operand {
+    Reg(u8),
+    /// `loads[i]`: consecutive elements, one per lane.
+    Load(u8),
+    /// `uniforms[i]`: one value for every lane.
+    Uniform(u8),
+}
+
+#[derive(Debug)]
+enum Op {
+    Set {
+        dst: u8,
+        src: Operand,
+    },
+    Unary {
+        op: UnaryOp,
+        dst: u8,
+    },
+    /// `dst = dst op rhs`, or `rhs op dst` with `swap`.
+    Binary {
+        op: BinaryOp,
+        dst: u8,
+        rhs: Operand,
+        swap: bool,
+    },
+}
+
+/// A lane-invariant value: a constant or one element of a buffer.
+#[derive(Debug)]
+enum Uniform {
+    Const(f32),
+    Load(usize, Index),
+}
+
+/// A compiled f32 expression; its result ends in register 0.
+#[derive(Debug)]
+pub struct Tape {
+    ops: Vec<Op>,
+    /// Buffer and offset of lane 0 at the chunk's start (over loop
+    /// variables) of each contiguous load.
+    loads: Vec<(usize, Index)>,
+    uniforms: Vec<Uniform>,
+}
+
+/// A thread's registers, allocated once per launch: zeroing them on every
+/// call cost as much as the arithmetic. Register 0 is scratch for sinks
+/// that do not store (stores compute straight into their destination).
+pub struct Registers(Box<[[f32; TILE]; REGISTERS]>);
+
+impl Default for Registers {
+    fn default() -> Self {
+        Registers(Box::new([[0.0; TILE]; REGISTERS]))
+    }
+}
+
+/// What becomes of a tape's lanes.
+pub enum Sink<'a> {
+    /// Stored to consecutive elements.
+    Store(&'a mut [f32]),
+    /// Combined into consecutive elements (stored on the first visit).
+    Combine(&'a mut [f32], ReduceOp, bool),
+    /// Every lane combined into one value, returned.
+    Fold(ReduceOp),
+}
+
+impl Tape {
+    /// Compiles `value`, or `None` where it is not f32 arithmetic over
+    /// contiguous or lane-invariant loads of buffers other than `store`.
+    pub fn compile(value: &Value, store: usize, dtypes: &[DType]) -> Option<Tape> {
+        let mut tape = Tape {
+            ops: Vec::new(),
+            loads: Vec::new(),
+            uniforms: Vec::new(),
+        };
+        tape.emit(value, 0, store, dtypes)?;
+        let fits = tape.loads.len() <= SOURCES && tape.uniforms.len() <= SOURCES;
+        fits.then_some(tape)
+    }
+
+    /// A leaf's operand (a load or a constant), else `None`.
+    fn leaf(&mut self, v: &Value, store: usize, dtypes: &[DType]) -> Option<Option<Operand>> {
+        Some(match v {
+            Value::Const(c, DType::F32) => {
+                self.uniforms.push(Uniform::Const(c.as_f64() as f32));
+                Some(Operand::Uniform(self.uniforms.len() as u8 - 1))
+            }
+            Value::Const(..) => return None,
+            Value::Load(Access {
+                buffer,
+                linear: Some((coef, rest)),
+                ..
+            }) if *buffer != store && dtypes[*buffer] == DType::F32 => match coef {
+                0 => {
+                    self.uniforms.push(Uniform::Load(*buffer, rest.clone()));
+                    Some(Operand::Uniform(self.uniforms.len() as u8 - 1))
+                }
+                1 => {
+                    self.loads.push((*buffer, rest.clone()));
+                    Some(Operand::Load(self.loads.len() as u8 - 1))
+                }
+                _ => return None,
+            },
+            Value::Load(_) => return None,
+            _ => None,
+        })
+    }
+
+    /// Emits code leaving `v` in register `dst`.
+    fn emit(&mut self, v: &Value, dst: u8, store: usize, dtypes: &[DType]) -> Option<()> {
+        if usize::from(dst) >= REGISTERS {
+            return None;
+        }
+        if let Some(src) = self.leaf(v, store, dtypes)? {
+            self.ops.push(Op::Set { dst, src });
+            return Some(());
+        }
+        match v {
+            Value::Unary(op, x) => {
+                self.emit(x, dst, store, dtypes)?;
+                self.ops.push(Op::Unary { op: *op, dst });
+            }
+            Value::Binary(op, x, y) if !op.is_comparison() => {
+                // Evaluate the non-leaf side into `dst`; a leaf on the
+                // other side is read where it is, never copied.
+                let swap = matches!(x.as_ref(), Value::Const(..) | Value::Load(_));
+                let (first, second) = if swap { (y, x) } else { (x, y) };
+                self.emit(first, dst, store, dtypes)?;
+                let rhs = match self.leaf(second, store, dtypes)? {
+                    Some(leaf) => leaf,
+                    None => {
+                        self.emit(second, dst + 1, store, dtypes)?;
+                        Operand::Reg(dst + 1)
+                    }
+                };
+                self.ops.push(Op::Binary {
+                    op: *op,
+                    dst,
+                    rhs,
+                    swap,
+                });
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// Runs the tape over `n` lanes; `at` evaluates offsets over the loop
+    /// variables (the lane variable at lane 0's value). Returns the folded
+    /// value for [`Sink::Fold`].
+    pub fn run(
+        &self,
+        buffers: &[RawBuf],
+        at: &dyn Fn(&Index) -> i64,
+        n: usize,
+        regs: &mut Registers,
+        mut sink: Sink<'_>,
+    ) -> Option<f32> {
+        let mut loads: [&[f32]; SOURCES] = [&[]; SOURCES];
+        for (slot, (buffer, rest)) in loads.iter_mut().zip(&self.loads) {
+            *slot = buffers[*buffer].slice::<f32>(at(rest) as usize, n);
+        }
+        let mut uniforms = [0f32; SOURCES];
+        for (slot, u) in uniforms.iter_mut().zip(&self.uniforms) {
+            *slot = match u {
+                Uniform::Const(c) => *c,
+                Uniform::Load(buffer, rest) => {
+                    buffers[*buffer].slice::<f32>(at(rest) as usize, 1)[0]
+                }
+            };
+        }
+        run_tiles(&self.ops, regs, &loads, &uniforms, n, &mut sink)
+    }
+}
+
+multiversion!(
+    /// Runs `ops` tile by tile over `n` lanes into `sink`.
+    fn run_tiles(
+        ops: &[Op],
+        regs: &mut Registers,
+        loads: &[&[f32]; SOURCES],
+        uniforms: &[f32; SOURCES],
+        n: usize,
+        sink: &mut Sink<'_>,
+    ) -> Option<f32> {
+        let mut folded = match sink {
+            Sink::Fold(op) => [reduce_identity(*op, DType::F32).as_f64() as f32; TILE],
+            _ => [0.0; TILE],
+        };
+        let (scratch, above) = regs.0.split_first_mut().expect("registers exist");
+        for lo in (0..n).step_by(TILE) {
+            let len = TILE.min(n - lo);
+            let mut run = |reg0: &mut [f32]| {
+                ops.iter()
+                    .for_each(|op| step(op, reg0, above, loads, uniforms, lo));
+            };
+            match sink {
+                // Register 0 is the destination itself: no copy out.
+                Sink::Store(dst) => run(&mut dst[lo..lo + len]),
+                Sink::Combine(dst, op, first) => {
+                    run(&mut scratch[..len]);
+                    combine_into(&mut dst[lo..lo + len], &scratch[..len], *op, *first);
+                }
+                Sink::Fold(op) => {
+                    run(&mut scratch[..len]);
+                    combine_into(&mut folded[..len], &scratch[..len], *op, false);
+                }
+            }
+        }
+        match sink {
+            Sink::Fold(op) => Some(fold_f32(&folded, *op)),
+            _ => None,
+        }
+    }
+);
+
+/// Runs one op on the lanes `lo..lo + reg0.len()`.
+#[inline(always)]
+fn step(
+    op: &Op,
+    reg0: &mut [f32],
+    above: &mut [[f32; TILE]],
+    loads: &[&[f32]; SOURCES],
+    uniforms: &[f32; SOURCES],
+    lo: usize,
+) {
+    let len = reg0.len();
+    let (dst, d, rest): (u8, &mut [f32], &[[f32; TILE]]) = match *op {
+        Op::Set { dst, .. } | Op::Unary { dst, .. } | Op::Binary { dst, .. } if dst == 0 => {
+            (0, reg0, above)
+        }
+        Op::Set { dst, .. } | Op::Unary { dst, .. } | Op::Binary { dst, .. } => {
+            let (d, rest) = above[usize::from(dst) - 1..]
+                .split_first_mut()
+                .expect("register exists");
+            (dst, &mut d[..len], rest)
+        }
+    };
+    match *op {
+        Op::Set { src, .. } => match read(src, dst, rest, loads, uniforms, lo, len) {
+            Rhs::Each(b) => d.copy_from_slice(b),
+            Rhs::Same(c) => d.fill(c),
+        },
+        Op::Unary { op, .. } => unary_f32(op, d),
+        Op::Binary { op, rhs, swap, .. } => {
+            arith(op, d, read(rhs, dst, rest, loads, uniforms, lo, len), swap)
+        }
+    }
+}
+
+/// Reads an operand of an op into register `dst`; `above` holds the
+/// registers above it (register operands always are).
+#[inline(always)]
+fn read<'a>(
+    src: Operand,
+    dst: u8,
+    above: &'a [[f32; TILE]],
+    loads: &[&'a [f32]; SOURCES],
+    uniforms: &[f32; SOURCES],
+    lo: usize,
+    len: usize,
+) -> Rhs<'a> {
+    match src {
+        Operand::Load(i) => Rhs::Each(&loads[usize::from(i)][lo..lo + len]),
+        Operand::Uniform(i) => Rhs::Same(uniforms[usize::from(i)]),
+        Operand::Reg(r) => Rhs::Each(&above[usize::from(r - dst - 1)][..len]),
+    }
+}
