@@ -1,15 +1,14 @@
 //! A register-blocked rank-k update, the CPU executor's matmul
 //! micro-kernel: `C[r, j] += sum_k A[r, k] * B[k, j]` for a few rows `r`
-//! and a strip of columns `j`, keeping a block of `C` (up to 4 rows × 16
-//! columns: eight AVX registers) in registers across the whole `k` loop,
+//! and a strip of columns `j`, keeping a block of `C` (see [`update`]) in
+//! registers across the whole `k` loop,
 //! so that each step loads one row of B and broadcasts one value of A per
 //! row. The program recognizes the loop nest it replaces (see
 //! `program.rs`, `Step::Gemm`).
 
 #![allow(unsafe_code)] // AVX2 + FMA dispatch, as in simd_math
 
-/// Columns per register block.
-const LANES: usize = 16;
+use super::simd_math::{Simd, widest};
 
 /// Where the operands live: flat slices with element strides.
 pub struct Panel<'a> {
@@ -26,44 +25,118 @@ pub struct Panel<'a> {
     pub n: usize,
 }
 
-/// Runs the update over the whole panel (`rows` ≤ 4).
+/// The most rows the program hands to one update.
+pub const MAX_ROWS: usize = 8;
+
+/// Runs the update over the whole panel (`rows` ≤ [`MAX_ROWS`]). With
+/// AVX-512, register blocks of up to 8 rows × 32 columns (16 of the 32
+/// vector registers accumulate); else 4 × 16 (8 of AVX2's 16), so that the
+/// accumulators, a row of B and a broadcast value of A stay in registers.
 pub fn update(p: &mut Panel<'_>) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    match widest() {
         // SAFETY: the CPU supports the features the function was compiled for.
-        unsafe { update_fma(p) };
-        return;
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx512 => unsafe { update_avx512(p) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => unsafe { update_avx2(p) },
+        _ => by_rows::<16, false>(p),
     }
-    by_rows::<false>(p);
+}
+
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[cfg(target_arch = "x86_64")]
+fn update_avx512(p: &mut Panel<'_>) {
+    for r0 in (0..p.rows).step_by(8) {
+        match p.rows - r0 {
+            1 => blocks_avx512::<1>(p, r0),
+            2 => blocks_avx512::<2>(p, r0),
+            3 => blocks_avx512::<3>(p, r0),
+            4 => blocks_avx512::<4>(p, r0),
+            5 => blocks_avx512::<5>(p, r0),
+            6 => blocks_avx512::<6>(p, r0),
+            7 => blocks_avx512::<7>(p, r0),
+            _ => blocks_avx512::<8>(p, r0),
+        }
+    }
+}
+
+/// Rows `r0..r0 + R` in blocks of 32 columns, written with intrinsics
+/// (LLVM leaves a 32-wide array loop scalar), the last columns by the
+/// portable path.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[cfg(target_arch = "x86_64")]
+fn blocks_avx512<const R: usize>(p: &mut Panel<'_>, r0: usize) {
+    use std::arch::x86_64::{
+        __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps,
+    };
+    const L: usize = 32;
+    let full = p.n / L * L;
+    for j0 in (0..full).step_by(L) {
+        // SAFETY (loads and stores): each access is a bounds-checked slice
+        // of 16 elements, which the unaligned load or store reads or writes.
+        let load = |v: &[f32]| unsafe { _mm512_loadu_ps(v[..16].as_ptr()) };
+        let mut acc: [[__m512; 2]; R] = std::array::from_fn(|r| {
+            let row = &p.c[(r0 + r) * p.c_row + j0..];
+            [load(row), load(&row[16..])]
+        });
+        for kk in 0..p.k {
+            let b = &p.b[kk * p.b_k + j0..];
+            let (b0, b1) = (load(b), load(&b[16..]));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let a = _mm512_set1_ps(p.a[(r0 + r) * p.a_row + kk * p.a_k]);
+                acc[0] = _mm512_fmadd_ps(a, b0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(a, b1, acc[1]);
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            let row = &mut p.c[(r0 + r) * p.c_row + j0..];
+            // SAFETY: see the loads.
+            unsafe {
+                _mm512_storeu_ps(row[..16].as_mut_ptr(), acc[0]);
+                _mm512_storeu_ps(row[16..32].as_mut_ptr(), acc[1]);
+            }
+        }
+    }
+    tail_columns::<R>(p, r0, full);
 }
 
 #[target_feature(enable = "avx2,fma")]
 #[cfg(target_arch = "x86_64")]
-fn update_fma(p: &mut Panel<'_>) {
-    by_rows::<true>(p);
+fn update_avx2(p: &mut Panel<'_>) {
+    by_rows::<16, true>(p);
 }
 
+/// Groups of up to 4 rows, each in register blocks of `L` columns.
 /// `FMA`: fuse the multiply-add (only where the CPU has it: `mul_add` is a
 /// library call otherwise).
 #[inline(always)]
-fn by_rows<const FMA: bool>(p: &mut Panel<'_>) {
-    match p.rows {
-        1 => blocks::<1, FMA>(p),
-        2 => blocks::<2, FMA>(p),
-        3 => blocks::<3, FMA>(p),
-        _ => blocks::<4, FMA>(p),
+fn by_rows<const L: usize, const FMA: bool>(p: &mut Panel<'_>) {
+    for r0 in (0..p.rows).step_by(4) {
+        match p.rows - r0 {
+            1 => blocks::<1, L, FMA>(p, r0),
+            2 => blocks::<2, L, FMA>(p, r0),
+            3 => blocks::<3, L, FMA>(p, r0),
+            _ => blocks::<4, L, FMA>(p, r0),
+        }
     }
 }
 
+/// Rows `r0..r0 + R` of the panel.
 #[inline(always)]
-fn blocks<const R: usize, const FMA: bool>(p: &mut Panel<'_>) {
-    let full = p.n / LANES * LANES;
-    for j0 in (0..full).step_by(LANES) {
-        block::<R, FMA>(p, j0);
+fn blocks<const R: usize, const L: usize, const FMA: bool>(p: &mut Panel<'_>, r0: usize) {
+    let full = p.n / L * L;
+    for j0 in (0..full).step_by(L) {
+        block::<R, L, FMA>(p, r0, j0);
     }
-    // The last columns, one at a time.
-    for j in full..p.n {
-        for r in 0..R {
+    tail_columns::<R>(p, r0, full);
+}
+
+/// Columns `from..n` of rows `r0..r0 + R`, one at a time.
+#[inline(always)]
+fn tail_columns<const R: usize>(p: &mut Panel<'_>, r0: usize, from: usize) {
+    for j in from..p.n {
+        for r in r0..r0 + R {
             let mut acc = p.c[r * p.c_row + j];
             for kk in 0..p.k {
                 acc += p.a[r * p.a_row + kk * p.a_k] * p.b[kk * p.b_k + j];
@@ -74,18 +147,16 @@ fn blocks<const R: usize, const FMA: bool>(p: &mut Panel<'_>) {
 }
 
 #[inline(always)]
-fn block<const R: usize, const FMA: bool>(p: &mut Panel<'_>, j0: usize) {
-    let mut acc = [[0f32; LANES]; R];
+fn block<const R: usize, const L: usize, const FMA: bool>(p: &mut Panel<'_>, r0: usize, j0: usize) {
+    let mut acc = [[0f32; L]; R];
     for (r, row) in acc.iter_mut().enumerate() {
-        row.copy_from_slice(&p.c[r * p.c_row + j0..][..LANES]);
+        row.copy_from_slice(&p.c[(r0 + r) * p.c_row + j0..][..L]);
     }
     for kk in 0..p.k {
-        let b: &[f32; LANES] = p.b[kk * p.b_k + j0..][..LANES]
-            .try_into()
-            .expect("LANES elements");
+        let b: &[f32; L] = p.b[kk * p.b_k + j0..][..L].try_into().expect("L elements");
         for (r, row) in acc.iter_mut().enumerate() {
-            let a = p.a[r * p.a_row + kk * p.a_k];
-            for l in 0..LANES {
+            let a = p.a[(r0 + r) * p.a_row + kk * p.a_k];
+            for l in 0..L {
                 row[l] = if FMA {
                     a.mul_add(b[l], row[l])
                 } else {
@@ -95,7 +166,7 @@ fn block<const R: usize, const FMA: bool>(p: &mut Panel<'_>, j0: usize) {
         }
     }
     for (r, row) in acc.iter().enumerate() {
-        p.c[r * p.c_row + j0..][..LANES].copy_from_slice(row);
+        p.c[(r0 + r) * p.c_row + j0..][..L].copy_from_slice(row);
     }
 }
 
@@ -105,32 +176,43 @@ mod tests {
 
     #[test]
     fn matches_the_naive_product() {
-        let (rows, k, n) = (3, 37, 53);
-        let a: Vec<f32> = (0..rows * k).map(|i| (i % 7) as f32 - 3.0).collect();
-        let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.5).collect();
-        let mut c: Vec<f32> = (0..rows * n).map(|i| i as f32).collect();
-        let mut want = c.clone();
-        for r in 0..rows {
-            for j in 0..n {
-                for kk in 0..k {
-                    want[r * n + j] += a[r * k + kk] * b[kk * n + j];
+        for (rows, k, n) in [(3, 37, 53), (7, 19, 70), (8, 5, 64)] {
+            let a: Vec<f32> = (0..rows * k).map(|i| (i % 7) as f32 - 3.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.5).collect();
+            let c: Vec<f32> = (0..rows * n).map(|i| i as f32).collect();
+            let mut want = c.clone();
+            for r in 0..rows {
+                for j in 0..n {
+                    for kk in 0..k {
+                        want[r * n + j] += a[r * k + kk] * b[kk * n + j];
+                    }
                 }
             }
-        }
-        update(&mut Panel {
-            c: &mut c,
-            c_row: n,
-            a: &a,
-            a_row: k,
-            a_k: 1,
-            b: &b,
-            b_k: n,
-            rows,
-            k,
-            n,
-        });
-        for (g, w) in c.iter().zip(&want) {
-            assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} vs {w}");
+            // The baseline kernel, and each this CPU can run.
+            let mut kernels: Vec<fn(&mut Panel<'_>)> = vec![by_rows::<16, false>, update];
+            #[cfg(target_arch = "x86_64")]
+            if matches!(widest(), Simd::Avx512 | Simd::Avx2) {
+                // SAFETY: the CPU has AVX2 and FMA.
+                kernels.push(|p| unsafe { update_avx2(p) });
+            }
+            for kernel in kernels {
+                let mut c = c.clone();
+                kernel(&mut Panel {
+                    c: &mut c,
+                    c_row: n,
+                    a: &a,
+                    a_row: k,
+                    a_k: 1,
+                    b: &b,
+                    b_k: n,
+                    rows,
+                    k,
+                    n,
+                });
+                for (g, w) in c.iter().zip(&want) {
+                    assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} vs {w}");
+                }
+            }
         }
     }
 }

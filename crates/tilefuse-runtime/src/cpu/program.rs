@@ -213,7 +213,7 @@ fn through_units<'a>(
 }
 
 /// The micro-kernel's loop nest under loop `k`, if `body` is one: a serial
-/// loop over at most 4 rows `r`, then a serial loop over `j` with one
+/// loop over at most `gemm::MAX_ROWS` rows `r`, then a serial loop over `j` with one
 /// block that accumulates (without starting itself, no guards) `C += A *
 /// B` in f32, where C moves with `r` and one step per `j` but not with `k`,
 /// A with `r` and `k` but not `j`, and B with `k` and one step per `j` but
@@ -239,7 +239,7 @@ fn gemm_code(kernel: &Kernel, k: tilefuse_sched::ir::LoopId, body: &[Node]) -> O
         return None;
     };
     let rows = kernel.loop_(*r).extent;
-    if !serial(*r) || !serial(*j) || rows > 4 {
+    if !serial(*r) || !serial(*j) || rows > super::gemm::MAX_ROWS as u64 {
         return None;
     }
     let block = kernel.block(*id);

@@ -213,21 +213,22 @@ multiversion!(
         let (scratch, above) = regs.0.split_first_mut().expect("registers exist");
         for lo in (0..n).step_by(TILE) {
             let len = TILE.min(n - lo);
-            let mut run = |reg0: &mut [f32]| {
-                ops.iter()
-                    .for_each(|op| step(op, reg0, above, loads, uniforms, lo));
+            // Register 0 is the destination itself for stores: no copy out.
+            // (A closure here would be compiled without the caller's
+            // target features.)
+            let reg0: &mut [f32] = match sink {
+                Sink::Store(dst) => &mut dst[lo..lo + len],
+                _ => &mut scratch[..len],
             };
+            for op in ops {
+                step(op, reg0, above, loads, uniforms, lo);
+            }
             match sink {
-                // Register 0 is the destination itself: no copy out.
-                Sink::Store(dst) => run(&mut dst[lo..lo + len]),
+                Sink::Store(_) => {}
                 Sink::Combine(dst, op, first) => {
-                    run(&mut scratch[..len]);
-                    combine_into(&mut dst[lo..lo + len], &scratch[..len], *op, *first);
+                    combine_into(&mut dst[lo..lo + len], &scratch[..len], *op, *first)
                 }
-                Sink::Fold(op) => {
-                    run(&mut scratch[..len]);
-                    combine_into(&mut folded[..len], &scratch[..len], *op, false);
-                }
+                Sink::Fold(op) => combine_into(&mut folded[..len], &scratch[..len], *op, false),
             }
         }
         match sink {
