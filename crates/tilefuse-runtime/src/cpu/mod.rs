@@ -103,3 +103,53 @@ impl CpuKernel {
         Ok(outputs.into_iter().map(|(_, t)| t).collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tilefuse_ir::{DType, Fusion, evaluate};
+    use tilefuse_sched::fixtures::{compare, fusions, inputs};
+    use tilefuse_sched::schedulers::{heuristics, schedule};
+
+    use super::simd_math::{Simd, at_most, detected};
+
+    /// Each copy `multiversion!` and the micro-kernel make (baseline, AVX2,
+    /// AVX-512: those this CPU can run) gives the reference result for the
+    /// fixtures under their default heuristics (tapes, folds), and a
+    /// matmul whose tiles divide it (the micro-kernel, with tail columns).
+    #[test]
+    fn every_vector_extension_gives_the_reference_result() {
+        let device = crate::Device::cpu();
+        let info = device.info();
+        let mut gemm = Fusion::new();
+        let a = gemm.input(&[16, 64], DType::F32, Some("a")).unwrap();
+        let b = gemm.input(&[64, 40], DType::F32, Some("b")).unwrap();
+        let c = gemm.matmul(a, b, false, false).unwrap();
+        gemm.output(c).unwrap();
+        let kernels: Vec<_> = fusions()
+            .into_iter()
+            .chain([("gemm", gemm)])
+            .filter_map(|(name, f)| {
+                let params = heuristics(&f, None, &info).ok()?;
+                let kernel = device
+                    .build(&schedule(&f, &params, &info).unwrap())
+                    .unwrap();
+                Some((name, f, kernel))
+            })
+            .collect();
+        for level in [Simd::Baseline, Simd::Avx2, Simd::Avx512] {
+            if level > detected() {
+                continue;
+            }
+            at_most(level, || {
+                for (name, f, kernel) in &kernels {
+                    let x = inputs(f, 11);
+                    let want = evaluate(f, &x).unwrap();
+                    let got = kernel.run(&x).unwrap();
+                    if let Err(e) = compare(&want, &got, 1e-5) {
+                        panic!("{name} at {level:?}: {e}");
+                    }
+                }
+            });
+        }
+    }
+}

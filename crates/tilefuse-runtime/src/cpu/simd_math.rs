@@ -82,15 +82,51 @@ macro_rules! multiversion {
 }
 pub(crate) use multiversion;
 
-/// The vector extensions `multiversion!` compiles for.
+/// The vector extensions `multiversion!` compiles for, narrowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Simd {
-    Avx512,
-    Avx2,
     Baseline,
+    Avx2,
+    Avx512,
 }
 
-/// The widest extension this CPU has (feature detection is cached).
+/// Tests lower this to run the narrower copies on a wider CPU (never
+/// above what the CPU has: `widest` takes the minimum).
+#[cfg(test)]
+static CAP: std::sync::Mutex<Simd> = std::sync::Mutex::new(Simd::Avx512);
+
+/// Runs `f` with every `multiversion!` function using at most `cap`
+/// (tests running meanwhile may see the narrower level too; they stay
+/// correct, only slower).
+#[cfg(test)]
+pub fn at_most<R>(cap: Simd, f: impl FnOnce() -> R) -> R {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let set = |level| {
+        *CAP.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = level
+    };
+    set(cap);
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    set(Simd::Avx512);
+    out.unwrap_or_else(|e| std::panic::resume_unwind(e))
+}
+
+/// The widest extension this CPU has (feature detection is cached;
+/// unit tests may cap it with `at_most`).
 pub fn widest() -> Simd {
+    #[cfg(test)]
+    return detected().min(
+        *CAP.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    #[cfg(not(test))]
+    detected()
+}
+
+pub(super) fn detected() -> Simd {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::is_x86_feature_detected as has;
@@ -148,6 +184,14 @@ mod tests {
 
     #[test]
     fn exp_and_tanh_are_accurate() {
+        for level in [Simd::Baseline, Simd::Avx2, Simd::Avx512] {
+            if level <= detected() {
+                at_most(level, exp_and_tanh_are_accurate_at_this_level);
+            }
+        }
+    }
+
+    fn exp_and_tanh_are_accurate_at_this_level() {
         let xs: Vec<f32> = (-20_000..=20_000).map(|i| i as f32 * 0.004).collect();
         let mut e = xs.clone();
         exp_in_place(&mut e);
