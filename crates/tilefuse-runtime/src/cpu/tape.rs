@@ -1,7 +1,7 @@
 //! Register-resident evaluation of a block's value: an f32 expression whose
 //! loads are contiguous in the lane (or the same in every lane) compiles to
-//! straight-line code over a few stack arrays of [`TILE`] lanes, run tile
-//! by tile. Nothing is allocated per chunk and no load is copied into a
+//! straight-line code over a few per-thread registers of [`TILE`] lanes,
+//! run tile by tile. Nothing is allocated per chunk and no load is copied into a
 //! column first: the column-at-a-time path spent a third of a pointwise
 //! chain in `malloc` and copies.
 
@@ -13,7 +13,8 @@ use super::memory::RawBuf;
 use super::program::{Access, Value};
 use super::simd_math::multiversion;
 
-/// Lanes per tile: a few AVX vectors per register, a tile's registers in L1.
+/// Lanes per tile: 1 KB per register, so that a tape's registers stay in L1
+/// (measured: 64 lanes made softmax ~10 % slower, 512 gained nothing).
 const TILE: usize = 256;
 /// Registers (stack depth of the expression) a tape may use.
 const REGISTERS: usize = 8;
@@ -146,7 +147,8 @@ impl Tape {
             Value::Binary(op, x, y) if !op.is_comparison() => {
                 // Evaluate the non-leaf side into `dst`; a leaf on the
                 // other side is read where it is, never copied.
-                let swap = matches!(x.as_ref(), Value::Const(..) | Value::Load(_));
+                let is_leaf = |v: &Value| matches!(v, Value::Const(..) | Value::Load(_));
+                let swap = is_leaf(x) && !is_leaf(y);
                 let (first, second) = if swap { (y, x) } else { (x, y) };
                 self.emit(first, dst, store, dtypes)?;
                 let rhs = match self.leaf(second, store, dtypes)? {
