@@ -68,16 +68,7 @@ impl Device {
 }
 
 fn cpu_info(c: &CpuDevice) -> DeviceInfo {
-    #[cfg(target_arch = "x86_64")]
-    let simd_width = if std::arch::is_x86_feature_detected!("avx512f") {
-        16
-    } else if std::arch::is_x86_feature_detected!("avx2") {
-        8
-    } else {
-        4
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let simd_width = 4;
+    let simd_width = crate::cpu::simd_width();
     DeviceInfo {
         backend: "cpu".into(),
         vendor: 0,

@@ -17,6 +17,15 @@ use crate::error::{Result, RuntimeError};
 use memory::Storage;
 use program::Program;
 
+/// f32 lanes per vector of the widest extension the executor's kernels use.
+pub(crate) fn simd_width() -> u32 {
+    match simd_math::detected() {
+        simd_math::Simd::Avx512 => 16,
+        simd_math::Simd::Avx2 => 8,
+        simd_math::Simd::Baseline => 4,
+    }
+}
+
 /// The CPU as a device.
 #[derive(Clone, Debug)]
 pub struct CpuDevice {

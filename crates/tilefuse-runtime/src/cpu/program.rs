@@ -612,20 +612,12 @@ impl Ctx<'_> {
         // The matmul inner loop first, before anything is allocated: at
         // a few hundred lanes per chunk, allocation would cost more than
         // the FMAs (the lane variable is already `start` in `env`).
-        if !b.per_lane && b.guards.is_empty() && b.predicates.is_empty() {
-            let at = |v| loop_value(env, v);
-            let first = b.init && b.reduce_iters.iter().all(|&r| b.bindings[r].eval(&at) == 0);
-            let chunk = Chunk {
-                ctx: self,
-                iters: &[],
-                env,
-                start,
-                n,
-                mask: None,
-            };
-            if chunk.axpy(b, first) {
-                return;
-            }
+        if !b.per_lane
+            && b.guards.is_empty()
+            && b.predicates.is_empty()
+            && self.axpy(b, start, n, env, b.first_in_lane_0(env))
+        {
+            return;
         }
         // Iterator values per lane (only lane 0 where that is enough).
         let lanes = if b.per_lane { n } else { 1 };
@@ -738,24 +730,44 @@ impl Ctx<'_> {
     }
 }
 
+impl BlockCode {
+    /// Whether lane 0 (the lane variable at its value in `env`) is the
+    /// first visit of its element, for lanes that need no iterator values
+    /// of their own: they are equally first or not, or (folds over the
+    /// lanes) only lane 0 can be.
+    fn first_in_lane_0(&self, env: &[i64]) -> bool {
+        let at = |v| loop_value(env, v);
+        self.init
+            && self
+                .reduce_iters
+                .iter()
+                .all(|&r| self.bindings[r].eval(&at) == 0)
+    }
+}
+
 impl Ctx<'_> {
-    /// Runs a whole lane loop (its variable at 0 in `env`) through the
-    /// block's tape; a multiply-add goes the one-pass axpy way instead.
-    fn tape_loop(&self, b: &BlockCode, t: &TapeCode, n: usize, env: &[i64]) {
-        let at = |x: &Index| x.eval(&|v| loop_value(env, v));
-        // Lanes are equally first or not, or (folds) only lane 0 can be.
-        let first = b.init && b.reduce_iters.iter().all(|&r| at(&b.bindings[r]) == 0);
+    /// `n` lanes from `start` as one multiply-add pass, where the block is
+    /// one (see `Chunk::axpy`); lanes need no iterator values of their own.
+    fn axpy(&self, b: &BlockCode, start: i64, n: usize, env: &[i64], first: bool) -> bool {
         let chunk = Chunk {
             ctx: self,
             iters: &[],
             env,
-            start: 0,
+            start,
             n,
             mask: None,
         };
-        if chunk.axpy(b, first) {
+        chunk.axpy(b, first)
+    }
+
+    /// Runs a whole lane loop (its variable at 0 in `env`) through the
+    /// block's tape; a multiply-add goes the one-pass axpy way instead.
+    fn tape_loop(&self, b: &BlockCode, t: &TapeCode, n: usize, env: &[i64]) {
+        let first = b.first_in_lane_0(env);
+        if self.axpy(b, 0, n, env, first) {
             return;
         }
+        let at = |x: &Index| x.eval(&|v| loop_value(env, v));
         let buf = &self.buffers[b.store.buffer];
         let mut registers = self.registers.borrow_mut();
         let mut run = |sink| t.tape.run(self.buffers, &at, n, &mut registers, sink);

@@ -162,7 +162,7 @@ pub fn axpy(dst: &mut [f32], c: f32, src: &[f32], first: bool) {
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if widest() >= Simd::Avx2 {
         // SAFETY: the CPU supports the features the function was compiled for.
         unsafe { axpy_fma(dst, c, src) };
         return;

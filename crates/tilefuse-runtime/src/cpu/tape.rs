@@ -61,8 +61,8 @@ enum Uniform {
 #[derive(Debug)]
 pub struct Tape {
     ops: Vec<Op>,
-    /// Buffer and offset of lane 0 at the chunk's start (over loop
-    /// variables) of each contiguous load.
+    /// Buffer and offset of lane 0 (over loop variables) of each
+    /// contiguous load.
     loads: Vec<(usize, Index)>,
     uniforms: Vec<Uniform>,
 }
