@@ -254,6 +254,9 @@ def reduction_params(base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
         "cross_workgroup_inner_reduction": st.booleans(),
         "cross_invocation_outer_reduction": st.booleans(),
         "cross_workgroup_outer_reduction": st.booleans(),
+        "subgroup_inner_reduction": st.booleans(),
+        "subgroup_outer_reduction": st.booleans(),
+        "compile": st.fixed_dictionaries({}, optional={"use_subgroups": st.booleans()}),
         "vectorization_factor_reduction": small,
         "vectorization_factor_iteration": small,
         "unroll_factor_reduction": small,
@@ -279,6 +282,9 @@ def reduction_params(base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
         other = "outer" if inner else "inner"
         d[f"cross_invocation_{other}_reduction"] = False
         d[f"cross_workgroup_{other}_reduction"] = False
+        d[f"subgroup_{other}_reduction"] = False
+        kind = "inner" if inner else "outer"
+        d["compile"] = {**d["compile"], "use_subgroups": d[f"subgroup_{kind}_reduction"]}
         d["vectorization_factor_iteration" if inner else "vectorization_factor_reduction"] = 1
         wg = d["launch"]["workgroup_size"]
         d["rows_per_workgroup"] = (

@@ -40,16 +40,22 @@ pub struct ReductionParams {
     /// Inner reduction: several workgroups cooperate on one row (partial
     /// results, then a second pass). Default `false`.
     pub cross_workgroup_inner_reduction: bool,
-    /// Inner reduction: combine partial results with subgroup operations.
-    /// Needs `compile.use_subgroups`. Default `false`.
+    /// Inner reduction: the cross-invocation partials are combined with
+    /// subgroup shuffles instead of through workgroup memory; the
+    /// `reduction_invocations` (a power of two, at most the device's
+    /// smallest subgroup) sit on invocation.x. Needs
+    /// `compile.use_subgroups` and the cross-invocation flag. Default `false`.
     pub subgroup_inner_reduction: bool,
     /// Outer reduction: invocations of a workgroup cooperate on one column.
     /// Default `false`.
     pub cross_invocation_outer_reduction: bool,
     /// Outer reduction: several workgroups cooperate on one column. Default `false`.
     pub cross_workgroup_outer_reduction: bool,
-    /// Outer reduction: combine partial results with subgroup operations.
-    /// Needs `compile.use_subgroups`. Default `false`.
+    /// Outer reduction: the cross-invocation partials are combined with
+    /// subgroup shuffles instead of through workgroup memory; the
+    /// `reduction_invocations` (a power of two, at most the device's
+    /// smallest subgroup) sit on invocation.x. Needs
+    /// `compile.use_subgroups` and the cross-invocation flag. Default `false`.
     pub subgroup_outer_reduction: bool,
     /// Vector width of loads along the reduction domain. Default `1`.
     #[schemars(extend("enum" = [1, 2, 4]))]

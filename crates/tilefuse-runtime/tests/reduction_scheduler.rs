@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{check_fields, device_kinds, devices, merged, run};
+use common::{check_fields, device_kinds, devices, merged, merged_value, run};
 use serde_json::{Value, json};
 use tilefuse_ir::Fusion;
 use tilefuse_params::{ParamsStruct, ReductionParams};
@@ -130,12 +130,20 @@ fn unusable_params_name_the_field() {
             json!({"fastest_dim": true}),
             "fastest_dim",
         ),
+        // The CPU device has no subgroups.
         (
             "softmax",
             inner_base(),
             json!({"subgroup_inner_reduction": true,
             "compile": {"use_subgroups": true}}),
             "subgroup_inner_reduction",
+        ),
+        (
+            "softmax",
+            inner_base(),
+            json!({"subgroup_outer_reduction": true,
+            "compile": {"use_subgroups": true}}),
+            "subgroup_outer_reduction",
         ),
         (
             "softmax",
@@ -189,6 +197,91 @@ fn unusable_params_name_the_field() {
     for (name, base, change, path) in cases {
         let err = schedule(&fusion(name), &merged(&base, &change), &info).unwrap_err();
         assert_eq!(err.path, path, "{name} {change}: {err}");
+    }
+}
+
+/// Subgroup params checked against a device with subgroups of 8.
+#[test]
+fn subgroup_params_fit_the_subgroup() {
+    let mut info = Device::cpu().info();
+    info.backend = "vulkan".into();
+    info.subgroup_sizes = Some((8, 8));
+    let on = json!({"subgroup_inner_reduction": true, "compile": {"use_subgroups": true}});
+    let cases = [
+        // 16 reduction invocations do not fit in a subgroup of 8.
+        (json!({}), "reduction_invocations"),
+        (
+            json!({"cross_invocation_inner_reduction": false, "rows_per_workgroup": 32}),
+            "subgroup_inner_reduction",
+        ),
+    ];
+    for (change, path) in cases {
+        let p = merged(&merged_value(&inner_base(), &on), &change);
+        let err = schedule(&fusion("softmax"), &p, &info).unwrap_err();
+        assert_eq!(err.path, path, "{change}: {err}");
+    }
+    let fits = merged(
+        &merged_value(&inner_base(), &on),
+        &json!({"reduction_invocations": 8, "rows_per_workgroup": 4}),
+    );
+    assert!(schedule(&fusion("softmax"), &fits, &info).is_ok());
+}
+
+/// Subgroup reductions on the GPU: every fusion family, persistent or
+/// not, rows recomputed or kept, inner and outer. Where the rows are
+/// recomputed, the persistent kernel needs no workgroup memory at all.
+#[test]
+fn subgroup_reductions_match_the_reference() {
+    let Some(gpu) = common::gpu() else { return };
+    let Some((smallest, _)) = gpu.info().subgroup_sizes.filter(|(min, _)| *min >= 8) else {
+        eprintln!("subgroup checks skipped: {:?}", gpu.info().subgroup_sizes);
+        return;
+    };
+    eprintln!("subgroups of {smallest} or more");
+    let sub = json!({
+        "subgroup_inner_reduction": true, "compile": {"use_subgroups": true},
+        "reduction_invocations": 8, "launch": {"workgroup_size": [16, 1, 1]},
+    });
+    let inner = merged_value(&inner_base(), &sub);
+    for name in [
+        "softmax",
+        "layernorm",
+        "rmsnorm",
+        "log_softmax",
+        "inner_sum",
+        "softmax_3d_rows",
+    ] {
+        for change in [
+            json!({"project_persistent_buffers": true}),
+            json!({}),
+            json!({"persistent_kernel": false}),
+            json!({"unroll_factor_reduction": 2, "vectorization_factor_reduction": 2}),
+        ] {
+            let p = merged(&inner, &change);
+            run(&fusion(name), &p, &gpu).unwrap_or_else(|e| panic!("{name} {change}: {e}"));
+        }
+    }
+    let recomputed = merged(&inner, &json!({"project_persistent_buffers": true}));
+    let source = common::wgsl(&fusion("softmax"), &recomputed, &gpu);
+    assert!(source.contains("subgroupShuffleXor"), "{source}");
+    assert!(
+        !source.contains("Barrier") && !source.contains("var<workgroup>"),
+        "{source}"
+    );
+
+    let outer = merged_value(
+        &outer_base(),
+        &json!({
+            "cross_invocation_outer_reduction": true, "reduction_invocations": 2,
+            "subgroup_outer_reduction": true, "compile": {"use_subgroups": true},
+            "rows_per_workgroup": 4,
+        }),
+    );
+    for name in ["softmax_outer", "middle_sum", "outer_max"] {
+        for change in [json!({}), json!({"persistent_kernel": false})] {
+            let p = merged(&outer, &change);
+            run(&fusion(name), &p, &gpu).unwrap_or_else(|e| panic!("{name} {change}: {e}"));
+        }
     }
 }
 

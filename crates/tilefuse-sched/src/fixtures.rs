@@ -228,6 +228,16 @@ pub fn vectorize_unroll(s: &mut Schedule) {
 /// by 16 and rfactored over the inner part, which is bound to invocations
 /// while the first spatial loop is bound to workgroups.
 pub fn rfactor_bind(s: &mut Schedule) {
+    rfactor_lanes(s, 16, false);
+}
+
+/// `rfactor_bind` over 8 invocations whose partials are combined with
+/// subgroup shuffles: the combining loop is bound to the same axis.
+pub fn rfactor_subgroup(s: &mut Schedule) {
+    rfactor_lanes(s, 8, true);
+}
+
+fn rfactor_lanes(s: &mut Schedule, lanes: u64, subgroup: bool) {
     inline_all(s);
     for b in s.get_blocks() {
         let block = s.kernel().block(b).clone();
@@ -240,10 +250,16 @@ pub fn rfactor_bind(s: &mut Schedule) {
         else {
             continue;
         };
-        let parts = s.split(loops[r], &[None, Some(16)], None).unwrap();
+        let parts = s.split(loops[r], &[None, Some(lanes)], None).unwrap();
+        let name = block.name.clone();
         let rf = s.rfactor(parts[1]).unwrap();
         s.reorder(&[parts[1], parts[0]]).unwrap();
         s.bind(parts[1], ThreadAxis::InvocationX).unwrap();
+        if subgroup {
+            let combine = s.get_block(&name).unwrap();
+            let over_lanes = *s.get_loops(combine).unwrap().last().unwrap();
+            s.bind(over_lanes, ThreadAxis::InvocationX).unwrap();
+        }
         let outer = s.get_loops(rf).unwrap()[0];
         if outer != parts[1] {
             s.bind(outer, ThreadAxis::WorkgroupX).unwrap();
@@ -326,7 +342,7 @@ pub fn reverse_compute_at_epilogue(s: &mut Schedule) {
 }
 
 /// The hand schedules every fusion is tested with.
-pub fn recipes() -> [Recipe; 8] {
+pub fn recipes() -> [Recipe; 9] {
     [
         ("initial", |_| {}),
         ("inline", inline_all),
@@ -336,6 +352,7 @@ pub fn recipes() -> [Recipe; 8] {
         }),
         ("vectorize+unroll", vectorize_unroll),
         ("rfactor+bind", rfactor_bind),
+        ("rfactor+subgroup", rfactor_subgroup),
         ("compute_at rows", compute_at_rows),
         ("reverse_compute_at epilogue", reverse_compute_at_epilogue),
         ("cache_read workgroup", cache_stage),

@@ -157,6 +157,75 @@ fn compute_at_family_preconditions_and_effect() {
     );
 }
 
+/// Binding a loop that carries a reduction makes a subgroup reduction,
+/// under preconditions: invocation.x, a power-of-two extent, nothing but
+/// the reducing block inside.
+#[test]
+fn binding_a_reduction_loop_reduces_across_a_subgroup() {
+    let f = softmax(4, 12);
+    let s = Schedule::new(&f);
+    let m = s.get_block("op_1").unwrap();
+    let k = s.get_loops(m).unwrap()[1];
+    let fails = |s: &mut Schedule, l, axis, want: &str| {
+        let err = s.bind(l, axis).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ScheduleError::Precondition {
+                    primitive: "bind",
+                    ..
+                }
+            ) && err.to_string().contains(want),
+            "{err}"
+        );
+    };
+    fails(
+        &mut s.clone(),
+        k,
+        ThreadAxis::WorkgroupX,
+        "only invocation.x",
+    );
+    fails(
+        &mut s.clone(),
+        k,
+        ThreadAxis::InvocationY,
+        "only invocation.x",
+    );
+    fails(&mut s.clone(), k, ThreadAxis::InvocationX, "not 12");
+    let mut split = s.clone();
+    let parts = split.split(k, &[Some(4), None], None).unwrap();
+    fails(
+        &mut split,
+        parts[0],
+        ThreadAxis::InvocationX,
+        "only the reducing block",
+    );
+
+    let mut s = s;
+    let parts = s.split(k, &[None, Some(4)], None).unwrap();
+    s.reorder(&[parts[1], parts[0]]).unwrap();
+    s.rfactor(parts[1]).unwrap();
+    s.bind(parts[1], ThreadAxis::InvocationX).unwrap();
+    let combine = s.get_block("op_1").unwrap();
+    let combine = *s.get_loops(combine).unwrap().last().unwrap();
+    s.bind(combine, ThreadAxis::InvocationX).unwrap();
+    assert!(
+        s.to_string()
+            .contains("# invocation.x (subgroup reduction)"),
+        "{s}"
+    );
+    let wgsl = tilefuse_sched::codegen::generate(s.kernel()).unwrap();
+    assert!(
+        wgsl.source.contains("subgroupShuffleXor(tf_sg, 2u)"),
+        "{}",
+        wgsl.source
+    );
+    assert_eq!(
+        wgsl.stages.iter().map(|st| st.subgroup_lanes).max(),
+        Some(4)
+    );
+}
+
 /// rfactor over part of an exact split: the partial block starts its
 /// partials itself (no fill block). With a tail guard some partials might
 /// never start, so a fill block does; under a row loop shared with other

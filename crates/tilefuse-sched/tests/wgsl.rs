@@ -10,7 +10,8 @@ fn validate(source: &str, what: &str) {
         .unwrap_or_else(|e| panic!("{what}: {}\n{source}", e.emit_to_string(source)));
     naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::empty(),
+        // Subgroup reductions shuffle; nothing else needs a capability.
+        naga::valid::Capabilities::SUBGROUP,
     )
     .validate(&module)
     .unwrap_or_else(|e| panic!("{what}: {}\n{source}", e.emit_to_string(source)));

@@ -174,6 +174,18 @@ impl GpuDevice {
                     stage.workgroup_bytes, l.max_workgroup_storage_bytes
                 )));
             }
+            if stage.subgroup_lanes > 0 {
+                let smallest = self.info.subgroup_sizes.map(|(min, _)| u64::from(min));
+                if smallest.is_none_or(|min| stage.subgroup_lanes > min) {
+                    return Err(RuntimeError::Limit(format!(
+                        "{name}: a subgroup reduction spans {} invocations, but {}",
+                        stage.subgroup_lanes,
+                        smallest.map_or("this adapter has no subgroups".into(), |min| format!(
+                            "the device's smallest subgroup has {min}"
+                        ))
+                    )));
+                }
+            }
             let invocations: u32 = stage.workgroup_size.iter().product();
             if invocations > l.max_invocations_per_workgroup {
                 return Err(RuntimeError::Limit(format!(

@@ -42,9 +42,9 @@ pub fn run(f: &Fusion, params: &HeuristicParams, device: &Device) -> Result<(), 
     compare(&evaluate(f, &x).unwrap(), &got, 1e-5)
 }
 
-/// `base` with `change` merged in (objects key by key, other values
-/// replaced), as params.
-pub fn merged(base: &serde_json::Value, change: &serde_json::Value) -> HeuristicParams {
+/// `base` with `change` merged in: objects key by key, other values
+/// replaced.
+pub fn merged_value(base: &serde_json::Value, change: &serde_json::Value) -> serde_json::Value {
     fn merge(into: &mut serde_json::Value, change: &serde_json::Value) {
         match (into, change) {
             (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
@@ -57,7 +57,13 @@ pub fn merged(base: &serde_json::Value, change: &serde_json::Value) -> Heuristic
     }
     let mut v = base.clone();
     merge(&mut v, change);
-    HeuristicParams::from_value(v).unwrap_or_else(|e| panic!("{change}: {e}"))
+    v
+}
+
+/// `base` with `change` merged in (see `merged_value`), as params.
+pub fn merged(base: &serde_json::Value, change: &serde_json::Value) -> HeuristicParams {
+    HeuristicParams::from_value(merged_value(base, change))
+        .unwrap_or_else(|e| panic!("{change}: {e}"))
 }
 
 /// The WGSL of `f` scheduled with `params` for `device`.

@@ -74,6 +74,8 @@ impl Display for Expr {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     Let(String, Expr),
+    /// `var name = e;` (function scope), a value reassigned later.
+    Var(String, Expr),
     /// `var name: array<elem, len>;` (function scope); `elem` is a type.
     VarArray(String, String, u64),
     Assign(Expr, Expr),
@@ -102,6 +104,7 @@ impl Stmt {
         };
         match self {
             Stmt::Let(name, e) => writeln!(out, "{pad}let {name} = {e};"),
+            Stmt::Var(name, e) => writeln!(out, "{pad}var {name} = {e};"),
             Stmt::VarArray(name, elem, len) => {
                 writeln!(out, "{pad}var {name}: array<{elem}, {len}>;")
             }

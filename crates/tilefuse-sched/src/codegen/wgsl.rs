@@ -5,14 +5,15 @@
 //! Loops bound to `workgroup.*` / `invocation.*` read `workgroup_id` /
 //! `local_invocation_id` (guarded when their extent is less than the
 //! dispatch or workgroup size); other loops are `for` loops, unrolled ones
-//! are repeated. Between sibling subtrees that run on different invocations
-//! a barrier makes the first's writes visible to the second.
+//! are repeated. Where sibling subtrees hand data to each other across
+//! invocations, a barrier of the memory they share separates them (`sync`).
 
 use std::collections::{HashMap, HashSet};
 
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar as Value, UnaryOp, reduce_identity};
 
 use super::ast::{Access, EntryPoint, Expr, Module, Scalar, Stmt, StorageBinding, WorkgroupArray};
+use super::sync;
 use crate::PrivateMemory;
 use crate::ir::{
     self, BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, Role, Scope, Var, flat_offset,
@@ -45,6 +46,9 @@ pub struct StageInfo {
     pub loop_iterations: u64,
     /// Bytes of `var<workgroup>` arrays the stage uses.
     pub workgroup_bytes: u64,
+    /// Lanes (invocation.x) of its widest subgroup reduction (0 for none):
+    /// the device needs subgroups at least this large.
+    pub subgroup_lanes: u64,
 }
 
 /// A kernel as WGSL, with what a WebGPU host needs to run it.
@@ -257,6 +261,7 @@ impl Gen<'_> {
             narrow(sizes[4], "invocation")?,
             narrow(sizes[5], "invocation")?,
         ];
+        let subgroup_lanes = self.subgroup_lanes(root, &sizes)?;
         let mut used = Vec::new();
         self.buffers_in(root, &mut used);
         used.sort_unstable();
@@ -300,6 +305,7 @@ impl Gen<'_> {
                 workgroup_size,
                 bindings,
                 loop_iterations: self.loop_iterations(root),
+                subgroup_lanes,
                 workgroup_bytes: used
                     .iter()
                     .filter(|&&b| self.kernel.buffer(b).scope == Scope::Workgroup)
@@ -319,6 +325,35 @@ impl Gen<'_> {
             }
             body.iter().for_each(|n| self.bound_extents(n, sizes));
         }
+    }
+
+    /// The lanes of the widest subgroup reduction in `node` (0 for none).
+    /// Each must span invocation.x, since every lane takes part in the
+    /// shuffles.
+    fn subgroup_lanes(&self, node: &Node, sizes: &[u64; 6]) -> Result<u64, ScheduleError> {
+        let Node::Loop(l, body) = node else {
+            return Ok(0);
+        };
+        let mut lanes = 0;
+        for n in body {
+            lanes = lanes.max(self.subgroup_lanes(n, sizes)?);
+        }
+        let lp = self.kernel.loop_(*l);
+        if let (Some(_), LoopKind::Bound(axis)) = (self.kernel.subgroup_reduction(*l), lp.kind) {
+            let size = sizes[3 + axis.dim()];
+            if lp.extent != size {
+                return Err(ScheduleError::Codegen(format!(
+                    "loop {} reduces across {} invocations of {} with subgroup shuffles, but the \
+                     workgroup has {size} along that axis; every invocation of the axis must \
+                     take part",
+                    lp.name,
+                    lp.extent,
+                    axis.name()
+                )));
+            }
+            lanes = lanes.max(lp.extent);
+        }
+        Ok(lanes)
     }
 
     /// Workgroups cannot wait for each other inside one dispatch, so every
@@ -373,27 +408,12 @@ impl Gen<'_> {
         }
     }
 
-    fn has_invocation_loop(&self, node: &Node) -> bool {
-        match node {
-            Node::Block(_) => false,
-            Node::Loop(l, body) => {
-                matches!(self.kernel.loop_(*l).kind, LoopKind::Bound(a) if !a.is_workgroup())
-                    || body.iter().any(|n| self.has_invocation_loop(n))
-            }
-        }
-    }
-
-    /// Whether invocations hand data to each other between siblings `i - 1`
-    /// and `i`.
-    fn sync_before(&self, nodes: &[Node], i: usize) -> bool {
-        i > 0 && (self.has_invocation_loop(&nodes[i - 1]) || self.has_invocation_loop(&nodes[i]))
-    }
-
-    /// Whether `nodes` hold a barrier: then a loop around them also needs
-    /// one at the end of each iteration, or the next iteration's writes
-    /// would race with this one's reads.
+    /// Whether `nodes` hold a barrier, at any depth.
     fn has_barrier(&self, nodes: &[Node]) -> bool {
-        (0..nodes.len()).any(|i| self.sync_before(nodes, i))
+        sync::barriers(self.kernel, nodes)
+            .0
+            .iter()
+            .any(|b| b.is_some())
             || nodes
                 .iter()
                 .any(|n| matches!(n, Node::Loop(_, body) if self.has_barrier(body)))
@@ -401,21 +421,27 @@ impl Gen<'_> {
 
     /// Siblings, with a barrier wherever invocations hand data to each other.
     fn nodes(&self, nodes: &[Node], sizes: &[u64; 6]) -> Vec<Stmt> {
+        let (barriers, _) = sync::barriers(self.kernel, nodes);
         let mut out = Vec::new();
-        for (i, n) in nodes.iter().enumerate() {
-            if self.sync_before(nodes, i) {
-                out.extend(barrier());
-            }
+        for (n, barrier) in nodes.iter().zip(barriers) {
+            out.extend(barrier.stmts());
             out.extend(self.node(n, sizes));
         }
         out
     }
 
-    /// One iteration of a loop's body, ending with a barrier if it holds one.
+    /// One iteration of a loop's body. A body that holds a barrier also
+    /// needs one at its end when the next iteration's accesses race with
+    /// those since its last barrier.
     fn iteration(&self, body: &[Node], sizes: &[u64; 6]) -> Vec<Stmt> {
         let mut stmts = self.nodes(body, sizes);
         if self.has_barrier(body) {
-            stmts.extend(barrier());
+            let (_, tail) = sync::barriers(self.kernel, body);
+            let mut all = sync::Accesses::default();
+            for n in body {
+                all.extend(&sync::Accesses::of(self.kernel, n));
+            }
+            stmts.extend(tail.barrier_before(&all, self.kernel).stmts());
         }
         stmts
     }
@@ -432,6 +458,14 @@ impl Gen<'_> {
                         let slot = axis.dim() + if axis.is_workgroup() { 0 } else { 3 };
                         let source = if axis.is_workgroup() { "wg" } else { "lid" };
                         let comp = ["x", "y", "z"][axis.dim()];
+                        if let Some(b) = self.kernel.subgroup_reduction(*l) {
+                            // `bind` and `subgroup_lanes` checked that the
+                            // loop spans invocation.x.
+                            return vec![Stmt::Scope(vec![
+                                Stmt::Let(var, Expr::raw("lid.x")),
+                                self.subgroup_block(*l, b),
+                            ])];
+                        }
                         let inner = self.nodes(body, sizes);
                         let mut stmts = vec![Stmt::Let(
                             var.clone(),
@@ -514,9 +548,7 @@ impl Gen<'_> {
         let value = self.vector_value(&b.value, b, l);
         let value = match b.reduce {
             None => value,
-            Some(ReduceOp::Sum | ReduceOp::Mean) => Expr::bin("+", target.clone(), value),
-            Some(ReduceOp::Max) => Expr::call("max", vec![target.clone(), value]),
-            Some(ReduceOp::Min) => Expr::call("min", vec![target.clone(), value]),
+            Some(op) => combine(op, target.clone(), value),
         };
         stmts.push(Stmt::Assign(target, value));
         Stmt::Scope(stmts)
@@ -546,12 +578,16 @@ impl Gen<'_> {
     fn block(&self, id: BlockId) -> Stmt {
         let b = &self.localized(id);
         let mut stmts = vec![Stmt::Comment(format!("block {}", b.name))];
-        for (i, binding) in b.bindings.iter().enumerate() {
-            stmts.push(Stmt::Let(format!("it{i}"), index_expr(binding)));
-        }
+        stmts.extend(iter_lets(b));
+        stmts.extend(self.update(id, b, self.value(&b.value)));
+        Stmt::Scope(stmts)
+    }
+
+    /// The block's store (or its reduction step) of `value`, under its
+    /// guards, its iterators already bound.
+    fn update(&self, id: BlockId, b: &ir::Block, value: Expr) -> Vec<Stmt> {
         let dtype = self.kernel.buffer(b.buffer).dtype;
         let target = self.element(b.buffer, &b.indices);
-        let value = self.value(&b.value);
         let mut body = Vec::new();
         match b.reduce {
             None => body.push(Stmt::Assign(target, to_storage(value, dtype))),
@@ -573,14 +609,18 @@ impl Gen<'_> {
                         )],
                     ));
                 }
-                let combined = match op {
-                    ReduceOp::Sum | ReduceOp::Mean => Expr::bin("+", target.clone(), value),
-                    ReduceOp::Max => Expr::call("max", vec![target.clone(), value]),
-                    ReduceOp::Min => Expr::call("min", vec![target.clone(), value]),
-                };
-                body.push(Stmt::Assign(target, combined));
+                body.push(Stmt::Assign(target.clone(), combine(op, target, value)));
             }
         }
+        match self.guard(id, b) {
+            None => body,
+            Some(cond) => vec![Stmt::If(cond, body)],
+        }
+    }
+
+    /// Whether the block's iteration exists: tails of uneven splits and
+    /// predicates; `None` when it always does.
+    fn guard(&self, id: BlockId, b: &ir::Block) -> Option<Expr> {
         let mut conds: Vec<Expr> = self
             .kernel
             .needs_guard(id)
@@ -599,9 +639,56 @@ impl Gen<'_> {
                 .iter()
                 .map(|(e, bound)| Expr::bin("<", index_expr(e), Expr::raw(format!("{bound}u")))),
         );
-        match conds.into_iter().reduce(|a, c| Expr::bin("&&", a, c)) {
-            None => stmts.extend(body),
-            Some(cond) => stmts.push(Stmt::If(cond, body)),
+        conds.into_iter().reduce(|a, c| Expr::bin("&&", a, c))
+    }
+
+    /// A reduction that loop `l`, bound to `invocation.x`, spreads over its
+    /// invocations: every lane evaluates its term (the identity where the
+    /// block's guards fail), a butterfly of `subgroupShuffleXor`s leaves the
+    /// combined value in every lane, and the update runs as lane 0's (the
+    /// iterators rebound with the loop at 0) — by lane 0 alone when other
+    /// invocations share the target.
+    fn subgroup_block(&self, l: LoopId, id: BlockId) -> Stmt {
+        let b = &self.localized(id);
+        let op = b.reduce.expect("a reducing block");
+        let dtype = self.kernel.buffer(b.buffer).dtype;
+        let extent = self.kernel.loop_(l).extent;
+        let mut stmts = vec![Stmt::Comment(format!(
+            "block {}, reduced across {extent} invocations with subgroup shuffles",
+            b.name
+        ))];
+        stmts.extend(iter_lets(b));
+        let term = self.value(&b.value);
+        let term = match self.guard(id, b) {
+            None => term,
+            Some(cond) => Expr::call(
+                "select",
+                vec![literal(reduce_identity(op, dtype), dtype), term, cond],
+            ),
+        };
+        stmts.push(Stmt::Var("tf_sg".into(), term));
+        let mut offset = extent / 2;
+        while offset > 0 {
+            let other = Expr::call(
+                "subgroupShuffleXor",
+                vec![Expr::raw("tf_sg"), Expr::raw(format!("{offset}u"))],
+            );
+            stmts.push(Stmt::Assign(
+                Expr::raw("tf_sg"),
+                combine(op, Expr::raw("tf_sg"), other),
+            ));
+            offset /= 2;
+        }
+        let mut first_lane = vec![Stmt::Let(loop_ident(l), Expr::raw("0u"))];
+        first_lane.extend(iter_lets(b));
+        first_lane.extend(self.update(id, b, Expr::raw("tf_sg")));
+        if self.kernel.buffer(b.buffer).scope == Scope::Private {
+            stmts.push(Stmt::Scope(first_lane));
+        } else {
+            stmts.push(Stmt::If(
+                Expr::bin("==", Expr::raw("lid.x"), Expr::raw("0u")),
+                first_lane,
+            ));
         }
         Stmt::Scope(stmts)
     }
@@ -834,14 +921,25 @@ fn vectorized_loops(kernel: &Kernel) -> (HashMap<LoopId, BlockId>, HashSet<Buffe
     (loops, buffers)
 }
 
-/// Converts a value for storing into a buffer of `dtype`.
-fn barrier() -> [Stmt; 2] {
-    [
-        Stmt::Call("storageBarrier".into()),
-        Stmt::Call("workgroupBarrier".into()),
-    ]
+/// `let itN = ...;` for each of the block's iterators.
+fn iter_lets(b: &ir::Block) -> Vec<Stmt> {
+    b.bindings
+        .iter()
+        .enumerate()
+        .map(|(i, binding)| Stmt::Let(format!("it{i}"), index_expr(binding)))
+        .collect()
 }
 
+/// One reduction step: `acc` combined with `value`.
+fn combine(op: ReduceOp, acc: Expr, value: Expr) -> Expr {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => Expr::bin("+", acc, value),
+        ReduceOp::Max => Expr::call("max", vec![acc, value]),
+        ReduceOp::Min => Expr::call("min", vec![acc, value]),
+    }
+}
+
+/// Converts a value for storing into a buffer of `dtype`.
 fn to_storage(value: Expr, dtype: DType) -> Expr {
     if dtype == DType::Bool {
         Expr::call("select", vec![Expr::raw("0u"), Expr::raw("1u"), value])

@@ -338,6 +338,42 @@ impl Kernel {
         walk(&mut self.body, id)
     }
 
+    /// The block that loop `l` reduces across invocations with subgroup
+    /// operations: `l` is bound to an invocation axis and holds only that
+    /// block, whose reduction it carries (see `Schedule::bind`).
+    pub fn subgroup_reduction(&self, l: LoopId) -> Option<BlockId> {
+        if !matches!(self.loop_(l).kind, LoopKind::Bound(a) if !a.is_workgroup()) {
+            return None;
+        }
+        let Some(Node::Loop(_, body)) = self.loop_node(l) else {
+            return None;
+        };
+        let [Node::Block(b)] = body[..] else {
+            return None;
+        };
+        self.carried_iter(l, b).map(|_| b)
+    }
+
+    /// The reduce iterator of block `b` whose reduction loop `l` carries:
+    /// one whose binding uses `l` while no spatial iterator moves with it
+    /// (as one does after `rfactor`), so that `l` visits one output element
+    /// several times, in order. A loop of one iteration carries nothing.
+    pub fn carried_iter(&self, l: LoopId, b: BlockId) -> Option<usize> {
+        if self.loop_(l).extent == 1 {
+            return None;
+        }
+        let var = Var::Loop(l);
+        let block = self.block(b);
+        let pairs = || block.iters.iter().zip(&block.bindings);
+        let spatial_moves = pairs().any(|(it, binding)| {
+            it.kind == IterKind::Spatial && binding.linear_in(var).is_some_and(|(c, _)| c != 0)
+        });
+        if spatial_moves {
+            return None;
+        }
+        pairs().position(|(it, binding)| it.kind == IterKind::Reduce && binding.mentions(var))
+    }
+
     /// The subtree of loop `id`.
     pub fn loop_node(&self, id: LoopId) -> Option<&Node> {
         fn walk(nodes: &[Node], id: LoopId) -> Option<&Node> {

@@ -60,6 +60,9 @@ impl Kernel {
                     LoopKind::Parallel => "  # parallel".into(),
                     LoopKind::Vectorized => "  # vectorized".into(),
                     LoopKind::Unrolled => "  # unrolled".into(),
+                    LoopKind::Bound(axis) if self.subgroup_reduction(*id).is_some() => {
+                        format!("  # {} (subgroup reduction)", axis.name())
+                    }
                     LoopKind::Bound(axis) => format!("  # {}", axis.name()),
                 };
                 let _ = writeln!(out, "{pad}for {} in range({}):{note}", l.name, l.extent);

@@ -9,8 +9,24 @@ use crate::ir::{LoopId, LoopKind, Node, ThreadAxis};
 /// grows more than it gains.
 pub const MAX_UNROLL: u64 = 256;
 
+/// The most invocations a subgroup reduction spans: Vulkan's largest
+/// subgroup size.
+pub const MAX_SUBGROUP_LANES: u64 = 128;
+
 impl Schedule {
     fn annotate(&mut self, primitive: &'static str, l: LoopId, kind: LoopKind) -> Result<()> {
+        self.set_kind(primitive, l, kind, kind == LoopKind::Unrolled)
+    }
+
+    /// Sets the kind of a serial loop; `reduction_ok` lets it carry a
+    /// reduction (unrolled copies run in order; a subgroup reduction).
+    fn set_kind(
+        &mut self,
+        primitive: &'static str,
+        l: LoopId,
+        kind: LoopKind,
+        reduction_ok: bool,
+    ) -> Result<()> {
         self.check_loop(l)?;
         let current = self.kernel.loop_(l).kind;
         if current != LoopKind::Serial {
@@ -19,9 +35,7 @@ impl Schedule {
                 format!("loop {} is already {current:?}", self.loop_name(l)),
             ));
         }
-        if kind != LoopKind::Unrolled
-            && let Some((block, iter)) = self.carried_reduction(l)
-        {
+        if !reduction_ok && let Some((block, iter)) = self.carried_reduction(l) {
             return Err(ScheduleError::pre(
                 primitive,
                 format!(
@@ -38,9 +52,17 @@ impl Schedule {
     /// Binds `l` to a GPU thread axis: each workgroup (or invocation) runs
     /// one iteration. On the CPU, workgroup loops run in parallel.
     ///
-    /// Preconditions: `l` is serial and carries no reduction; no loop
-    /// around or inside it is bound to the same axis; a workgroup axis is
-    /// not bound inside an invocation-bound loop.
+    /// A loop that carries a reduction may be bound to `invocation.x`
+    /// (TVM's cross-thread reduction): each invocation computes one term
+    /// and the terms are combined with subgroup shuffles, no workgroup
+    /// memory or barrier. Its extent must be a power of two of at most
+    /// [`MAX_SUBGROUP_LANES`], it must hold only the reducing block, and at
+    /// build time it must span the workgroup's x size and fit in the
+    /// device's smallest subgroup.
+    ///
+    /// Preconditions: `l` is serial and carries no reduction unless as
+    /// above; no loop around or inside it is bound to the same axis; a
+    /// workgroup axis is not bound inside an invocation-bound loop.
     pub fn bind(&mut self, l: LoopId, axis: ThreadAxis) -> Result<()> {
         const P: &str = "bind";
         self.check_loop(l)?;
@@ -81,7 +103,11 @@ impl Schedule {
                 }
             }
         }
-        self.annotate(P, l, LoopKind::Bound(axis))?;
+        let reduces = self.carried_reduction(l).is_some();
+        if reduces {
+            self.check_subgroup_reduction(l, axis)?;
+        }
+        self.set_kind(P, l, LoopKind::Bound(axis), reduces)?;
         self.record(Instruction::Bind { loop_: l, axis });
         Ok(())
     }
@@ -134,5 +160,40 @@ impl Schedule {
         self.annotate(P, l, LoopKind::Unrolled)?;
         self.record(Instruction::Unroll { loop_: l });
         Ok(())
+    }
+
+    /// Preconditions of binding a loop that carries a reduction (see `bind`).
+    fn check_subgroup_reduction(&self, l: LoopId, axis: ThreadAxis) -> Result<()> {
+        const P: &str = "bind";
+        let name = self.loop_name(l);
+        let fail = |why: String| {
+            Err(ScheduleError::pre(
+                P,
+                format!("loop {name} carries a reduction: {why}"),
+            ))
+        };
+        if axis != ThreadAxis::InvocationX {
+            return fail(format!(
+                "its terms are combined by subgroup shuffles, and only invocation.x is laid out \
+                 along subgroups on every driver (lavapipe gives each invocation.y its own); \
+                 bind it to invocation.x, not {} (or rfactor it first)",
+                axis.name()
+            ));
+        }
+        let extent = self.kernel.loop_(l).extent;
+        if !extent.is_power_of_two() || extent > MAX_SUBGROUP_LANES {
+            return fail(format!(
+                "a subgroup reduction spans a power of two of at most {MAX_SUBGROUP_LANES} \
+                 invocations, not {extent}"
+            ));
+        }
+        match self.kernel.loop_node(l) {
+            Some(Node::Loop(_, body)) if matches!(body[..], [Node::Block(_)]) => Ok(()),
+            _ => fail(
+                "it must hold only the reducing block (rfactor the rest of the reduction \
+                 out first)"
+                    .into(),
+            ),
+        }
     }
 }

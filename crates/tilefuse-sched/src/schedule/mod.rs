@@ -16,7 +16,7 @@ use tilefuse_ir::Fusion;
 pub use error::ScheduleError;
 pub use trace::Instruction;
 
-use crate::ir::{BlockId, IterKind, Kernel, LoopId, Node, Var};
+use crate::ir::{BlockId, Kernel, LoopId, Node};
 use crate::lower::lower;
 
 pub type Result<T, E = ScheduleError> = std::result::Result<T, E>;
@@ -115,28 +115,15 @@ impl Schedule {
         self.get_loops(b).map(|_| ())
     }
 
-    /// A block under `l` whose reduction `l` carries (some reduce
-    /// iterator's binding uses `l`, and no spatial iterator moves with it,
-    /// as one does after `rfactor`), with that iterator's name. A loop of
-    /// one iteration carries nothing.
+    /// A block under `l` whose reduction `l` carries (`Kernel::carried_iter`:
+    /// no spatial iterator moves with it, as one does after `rfactor`), with
+    /// that iterator's name.
     fn carried_reduction(&self, l: LoopId) -> Option<(String, String)> {
-        if self.kernel.loop_(l).extent == 1 {
-            return None;
-        }
-        let var = Var::Loop(l);
         self.kernel.blocks_under(l).into_iter().find_map(|b| {
             let block = self.kernel.block(b);
-            let pairs = || block.iters.iter().zip(&block.bindings);
-            let spatial_moves = pairs().any(|(it, binding)| {
-                it.kind == IterKind::Spatial && binding.linear_in(var).is_some_and(|(c, _)| c != 0)
-            });
-            if spatial_moves {
-                return None;
-            }
-            pairs().find_map(|(it, binding)| {
-                (it.kind == IterKind::Reduce && binding.mentions(var))
-                    .then(|| (block.name.clone(), it.name.clone()))
-            })
+            self.kernel
+                .carried_iter(l, b)
+                .map(|i| (block.name.clone(), block.iters[i].name.clone()))
         })
     }
 

@@ -18,8 +18,8 @@
 //! cross-invocation flag of the reduction's kind is on, else 1) along the
 //! reduction times the rest along the rows. Inner reductions bind the
 //! reduction invocations to `invocation.x` and rows to `invocation.y`,
-//! outer ones the other way round, so consecutive invocations read
-//! consecutive addresses. `rows_per_workgroup` is the product of the row
+//! outer ones the other way round (unless they use subgroups, below), so
+//! consecutive invocations read consecutive addresses. `rows_per_workgroup` is the product of the row
 //! factors. Only the invocation count of `launch.workgroup_size` is read;
 //! the scheduler lays it out.
 //!
@@ -35,8 +35,17 @@
 //! keeps full-shape intermediates that a reduction and a later block both
 //! read (softmax's `exp(x - max)`, layernorm's `x - mean`) in memory —
 //! workgroup memory in a persistent kernel — instead of recomputing them
-//! from the inputs. Subgroup reductions are not implemented yet and are
-//! rejected; `compile.fast_math` has no reduction variant and is ignored.
+//! from the inputs.
+//!
+//! `subgroup_inner_reduction` / `subgroup_outer_reduction` (with
+//! `compile.use_subgroups`) keep each reduction invocation's partial in its
+//! registers and combine them with subgroup shuffles (`bind` of the
+//! combining loop): no workgroup memory, no barrier. The reduction
+//! invocations then sit on invocation.x for outer reductions too, since
+//! only that axis is laid out along subgroups on every driver, and must
+//! fit in the device's smallest subgroup. `compile.use_subgroups` alone
+//! changes nothing; `compile.fast_math` has no reduction variant and is
+//! ignored.
 
 use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{ParamsError, ReductionParams};
@@ -200,6 +209,8 @@ struct Plan {
     invocations: u64,
     unroll_r: u64,
     vec_r: u64,
+    /// Reduction invocations combine their partials with subgroup shuffles.
+    subgroup: bool,
     red_axis: ThreadAxis,
     row_axis: ThreadAxis,
     grid_axis: ThreadAxis,
@@ -248,21 +259,11 @@ fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Result<Pla
             ),
         ));
     }
-    for (field, on) in [
-        ("subgroup_inner_reduction", p.subgroup_inner_reduction),
-        ("subgroup_outer_reduction", p.subgroup_outer_reduction),
-    ] {
-        if on {
-            return Err(err(
-                field,
-                "subgroup reductions are not implemented by this version's reduction scheduler",
-            ));
-        }
-    }
-    let (cross_invocation, cross_workgroup, other_cross) = if inner {
+    let (cross_invocation, cross_workgroup, subgroup, other_cross) = if inner {
         (
             p.cross_invocation_inner_reduction,
             p.cross_workgroup_inner_reduction,
+            p.subgroup_inner_reduction,
             [
                 (
                     "cross_invocation_outer_reduction",
@@ -272,12 +273,14 @@ fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Result<Pla
                     "cross_workgroup_outer_reduction",
                     p.cross_workgroup_outer_reduction,
                 ),
+                ("subgroup_outer_reduction", p.subgroup_outer_reduction),
             ],
         )
     } else {
         (
             p.cross_invocation_outer_reduction,
             p.cross_workgroup_outer_reduction,
+            p.subgroup_outer_reduction,
             [
                 (
                     "cross_invocation_inner_reduction",
@@ -287,6 +290,7 @@ fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Result<Pla
                     "cross_workgroup_inner_reduction",
                     p.cross_workgroup_inner_reduction,
                 ),
+                ("subgroup_inner_reduction", p.subgroup_inner_reduction),
             ],
         )
     };
@@ -304,6 +308,9 @@ fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Result<Pla
         1
     };
     let y = n / t;
+    if subgroup {
+        check_subgroups(inner, t, device)?;
+    }
     let (vec_rows, vec_r) = (
         u64::from(p.vectorization_factor_iteration),
         u64::from(p.vectorization_factor_reduction),
@@ -394,7 +401,9 @@ fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Result<Pla
     } else {
         None
     };
-    let (red_axis, row_axis) = if inner {
+    // Subgroups are laid out along invocation.x on every driver, so a
+    // subgroup reduction keeps its invocations there, outer ones too.
+    let (red_axis, row_axis) = if inner || subgroup {
         (ThreadAxis::InvocationX, ThreadAxis::InvocationY)
     } else {
         (ThreadAxis::InvocationY, ThreadAxis::InvocationX)
@@ -418,6 +427,7 @@ fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Result<Pla
         invocations: n,
         unroll_r: u64::from(p.unroll_factor_reduction),
         vec_r,
+        subgroup,
         red_axis,
         row_axis,
         grid_axis,
@@ -427,6 +437,47 @@ fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Result<Pla
         fixed_grid: p.launch.grid,
         max_row_invocations: u64::from(device.limits.max_workgroup_size[row_axis.dim()]),
     })
+}
+
+/// A subgroup reduction combines the partials of the `t` reduction
+/// invocations (on invocation.x) with shuffles, so they must be several, a
+/// power of two, and fit in the device's smallest subgroup.
+fn check_subgroups(inner: bool, t: u64, device: &DeviceInfo) -> Result<(), ParamsError> {
+    let (field, cross) = if inner {
+        (
+            "subgroup_inner_reduction",
+            "cross_invocation_inner_reduction",
+        )
+    } else {
+        (
+            "subgroup_outer_reduction",
+            "cross_invocation_outer_reduction",
+        )
+    };
+    let Some((smallest, _)) = device.subgroup_sizes else {
+        return Err(err(
+            field,
+            format!("the device ({}) has no subgroups", device.name),
+        ));
+    };
+    if t < 2 {
+        return Err(err(
+            field,
+            format!(
+                "it combines the partials of several reduction invocations; needs {cross} and reduction_invocations > 1"
+            ),
+        ));
+    }
+    if !t.is_power_of_two() || t > u64::from(smallest) {
+        return Err(err(
+            "reduction_invocations",
+            format!(
+                "a subgroup reduction needs a power of two of at most the device's smallest \
+                 subgroup ({smallest}), got {t}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Builds the reduction schedule of `fusion` from `p` (see the module docs).
@@ -693,7 +744,13 @@ fn reduction_domain(
         if reduce {
             let name = s.block_name(b);
             s.rfactor(lanes).map_err(|e| internal(&e))?;
-            s.set_scope(b, Scope::Workgroup).map_err(|e| internal(&e))?;
+            // Partials: each invocation's own with subgroups, else shared.
+            let partials = if plan.subgroup {
+                Scope::Private
+            } else {
+                Scope::Workgroup
+            };
+            s.set_scope(b, partials).map_err(|e| internal(&e))?;
             if let Ok(fill) = s.get_block(&format!("{name}_rf_init")) {
                 let fill_loop = *s.get_loops(fill).expect("live").last().expect("its loop");
                 s.bind(fill_loop, plan.red_axis).expect("a spatial loop");
@@ -704,14 +761,19 @@ fn reduction_domain(
                 // Every invocation combines the partials into its own copy.
                 s.set_scope(combine, Scope::Private)
                     .map_err(|e| internal(&e))?;
-            } else {
+            }
+            let over_lanes = *s
+                .get_loops(combine)
+                .expect("live")
+                .last()
+                .expect("its loop");
+            if plan.subgroup {
+                // The invocations shuffle their partials together.
+                s.bind(over_lanes, plan.red_axis)
+                    .map_err(|e| internal(&e))?;
+            } else if !(under_row && temp) {
                 // One invocation writes the global result.
-                let vr = *s
-                    .get_loops(combine)
-                    .expect("live")
-                    .last()
-                    .expect("its loop");
-                let one = s.split(vr, &[Some(1), None], None).expect("valid")[0];
+                let one = s.split(over_lanes, &[Some(1), None], None).expect("valid")[0];
                 s.bind(one, plan.red_axis).expect("a loop of one iteration");
             }
         }
