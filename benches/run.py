@@ -248,7 +248,9 @@ def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, repeat: int)
             kernels[f"hand-{dev_name}"] = s.build(device)
         for label, kernel in kernels.items():
             check(kernel(*case.inputs), label)
-            timing = kernel.benchmark(*case.inputs, warmup=2, repeat=repeat)
+            timing = kernel.benchmark(
+                *case.inputs, warmup=warmup_runs(kernel, case.inputs), repeat=repeat
+            )
             case.results[label] = timing.median
             print(f"  {label}: {timing.median * 1e3:.1f} ms", file=sys.stderr, flush=True)
         if dev_name == "gpu" and case.handwritten is not None:
@@ -258,11 +260,21 @@ def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, repeat: int)
                 ("wgpu:tilefuse", handwritten.from_kernel(default, case.inputs)),
                 ("wgpu:handwritten", case.handwritten()),
             ]:
-                seconds, got = handwritten.time_program(program, repeat)
+                seconds, got = handwritten.time_program(
+                    program, repeat, warmup=warmup_runs(default, case.inputs)
+                )
                 check(got, label)
                 case.results[label] = seconds
                 print(f"  {label}: {seconds * 1e3:.1f} ms", file=sys.stderr, flush=True)
     return case
+
+
+def warmup_runs(kernel: tf.Kernel, inputs: Arrays, seconds: float = 0.3) -> int:
+    """Untimed runs worth ``seconds`` of the kernel: a discrete GPU idles
+    at a fraction of its clock (an H100 at 345 of 1980 MHz) and a couple
+    of short launches leave it there (BENCHMARKS.md, fourth session)."""
+    once = kernel.benchmark(*inputs, warmup=1, repeat=1).median
+    return max(2, min(1000, int(seconds / max(once, 1e-6))))
 
 
 def latency_fusions() -> dict[str, tf.Fusion]:

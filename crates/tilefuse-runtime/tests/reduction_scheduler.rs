@@ -5,7 +5,7 @@ mod common;
 use common::{check_fields, device_kinds, devices, merged, merged_value, run};
 use serde_json::{Value, json};
 use tilefuse_ir::Fusion;
-use tilefuse_params::{ParamsStruct, ReductionParams};
+use tilefuse_params::{HeuristicParams, ParamsStruct, ReductionParams};
 use tilefuse_runtime::Device;
 use tilefuse_sched::fixtures::reduction_fusions;
 use tilefuse_sched::schedulers::{heuristics, schedule};
@@ -311,4 +311,21 @@ fn heuristics_differ_by_device_kind() {
     let [c, g, l] = device_kinds().map(|d| heuristics(&f, None, &d).unwrap());
     assert_ne!(c, g);
     assert_ne!(g, l);
+    // Rows of 130 over one subgroup each where the adapter has them.
+    for (p, lanes) in [(&g, 32), (&l, 8)] {
+        let HeuristicParams::Reduction(p) = p else {
+            panic!("{p:?}")
+        };
+        assert!(
+            p.subgroup_inner_reduction && p.compile.use_subgroups,
+            "{p:?}"
+        );
+        assert_eq!(p.reduction_invocations, lanes);
+    }
+    let mut plain = device_kinds()[1].clone();
+    plain.subgroup_sizes = None;
+    let HeuristicParams::Reduction(p) = heuristics(&f, None, &plain).unwrap() else {
+        unreachable!("a reduction")
+    };
+    assert!(!p.subgroup_inner_reduction && p.cross_invocation_inner_reduction);
 }

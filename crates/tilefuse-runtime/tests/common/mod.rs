@@ -113,7 +113,9 @@ pub fn device_kinds() -> [tilefuse_sched::DeviceInfo; 3] {
     gpu.backend = "vulkan".into();
     gpu.adapter_type = "discrete_gpu".into();
     gpu.limits.max_invocations_per_workgroup = 1024;
+    gpu.subgroup_sizes = Some((32, 32));
     let mut lavapipe = gpu.clone();
     lavapipe.adapter_type = "cpu".into();
+    lavapipe.subgroup_sizes = Some((8, 8));
     [cpu, gpu, lavapipe]
 }

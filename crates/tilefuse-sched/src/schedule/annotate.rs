@@ -103,11 +103,11 @@ impl Schedule {
                 }
             }
         }
-        let reduces = self.carried_reduction(l).is_some();
-        if reduces {
-            self.check_subgroup_reduction(l, axis)?;
+        let carried = self.carried_reduction(l);
+        if let Some((block, iter)) = &carried {
+            self.check_subgroup_reduction(l, axis, block, iter)?;
         }
-        self.set_kind(P, l, LoopKind::Bound(axis), reduces)?;
+        self.set_kind(P, l, LoopKind::Bound(axis), carried.is_some())?;
         self.record(Instruction::Bind { loop_: l, axis });
         Ok(())
     }
@@ -163,13 +163,21 @@ impl Schedule {
     }
 
     /// Preconditions of binding a loop that carries a reduction (see `bind`).
-    fn check_subgroup_reduction(&self, l: LoopId, axis: ThreadAxis) -> Result<()> {
-        const P: &str = "bind";
+    fn check_subgroup_reduction(
+        &self,
+        l: LoopId,
+        axis: ThreadAxis,
+        block: &str,
+        iter: &str,
+    ) -> Result<()> {
         let name = self.loop_name(l);
         let fail = |why: String| {
             Err(ScheduleError::pre(
-                P,
-                format!("loop {name} carries a reduction: {why}"),
+                "bind",
+                format!(
+                    "loop {name} carries the reduction of block {block} (iterator {iter}); \
+                     bound, it would be a subgroup reduction: {why}"
+                ),
             ))
         };
         if axis != ThreadAxis::InvocationX {

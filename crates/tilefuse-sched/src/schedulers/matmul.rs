@@ -98,8 +98,9 @@ fn problem(fusion: &Fusion) -> (u64, u64, u64) {
 /// register-blocked micro-kernel, row tiles in parallel on threads. A CPU
 /// Vulkan (lavapipe): 8×16 register tiles read straight from global memory,
 /// no workgroup memory (its barriers are costly). Other GPUs: 4×4 register
-/// tiles in a 64×64 workgroup tile whose operands are staged in workgroup
-/// memory.
+/// tiles in a 64×128 workgroup tile, operands read from global memory too:
+/// on an H100, 1024³ took 0.18 ms so and 1.5 ms with this scheduler's
+/// workgroup-memory staging (scalar copies, a barrier pair per k step).
 pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     let (m, n, k) = problem(fusion);
     let mut p = MatmulParams::default();
@@ -123,12 +124,16 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
         } else {
             (pow2_at_most(m, 4), pow2_at_most(n, 4))
         };
-        let side = if cpu_vulkan || max < 256 { 8 } else { 16 };
+        let (side_m, side_n) = match (cpu_vulkan, max) {
+            (true, _) | (_, ..=255) => (8, 8),
+            (_, 256..=511) => (16, 16),
+            _ => (16, 32),
+        };
         let (tm, tn) = (
-            ri * pow2_at_most(m.div_ceil(u64::from(ri)), side),
-            rj * pow2_at_most(n.div_ceil(u64::from(rj)), side),
+            ri * pow2_at_most(m.div_ceil(u64::from(ri)), side_m),
+            rj * pow2_at_most(n.div_ceil(u64::from(rj)), side_n),
         );
-        let kk = pow2_at_most(k, 16);
+        let kk = pow2_at_most(k, if cpu_vulkan { 16 } else { 32 });
         let ik = pow2_at_most(k, if cpu_vulkan { 2 } else { 4 });
         (
             GemmTile::new(tm, tn, kk),
@@ -140,7 +145,7 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     p.tile_sizes.warp_tile = warp;
     p.tile_sizes.instruction_tile = instr;
     p.launch.workgroup_size = [cta.n / instr.n, cta.m / instr.m, 1];
-    p.async_gmem_load_operands = device.is_gpu() && device.adapter_type != "cpu";
+
     p.supported_vec_size.epilogue = [4u32, 2, 1]
         .into_iter()
         .find(|&v| instr.n.is_multiple_of(v) && n.is_multiple_of(u64::from(v)))
