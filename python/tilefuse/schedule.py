@@ -141,7 +141,13 @@ class Schedule:
         self._native.reorder([self._loop(lp) for lp in loops])
 
     def bind(self, loop: Loop, axis: str) -> None:
-        """Binds a loop to ``workgroup.{x,y,z}`` or ``invocation.{x,y,z}``."""
+        """Binds a loop to ``workgroup.{x,y,z}`` or ``invocation.{x,y,z}``.
+
+        A loop that carries a reduction (e.g. the combining loop ``rfactor``
+        leaves) may be bound to ``invocation.x``: its terms are then
+        combined across invocations with subgroup shuffles. It must hold
+        only the reducing block, span the workgroup's x size (a power of
+        two), and fit in the device's smallest subgroup."""
         self._native.bind(self._loop(loop), axis)
 
     def parallel(self, loop: Loop) -> None:
