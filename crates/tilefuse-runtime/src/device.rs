@@ -1,7 +1,7 @@
 //! `Device` picks the GPU when there is one and the CPU otherwise;
 //! `Kernel` is a schedule compiled for one of them.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use tilefuse_ir::Tensor;
@@ -38,8 +38,18 @@ impl Device {
         Device::Cpu(CpuDevice::default())
     }
 
+    /// The GPU, opened once per process and shared (with its pipeline
+    /// cache) by every later call: NVIDIA's Vulkan driver stopped loading
+    /// after a few dozen devices opened in one test process. A failure is
+    /// not remembered; the next call tries again.
     pub fn gpu() -> Result<Device> {
-        GpuDevice::new().map(|g| Device::Gpu(Arc::new(g)))
+        static SHARED: Mutex<Option<Arc<GpuDevice>>> = Mutex::new(None);
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        let gpu = match &*shared {
+            Some(g) => Arc::clone(g),
+            None => Arc::clone(shared.insert(Arc::new(GpuDevice::new()?))),
+        };
+        Ok(Device::Gpu(gpu))
     }
 
     pub fn info(&self) -> DeviceInfo {

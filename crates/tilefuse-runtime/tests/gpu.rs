@@ -65,3 +65,18 @@ fn timing_reports_positive_medians() {
         "{t:?}"
     );
 }
+
+/// Every `Device::gpu()` shares one device (and its pipeline cache):
+/// NVIDIA's Vulkan driver stopped loading after a few dozen in a process.
+#[test]
+fn the_gpu_is_opened_once() {
+    let Some(Device::Gpu(first)) = gpu() else {
+        return;
+    };
+    for _ in 0..3 {
+        let Ok(Device::Gpu(again)) = Device::gpu() else {
+            panic!("the GPU opened once and then failed")
+        };
+        assert!(std::sync::Arc::ptr_eq(&first, &again));
+    }
+}
