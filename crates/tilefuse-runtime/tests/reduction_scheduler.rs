@@ -30,6 +30,16 @@ fn default_heuristics_match_the_reference() {
     }
 }
 
+/// The inner-reduction fixtures (normalizations, sums, 3-D rows).
+const INNER: [&str; 6] = [
+    "softmax",
+    "layernorm",
+    "rmsnorm",
+    "log_softmax",
+    "inner_sum",
+    "softmax_3d_rows",
+];
+
 /// Inner reductions: a persistent, cross-invocation base with vec4 loads.
 fn inner_base() -> Value {
     let mut v = ReductionParams::default().to_value();
@@ -55,14 +65,7 @@ fn outer_base() -> Value {
 fn every_inner_field_changes_the_kernel_and_keeps_the_result() {
     check_fields(
         fusion,
-        &[
-            "softmax",
-            "layernorm",
-            "rmsnorm",
-            "log_softmax",
-            "inner_sum",
-            "softmax_3d_rows",
-        ],
+        &INNER,
         &inner_base(),
         &[
             json!({"persistent_kernel": false}),
@@ -243,14 +246,7 @@ fn subgroup_reductions_match_the_reference() {
         "reduction_invocations": 8, "launch": {"workgroup_size": [16, 1, 1]},
     });
     let inner = merged_value(&inner_base(), &sub);
-    for name in [
-        "softmax",
-        "layernorm",
-        "rmsnorm",
-        "log_softmax",
-        "inner_sum",
-        "softmax_3d_rows",
-    ] {
+    for name in INNER {
         for change in [
             json!({"project_persistent_buffers": true}),
             json!({}),

@@ -65,3 +65,28 @@ fn aligned_vectorized_loops_use_vec4() {
     tilefuse_sched::fixtures::vectorize_unroll(&mut s);
     assert!(!generate(s.kernel()).unwrap().source.contains("vec4<f32>>"));
 }
+
+/// Barriers order only the memory that siblings hand data through: a
+/// staged copy in workgroup memory gets `workgroupBarrier()` alone,
+/// partials in a storage buffer `storageBarrier()` alone.
+#[test]
+fn barriers_order_only_the_memory_siblings_share() {
+    for (recipe, storage, workgroup) in [("cache_read workgroup", 0, 1), ("rfactor+bind", 4, 0)] {
+        let (_, f) = fusions()
+            .into_iter()
+            .find(|(n, _)| *n == "softmax")
+            .unwrap();
+        let (_, apply) = recipes().into_iter().find(|(n, _)| *n == recipe).unwrap();
+        let mut s = Schedule::new(&f);
+        apply(&mut s);
+        let wgsl = generate(s.kernel()).unwrap().source;
+        assert_eq!(
+            (
+                wgsl.matches("storageBarrier").count(),
+                wgsl.matches("workgroupBarrier").count()
+            ),
+            (storage, workgroup),
+            "{recipe}\n{wgsl}"
+        );
+    }
+}

@@ -41,14 +41,14 @@ impl Barrier {
 /// The shared buffers a subtree reads and writes, and whether it spreads
 /// over the workgroup's invocations.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Accesses {
+struct Accesses {
     reads: HashSet<BufferId>,
     writes: HashSet<BufferId>,
     invocations: bool,
 }
 
 impl Accesses {
-    pub fn of(kernel: &Kernel, node: &Node) -> Self {
+    fn of(kernel: &Kernel, node: &Node) -> Self {
         let mut a = Self::default();
         a.add(kernel, node);
         a
@@ -75,14 +75,14 @@ impl Accesses {
         }
     }
 
-    pub fn extend(&mut self, other: &Self) {
+    fn extend(&mut self, other: &Self) {
         self.reads.extend(&other.reads);
         self.writes.extend(&other.writes);
         self.invocations |= other.invocations;
     }
 
     /// The barrier `next` needs after `self` has run.
-    pub fn barrier_before(&self, next: &Self, kernel: &Kernel) -> Barrier {
+    fn barrier_before(&self, next: &Self, kernel: &Kernel) -> Barrier {
         let mut barrier = Barrier::default();
         if !(self.invocations || next.invocations) {
             return barrier;
@@ -103,9 +103,13 @@ impl Accesses {
     }
 }
 
-/// The barrier before each of `nodes` (none before the first), and what
-/// ran since the last one.
-pub(super) fn barriers(kernel: &Kernel, nodes: &[Node]) -> (Vec<Barrier>, Accesses) {
+/// The barrier before each of `nodes` (none before the first).
+pub(super) fn before_each(kernel: &Kernel, nodes: &[Node]) -> Vec<Barrier> {
+    scan(kernel, nodes).0
+}
+
+/// The barrier before each of `nodes`, and what ran since the last one.
+fn scan(kernel: &Kernel, nodes: &[Node]) -> (Vec<Barrier>, Accesses) {
     let mut since = Accesses::default();
     let mut out = Vec::with_capacity(nodes.len());
     for n in nodes {
@@ -118,4 +122,24 @@ pub(super) fn barriers(kernel: &Kernel, nodes: &[Node]) -> (Vec<Barrier>, Access
         out.push(b);
     }
     (out, since)
+}
+
+/// The barrier at the end of a loop body that holds barriers: the next
+/// iteration's accesses against those since the body's last barrier.
+pub(super) fn wrap_around(kernel: &Kernel, body: &[Node]) -> Barrier {
+    let (_, tail) = scan(kernel, body);
+    let mut all = Accesses::default();
+    for n in body {
+        all.extend(&Accesses::of(kernel, n));
+    }
+    tail.barrier_before(&all, kernel)
+}
+
+/// Whether emitted statements hold a barrier, at any depth.
+pub(super) fn holds_barrier(stmts: &[Stmt]) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Call(name) => name.ends_with("Barrier"),
+        Stmt::If(_, body) | Stmt::Scope(body) | Stmt::For { body, .. } => holds_barrier(body),
+        _ => false,
+    })
 }

@@ -408,40 +408,22 @@ impl Gen<'_> {
         }
     }
 
-    /// Whether `nodes` hold a barrier, at any depth.
-    fn has_barrier(&self, nodes: &[Node]) -> bool {
-        sync::barriers(self.kernel, nodes)
-            .0
-            .iter()
-            .any(|b| b.is_some())
-            || nodes
-                .iter()
-                .any(|n| matches!(n, Node::Loop(_, body) if self.has_barrier(body)))
-    }
-
     /// Siblings, with a barrier wherever invocations hand data to each other.
     fn nodes(&self, nodes: &[Node], sizes: &[u64; 6]) -> Vec<Stmt> {
-        let (barriers, _) = sync::barriers(self.kernel, nodes);
         let mut out = Vec::new();
-        for (n, barrier) in nodes.iter().zip(barriers) {
+        for (n, barrier) in nodes.iter().zip(sync::before_each(self.kernel, nodes)) {
             out.extend(barrier.stmts());
             out.extend(self.node(n, sizes));
         }
         out
     }
 
-    /// One iteration of a loop's body. A body that holds a barrier also
-    /// needs one at its end when the next iteration's accesses race with
-    /// those since its last barrier.
+    /// One iteration of a loop's body, with the barrier its end needs when
+    /// it holds one at any depth (`sync::wrap_around`).
     fn iteration(&self, body: &[Node], sizes: &[u64; 6]) -> Vec<Stmt> {
         let mut stmts = self.nodes(body, sizes);
-        if self.has_barrier(body) {
-            let (_, tail) = sync::barriers(self.kernel, body);
-            let mut all = sync::Accesses::default();
-            for n in body {
-                all.extend(&sync::Accesses::of(self.kernel, n));
-            }
-            stmts.extend(tail.barrier_before(&all, self.kernel).stmts());
+        if sync::holds_barrier(&stmts) {
+            stmts.extend(sync::wrap_around(self.kernel, body).stmts());
         }
         stmts
     }
