@@ -272,7 +272,9 @@ def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, repeat: int)
 def warmup_runs(kernel: tf.Kernel, inputs: Arrays, seconds: float = 0.3) -> int:
     """Untimed runs worth ``seconds`` of the kernel: a discrete GPU idles
     at a fraction of its clock (an H100 at 345 of 1980 MHz) and a couple
-    of short launches leave it there (BENCHMARKS.md, fourth session)."""
+    of short launches leave it there (BENCHMARKS.md, fourth session).
+    ``Kernel.benchmark`` warms a GPU for 0.2 s itself; the wgpu-py harness
+    and the CPU's turbo get the same treatment from this."""
     once = kernel.benchmark(*inputs, warmup=1, repeat=1).median
     return max(2, min(1000, int(seconds / max(once, 1e-6))))
 

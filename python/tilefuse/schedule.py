@@ -310,7 +310,9 @@ class Kernel:
 
     def benchmark(self, *arrays: Any, warmup: int = 3, repeat: int = 20) -> Timing:
         """Times ``repeat`` launches after ``warmup`` (GPU timestamps when
-        the adapter has them, host time otherwise)."""
+        the adapter has them, host time otherwise). On a GPU the warm-up
+        lasts at least 0.2 s: an idle discrete GPU runs at a fraction of
+        its clock until it has been busy a while."""
         median, lo, hi, samples = self._native.benchmark(
             *(np.asarray(a) for a in arrays), warmup=warmup, repeat=repeat
         )

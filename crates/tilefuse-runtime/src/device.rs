@@ -157,7 +157,9 @@ impl Kernel {
         }
     }
 
-    /// Runs `warmup` untimed launches, then times `repeat` launches.
+    /// Runs `warmup` untimed launches (on a GPU, for at least
+    /// [`crate::gpu::WARM_UP`], so its clocks have ramped up), then times
+    /// `repeat` launches.
     pub fn benchmark(&self, inputs: &[Tensor], warmup: usize, repeat: usize) -> Result<Timing> {
         if repeat == 0 {
             return Err(RuntimeError::Argument(

@@ -49,6 +49,20 @@ fn schedules_match_the_reference_on_the_gpu() {
     }
 }
 
+/// However few warm-up launches are asked for, a GPU is kept busy for
+/// `WARM_UP` before the timed ones, so that its clocks have ramped up.
+#[test]
+fn timing_warms_the_gpu_up_first() {
+    let Some(device) = gpu() else { return };
+    let (_, f) = fusions().into_iter().next().unwrap();
+    let kernel = device.build(&Schedule::new(&f)).unwrap();
+    let x = inputs(&f, 1);
+    let start = std::time::Instant::now();
+    let t = kernel.benchmark(&x, 0, 1).unwrap();
+    assert!(start.elapsed() >= tilefuse_runtime::gpu::WARM_UP);
+    assert_eq!(t.samples.len(), 1);
+}
+
 #[test]
 fn timing_reports_positive_medians() {
     let Some(device) = gpu() else { return };
