@@ -237,6 +237,23 @@ pub fn rfactor_subgroup(s: &mut Schedule) {
     rfactor_lanes(s, 8, true);
 }
 
+/// `rfactor_subgroup` with the partials in workgroup memory, folded there
+/// as a tree, where they share a nest with the combining block (else they
+/// stay in a storage buffer, shuffled).
+pub fn rfactor_tree(s: &mut Schedule) {
+    rfactor_lanes(s, 8, true);
+    for b in s.get_blocks() {
+        let name = s.block_name(b);
+        let Some(combine) = name.strip_suffix("_rf").and_then(|c| s.get_block(c).ok()) else {
+            continue;
+        };
+        let root = |b| s.get_loops(b).unwrap()[0];
+        if root(b) == root(combine) {
+            s.set_scope(b, Scope::Workgroup).unwrap();
+        }
+    }
+}
+
 fn rfactor_lanes(s: &mut Schedule, lanes: u64, subgroup: bool) {
     inline_all(s);
     for b in s.get_blocks() {
@@ -342,7 +359,7 @@ pub fn reverse_compute_at_epilogue(s: &mut Schedule) {
 }
 
 /// The hand schedules every fusion is tested with.
-pub fn recipes() -> [Recipe; 9] {
+pub fn recipes() -> [Recipe; 10] {
     [
         ("initial", |_| {}),
         ("inline", inline_all),
@@ -353,6 +370,7 @@ pub fn recipes() -> [Recipe; 9] {
         ("vectorize+unroll", vectorize_unroll),
         ("rfactor+bind", rfactor_bind),
         ("rfactor+subgroup", rfactor_subgroup),
+        ("rfactor+tree", rfactor_tree),
         ("compute_at rows", compute_at_rows),
         ("reverse_compute_at epilogue", reverse_compute_at_epilogue),
         ("cache_read workgroup", cache_stage),

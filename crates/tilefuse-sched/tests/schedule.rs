@@ -1,5 +1,5 @@
 use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, TensorId, UnaryOp};
-use tilefuse_sched::ir::ThreadAxis;
+use tilefuse_sched::ir::{Scope, ThreadAxis};
 use tilefuse_sched::{Schedule, ScheduleError};
 
 fn softmax(rows: usize, cols: usize) -> Fusion {
@@ -204,7 +204,7 @@ fn binding_a_reduction_loop_reduces_across_a_subgroup() {
     let mut s = s;
     let parts = s.split(k, &[None, Some(4)], None).unwrap();
     s.reorder(&[parts[1], parts[0]]).unwrap();
-    s.rfactor(parts[1]).unwrap();
+    let partials = s.rfactor(parts[1]).unwrap();
     s.bind(parts[1], ThreadAxis::InvocationX).unwrap();
     let combine = s.get_block("op_1").unwrap();
     let combine = *s.get_loops(combine).unwrap().last().unwrap();
@@ -223,6 +223,25 @@ fn binding_a_reduction_loop_reduces_across_a_subgroup() {
     assert_eq!(
         wgsl.stages.iter().map(|st| st.subgroup_lanes).max(),
         Some(4)
+    );
+
+    // Partials in workgroup memory are folded there as a tree instead.
+    s.set_scope(partials, Scope::Workgroup).unwrap();
+    assert!(
+        s.to_string().contains("# invocation.x (tree reduction)"),
+        "{s}"
+    );
+    let wgsl = tilefuse_sched::codegen::generate(s.kernel()).unwrap();
+    assert!(
+        wgsl.source.contains("if (lid.x < 2u)")
+            && wgsl.source.contains("if (lid.x < 1u)")
+            && !wgsl.source.contains("subgroupShuffleXor"),
+        "{}",
+        wgsl.source
+    );
+    assert_eq!(
+        wgsl.stages.iter().map(|st| st.subgroup_lanes).max(),
+        Some(0)
     );
 }
 

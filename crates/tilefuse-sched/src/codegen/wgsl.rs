@@ -16,7 +16,8 @@ use super::ast::{Access, EntryPoint, Expr, Module, Scalar, Stmt, StorageBinding,
 use super::sync;
 use crate::PrivateMemory;
 use crate::ir::{
-    self, BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, Role, Scope, Var, flat_offset,
+    self, BlockId, BufferId, CrossInvocation, Index, Kernel, LoopId, LoopKind, Node, Role, Scope,
+    Var, flat_offset,
 };
 use crate::schedule::ScheduleError;
 
@@ -339,19 +340,33 @@ impl Gen<'_> {
             lanes = lanes.max(self.subgroup_lanes(n, sizes)?);
         }
         let lp = self.kernel.loop_(*l);
-        if let (Some(_), LoopKind::Bound(axis)) = (self.kernel.subgroup_reduction(*l), lp.kind) {
+        if let (Some((b, how)), LoopKind::Bound(axis)) =
+            (self.kernel.cross_invocation_reduction(*l), lp.kind)
+        {
             let size = sizes[3 + axis.dim()];
             if lp.extent != size {
                 return Err(ScheduleError::Codegen(format!(
-                    "loop {} reduces across {} invocations of {} with subgroup shuffles, but the \
-                     workgroup has {size} along that axis; every invocation of the axis must \
-                     take part",
+                    "loop {} reduces across {} invocations of {}, but the workgroup has {size} \
+                     along that axis; every invocation of the axis must take part",
                     lp.name,
                     lp.extent,
                     axis.name()
                 )));
             }
-            lanes = lanes.max(lp.extent);
+            match how {
+                CrossInvocation::Shuffles => lanes = lanes.max(lp.extent),
+                // The tree folds every lane's term; none may be missing
+                // (guards of the rows are kept by the update).
+                CrossInvocation::Tree(_) if self.lane_guarded(*l, b) => {
+                    return Err(ScheduleError::Codegen(format!(
+                        "loop {} folds block {} in a tree, whose terms must all exist (a guard \
+                         depends on the lane)",
+                        lp.name,
+                        self.kernel.block(b).name
+                    )));
+                }
+                CrossInvocation::Tree(_) => {}
+            }
         }
         Ok(lanes)
     }
@@ -440,12 +455,12 @@ impl Gen<'_> {
                         let slot = axis.dim() + if axis.is_workgroup() { 0 } else { 3 };
                         let source = if axis.is_workgroup() { "wg" } else { "lid" };
                         let comp = ["x", "y", "z"][axis.dim()];
-                        if let Some(b) = self.kernel.subgroup_reduction(*l) {
+                        if let Some((b, how)) = self.kernel.cross_invocation_reduction(*l) {
                             // `bind` and `subgroup_lanes` checked that the
                             // loop spans invocation.x.
                             return vec![Stmt::Scope(vec![
                                 Stmt::Let(var, Expr::raw("lid.x")),
-                                self.subgroup_block(*l, b),
+                                self.cross_invocation_block(*l, b, how),
                             ])];
                         }
                         let inner = self.nodes(body, sizes);
@@ -600,6 +615,21 @@ impl Gen<'_> {
         }
     }
 
+    /// Whether some guard of block `b` depends on loop `l`.
+    fn lane_guarded(&self, l: LoopId, b: BlockId) -> bool {
+        let lane = Var::Loop(l);
+        let block = self.kernel.block(b);
+        self.kernel
+            .needs_guard(b)
+            .iter()
+            .any(|&g| block.bindings[g].mentions(lane))
+            || self
+                .kernel
+                .live_predicates(b)
+                .iter()
+                .any(|(e, _)| e.mentions(lane))
+    }
+
     /// Whether the block's iteration exists: tails of uneven splits and
     /// predicates; `None` when it always does.
     fn guard(&self, id: BlockId, b: &ir::Block) -> Option<Expr> {
@@ -625,45 +655,79 @@ impl Gen<'_> {
     }
 
     /// A reduction that loop `l`, bound to `invocation.x`, spreads over its
-    /// invocations: every lane evaluates its term (the identity where the
-    /// block's guards fail), a butterfly of `subgroupShuffleXor`s leaves the
-    /// combined value in every lane, and the update runs as lane 0's (the
-    /// iterators rebound with the loop at 0) — by lane 0 alone when other
-    /// invocations share the target.
-    fn subgroup_block(&self, l: LoopId, id: BlockId) -> Stmt {
+    /// invocations. With shuffles, every lane evaluates its term (the
+    /// identity where the block's guards fail) and a butterfly of
+    /// `subgroupShuffleXor`s leaves the combined value in every lane. In a
+    /// tree, lanes below each half fold the term of the lane a half above
+    /// into theirs, in the workgroup buffer that holds them, a barrier per
+    /// step, until lane 0's term holds all. The update then runs as lane
+    /// 0's (the iterators rebound with the loop at 0) — by lane 0 alone when
+    /// other invocations share the target.
+    fn cross_invocation_block(&self, l: LoopId, id: BlockId, how: CrossInvocation) -> Stmt {
         let b = &self.localized(id);
         let op = b.reduce.expect("a reducing block");
         let dtype = self.kernel.buffer(b.buffer).dtype;
         let extent = self.kernel.loop_(l).extent;
+        let halves =
+            std::iter::successors(Some(extent / 2), |h| Some(h / 2)).take_while(|&h| h > 0);
         let mut stmts = vec![Stmt::Comment(format!(
-            "block {}, reduced across {extent} invocations with subgroup shuffles",
-            b.name
+            "block {}, reduced across {extent} invocations {}",
+            b.name,
+            match how {
+                CrossInvocation::Shuffles => "with subgroup shuffles",
+                CrossInvocation::Tree(_) => "in a tree through workgroup memory",
+            }
         ))];
-        stmts.extend(iter_lets(b));
-        let term = self.value(&b.value);
-        let term = match self.guard(id, b) {
-            None => term,
-            Some(cond) => Expr::call(
-                "select",
-                vec![literal(reduce_identity(op, dtype), dtype), term, cond],
-            ),
+        let result = match (how, &b.value) {
+            (CrossInvocation::Tree(_), ir::Expr::Load { buffer, indices }) => {
+                let lane = Var::Loop(l);
+                for half in halves {
+                    let above: Vec<Index> = indices
+                        .iter()
+                        .map(|ix| {
+                            ix.subst(&|v| {
+                                (v == lane).then(|| Index::var(lane) + Index::Const(half as i64))
+                            })
+                        })
+                        .collect();
+                    let mine = self.element(*buffer, indices);
+                    let theirs = self.element(*buffer, &above);
+                    stmts.push(Stmt::If(
+                        Expr::bin("<", Expr::raw("lid.x"), Expr::raw(format!("{half}u"))),
+                        vec![Stmt::Assign(mine.clone(), combine(op, mine, theirs))],
+                    ));
+                    stmts.push(Stmt::Call("workgroupBarrier".into()));
+                }
+                // Read as lane 0's, below.
+                self.value(&b.value)
+            }
+            _ => {
+                stmts.extend(iter_lets(b));
+                let term = self.value(&b.value);
+                let term = match self.guard(id, b) {
+                    None => term,
+                    Some(cond) => Expr::call(
+                        "select",
+                        vec![literal(reduce_identity(op, dtype), dtype), term, cond],
+                    ),
+                };
+                stmts.push(Stmt::Var("tf_sg".into(), term));
+                for half in halves {
+                    let other = Expr::call(
+                        "subgroupShuffleXor",
+                        vec![Expr::raw("tf_sg"), Expr::raw(format!("{half}u"))],
+                    );
+                    stmts.push(Stmt::Assign(
+                        Expr::raw("tf_sg"),
+                        combine(op, Expr::raw("tf_sg"), other),
+                    ));
+                }
+                Expr::raw("tf_sg")
+            }
         };
-        stmts.push(Stmt::Var("tf_sg".into(), term));
-        let mut offset = extent / 2;
-        while offset > 0 {
-            let other = Expr::call(
-                "subgroupShuffleXor",
-                vec![Expr::raw("tf_sg"), Expr::raw(format!("{offset}u"))],
-            );
-            stmts.push(Stmt::Assign(
-                Expr::raw("tf_sg"),
-                combine(op, Expr::raw("tf_sg"), other),
-            ));
-            offset /= 2;
-        }
         let mut first_lane = vec![Stmt::Let(loop_ident(l), Expr::raw("0u"))];
         first_lane.extend(iter_lets(b));
-        first_lane.extend(self.update(id, b, Expr::raw("tf_sg")));
+        first_lane.extend(self.update(id, b, result));
         if self.kernel.buffer(b.buffer).scope == Scope::Private {
             stmts.push(Stmt::Scope(first_lane));
         } else {

@@ -29,6 +29,17 @@ pub enum Scope {
     Private,
 }
 
+/// How a loop bound to invocations combines the terms of a reduction it
+/// carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrossInvocation {
+    /// Each lane's term in its registers, combined by subgroup shuffles.
+    Shuffles,
+    /// Each lane's term already in this workgroup buffer (the partials of
+    /// an `rfactor`), folded in place in halves, a barrier per step.
+    Tree(BufferId),
+}
+
 /// What a buffer is to the caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "role", content = "index")]
@@ -338,10 +349,10 @@ impl Kernel {
         walk(&mut self.body, id)
     }
 
-    /// The block that loop `l` reduces across invocations with subgroup
-    /// operations: `l` is bound to an invocation axis and holds only that
-    /// block, whose reduction it carries (see `Schedule::bind`).
-    pub fn subgroup_reduction(&self, l: LoopId) -> Option<BlockId> {
+    /// The block that loop `l` reduces across invocations, and how: `l`
+    /// is bound to an invocation axis and holds only that block, whose
+    /// reduction it carries (see `Schedule::bind`).
+    pub fn cross_invocation_reduction(&self, l: LoopId) -> Option<(BlockId, CrossInvocation)> {
         if !matches!(self.loop_(l).kind, LoopKind::Bound(a) if !a.is_workgroup()) {
             return None;
         }
@@ -351,7 +362,17 @@ impl Kernel {
         let [Node::Block(b)] = body[..] else {
             return None;
         };
-        self.carried_iter(l, b).map(|_| b)
+        let lane = Var::Iter(self.carried_iter(l, b)? as u32);
+        let how = match &self.block(b).value {
+            Expr::Load { buffer, indices }
+                if self.buffer(*buffer).scope == Scope::Workgroup
+                    && indices.iter().any(|ix| ix.mentions(lane)) =>
+            {
+                CrossInvocation::Tree(*buffer)
+            }
+            _ => CrossInvocation::Shuffles,
+        };
+        Some((b, how))
     }
 
     /// The reduce iterator of block `b` whose reduction loop `l` carries:

@@ -9,7 +9,7 @@ mod region;
 pub use expr::Expr;
 pub use index::{Index, LoopId, Var, flat_offset};
 pub use kernel::{
-    Block, BlockId, Buffer, BufferId, IterKind, IterVar, Kernel, Loop, LoopKind, Node, Role, Scope,
-    ThreadAxis,
+    Block, BlockId, Buffer, BufferId, CrossInvocation, IterKind, IterVar, Kernel, Loop, LoopKind,
+    Node, Role, Scope, ThreadAxis,
 };
 pub use region::{Region, RegionError};

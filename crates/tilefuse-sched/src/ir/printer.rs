@@ -15,7 +15,9 @@ use tilefuse_ir::{BinaryOp, ReduceOp};
 
 use super::expr::Expr;
 use super::index::{Index, Var};
-use super::kernel::{Block, BlockId, IterKind, Kernel, LoopKind, Node, Role, Scope};
+use super::kernel::{
+    Block, BlockId, CrossInvocation, IterKind, Kernel, LoopKind, Node, Role, Scope,
+};
 
 impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -60,10 +62,15 @@ impl Kernel {
                     LoopKind::Parallel => "  # parallel".into(),
                     LoopKind::Vectorized => "  # vectorized".into(),
                     LoopKind::Unrolled => "  # unrolled".into(),
-                    LoopKind::Bound(axis) if self.subgroup_reduction(*id).is_some() => {
-                        format!("  # {} (subgroup reduction)", axis.name())
-                    }
-                    LoopKind::Bound(axis) => format!("  # {}", axis.name()),
+                    LoopKind::Bound(axis) => match self.cross_invocation_reduction(*id) {
+                        Some((_, CrossInvocation::Shuffles)) => {
+                            format!("  # {} (subgroup reduction)", axis.name())
+                        }
+                        Some((_, CrossInvocation::Tree(_))) => {
+                            format!("  # {} (tree reduction)", axis.name())
+                        }
+                        None => format!("  # {}", axis.name()),
+                    },
                 };
                 let _ = writeln!(out, "{pad}for {} in range({}):{note}", l.name, l.extent);
                 for child in body {

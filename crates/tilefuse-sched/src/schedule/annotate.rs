@@ -9,9 +9,10 @@ use crate::ir::{LoopId, LoopKind, Node, ThreadAxis};
 /// grows more than it gains.
 pub const MAX_UNROLL: u64 = 256;
 
-/// The most invocations a subgroup reduction spans: Vulkan's largest
-/// subgroup size.
-pub const MAX_SUBGROUP_LANES: u64 = 128;
+/// The most invocations a cross-invocation reduction spans: WebGPU's
+/// largest workgroup x size (shuffles are held to the device's subgroup
+/// size when the kernel is built).
+pub const MAX_REDUCTION_LANES: u64 = 1024;
 
 impl Schedule {
     fn annotate(&mut self, primitive: &'static str, l: LoopId, kind: LoopKind) -> Result<()> {
@@ -53,12 +54,15 @@ impl Schedule {
     /// one iteration. On the CPU, workgroup loops run in parallel.
     ///
     /// A loop that carries a reduction may be bound to `invocation.x`
-    /// (TVM's cross-thread reduction): each invocation computes one term
-    /// and the terms are combined with subgroup shuffles, no workgroup
-    /// memory or barrier. Its extent must be a power of two of at most
-    /// [`MAX_SUBGROUP_LANES`], it must hold only the reducing block, and at
-    /// build time it must span the workgroup's x size and fit in the
-    /// device's smallest subgroup.
+    /// (TVM's cross-thread reduction): each invocation computes one term.
+    /// When the terms are the lanes' entries of a workgroup buffer (the
+    /// partials of an `rfactor` set to workgroup scope) they are folded
+    /// there as a tree, a barrier per halving; otherwise they are combined
+    /// with subgroup shuffles, no workgroup memory or barrier, and the loop
+    /// must fit in the device's smallest subgroup at build time. Its extent
+    /// must be a power of two of at most [`MAX_REDUCTION_LANES`], it must
+    /// hold only the reducing block, and at build time it must span the
+    /// workgroup's x size.
     ///
     /// Preconditions: `l` is serial and carries no reduction unless as
     /// above; no loop around or inside it is bound to the same axis; a
@@ -105,7 +109,7 @@ impl Schedule {
         }
         let carried = self.carried_reduction(l);
         if let Some((block, iter)) = &carried {
-            self.check_subgroup_reduction(l, axis, block, iter)?;
+            self.check_cross_invocation_reduction(l, axis, block, iter)?;
         }
         self.set_kind(P, l, LoopKind::Bound(axis), carried.is_some())?;
         self.record(Instruction::Bind { loop_: l, axis });
@@ -163,7 +167,7 @@ impl Schedule {
     }
 
     /// Preconditions of binding a loop that carries a reduction (see `bind`).
-    fn check_subgroup_reduction(
+    fn check_cross_invocation_reduction(
         &self,
         l: LoopId,
         axis: ThreadAxis,
@@ -176,23 +180,23 @@ impl Schedule {
                 "bind",
                 format!(
                     "loop {name} carries the reduction of block {block} (iterator {iter}); \
-                     bound, it would be a subgroup reduction: {why}"
+                     bound, it would be a cross-invocation reduction: {why}"
                 ),
             ))
         };
         if axis != ThreadAxis::InvocationX {
             return fail(format!(
-                "its terms are combined by subgroup shuffles, and only invocation.x is laid out \
-                 along subgroups on every driver (lavapipe gives each invocation.y its own); \
-                 bind it to invocation.x, not {} (or rfactor it first)",
+                "only invocation.x is laid out along subgroups on every driver (lavapipe gives \
+                 each invocation.y its own); bind it to invocation.x, not {} (or rfactor it \
+                 first)",
                 axis.name()
             ));
         }
         let extent = self.kernel.loop_(l).extent;
-        if !extent.is_power_of_two() || extent > MAX_SUBGROUP_LANES {
+        if !extent.is_power_of_two() || extent > MAX_REDUCTION_LANES {
             return fail(format!(
-                "a subgroup reduction spans a power of two of at most {MAX_SUBGROUP_LANES} \
-                 invocations, not {extent}"
+                "it spans a power of two of at most {MAX_REDUCTION_LANES} invocations, not \
+                 {extent}"
             ));
         }
         match self.kernel.loop_node(l) {

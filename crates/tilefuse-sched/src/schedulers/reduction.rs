@@ -24,7 +24,9 @@
 //! the scheduler lays it out.
 //!
 //! A reduction over several invocations is `rfactor`ed in place: partial
-//! results in workgroup memory, combined by every invocation into its own
+//! results in workgroup memory, folded there as a tree (the combining loop
+//! bound to invocation.x) when the reduction invocations are a power of two
+//! on that axis, else combined serially by every invocation into its own
 //! copy (an intermediate the row reuses) or by invocation 0 (a global
 //! result). Across workgroups, partials go to global memory and a second
 //! stage combines them.
@@ -127,16 +129,15 @@ pub(super) fn topology(fusion: &Fusion) -> Result<Topology, String> {
 
 /// Default params. The CPU device: one row per workgroup (rows run on
 /// threads), each reduced serially as SIMD lanes, intermediates kept per
-/// row. GPUs: inner reductions spread each row over one subgroup whose
-/// partials are shuffled together, recomputing rows rather than keeping
-/// them (no workgroup memory, no barrier), where the adapter has subgroups
-/// and rows are not too long; otherwise over invocations combining through
-/// workgroup memory. Loads are vec4. Outer reductions give each invocation
-/// columns (coalesced) and several invocations per column when columns
-/// alone would leave the GPU idle. A CPU Vulkan (lavapipe) pays for every
-/// barrier, so without subgroups it gets fewer, larger steps per
-/// invocation, within its per-invocation loop budget, and one dispatch per
-/// reduction rather than a persistent kernel.
+/// row. GPUs: inner reductions spread each row over up to 256 invocations
+/// whose partials fold as a tree in workgroup memory, in one persistent
+/// kernel, with vec4 loads. A CPU Vulkan (lavapipe) pays for every barrier:
+/// it gets one subgroup a row, partials shuffled together and rows
+/// recomputed (no workgroup memory, no barrier) where it has subgroups and
+/// rows are not too long; otherwise fewer, larger steps per invocation,
+/// within its per-invocation loop budget, and one dispatch per reduction.
+/// Outer reductions give each invocation columns (coalesced) and several
+/// invocations per column when columns alone would leave the GPU idle.
 pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionParams {
     let topo = topology(fusion).expect("can_schedule checked the fusion");
     let mut p = ReductionParams {
@@ -165,9 +166,26 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         let subgroup = device
             .subgroup_sizes
             .map_or(0, |(min, _)| u64::from(min).min(max));
-        // 4096x4096 on an H100 (subgroups of 32): softmax 0.22 ms this way,
-        // 0.36 with 256 invocations a row through workgroup memory;
-        // layernorm 0.20 and 1.9. lavapipe (8): softmax 42 ms and 80.
+        if !cpu_vulkan {
+            // Many invocations a row, their partials folded as a tree in
+            // workgroup memory, four unrolled steps each: softmax 4096x4096
+            // on an H100 in 0.056 ms with 256, 0.103 with one subgroup of 32
+            // and shuffles (layernorm: 0.055, 0.098; the same run).
+            let t = pow2_at_most(r / (4 * v)).clamp(1, max.min(256));
+            p.cross_invocation_inner_reduction = t > 1;
+            p.reduction_invocations = t as u32;
+            p.launch.workgroup_size = [t as u32, 1, 1];
+            if r / (t * v) >= 4 {
+                p.unroll_factor_reduction = 4;
+            }
+            // A persistent kernel keeps the exp / centred row on chip when
+            // it fits with room to spare (split tails pad it).
+            let fits = 4 * r <= u64::from(device.limits.max_workgroup_storage_bytes) / 4;
+            p.project_persistent_buffers = t == 1 || !fits;
+            return p;
+        }
+        // lavapipe (subgroups of 8), softmax 4096x4096: 42 ms with one
+        // subgroup a row and shuffles, 80 with 128 invocations a row.
         if subgroup >= 2 && r >= subgroup * v && r / (subgroup * v) <= 1024 {
             p.cross_invocation_inner_reduction = true;
             p.subgroup_inner_reduction = true;
@@ -179,18 +197,14 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
             }
             return p;
         }
-        let per_invocation = if cpu_vulkan { 32 } else { 4 };
-        let t = pow2_at_most(r / per_invocation).clamp(1, max.min(256));
+        let t = pow2_at_most(r / 32).clamp(1, max.min(256));
         p.cross_invocation_inner_reduction = t > 1;
         p.reduction_invocations = t as u32;
         p.launch.workgroup_size = [t as u32, 1, 1];
-        // lavapipe runs a softmax 2.3x faster as one dispatch per reduction
-        // than as one persistent kernel (measured at 4096x4096, BENCHMARKS.md).
-        p.persistent_kernel = !cpu_vulkan;
-        // A persistent kernel keeps the exp / centred row on chip when it
-        // fits with room to spare (split tails pad it).
-        let fits = 4 * r <= u64::from(device.limits.max_workgroup_storage_bytes) / 4;
-        p.project_persistent_buffers = t == 1 || !fits || !p.persistent_kernel;
+        // Without subgroups lavapipe runs a softmax 2.3x faster as one
+        // dispatch per reduction than as one persistent kernel (measured at
+        // 4096x4096, BENCHMARKS.md).
+        p.persistent_kernel = false;
     } else {
         let columns = topo.inner();
         let (x, y) = if cpu_vulkan {
@@ -807,8 +821,10 @@ fn reduction_domain(
                 .expect("live")
                 .last()
                 .expect("its loop");
-            if plan.subgroup {
-                // The invocations shuffle their partials together.
+            let tree = plan.red_axis == ThreadAxis::InvocationX && t.is_power_of_two();
+            if plan.subgroup || tree {
+                // Private partials are shuffled together, workgroup ones
+                // folded as a tree.
                 s.bind(over_lanes, plan.red_axis)
                     .map_err(|e| internal(&e))?;
             } else if !(under_row && temp) {
