@@ -145,9 +145,11 @@ class Schedule:
 
         A loop that carries a reduction (e.g. the combining loop ``rfactor``
         leaves) may be bound to ``invocation.x``: its terms are then
-        combined across invocations with subgroup shuffles. It must hold
-        only the reducing block, span the workgroup's x size (a power of
-        two), and fit in the device's smallest subgroup."""
+        combined across invocations, folded as a tree where they sit in a
+        workgroup buffer (``rfactor`` partials set to workgroup scope),
+        else with subgroup shuffles (which must fit in the device's
+        smallest subgroup). It must hold only the reducing block and span
+        the workgroup's x size, a power of two."""
         self._native.bind(self._loop(loop), axis)
 
     def parallel(self, loop: Loop) -> None:
