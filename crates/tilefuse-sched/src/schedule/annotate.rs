@@ -1,6 +1,7 @@
 //! Loop annotations: `bind`, `parallel`, `vectorize`, `unroll`. They say
 //! how a loop maps onto hardware and leave the sequential meaning alone,
-//! which is why a loop that carries a reduction may not run in parallel.
+//! which is why a loop that carries a reduction may not run in parallel
+//! (`bind` to invocations aside: it combines the terms itself).
 
 use super::{Instruction, Result, Schedule, ScheduleError};
 use crate::ir::{LoopId, LoopKind, Node, ThreadAxis};
@@ -20,7 +21,8 @@ impl Schedule {
     }
 
     /// Sets the kind of a serial loop; `reduction_ok` lets it carry a
-    /// reduction (unrolled copies run in order; a subgroup reduction).
+    /// reduction (unrolled copies run in order; a cross-invocation
+    /// reduction combines its terms itself).
     fn set_kind(
         &mut self,
         primitive: &'static str,
