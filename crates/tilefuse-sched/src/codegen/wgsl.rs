@@ -357,7 +357,7 @@ impl Gen<'_> {
                 CrossInvocation::Shuffles => lanes = lanes.max(lp.extent),
                 // The tree folds every lane's term; none may be missing
                 // (guards of the rows are kept by the update).
-                CrossInvocation::Tree(_) if self.lane_guarded(*l, b) => {
+                CrossInvocation::Tree if self.lane_guarded(*l, b) => {
                     return Err(ScheduleError::Codegen(format!(
                         "loop {} folds block {} in a tree, whose terms must all exist (a guard \
                          depends on the lane)",
@@ -365,7 +365,7 @@ impl Gen<'_> {
                         self.kernel.block(b).name
                     )));
                 }
-                CrossInvocation::Tree(_) => {}
+                CrossInvocation::Tree => {}
             }
         }
         Ok(lanes)
@@ -675,11 +675,11 @@ impl Gen<'_> {
             b.name,
             match how {
                 CrossInvocation::Shuffles => "with subgroup shuffles",
-                CrossInvocation::Tree(_) => "in a tree through workgroup memory",
+                CrossInvocation::Tree => "in a tree through workgroup memory",
             }
         ))];
         let result = match (how, &b.value) {
-            (CrossInvocation::Tree(_), ir::Expr::Load { buffer, indices }) => {
+            (CrossInvocation::Tree, ir::Expr::Load { buffer, indices }) => {
                 let lane = Var::Loop(l);
                 for half in halves {
                     let above: Vec<Index> = indices

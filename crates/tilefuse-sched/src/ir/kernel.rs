@@ -35,9 +35,9 @@ pub enum Scope {
 pub enum CrossInvocation {
     /// Each lane's term in its registers, combined by subgroup shuffles.
     Shuffles,
-    /// Each lane's term already in this workgroup buffer (the partials of
-    /// an `rfactor`), folded in place in halves, a barrier per step.
-    Tree(BufferId),
+    /// Each lane's term already in a workgroup buffer (the partials of an
+    /// `rfactor`), folded there in halves, a barrier per step.
+    Tree,
 }
 
 /// What a buffer is to the caller.
@@ -368,7 +368,7 @@ impl Kernel {
                 if self.buffer(*buffer).scope == Scope::Workgroup
                     && indices.iter().any(|ix| ix.mentions(lane)) =>
             {
-                CrossInvocation::Tree(*buffer)
+                CrossInvocation::Tree
             }
             _ => CrossInvocation::Shuffles,
         };

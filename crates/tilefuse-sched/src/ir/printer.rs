@@ -66,7 +66,7 @@ impl Kernel {
                         Some((_, CrossInvocation::Shuffles)) => {
                             format!("  # {} (subgroup reduction)", axis.name())
                         }
-                        Some((_, CrossInvocation::Tree(_))) => {
+                        Some((_, CrossInvocation::Tree)) => {
                             format!("  # {} (tree reduction)", axis.name())
                         }
                         None => format!("  # {}", axis.name()),
