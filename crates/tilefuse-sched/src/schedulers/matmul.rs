@@ -145,7 +145,6 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     p.tile_sizes.warp_tile = warp;
     p.tile_sizes.instruction_tile = instr;
     p.launch.workgroup_size = [cta.n / instr.n, cta.m / instr.m, 1];
-
     p.supported_vec_size.epilogue = [4u32, 2, 1]
         .into_iter()
         .find(|&v| instr.n.is_multiple_of(v) && n.is_multiple_of(u64::from(v)))

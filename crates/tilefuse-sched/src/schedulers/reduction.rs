@@ -19,9 +19,9 @@
 //! reduction times the rest along the rows. Inner reductions bind the
 //! reduction invocations to `invocation.x` and rows to `invocation.y`,
 //! outer ones the other way round (unless they use subgroups, below), so
-//! consecutive invocations read consecutive addresses. `rows_per_workgroup` is the product of the row
-//! factors. Only the invocation count of `launch.workgroup_size` is read;
-//! the scheduler lays it out.
+//! consecutive invocations read consecutive addresses. `rows_per_workgroup`
+//! is the product of the row factors. Only the invocation count of
+//! `launch.workgroup_size` is read; the scheduler lays it out.
 //!
 //! A reduction over several invocations is `rfactor`ed in place: partial
 //! results in workgroup memory, folded there as a tree (the combining loop
@@ -166,45 +166,33 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         let subgroup = device
             .subgroup_sizes
             .map_or(0, |(min, _)| u64::from(min).min(max));
-        if !cpu_vulkan {
-            // Many invocations a row, their partials folded as a tree in
-            // workgroup memory, four unrolled steps each: softmax 4096x4096
-            // on an H100 in 0.056 ms with 256, 0.103 with one subgroup of 32
-            // and shuffles (layernorm: 0.055, 0.098; the same run).
-            let t = pow2_at_most(r / (4 * v)).clamp(1, max.min(256));
-            p.cross_invocation_inner_reduction = t > 1;
-            p.reduction_invocations = t as u32;
-            p.launch.workgroup_size = [t as u32, 1, 1];
-            if r / (t * v) >= 4 {
-                p.unroll_factor_reduction = 4;
-            }
-            // A persistent kernel keeps the exp / centred row on chip when
-            // it fits with room to spare (split tails pad it).
-            let fits = 4 * r <= u64::from(device.limits.max_workgroup_storage_bytes) / 4;
-            p.project_persistent_buffers = t == 1 || !fits;
-            return p;
-        }
-        // lavapipe (subgroups of 8), softmax 4096x4096: 42 ms with one
-        // subgroup a row and shuffles, 80 with 128 invocations a row.
-        if subgroup >= 2 && r >= subgroup * v && r / (subgroup * v) <= 1024 {
-            p.cross_invocation_inner_reduction = true;
-            p.subgroup_inner_reduction = true;
-            p.compile.use_subgroups = true;
-            p.reduction_invocations = subgroup as u32;
-            p.launch.workgroup_size = [subgroup as u32, 1, 1];
-            if r / (subgroup * v) >= 8 {
-                p.unroll_factor_reduction = 4;
-            }
-            return p;
-        }
-        let t = pow2_at_most(r / 32).clamp(1, max.min(256));
+        // Discrete GPUs: many invocations a row, partials folded as a tree
+        // in workgroup memory, four unrolled steps each (softmax 4096x4096
+        // on an H100 in 0.056 ms with 256, 0.103 with one subgroup of 32 and
+        // shuffles; layernorm 0.055, 0.098; the same run). lavapipe: one
+        // subgroup a row, shuffled (softmax 42 ms, 80 with 128 invocations
+        // a row); without subgroups, a dispatch per reduction (a softmax ran
+        // 2.3x faster so than as one persistent kernel, BENCHMARKS.md).
+        let shuffles =
+            cpu_vulkan && subgroup >= 2 && r >= subgroup * v && r / (subgroup * v) <= 1024;
+        let (t, unroll_from) = match (cpu_vulkan, shuffles) {
+            (false, _) => (pow2_at_most(r / (4 * v)).clamp(1, max.min(256)), Some(4)),
+            (true, true) => (subgroup, Some(8)),
+            (true, false) => (pow2_at_most(r / 32).clamp(1, max.min(256)), None),
+        };
         p.cross_invocation_inner_reduction = t > 1;
+        p.subgroup_inner_reduction = shuffles;
+        p.compile.use_subgroups = shuffles;
         p.reduction_invocations = t as u32;
         p.launch.workgroup_size = [t as u32, 1, 1];
-        // Without subgroups lavapipe runs a softmax 2.3x faster as one
-        // dispatch per reduction than as one persistent kernel (measured at
-        // 4096x4096, BENCHMARKS.md).
-        p.persistent_kernel = false;
+        if unroll_from.is_some_and(|steps| r / (t * v) >= steps) {
+            p.unroll_factor_reduction = 4;
+        }
+        p.persistent_kernel = !cpu_vulkan || shuffles;
+        // A discrete GPU keeps the exp / centred row on chip when it fits
+        // with room to spare (split tails pad it); lavapipe recomputes it.
+        let fits = 4 * r <= u64::from(device.limits.max_workgroup_storage_bytes) / 4;
+        p.project_persistent_buffers = cpu_vulkan || t == 1 || !fits;
     } else {
         let columns = topo.inner();
         let (x, y) = if cpu_vulkan {
