@@ -162,34 +162,54 @@ def rfactor_bind(s: tf.Schedule) -> None:
             s.bind(outer, "workgroup.x")
 
 
-def compute_at_rows(s: tf.Schedule) -> None:
-    """Everything computed per row of the output, rows on workgroups."""
+def rows(s: tf.Schedule) -> tf.Loop | None:
+    """Everything computed per row of the output: the row loop, if any."""
     inline_all(s)
     *producers, out = s.get_blocks()
     row = s.get_loops(out)[0]
     if not _spatial(s, out, row):
-        return
+        return None
     for p in reversed(producers):
         s.compute_at(p, row)
-    s.bind(row, "workgroup.x")
+    return row
 
 
-def workgroup_staging(s: tf.Schedule) -> None:
-    """Rows per workgroup; the first block of a row reads its first input
-    through workgroup memory, loaded by 32 invocations."""
-    compute_at_rows(s)
-    first = s.get_blocks()[0]
-    row = s.get_loops(first)[0]
-    if row.kind != "workgroup.x":
-        return
-    copy = s.cache_read(first, s.fusion.inputs[0].name or "", "workgroup")
+def compute_at_rows(s: tf.Schedule) -> None:
+    """Everything computed per row of the output, rows on workgroups."""
+    row = rows(s)
+    if row is not None:
+        s.bind(row, "workgroup.x")
+
+
+def stage_first_input(s: tf.Schedule, row: tf.Loop) -> None:
+    """The first block under ``row`` reads its first input through
+    workgroup memory, loaded by 32 invocations."""
+    copy = s.cache_read(s.get_blocks()[0], s.fusion.inputs[0].name or "", "workgroup")
     s.compute_at(copy, row)
     _, inner = s.split(s.get_loops(copy)[-1], [None, 32])
     s.bind(inner, "invocation.x")
 
 
+def workgroup_staging(s: tf.Schedule) -> None:
+    """Rows per workgroup, their first input staged in workgroup memory."""
+    row = rows(s)
+    if row is not None:
+        s.bind(row, "workgroup.x")
+        stage_first_input(s, row)
+
+
+def pipelined_staging(s: tf.Schedule) -> None:
+    """Rows in order in one workgroup, their first input staged in three
+    rotating workgroup buffers, each row's copy one row ahead."""
+    row = rows(s)
+    if row is not None:
+        stage_first_input(s, row)
+        s.pipeline(row, stages=3, prefetch_gap=1)
+
+
 SCHEDULES: dict[str, Callable[[tf.Schedule], None]] = {
     "workgroup staging": workgroup_staging,
+    "pipelined staging": pipelined_staging,
     "rfactor+bind": rfactor_bind,
     "compute_at rows": compute_at_rows,
     "initial": lambda s: None,
@@ -274,6 +294,8 @@ def test_primitive_errors_name_the_problem(rng: np.random.Generator) -> None:
         (lambda: s.split(i, [5]), "less than the extent 24"),
         (lambda: s.unroll(j), "unroll: loop i1 has 500 iterations; at most 256"),
         (lambda: s.vectorize(i), "vectorize: loop i0 is not innermost"),
+        (lambda: s.pipeline(i, 1), "pipeline: stages must be between 2 and 8, got 1"),
+        (lambda: s.pipeline(i), "pipeline: the body of loop i0 does not start with a copy"),
         (lambda: s.fuse(i), "fuse: needs at least two loops"),
         (lambda: s.rfactor(i), "rfactor: loop i0 must drive a reduce iterator"),
         (lambda: s.compute_at("y", i), "compute_at: no block under loop i0 reads block y"),

@@ -320,6 +320,15 @@ def matmul_params(base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
         "cta_order": st.sampled_from(["row_major", "column_major"]),
         "grid_swizzle_factor": st.sampled_from([1, 2, 3]),
         "use_smem_epilogue": st.booleans(),
+        "circular_buffer_options": st.fixed_dictionaries(
+            {},
+            optional={
+                "smem_write": st.booleans(),
+                "smem_read": st.booleans(),
+                "stages": st.sampled_from([1, 2, 3, 4]),
+                "prefetch_gap": st.sampled_from([0, 1, 2, 3]),
+            },
+        ),
         "tiling_strategy": st.sampled_from(
             ["one_tile_per_workgroup", "distribute_tiles_across_workgroups"]
         ),

@@ -161,6 +161,16 @@ class Schedule:
     def unroll(self, loop: Loop) -> None:
         self._native.unroll(self._loop(loop))
 
+    def pipeline(self, loop: Loop, stages: int = 2, prefetch_gap: int = 1) -> None:
+        """Software-pipelines ``loop`` (nvFuser's circular buffering): the
+        copies at the front of its body (``cache_read`` blocks computed at
+        it) write into ``stages`` rotating buffers and run ``prefetch_gap``
+        iterations ahead of their use, a prologue filling the first
+        stages; a workgroup then needs one barrier per iteration instead of
+        two. Lowered after buffer realization; the sequential meaning is
+        unchanged, so it runs on the CPU device too."""
+        self._native.pipeline(self._loop(loop), stages, prefetch_gap)
+
     def rfactor(self, loop: Loop) -> Block:
         """Makes the reduction under ``loop`` spatial over it: a block
         ``B_rf`` reduces into a buffer with one partial result per

@@ -71,6 +71,9 @@ impl PySchedule {
             LoopKind::Parallel => "parallel".to_owned(),
             LoopKind::Vectorized => "vectorized".to_owned(),
             LoopKind::Unrolled => "unrolled".to_owned(),
+            LoopKind::Pipelined { stages, prefetch } => {
+                format!("pipelined(stages={stages}, prefetch_gap={prefetch})")
+            }
             LoopKind::Bound(axis) => axis.name().to_owned(),
         };
         Some((lp.name.clone(), lp.extent, kind))
@@ -129,6 +132,18 @@ impl PySchedule {
 
     fn unroll(&mut self, py: Python<'_>, loop_: u32) -> PyResult<()> {
         self.inner.unroll(LoopId(loop_)).or_raise(py)
+    }
+
+    fn pipeline(
+        &mut self,
+        py: Python<'_>,
+        loop_: u32,
+        stages: u32,
+        prefetch_gap: u32,
+    ) -> PyResult<()> {
+        self.inner
+            .pipeline(LoopId(loop_), stages, prefetch_gap)
+            .or_raise(py)
     }
 
     fn rfactor(&mut self, py: Python<'_>, loop_: u32) -> PyResult<u32> {

@@ -65,6 +65,14 @@ fn every_field_changes_the_kernel_and_keeps_the_result() {
             json!({"async_gmem_load_operands": true}),
             json!({"async_gmem_load_operands": true, "supported_vec_size": {"a": 1}}),
             json!({"async_gmem_load_operands": true, "supported_vec_size": {"b": 2}}),
+            json!({"async_gmem_load_operands": true,
+                   "circular_buffer_options": {"smem_write": true}}),
+            json!({"async_gmem_load_operands": true,
+                   "circular_buffer_options": {"smem_write": true, "stages": 3}}),
+            json!({"async_gmem_load_operands": true,
+                   "circular_buffer_options": {"smem_write": true, "prefetch_gap": 0}}),
+            json!({"async_gmem_load_operands": true,
+                   "circular_buffer_options": {"smem_read": true}}),
             json!({"supported_vec_size": {"epilogue": 1}}),
             json!({"cta_order": "column_major"}),
             json!({"grid_swizzle_factor": 2}),
@@ -115,6 +123,11 @@ fn unusable_params_name_the_field() {
         (
             json!({"circular_buffer_options": {"smem_read": true}}),
             "circular_buffer_options.smem_read",
+        ),
+        (
+            json!({"async_gmem_load_operands": true,
+                   "circular_buffer_options": {"smem_write": true, "stages": 1, "prefetch_gap": 0}}),
+            "circular_buffer_options.stages",
         ),
         (
             json!({"compile": {"use_subgroups": true}}),
@@ -171,4 +184,69 @@ fn heuristics_differ_by_device_kind() {
         !l.async_gmem_load_operands,
         "lavapipe reads operands from global memory"
     );
+}
+
+fn staged(cb: &Value) -> Value {
+    json!({"async_gmem_load_operands": true, "circular_buffer_options": cb})
+}
+
+/// Circular-buffered copies into workgroup memory: `stages` rotating
+/// buffers, the copy for k step `i + prefetch_gap` issued in step `i`, one
+/// barrier per k step (after the compute) where unpipelined staging has
+/// two (after the copies and after the compute).
+#[test]
+fn circular_buffers_rotate_and_need_one_barrier_per_step() {
+    let f = fusion("matmul_bias_relu");
+    let device = Device::cpu();
+    // Barriers after the last operand copy in the text: in the k loop.
+    let in_loop = |cb: Value| {
+        let src = wgsl(&f, &merged(&base(), &staged(&cb)), &device);
+        let tail = src.rsplit("// block a_wg\n").next().unwrap().to_owned();
+        (src, tail.matches("workgroupBarrier()").count())
+    };
+    let (plain, barriers) = in_loop(json!({}));
+    assert_eq!(barriers, 2, "{plain}");
+    assert!(plain.contains("array<f32, 128>"), "{plain}");
+    for (stages, gap) in [(2, 1), (3, 1), (2, 0), (4, 3)] {
+        let (src, barriers) =
+            in_loop(json!({"smem_write": true, "stages": stages, "prefetch_gap": gap}));
+        assert_eq!(barriers, 1, "{stages} stages, gap {gap}:\n{src}");
+        let tile = 128 * stages;
+        assert!(
+            src.contains(&format!("var<workgroup> b6_a_wg: array<f32, {tile}>")),
+            "{src}"
+        );
+        // The copy writes the stage `gap` steps ahead of the one read.
+        let stage = |ahead: u32| match ahead {
+            0 => format!("(l15 % {stages}u) * 128u)"),
+            a => format!("(({a}u + l15) % {stages}u) * 128u)"),
+        };
+        assert!(src.contains(&format!("b6_a_wg[(({}", stage(gap))), "{src}");
+        assert!(src.contains(&format!("b6_a_wg[(({}", stage(0))), "{src}");
+    }
+    // smem_read: two register buffers of each invocation's fragments.
+    let (src, _) = in_loop(json!({"smem_read": true}));
+    assert!(src.contains("var b8_a_wg_local: array<f32, 32>"), "{src}");
+}
+
+/// Circular buffering on every fixture and device: the copies fill
+/// rotating stages ahead of their use, and results stay right.
+#[test]
+fn circular_buffering_keeps_the_result() {
+    for device in devices() {
+        for (name, f) in matmul_fusions() {
+            for cb in [
+                json!({"smem_write": true, "stages": 2, "prefetch_gap": 1}),
+                json!({"smem_write": true, "stages": 3, "prefetch_gap": 1}),
+                json!({"smem_write": true, "stages": 2, "prefetch_gap": 0}),
+                json!({"smem_write": true, "stages": 4, "prefetch_gap": 3}),
+                json!({"smem_read": true}),
+                json!({"smem_write": true, "smem_read": true, "stages": 3, "prefetch_gap": 1}),
+            ] {
+                let p = merged(&base(), &staged(&cb));
+                run(&f, &p, &device)
+                    .unwrap_or_else(|e| panic!("{name} {cb} on {}: {e}", device.info().name));
+            }
+        }
+    }
 }

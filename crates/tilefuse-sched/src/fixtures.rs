@@ -4,7 +4,7 @@
 use tilefuse_ir::{BinaryOp, DType, Data, Fusion, ReduceOp, Tensor, UnaryOp};
 
 use crate::Schedule;
-use crate::ir::{IterKind, Scope, ThreadAxis};
+use crate::ir::{IterKind, LoopId, Scope, ThreadAxis};
 
 /// A named schedule recipe.
 pub type Recipe = (&'static str, fn(&mut Schedule));
@@ -287,51 +287,35 @@ fn rfactor_lanes(s: &mut Schedule, lanes: u64, subgroup: bool) {
 /// Each output row at a time: every other block is computed at the output
 /// block's outer loop (producers first), which is bound to workgroups.
 pub fn compute_at_rows(s: &mut Schedule) {
+    if let Some(row) = rows(s) {
+        s.bind(row, ThreadAxis::WorkgroupX).unwrap();
+    }
+}
+
+/// `compute_at rows` before the binding: the row loop, where it applies.
+fn rows(s: &mut Schedule) -> Option<LoopId> {
     inline_all(s);
     let blocks = s.get_blocks();
-    let Some((&out, producers)) = blocks.split_last() else {
-        return;
-    };
-    let Some(&row) = s.get_loops(out).unwrap().first() else {
-        return;
-    };
+    let (&out, producers) = blocks.split_last()?;
+    let &row = s.get_loops(out).unwrap().first()?;
     if s.kernel().block(out).iters[0].kind == IterKind::Reduce {
-        return; // an outer reduction has no row loop to share
+        return None; // an outer reduction has no row loop to share
     }
     for &p in producers.iter().rev() {
         s.compute_at(p, row).unwrap();
     }
-    s.bind(row, ThreadAxis::WorkgroupX).unwrap();
+    Some(row)
 }
 
 /// `compute_at rows`, then the first block of each row reads its first
 /// input through workgroup memory, loaded cooperatively by 32 invocations;
 /// and a matmul accumulates each output row in private memory.
 pub fn cache_stage(s: &mut Schedule) {
-    compute_at_rows(s);
-    let blocks = s.get_blocks();
-    let Some(&first) = blocks.first() else { return };
-    let Some(&row) = s.get_loops(first).unwrap().first() else {
+    let Some(row) = rows(s) else { return };
+    s.bind(row, ThreadAxis::WorkgroupX).unwrap();
+    if !stage_first_input(s, row) {
         return;
-    };
-    if !matches!(s.kernel().loop_(row).kind, crate::ir::LoopKind::Bound(_)) {
-        return; // compute_at_rows did not apply
     }
-    let mut loads = Vec::new();
-    s.kernel().block(first).value.loads(&mut loads);
-    let Some(input) = loads
-        .iter()
-        .map(|(b, _)| s.kernel().buffer(*b))
-        .find(|b| matches!(b.role, crate::ir::Role::Input(_)))
-        .map(|b| b.name.clone())
-    else {
-        return;
-    };
-    let copy = s.cache_read(first, &input, Scope::Workgroup).unwrap();
-    s.compute_at(copy, row).unwrap();
-    let inner = *s.get_loops(copy).unwrap().last().unwrap();
-    let parts = s.split(inner, &[None, Some(32)], None).unwrap();
-    s.bind(parts[1], ThreadAxis::InvocationX).unwrap();
     if let Some(mm) = s
         .get_blocks()
         .into_iter()
@@ -341,6 +325,40 @@ pub fn cache_stage(s: &mut Schedule) {
         let outer = s.get_loops(mm).unwrap()[1];
         s.reverse_compute_at(out, outer).unwrap();
     }
+}
+
+/// The rows of `compute_at rows` in one workgroup, in order, with the
+/// first block's input staged as in `cache_read workgroup` and pipelined
+/// over the rows: 3 rotating buffers, each row's copy one row ahead.
+pub fn pipelined_stage(s: &mut Schedule) {
+    if let Some(row) = rows(s)
+        && stage_first_input(s, row)
+    {
+        s.pipeline(row, 3, 1).unwrap();
+    }
+}
+
+/// Makes the first block under `row` read its first input through a
+/// workgroup copy computed at `row`, spread over 32 invocations; `false`
+/// where it reads no input.
+fn stage_first_input(s: &mut Schedule, row: LoopId) -> bool {
+    let first = s.kernel().blocks_under(row)[0];
+    let mut loads = Vec::new();
+    s.kernel().block(first).value.loads(&mut loads);
+    let Some(input) = loads
+        .iter()
+        .map(|(b, _)| s.kernel().buffer(*b))
+        .find(|b| matches!(b.role, crate::ir::Role::Input(_)))
+        .map(|b| b.name.clone())
+    else {
+        return false;
+    };
+    let copy = s.cache_read(first, &input, Scope::Workgroup).unwrap();
+    s.compute_at(copy, row).unwrap();
+    let inner = *s.get_loops(copy).unwrap().last().unwrap();
+    let parts = s.split(inner, &[None, Some(32)], None).unwrap();
+    s.bind(parts[1], ThreadAxis::InvocationX).unwrap();
+    true
 }
 
 /// Epilogue fusion: where the output block reads exactly one block of the
@@ -359,7 +377,7 @@ pub fn reverse_compute_at_epilogue(s: &mut Schedule) {
 }
 
 /// The hand schedules every fusion is tested with.
-pub fn recipes() -> [Recipe; 10] {
+pub fn recipes() -> [Recipe; 11] {
     [
         ("initial", |_| {}),
         ("inline", inline_all),
@@ -374,6 +392,7 @@ pub fn recipes() -> [Recipe; 10] {
         ("compute_at rows", compute_at_rows),
         ("reverse_compute_at epilogue", reverse_compute_at_epilogue),
         ("cache_read workgroup", cache_stage),
+        ("cache_read+pipeline", pipelined_stage),
     ]
 }
 

@@ -8,6 +8,7 @@ mod lower;
 mod realize;
 pub mod schedule;
 pub mod schedulers;
+mod software_pipeline;
 mod target;
 
 pub use lower::lower;

@@ -89,6 +89,7 @@ impl Lowering<'_> {
             shape: shape.to_vec(),
             scope: Scope::Global,
             role,
+            stages: None,
         });
         BufferId(self.kernel.buffers.len() as u32 - 1)
     }

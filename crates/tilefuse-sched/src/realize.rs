@@ -29,7 +29,9 @@ pub enum PrivateMemory {
     PerWorkgroup,
 }
 
-/// The kernel with its non-global buffers realized.
+/// The kernel with its non-global buffers realized, then its pipelined
+/// loops lowered (`software_pipeline`, which adds stages to the realized
+/// buffers).
 pub fn realize(kernel: &Kernel, private: PrivateMemory) -> Result<Kernel, ScheduleError> {
     let mut k = kernel.clone();
     for buffer in kernel.live_buffers() {
@@ -38,6 +40,7 @@ pub fn realize(kernel: &Kernel, private: PrivateMemory) -> Result<Kernel, Schedu
             realize_one(&mut k, buffer, scope, private)?;
         }
     }
+    crate::software_pipeline::inject(&mut k)?;
     Ok(k)
 }
 

@@ -288,3 +288,58 @@ fn rfactor_self_initializing_and_in_place() {
     let replayed = Schedule::replay_json(&f, &s.trace_json()).unwrap();
     assert_eq!(replayed.to_string(), text);
 }
+
+/// `pipeline` rotates the copies at the front of a loop's body; its
+/// preconditions are typed errors, and it replays from the trace.
+#[test]
+fn pipeline_preconditions_and_replay() {
+    let mut f = Fusion::new();
+    let x = f.input(&[8, 64], DType::F32, Some("x")).unwrap();
+    let y = f.unary(UnaryOp::Exp, x).unwrap();
+    f.set_name(y, "y").unwrap();
+    f.output(y).unwrap();
+    let mut s = Schedule::new(&f);
+    let y = s.get_block("y").unwrap();
+    let [row, col] = s.get_loops(y).unwrap()[..] else {
+        unreachable!("two loops")
+    };
+    let pre = |e: ScheduleError| match e {
+        ScheduleError::Precondition {
+            primitive: "pipeline",
+            message,
+        } => message,
+        e => panic!("not a pipeline precondition: {e}"),
+    };
+    let no_copy = pre(s.pipeline(row, 2, 1).unwrap_err());
+    assert!(no_copy.contains("does not start with a copy"), "{no_copy}");
+    assert!(no_copy.contains("y, a global buffer"), "{no_copy}");
+    let copy = s.cache_read(y, "x", Scope::Workgroup).unwrap();
+    s.compute_at(copy, row).unwrap();
+    s.bind(col, ThreadAxis::InvocationX).unwrap();
+    let copy_loop = s.get_loops(copy).unwrap()[1];
+    s.bind(copy_loop, ThreadAxis::InvocationX).unwrap();
+    for (stages, gap, why) in [
+        (1, 0, "stages must be between 2 and 8, got 1"),
+        (9, 1, "stages must be between 2 and 8, got 9"),
+        (2, 2, "prefetch_gap must be less than stages (2), got 2"),
+    ] {
+        let message = pre(s.pipeline(row, stages, gap).unwrap_err());
+        assert!(message.contains(why), "{message}");
+    }
+    s.pipeline(row, 3, 1).unwrap();
+    let text = s.to_string();
+    assert!(
+        text.contains("# pipelined: 3 stages, copies 1 ahead"),
+        "{text}"
+    );
+    let again = pre(s.pipeline(row, 3, 1).unwrap_err());
+    assert!(again.contains("already Pipelined"), "{again}");
+    let replayed = Schedule::replay_json(&f, &s.trace_json()).unwrap();
+    assert_eq!(replayed.to_string(), text);
+    // After realization the copy fills row + 1's stage, the prologue row 0's.
+    let k =
+        tilefuse_sched::realize(s.kernel(), tilefuse_sched::PrivateMemory::PerInvocation).unwrap();
+    let staged = k.buffers.iter().find(|b| b.name == "x_wg").unwrap();
+    assert_eq!(staged.shape, [3, 1, 64]);
+    assert_eq!(k.to_string().matches("block x_wg").count(), 2, "{k}");
+}

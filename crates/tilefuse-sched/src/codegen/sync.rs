@@ -9,11 +9,17 @@
 //! storage buffers: on a discrete GPU a storage barrier on workgroup-only
 //! traffic costs a device-memory fence per step. A barrier of one kind
 //! leaves accesses through the other kind pending for later siblings.
+//!
+//! A buffer with rotating stages (`software_pipeline`) is tracked per
+//! stage, relative to the current iteration of its pipelined loop: a copy
+//! into the stage `prefetch` iterations ahead does not conflict with the
+//! reads of this iteration's stage, nor (with enough stages) with the
+//! next iteration's.
 
 use std::collections::HashMap;
 
 use super::ast::Stmt;
-use crate::ir::{BufferId, Kernel, LoopKind, Node, Scope};
+use crate::ir::{Block, BufferId, Index, Kernel, LoopId, LoopKind, Node, Scope, Var};
 
 /// The barrier between two parts of a body: which memories it orders.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,26 +41,42 @@ impl Barrier {
     }
 }
 
-/// The shared buffers a subtree reads and writes, each with whether some
+/// A buffer, and for a staged one accessed within one iteration of its
+/// pipelined loop, the stage as an offset from that iteration's
+/// (`None`: any stage).
+type Place = (BufferId, Option<i64>);
+
+/// The shared places a subtree reads and writes, each with whether some
 /// access to it spreads over the workgroup's invocations (an access every
 /// invocation makes alike hands nothing to another).
 #[derive(Clone, Debug, Default)]
 struct Accesses {
-    reads: HashMap<BufferId, bool>,
-    writes: HashMap<BufferId, bool>,
+    reads: HashMap<Place, bool>,
+    writes: HashMap<Place, bool>,
+}
+
+/// The stage offset of an access to `buffer` at `indices` (over loops),
+/// unless the walk passed through its pipelined loop (`around`).
+fn stage(kernel: &Kernel, buffer: BufferId, indices: &[Index], around: &[LoopId]) -> Option<i64> {
+    let (l, _) = kernel.buffer(buffer).stages?;
+    let mut vars = Vec::new();
+    indices[0].vars(&mut vars);
+    (!around.contains(&l) && vars.iter().all(|&v| v == Var::Loop(l)))
+        .then(|| indices[0].eval(&|_| 0))
 }
 
 impl Accesses {
     fn of(kernel: &Kernel, node: &Node) -> Self {
         let mut a = Self::default();
-        a.add(kernel, node, false);
+        a.add(kernel, node, false, &mut Vec::new());
         a
     }
 
-    fn add(&mut self, kernel: &Kernel, node: &Node, spread: bool) {
-        let note = |map: &mut HashMap<BufferId, bool>, b: BufferId| {
+    fn add(&mut self, kernel: &Kernel, node: &Node, spread: bool, around: &mut Vec<LoopId>) {
+        let note = |map: &mut HashMap<Place, bool>, block: &Block, b: BufferId, ix: &[Index]| {
             if kernel.buffer(b).scope != Scope::Private {
-                *map.entry(b).or_default() |= spread;
+                let at = stage(kernel, b, &block.over_loops(ix), around);
+                *map.entry((b, at)).or_default() |= spread;
             }
         };
         match node {
@@ -62,15 +84,18 @@ impl Accesses {
                 let block = kernel.block(*b);
                 let mut loads = Vec::new();
                 block.value.loads(&mut loads);
-                for (buf, _) in loads {
-                    note(&mut self.reads, buf);
+                for (buf, ix) in loads {
+                    note(&mut self.reads, block, buf, ix);
                 }
-                note(&mut self.writes, block.buffer);
+                note(&mut self.writes, block, block.buffer, &block.indices);
             }
             Node::Loop(l, body) => {
                 let spread = spread
                     || matches!(kernel.loop_(*l).kind, LoopKind::Bound(a) if !a.is_workgroup());
-                body.iter().for_each(|n| self.add(kernel, n, spread));
+                around.push(*l);
+                body.iter()
+                    .for_each(|n| self.add(kernel, n, spread, around));
+                around.pop();
             }
         }
     }
@@ -78,7 +103,7 @@ impl Accesses {
     /// Forgets the accesses that `barrier` ordered; those through memory
     /// it did not order still need a barrier before a later conflict.
     fn ordered_by(&mut self, barrier: Barrier, kernel: &Kernel) {
-        let unordered = |b: &BufferId, _: &mut bool| match kernel.buffer(*b).scope {
+        let unordered = |(b, _): &Place, _: &mut bool| match kernel.buffer(*b).scope {
             Scope::Workgroup => !barrier.workgroup,
             Scope::Global => !barrier.storage,
             Scope::Private => false,
@@ -98,18 +123,37 @@ impl Accesses {
         }
     }
 
-    /// The barrier `next` needs after `self` has run: for every buffer one
+    /// The barrier `next` needs after `self` has run: for every place one
     /// side writes and the other reads or writes, where either side's
-    /// access spreads over invocations.
-    fn barrier_before(&self, next: &Self, kernel: &Kernel) -> Barrier {
+    /// access spreads over invocations. With `next_iteration_of`, `next`
+    /// runs in the following iteration of that loop (its stages one on).
+    fn barrier_before(
+        &self,
+        next: &Self,
+        kernel: &Kernel,
+        next_iteration_of: Option<LoopId>,
+    ) -> Barrier {
         let mut barrier = Barrier::default();
-        let conflict = |earlier: &HashMap<BufferId, bool>, later: &HashMap<BufferId, bool>| {
-            earlier
-                .iter()
-                .filter_map(|(b, &s)| later.get(b).map(|&t| (*b, s || t)))
-                .filter(|&(_, spread)| spread)
-                .map(|(b, _)| b)
-                .collect::<Vec<_>>()
+        let same = |(a, x): Place, (b, y): Place| {
+            a == b
+                && match (x, y, kernel.buffer(a).stages) {
+                    (Some(x), Some(y), Some((l, n))) => {
+                        let step = i64::from(next_iteration_of == Some(l));
+                        (x - y - step).rem_euclid(n as i64) == 0
+                    }
+                    _ => true,
+                }
+        };
+        let conflict = |earlier: &HashMap<Place, bool>, later: &HashMap<Place, bool>| {
+            let mut out = Vec::new();
+            for (&p, &s) in earlier {
+                for (&q, &t) in later {
+                    if (s || t) && same(p, q) {
+                        out.push(p.0);
+                    }
+                }
+            }
+            out
         };
         let mut conflicts = conflict(&self.writes, &next.reads);
         conflicts.extend(conflict(&self.writes, &next.writes));
@@ -136,7 +180,7 @@ fn scan(kernel: &Kernel, nodes: &[Node]) -> (Vec<Barrier>, Accesses) {
     let mut out = Vec::with_capacity(nodes.len());
     for n in nodes {
         let a = Accesses::of(kernel, n);
-        let b = since.barrier_before(&a, kernel);
+        let b = since.barrier_before(&a, kernel, None);
         since.ordered_by(b, kernel);
         since.extend(&a);
         out.push(b);
@@ -144,15 +188,15 @@ fn scan(kernel: &Kernel, nodes: &[Node]) -> (Vec<Barrier>, Accesses) {
     (out, since)
 }
 
-/// The barrier at the end of a loop body that holds barriers: the next
-/// iteration's accesses against those since the body's last barrier.
-pub(super) fn wrap_around(kernel: &Kernel, body: &[Node]) -> Barrier {
+/// The barrier at the end of loop `l`'s body: the next iteration's
+/// accesses against those since the body's last barrier.
+pub(super) fn wrap_around(kernel: &Kernel, l: LoopId, body: &[Node]) -> Barrier {
     let (_, tail) = scan(kernel, body);
     let mut all = Accesses::default();
     for n in body {
         all.extend(&Accesses::of(kernel, n));
     }
-    tail.barrier_before(&all, kernel)
+    tail.barrier_before(&all, kernel, Some(l))
 }
 
 /// Whether emitted statements hold a barrier, at any depth.

@@ -433,12 +433,14 @@ impl Gen<'_> {
         out
     }
 
-    /// One iteration of a loop's body, with the barrier its end needs when
-    /// it holds one at any depth (`sync::wrap_around`).
-    fn iteration(&self, body: &[Node], sizes: &[u64; 6]) -> Vec<Stmt> {
+    /// One iteration of loop `l`'s body, with the barrier its end needs
+    /// when it holds one at any depth, or when `l` is pipelined (its
+    /// copies hand data to later iterations) (`sync::wrap_around`).
+    fn iteration(&self, l: LoopId, body: &[Node], sizes: &[u64; 6]) -> Vec<Stmt> {
         let mut stmts = self.nodes(body, sizes);
-        if sync::holds_barrier(&stmts) {
-            stmts.extend(sync::wrap_around(self.kernel, body).stmts());
+        let pipelined = matches!(self.kernel.loop_(l).kind, LoopKind::Pipelined { .. });
+        if pipelined || sync::holds_barrier(&stmts) {
+            stmts.extend(sync::wrap_around(self.kernel, l, body).stmts());
         }
         stmts
     }
@@ -477,7 +479,9 @@ impl Gen<'_> {
                     }
                     // A loop of one iteration needs no loop (nor a barrier
                     // between iterations).
-                    LoopKind::Serial | LoopKind::Parallel if lp.extent == 1 => {
+                    LoopKind::Serial | LoopKind::Parallel | LoopKind::Pipelined { .. }
+                        if lp.extent == 1 =>
+                    {
                         let mut stmts = vec![Stmt::Let(var, Expr::raw("0u"))];
                         stmts.extend(self.nodes(body, sizes));
                         vec![Stmt::Scope(stmts)]
@@ -486,18 +490,21 @@ impl Gen<'_> {
                         .map(|k| {
                             let mut stmts =
                                 vec![Stmt::Let(var.clone(), Expr::raw(format!("{k}u")))];
-                            stmts.extend(self.iteration(body, sizes));
+                            stmts.extend(self.iteration(*l, body, sizes));
                             Stmt::Scope(stmts)
                         })
                         .collect(),
                     LoopKind::Vectorized if self.vec_loops.contains_key(l) => {
                         vec![self.vector_block(*l, self.vec_loops[l])]
                     }
-                    LoopKind::Serial | LoopKind::Parallel | LoopKind::Vectorized => {
+                    LoopKind::Serial
+                    | LoopKind::Parallel
+                    | LoopKind::Pipelined { .. }
+                    | LoopKind::Vectorized => {
                         vec![Stmt::For {
                             var,
                             end,
-                            body: self.iteration(body, sizes),
+                            body: self.iteration(*l, body, sizes),
                         }]
                     }
                 }

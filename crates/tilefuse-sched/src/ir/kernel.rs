@@ -57,6 +57,11 @@ pub struct Buffer {
     pub shape: Vec<u64>,
     pub scope: Scope,
     pub role: Role,
+    /// Set by software pipelining (`Schedule::pipeline`, lowered after
+    /// buffer realization): a leading dimension of `n` rotating stages
+    /// over the iterations of the loop, each access's stage a function of
+    /// that loop's variable.
+    pub stages: Option<(LoopId, u64)>,
 }
 
 impl Buffer {
@@ -133,6 +138,13 @@ pub enum LoopKind {
     Vectorized,
     Unrolled,
     Bound(ThreadAxis),
+    /// Serial, with the copies at the front of its body run
+    /// `prefetch` iterations ahead into `stages` rotating buffers
+    /// (`Schedule::pipeline`).
+    Pipelined {
+        stages: u32,
+        prefetch: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -62,6 +62,9 @@ impl Kernel {
                     LoopKind::Parallel => "  # parallel".into(),
                     LoopKind::Vectorized => "  # vectorized".into(),
                     LoopKind::Unrolled => "  # unrolled".into(),
+                    LoopKind::Pipelined { stages, prefetch } => {
+                        format!("  # pipelined: {stages} stages, copies {prefetch} ahead")
+                    }
                     LoopKind::Bound(axis) => match self.cross_invocation_reduction(*id) {
                         Some((_, CrossInvocation::Shuffles)) => {
                             format!("  # {} (subgroup reduction)", axis.name())

@@ -23,7 +23,7 @@ impl Schedule {
     /// Sets the kind of a serial loop; `reduction_ok` lets it carry a
     /// reduction (unrolled copies run in order; a cross-invocation
     /// reduction combines its terms itself).
-    fn set_kind(
+    pub(super) fn set_kind(
         &mut self,
         primitive: &'static str,
         l: LoopId,

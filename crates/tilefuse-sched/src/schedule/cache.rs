@@ -138,6 +138,7 @@ impl Schedule {
             shape: src.shape,
             scope,
             role: Role::Temp,
+            stages: None,
         });
         BufferId(self.kernel.buffers.len() as u32 - 1)
     }

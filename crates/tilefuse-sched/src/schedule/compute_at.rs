@@ -243,8 +243,10 @@ impl Schedule {
         })
     }
 
-    /// Every buffer `block` reads must be written before `l`'s nest runs
-    /// (or, for a consumer placed last under `l`, by a block under `l`).
+    /// Every buffer `block` reads must be written before `l`'s nest runs,
+    /// or within it before `l` by a block outside `l` (a copy of a copy:
+    /// each iteration of the loops around `l` has written it by then), or,
+    /// for a consumer placed last under `l`, by a block under `l`.
     fn check_inputs_ready(
         &self,
         primitive: &'static str,
@@ -254,7 +256,9 @@ impl Schedule {
     ) -> Result<()> {
         let target = self.root_of(l);
         let under = self.kernel.blocks_under(l);
-        for w in self.kernel.blocks_in_order() {
+        let order = self.kernel.blocks_in_order();
+        let first_under = order.iter().position(|b| under.contains(b));
+        for (at, &w) in order.iter().enumerate() {
             let writer = self.kernel.block(w);
             if w == block
                 || !self.kernel.block(block).reads(writer.buffer)
@@ -263,7 +267,9 @@ impl Schedule {
                 continue;
             }
             let root = self.root_index(w);
-            if root >= target {
+            let earlier_in_nest =
+                root == target && !under.contains(&w) && first_under.is_some_and(|f| at < f);
+            if root > target || (root == target && !earlier_in_nest) {
                 return Err(ScheduleError::pre(
                     primitive,
                     format!(

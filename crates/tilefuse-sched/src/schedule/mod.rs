@@ -8,12 +8,14 @@ mod compute_at;
 mod error;
 mod inline;
 mod loops;
+mod pipeline;
 mod rfactor;
 mod trace;
 
 use tilefuse_ir::Fusion;
 
 pub use error::ScheduleError;
+pub use pipeline::MAX_STAGES;
 pub use trace::Instruction;
 
 use crate::ir::{BlockId, Kernel, LoopId, Node};

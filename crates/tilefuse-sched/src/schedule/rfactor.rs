@@ -117,6 +117,7 @@ impl Schedule {
             shape: rf_shape.clone(),
             scope: Scope::Global,
             role: Role::Temp,
+            stages: None,
         });
         let rf = BufferId(self.kernel.buffers.len() as u32 - 1);
         let iter = |i: usize| Index::var(Var::Iter(i as u32));

@@ -40,6 +40,12 @@ pub enum Instruction {
         #[serde(rename = "loop")]
         loop_: LoopId,
     },
+    Pipeline {
+        #[serde(rename = "loop")]
+        loop_: LoopId,
+        stages: u32,
+        prefetch_gap: u32,
+    },
     Rfactor {
         #[serde(rename = "loop")]
         loop_: LoopId,
@@ -95,6 +101,11 @@ impl Schedule {
             Instruction::Parallel { loop_ } => self.parallel(*loop_),
             Instruction::Vectorize { loop_ } => self.vectorize(*loop_),
             Instruction::Unroll { loop_ } => self.unroll(*loop_),
+            Instruction::Pipeline {
+                loop_,
+                stages,
+                prefetch_gap,
+            } => self.pipeline(*loop_, *stages, *prefetch_gap),
             Instruction::Rfactor { loop_ } => self.rfactor(*loop_).map(drop),
             Instruction::DecomposeReduction { block, loop_ } => {
                 self.decompose_reduction(*block, *loop_).map(drop)

@@ -25,9 +25,15 @@
 //! CPU Vulkan). `splitk_factor` splits k across workgroups; a second stage
 //! sums the partial products and a third applies the epilogue.
 //!
-//! Not implemented, and rejected: circular buffering
-//! (`circular_buffer_options.smem_write` / `smem_read`; `stages` and
-//! `prefetch_gap` only matter with them) and subgroup operations
+//! Circular buffering (`Schedule::pipeline`) needs the staged operands:
+//! `circular_buffer_options.smem_write` gives the workgroup-memory copies
+//! `stages` rotating buffers, each filled `prefetch_gap` k steps ahead
+//! (one barrier per k step instead of two); `smem_read` copies each invocation's operand fragments of an
+//! instruction-tile k step from workgroup memory into registers one step
+//! ahead, in two register buffers. `stages` and `prefetch_gap` are
+//! ignored without `smem_write`.
+//!
+//! Not implemented, and rejected: subgroup operations
 //! (`compile.use_subgroups`). Ignored: `promote_prologue_smem_reuse` (WGSL
 //! declares each workgroup array on its own) and `compile.fast_math`.
 
@@ -175,12 +181,22 @@ fn plan(fusion: &Fusion, p: &MatmulParams, device: &DeviceInfo) -> Result<Plan, 
     }
     let cb = &p.circular_buffer_options;
     for (field, on) in [("smem_write", cb.smem_write), ("smem_read", cb.smem_read)] {
-        if on {
+        if on && !p.async_gmem_load_operands {
             return Err(err(
                 &format!("circular_buffer_options.{field}"),
-                "circular buffering is not implemented by this version's matmul scheduler",
+                "circular buffering pipelines the operands staged in workgroup memory; \
+                 set async_gmem_load_operands",
             ));
         }
+    }
+    if cb.smem_write && cb.stages < 2 {
+        return Err(err(
+            "circular_buffer_options.stages",
+            format!(
+                "a circular buffer needs at least 2 stages, got {}",
+                cb.stages
+            ),
+        ));
     }
     let t = &p.tile_sizes;
     let (cta, warp, instr) = (t.cta_tile, t.warp_tile, t.instruction_tile);
@@ -344,6 +360,7 @@ pub fn schedule_matmul(
     }
     if staged {
         stage_operands(&mut s, p, &plan, tiled, kp[0])?;
+        pipeline_operands(&mut s, p, tiled, kp[0], kp[2])?;
     }
     // Register tile: private accumulators, stored (with the epilogue) by
     // the invocation that owns them; placements come before the
@@ -547,6 +564,52 @@ fn stage_operands(
         cooperative(s, plan, copy, vec);
     }
     Ok(())
+}
+
+/// Circular buffering of the staged operands (see the module docs): the
+/// workgroup-memory copies over the k steps (`smem_write`), fragments
+/// copied into registers over the instruction-tile k steps (`smem_read`).
+fn pipeline_operands(
+    s: &mut Schedule,
+    p: &MatmulParams,
+    block: BlockId,
+    step: LoopId,
+    fragment_step: LoopId,
+) -> Result<(), ParamsError> {
+    let cb = &p.circular_buffer_options;
+    if cb.smem_read {
+        for name in staged_operands(s, block) {
+            let copy = s
+                .cache_read(block, &name, Scope::Private)
+                .map_err(|e| internal(&e))?;
+            s.compute_at(copy, fragment_step)
+                .map_err(|e| internal(&e))?;
+            for l in own_loops(s, copy) {
+                s.unroll(l).map_err(|e| internal(&e))?;
+            }
+        }
+        s.pipeline(fragment_step, 2, 1).map_err(|e| internal(&e))?;
+    }
+    if cb.smem_write {
+        s.pipeline(step, cb.stages, cb.prefetch_gap)
+            .map_err(|e| err("circular_buffer_options", e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// The workgroup-memory buffers `block` reads.
+fn staged_operands(s: &Schedule, block: BlockId) -> Vec<String> {
+    let k = s.kernel();
+    let mut loads = Vec::new();
+    k.block(block).value.loads(&mut loads);
+    let mut names: Vec<String> = loads
+        .iter()
+        .map(|(buf, _)| k.buffer(*buf))
+        .filter(|b| b.scope == Scope::Workgroup)
+        .map(|b| b.name.clone())
+        .collect();
+    names.dedup();
+    names
 }
 
 /// Spreads a copy block's loops over the workgroup's invocations, `vec`

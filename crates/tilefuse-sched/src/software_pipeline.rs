@@ -1,0 +1,256 @@
+//! Software pipelining, the lowering pass after buffer realization (TVM's
+//! `InjectSoftwarePipeline`, nvFuser's circular buffering). In a loop
+//! marked by `Schedule::pipeline`, the copies at the front of the body
+//! write into `stages` rotating copies of their (realized) buffers and run
+//! `prefetch` iterations ahead:
+//!
+//! ```text
+//! for p in range(prefetch):            # the prologue
+//!   copy(iteration p)          -> buf[p]
+//! for i in range(n):                   # pipelined
+//!   copy(iteration i + prefetch) -> buf[(i + prefetch) % stages]   (if i + prefetch < n)
+//!   use buf[i % stages]
+//! ```
+//!
+//! Realization has already sized each buffer to one iteration, so the
+//! stage is a new leading dimension. The barrier pass (`codegen::sync`)
+//! reads the stages: accesses to different stages never conflict, so one
+//! barrier per iteration (at its end) orders both each copy before its use
+//! and each use before the copy that overwrites its stage; unpipelined, a
+//! workgroup needs two (after the copies, and after their use).
+
+use std::collections::{HashMap, HashSet};
+
+use crate::ir::{BlockId, BufferId, Expr, Index, Kernel, LoopId, LoopKind, Node, Scope, Var};
+use crate::schedule::ScheduleError;
+
+/// Blocks under `node`, in order.
+fn blocks_of(node: &Node, out: &mut Vec<BlockId>) {
+    match node {
+        Node::Block(b) => out.push(*b),
+        Node::Loop(_, body) => body.iter().for_each(|n| blocks_of(n, out)),
+    }
+}
+
+/// How many of loop `l`'s leading children are copies that can run ahead
+/// of the rest of its body: nests of blocks that do not reduce, write
+/// workgroup- or private-scope buffers that only blocks under `l` use, no
+/// later sibling writes and some later sibling reads, and read nothing a
+/// block under `l` writes. Otherwise, why there are none (or nothing
+/// after them).
+pub(crate) fn copies_ahead(k: &Kernel, l: LoopId) -> Result<usize, String> {
+    let Some(Node::Loop(_, body)) = k.loop_node(l) else {
+        unreachable!("a live loop")
+    };
+    let name = &k.loop_(l).name;
+    let under: HashSet<BlockId> = k.blocks_under(l).into_iter().collect();
+    let written: HashSet<BufferId> = under.iter().map(|&b| k.block(b).buffer).collect();
+    let mut used_outside = HashSet::new();
+    for b in k
+        .blocks_in_order()
+        .into_iter()
+        .filter(|b| !under.contains(b))
+    {
+        let block = k.block(b);
+        used_outside.insert(block.buffer);
+        let mut loads = Vec::new();
+        block.value.loads(&mut loads);
+        used_outside.extend(loads.into_iter().map(|(buf, _)| buf));
+    }
+    let nested: Vec<Vec<BlockId>> = body
+        .iter()
+        .map(|n| {
+            let mut out = Vec::new();
+            blocks_of(n, &mut out);
+            out
+        })
+        .collect();
+    let why_not = |i: usize| -> Option<String> {
+        nested[i].iter().find_map(|&b| {
+            let block = k.block(b);
+            let buf = k.buffer(block.buffer);
+            let later = || nested[i + 1..].iter().flatten().map(|&x| k.block(x));
+            let mut loads = Vec::new();
+            block.value.loads(&mut loads);
+            let reads_written = loads.iter().find(|(x, _)| written.contains(x));
+            if block.reduce.is_some() {
+                Some(format!("block {} reduces", block.name))
+            } else if buf.scope == Scope::Global {
+                Some(format!(
+                    "block {} writes {}, a global buffer",
+                    block.name, buf.name
+                ))
+            } else if used_outside.contains(&block.buffer) {
+                Some(format!("{} is also used outside loop {name}", buf.name))
+            } else if let Some((x, _)) = reads_written {
+                Some(format!(
+                    "block {} reads {}, which loop {name} writes",
+                    block.name,
+                    k.buffer(*x).name
+                ))
+            } else if later().any(|x| x.buffer == block.buffer) {
+                Some(format!("{} is written again later in the loop", buf.name))
+            } else if !later().any(|x| x.reads(block.buffer)) {
+                Some(format!("nothing later in the loop reads {}", buf.name))
+            } else {
+                None
+            }
+        })
+    };
+    let count = (0..body.len())
+        .position(|i| why_not(i).is_some())
+        .unwrap_or(body.len());
+    match count {
+        0 => Err(format!(
+            "the body of loop {name} does not start with a copy to pipeline: {}",
+            why_not(0).expect("not a copy")
+        )),
+        n if n == body.len() => Err(format!(
+            "loop {name} holds only copies; nothing in it uses them"
+        )),
+        n => Ok(n),
+    }
+}
+
+/// Lowers every pipelined loop of a realized kernel (see the module docs).
+pub fn inject(k: &mut Kernel) -> Result<(), ScheduleError> {
+    let pipelined: Vec<(LoopId, u64, u64)> = (0..k.loops.len())
+        .map(|i| LoopId(i as u32))
+        .filter(|&l| k.loop_node(l).is_some())
+        .filter_map(|l| match k.loop_(l).kind {
+            LoopKind::Pipelined { stages, prefetch } => {
+                Some((l, u64::from(stages), u64::from(prefetch)))
+            }
+            _ => None,
+        })
+        .collect();
+    for (l, stages, prefetch) in pipelined {
+        inject_one(k, l, stages, prefetch)?;
+    }
+    Ok(())
+}
+
+fn inject_one(k: &mut Kernel, l: LoopId, stages: u64, prefetch: u64) -> Result<(), ScheduleError> {
+    let n = copies_ahead(k, l).map_err(ScheduleError::Codegen)?;
+    let Some(Node::Loop(_, body)) = k.loop_node(l).cloned() else {
+        unreachable!("a live loop")
+    };
+    let mut copies = Vec::new();
+    body[..n].iter().for_each(|c| blocks_of(c, &mut copies));
+    let mut staged: Vec<BufferId> = copies.iter().map(|&b| k.block(b).buffer).collect();
+    staged.sort();
+    staged.dedup();
+    let extent = k.loop_(l).extent;
+    let var = Index::var(Var::Loop(l));
+    // The prologue, cloned from the copies before they move ahead: its
+    // iteration p fills stage p.
+    if prefetch > 0 {
+        let p = k.new_loop(
+            format!("{}_prologue", k.loop_(l).name),
+            prefetch.min(extent),
+        );
+        let mut fresh = HashMap::from([(l, p)]);
+        let nest: Vec<Node> = body[..n]
+            .iter()
+            .map(|c| clone_nest(k, c, &mut fresh))
+            .collect();
+        let mut cloned = Vec::new();
+        nest.iter().for_each(|c| blocks_of(c, &mut cloned));
+        for b in cloned {
+            with_stage(k, b, &staged, &Index::var(Var::Loop(p)));
+        }
+        let prologue = Node::Loop(p, nest);
+        if let Some(at) = k
+            .body
+            .iter()
+            .position(|n| matches!(n, Node::Loop(x, _) if *x == l))
+        {
+            // Each root nest is a dispatch of its own: one loop of one
+            // iteration keeps the prologue in the loop's.
+            let whole = k.new_loop(format!("{}_pipeline", k.loop_(l).name), 1);
+            let main = k.body.remove(at);
+            k.body.insert(at, Node::Loop(whole, vec![prologue, main]));
+        } else {
+            let (siblings, at) = k.find_loop_mut(l).expect("live");
+            siblings.insert(at, prologue);
+        }
+    }
+    let ahead = var.clone() + Index::Const(prefetch as i64);
+    for &b in &copies {
+        let block = k.block_mut(b);
+        let shift = |v: Var| (v == Var::Loop(l)).then(|| ahead.clone());
+        subst_block(block, &shift);
+        if prefetch > 0 {
+            block.predicates.push((ahead.clone(), extent));
+        }
+        with_stage(
+            k,
+            b,
+            &staged,
+            &Index::Mod(Box::new(ahead.clone()), stages as i64),
+        );
+    }
+    let current = Index::Mod(Box::new(var), stages as i64);
+    for b in k.blocks_under(l) {
+        if !copies.contains(&b) {
+            with_stage(k, b, &staged, &current);
+        }
+    }
+    for buf in staged {
+        let buffer = &mut k.buffers[buf.0 as usize];
+        buffer.shape.insert(0, stages);
+        buffer.stages = Some((l, stages));
+    }
+    Ok(())
+}
+
+/// Substitutes loop variables everywhere in a block.
+fn subst_block(block: &mut crate::ir::Block, f: &impl Fn(Var) -> Option<Index>) {
+    for ix in block
+        .bindings
+        .iter_mut()
+        .chain(block.indices.iter_mut())
+        .chain(block.predicates.iter_mut().map(|(p, _)| p))
+    {
+        *ix = ix.subst(f);
+    }
+    block.value = block.value.subst(f);
+}
+
+/// Prepends `stage` to block `b`'s accesses of the staged buffers.
+fn with_stage(k: &mut Kernel, b: BlockId, staged: &[BufferId], stage: &Index) {
+    let block = k.block_mut(b);
+    if staged.contains(&block.buffer) {
+        block.indices.insert(0, stage.clone());
+    }
+    block.value = block.value.map_loads(&mut |buffer, indices| {
+        let mut indices = indices.to_vec();
+        if staged.contains(&buffer) {
+            indices.insert(0, stage.clone());
+        }
+        Expr::Load { buffer, indices }
+    });
+}
+
+/// A copy of a nest with fresh loops and blocks; `fresh` maps old loops to
+/// new ones (seeded with the replacements of loops around the nest).
+fn clone_nest(k: &mut Kernel, node: &Node, fresh: &mut HashMap<LoopId, LoopId>) -> Node {
+    match node {
+        Node::Loop(old, body) => {
+            let lp = k.loop_(*old).clone();
+            let new = k.new_loop(lp.name, lp.extent);
+            k.loop_mut(new).kind = lp.kind;
+            fresh.insert(*old, new);
+            Node::Loop(new, body.iter().map(|n| clone_nest(k, n, fresh)).collect())
+        }
+        Node::Block(b) => {
+            let mut block = k.block(*b).clone();
+            subst_block(&mut block, &|v| match v {
+                Var::Loop(l) => fresh.get(&l).map(|&n| Index::var(Var::Loop(n))),
+                Var::Iter(_) => None,
+            });
+            k.blocks.push(block);
+            Node::Block(BlockId(k.blocks.len() as u32 - 1))
+        }
+    }
+}
