@@ -7,7 +7,7 @@ Takes one of `benches/run.py`'s cases, asks the default heuristics for its
 params on the device, then varies the fields that shape the kernel over a
 small grid (reduction: invocations a row, tree or subgroup shuffles,
 unrolled steps, persistence; matmul: register and workgroup tiles, k step,
-operand staging). Every variant is checked against float64 numpy before it
+operand staging, circular buffering). Every variant is checked against float64 numpy before it
 is timed (`Kernel.benchmark`: medians, after its GPU warm-up); rejected
 params are counted, not timed. Prints the fastest variants as ratios to the
 default, measured in the same run.
@@ -48,13 +48,36 @@ def reduction_grid() -> Iterator[dict[str, Any]]:
         }
 
 
+def circular(stages: int, gap: int, smem_read: bool = False) -> dict[str, Any]:
+    return {
+        "async_gmem_load_operands": True,
+        "circular_buffer_options": {
+            "smem_write": True,
+            "stages": stages,
+            "prefetch_gap": gap,
+            "smem_read": smem_read,
+        },
+    }
+
+
+# Operands from global memory, staged in workgroup memory, and staged in
+# rotating buffers filled ahead.
+STAGING: list[dict[str, Any]] = [
+    {"async_gmem_load_operands": False},
+    {"async_gmem_load_operands": True},
+    circular(2, 1),
+    circular(3, 2),
+    circular(3, 1, smem_read=True),
+]
+
+
 def matmul_grid() -> Iterator[dict[str, Any]]:
-    """Register tile, workgroup tile and k step, operands staged or not."""
-    for (im, in_), (cm, cn), k, staged in itertools.product(
+    """Register tile, workgroup tile and k step, operand staging."""
+    for (im, in_), (cm, cn), k, staging in itertools.product(
         [(4, 4), (8, 4), (4, 8), (8, 8)],
         [(32, 32), (64, 64), (64, 128), (128, 128)],
         [8, 16, 32],
-        [False, True],
+        STAGING,
     ):
         yield {
             "tile_sizes": {
@@ -63,7 +86,7 @@ def matmul_grid() -> Iterator[dict[str, Any]]:
                 "instruction_tile": {"m": im, "n": in_, "k": 4},
             },
             "launch": {"workgroup_size": [cn // in_, cm // im, 1]},
-            "async_gmem_load_operands": staged,
+            **staging,
         }
 
 
