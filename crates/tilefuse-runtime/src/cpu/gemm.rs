@@ -63,7 +63,11 @@ fn update_avx512(p: &mut Panel<'_>) {
 
 /// Rows `r0..r0 + R` in blocks of 32 columns, written with intrinsics
 /// (LLVM leaves a 32-wide array loop scalar), the last columns by the
-/// portable path.
+/// portable path. The k loop runs on raw pointers: a bounds check per
+/// access there costs about as many instructions as the FMAs, and this
+/// loop is limited by how many instructions a cycle the core issues
+/// (1024^3 on a 2-core AVX-512 Xeon: 14.2–16.1 ms with checks, see
+/// BENCHMARKS.md for without).
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[cfg(target_arch = "x86_64")]
 fn blocks_avx512<const R: usize>(p: &mut Panel<'_>, r0: usize) {
@@ -72,29 +76,41 @@ fn blocks_avx512<const R: usize>(p: &mut Panel<'_>, r0: usize) {
     };
     const L: usize = 32;
     let full = p.n / L * L;
+    if full > 0 && p.k > 0 {
+        // Every access below lies within these bounds.
+        let last_row = r0 + R - 1;
+        assert!(
+            last_row * p.a_row + (p.k - 1) * p.a_k < p.a.len(),
+            "A panel"
+        );
+        assert!((p.k - 1) * p.b_k + full <= p.b.len(), "B panel");
+        assert!(last_row * p.c_row + full <= p.c.len(), "C panel");
+    }
+    let (a, b, c) = (p.a.as_ptr(), p.b.as_ptr(), p.c.as_mut_ptr());
     for j0 in (0..full).step_by(L) {
-        // SAFETY (loads and stores): each access is a bounds-checked slice
-        // of 16 elements, which the unaligned load or store reads or writes.
-        let load = |v: &[f32]| unsafe { _mm512_loadu_ps(v[..16].as_ptr()) };
-        let mut acc: [[__m512; 2]; R] = std::array::from_fn(|r| {
-            let row = &p.c[(r0 + r) * p.c_row + j0..];
-            [load(row), load(&row[16..])]
-        });
-        for kk in 0..p.k {
-            let b = &p.b[kk * p.b_k + j0..];
-            let (b0, b1) = (load(b), load(&b[16..]));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let a = _mm512_set1_ps(p.a[(r0 + r) * p.a_row + kk * p.a_k]);
-                acc[0] = _mm512_fmadd_ps(a, b0, acc[0]);
-                acc[1] = _mm512_fmadd_ps(a, b1, acc[1]);
+        // SAFETY: the asserts above bound every offset: rows below r0 + R,
+        // columns below `full`, steps below k.
+        unsafe {
+            let mut acc: [[__m512; 2]; R] = std::array::from_fn(|r| {
+                let row = c.add((r0 + r) * p.c_row + j0);
+                [_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(16))]
+            });
+            let (mut a_k, mut b_k) = (a.add(r0 * p.a_row), b.add(j0));
+            for _ in 0..p.k {
+                let (b0, b1) = (_mm512_loadu_ps(b_k), _mm512_loadu_ps(b_k.add(16)));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let a = _mm512_set1_ps(*a_k.add(r * p.a_row));
+                    acc[0] = _mm512_fmadd_ps(a, b0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(a, b1, acc[1]);
+                }
+                // Past the last step these point beyond the panel, unread.
+                a_k = a_k.wrapping_add(p.a_k);
+                b_k = b_k.wrapping_add(p.b_k);
             }
-        }
-        for (r, acc) in acc.iter().enumerate() {
-            let row = &mut p.c[(r0 + r) * p.c_row + j0..];
-            // SAFETY: see the loads.
-            unsafe {
-                _mm512_storeu_ps(row[..16].as_mut_ptr(), acc[0]);
-                _mm512_storeu_ps(row[16..32].as_mut_ptr(), acc[1]);
+            for (r, acc) in acc.iter().enumerate() {
+                let row = c.add((r0 + r) * p.c_row + j0);
+                _mm512_storeu_ps(row, acc[0]);
+                _mm512_storeu_ps(row.add(16), acc[1]);
             }
         }
     }
