@@ -151,6 +151,12 @@ fn unusable_params_name_the_field() {
     let staged = json!({"async_gmem_load_operands": true, "use_smem_epilogue": true});
     let err = schedule(&f, &merged(&base(), &staged), &small).unwrap_err();
     assert_eq!(err.path, "tile_sizes.cta_tile", "{err}");
+    // 16×8 + 8×16 floats a stage fit in 1024 bytes once, not in 3 stages.
+    small.limits.max_workgroup_storage_bytes = 1024;
+    let circular = json!({"smem_write": true, "stages": 3});
+    let err = schedule(&f, &merged(&base(), &staged(&circular)), &small).unwrap_err();
+    assert_eq!(err.path, "circular_buffer_options.stages", "{err}");
+    assert!(err.to_string().contains("3072 bytes"), "{err}");
     let mut narrow = info;
     narrow.limits.max_workgroup_size = [256, 2, 64];
     let flat = json!({"launch": {"workgroup_size": [16, 1, 1]}});

@@ -420,13 +420,21 @@ pub fn schedule_matmul(
     for b in later {
         flat(&mut s, &plan, b);
     }
-    check_wgsl_limits(
-        &s,
-        device,
+    let storage = if p.circular_buffer_options.smem_write {
+        Fix(
+            "circular_buffer_options.stages",
+            "each stage holds the staged operand tiles; use fewer stages or smaller workgroup tiles",
+        )
+    } else {
         Fix(
             "tile_sizes.cta_tile",
             "use smaller workgroup tiles or async_gmem_load_operands = false",
-        ),
+        )
+    };
+    check_wgsl_limits(
+        &s,
+        device,
+        storage,
         Fix(
             "tile_sizes.instruction_tile",
             "give each invocation fewer k steps (a larger instruction_tile.k, or splitk_factor)",
