@@ -148,8 +148,8 @@ fn unusable_params_name_the_field() {
     }
     let mut small = info.clone();
     small.limits.max_workgroup_storage_bytes = 1024;
-    let staged = json!({"async_gmem_load_operands": true, "use_smem_epilogue": true});
-    let err = schedule(&f, &merged(&base(), &staged), &small).unwrap_err();
+    let staged_epilogue = json!({"async_gmem_load_operands": true, "use_smem_epilogue": true});
+    let err = schedule(&f, &merged(&base(), &staged_epilogue), &small).unwrap_err();
     assert_eq!(err.path, "tile_sizes.cta_tile", "{err}");
     // 16×8 + 8×16 floats a stage fit in 1024 bytes once, not in 3 stages.
     small.limits.max_workgroup_storage_bytes = 1024;
