@@ -71,8 +71,13 @@ impl PySchedule {
             LoopKind::Parallel => "parallel".to_owned(),
             LoopKind::Vectorized => "vectorized".to_owned(),
             LoopKind::Unrolled => "unrolled".to_owned(),
-            LoopKind::Pipelined { stages, prefetch } => {
-                format!("pipelined(stages={stages}, prefetch_gap={prefetch})")
+            LoopKind::Pipelined {
+                stages,
+                prefetch,
+                unrolled,
+            } => {
+                let unrolled = if unrolled { ", unrolled" } else { "" };
+                format!("pipelined(stages={stages}, prefetch_gap={prefetch}{unrolled})")
             }
             LoopKind::Bound(axis) => axis.name().to_owned(),
         };

@@ -230,9 +230,16 @@ fn circular_buffers_rotate_and_need_one_barrier_per_step() {
         assert!(src.contains(&format!("b6_a_wg[(({}", stage(gap))), "{src}");
         assert!(src.contains(&format!("b6_a_wg[(({}", stage(0))), "{src}");
     }
-    // smem_read: two register buffers of each invocation's fragments.
+    // smem_read: two register buffers of each invocation's fragments,
+    // their steps unrolled (constant stage indices keep them registers).
     let (src, _) = in_loop(json!({"smem_read": true}));
     assert!(src.contains("var b8_a_wg_local: array<f32, 32>"), "{src}");
+    let p = merged(&base(), &staged(&json!({"smem_read": true})));
+    let text = schedule(&f, &p, &device.info()).unwrap().to_string();
+    assert!(
+        text.contains("# pipelined: 2 stages, copies 1 ahead, unrolled"),
+        "{text}"
+    );
 }
 
 /// Circular buffering on every fixture and device: the copies fill

@@ -118,9 +118,9 @@ pub fn inject(k: &mut Kernel) -> Result<(), ScheduleError> {
         .map(|i| LoopId(i as u32))
         .filter(|&l| k.loop_node(l).is_some())
         .filter_map(|l| match k.loop_(l).kind {
-            LoopKind::Pipelined { stages, prefetch } => {
-                Some((l, u64::from(stages), u64::from(prefetch)))
-            }
+            LoopKind::Pipelined {
+                stages, prefetch, ..
+            } => Some((l, u64::from(stages), u64::from(prefetch))),
             _ => None,
         })
         .collect();

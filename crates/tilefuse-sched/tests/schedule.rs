@@ -334,6 +334,16 @@ fn pipeline_preconditions_and_replay() {
     );
     let again = pre(s.pipeline(row, 3, 1).unwrap_err());
     assert!(again.contains("already Pipelined"), "{again}");
+    // Unrolled (before or after), each stage index is a constant.
+    s.unroll(row).unwrap();
+    let text = s.to_string();
+    assert!(text.contains("copies 1 ahead, unrolled"), "{text}");
+    let wgsl = tilefuse_sched::codegen::generate(s.kernel())
+        .unwrap()
+        .source;
+    let row_var = format!("l{}", row.0);
+    assert!(!wgsl.contains(&format!("for (var {row_var} ")), "{wgsl}");
+    assert!(wgsl.contains(&format!("let {row_var} = 7u;")), "{wgsl}");
     let replayed = Schedule::replay_json(&f, &s.trace_json()).unwrap();
     assert_eq!(replayed.to_string(), text);
     // After realization the copy fills row + 1's stage, the prologue row 0's.

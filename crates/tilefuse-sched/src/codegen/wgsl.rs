@@ -404,7 +404,9 @@ impl Gen<'_> {
         match lp.kind {
             LoopKind::Bound(_) => inner,
             LoopKind::Vectorized if self.vec_loops.contains_key(l) => 0,
-            LoopKind::Unrolled => lp.extent.saturating_mul(inner),
+            LoopKind::Unrolled | LoopKind::Pipelined { unrolled: true, .. } => {
+                lp.extent.saturating_mul(inner)
+            }
             _ if lp.extent == 1 => inner,
             _ => lp.extent.saturating_mul(1 + inner),
         }
@@ -486,7 +488,8 @@ impl Gen<'_> {
                         stmts.extend(self.nodes(body, sizes));
                         vec![Stmt::Scope(stmts)]
                     }
-                    LoopKind::Unrolled => (0..lp.extent)
+                    LoopKind::Unrolled | LoopKind::Pipelined { unrolled: true, .. } => (0..lp
+                        .extent)
                         .map(|k| {
                             let mut stmts =
                                 vec![Stmt::Let(var.clone(), Expr::raw(format!("{k}u")))];

@@ -138,12 +138,14 @@ pub enum LoopKind {
     Vectorized,
     Unrolled,
     Bound(ThreadAxis),
-    /// Serial, with the copies at the front of its body run
-    /// `prefetch` iterations ahead into `stages` rotating buffers
-    /// (`Schedule::pipeline`).
+    /// Serial (or `unrolled`), with the copies at the front of its body
+    /// run `prefetch` iterations ahead into `stages` rotating buffers
+    /// (`Schedule::pipeline`). Unrolled, each stage index is a constant:
+    /// private stages then stay in registers.
     Pipelined {
         stages: u32,
         prefetch: u32,
+        unrolled: bool,
     },
 }
 

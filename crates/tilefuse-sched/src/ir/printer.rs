@@ -62,8 +62,13 @@ impl Kernel {
                     LoopKind::Parallel => "  # parallel".into(),
                     LoopKind::Vectorized => "  # vectorized".into(),
                     LoopKind::Unrolled => "  # unrolled".into(),
-                    LoopKind::Pipelined { stages, prefetch } => {
-                        format!("  # pipelined: {stages} stages, copies {prefetch} ahead")
+                    LoopKind::Pipelined {
+                        stages,
+                        prefetch,
+                        unrolled,
+                    } => {
+                        let unrolled = if unrolled { ", unrolled" } else { "" };
+                        format!("  # pipelined: {stages} stages, copies {prefetch} ahead{unrolled}")
                     }
                     LoopKind::Bound(axis) => match self.cross_invocation_reduction(*id) {
                         Some((_, CrossInvocation::Shuffles)) => {

@@ -149,7 +149,8 @@ impl Schedule {
 
     /// Emits `l` once per iteration, without a loop.
     ///
-    /// Preconditions: `l` is serial with an extent of at most [`MAX_UNROLL`].
+    /// Preconditions: `l` is serial or pipelined, with an extent of at most
+    /// [`MAX_UNROLL`].
     pub fn unroll(&mut self, l: LoopId) -> Result<()> {
         const P: &str = "unroll";
         self.check_loop(l)?;
@@ -163,7 +164,20 @@ impl Schedule {
                 ),
             ));
         }
-        self.annotate(P, l, LoopKind::Unrolled)?;
+        match self.kernel.loop_(l).kind {
+            LoopKind::Pipelined {
+                stages,
+                prefetch,
+                unrolled: false,
+            } => {
+                self.kernel.loop_mut(l).kind = LoopKind::Pipelined {
+                    stages,
+                    prefetch,
+                    unrolled: true,
+                };
+            }
+            _ => self.annotate(P, l, LoopKind::Unrolled)?,
+        }
         self.record(Instruction::Unroll { loop_: l });
         Ok(())
     }

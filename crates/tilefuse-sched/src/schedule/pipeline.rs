@@ -19,8 +19,8 @@ impl Schedule {
     /// come before its data is used, and a workgroup needs one barrier per
     /// iteration instead of two.
     ///
-    /// Preconditions: `l` is serial (it may carry a reduction: its
-    /// iterations keep their order); `2 ≤ stages ≤ MAX_STAGES`,
+    /// Preconditions: `l` is serial or unrolled (it may carry a reduction:
+    /// its iterations keep their order); `2 ≤ stages ≤ MAX_STAGES`,
     /// `prefetch_gap < stages`; its body starts with one or more copy
     /// nests and has more after them. A copy nest's blocks do not reduce,
     /// write workgroup- or private-scope buffers that only blocks under
@@ -46,11 +46,17 @@ impl Schedule {
         }
         crate::software_pipeline::copies_ahead(&self.kernel, l)
             .map_err(|why| ScheduleError::pre(P, why))?;
+        let unrolled = self.kernel.loop_(l).kind == LoopKind::Unrolled;
         let kind = LoopKind::Pipelined {
             stages,
             prefetch: prefetch_gap,
+            unrolled,
         };
-        self.set_kind(P, l, kind, true)?;
+        if unrolled {
+            self.kernel.loop_mut(l).kind = kind;
+        } else {
+            self.set_kind(P, l, kind, true)?;
+        }
         self.record(Instruction::Pipeline {
             loop_: l,
             stages,

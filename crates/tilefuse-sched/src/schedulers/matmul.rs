@@ -28,10 +28,11 @@
 //! Circular buffering (`Schedule::pipeline`) needs the staged operands:
 //! `circular_buffer_options.smem_write` gives the workgroup-memory copies
 //! `stages` rotating buffers, each filled `prefetch_gap` k steps ahead
-//! (one barrier per k step instead of two); `smem_read` copies each invocation's operand fragments of an
-//! instruction-tile k step from workgroup memory into registers one step
-//! ahead, in two register buffers. `stages` and `prefetch_gap` are
-//! ignored without `smem_write`.
+//! (one barrier per k step instead of two); `smem_read` copies each
+//! invocation's operand fragments of an instruction-tile k step from
+//! workgroup memory into registers one step ahead, in two register buffers
+//! (those steps unrolled, up to 16, so the buffers stay registers).
+//! `stages` and `prefetch_gap` are ignored without `smem_write`.
 //!
 //! Not implemented, and rejected: subgroup operations
 //! (`compile.use_subgroups`). Ignored: `promote_prologue_smem_reuse` (WGSL
@@ -609,6 +610,11 @@ fn pipeline_operands(
             }
         }
         s.pipeline(fragment_step, 2, 1).map_err(|e| internal(&e))?;
+        // Unrolled, each step's register buffer is a constant index: a
+        // GPU compiler keeps the fragments in registers, not local memory.
+        if s.kernel().loop_(fragment_step).extent <= MAX_UNROLLED_FRAGMENT_STEPS {
+            s.unroll(fragment_step).map_err(|e| internal(&e))?;
+        }
     }
     if cb.smem_write {
         s.pipeline(step, cb.stages, cb.prefetch_gap)
@@ -616,6 +622,10 @@ fn pipeline_operands(
     }
     Ok(())
 }
+
+/// The most instruction-tile k steps a workgroup k step unrolls with
+/// `smem_read` (each holds a fragment copy and a register tile's FMAs).
+const MAX_UNROLLED_FRAGMENT_STEPS: u64 = 16;
 
 /// The workgroup-memory buffers `block` reads.
 fn staged_operands(s: &Schedule, block: BlockId) -> Vec<String> {
