@@ -205,6 +205,7 @@ def pipelined_staging(s: tf.Schedule) -> None:
     if row is not None:
         stage_first_input(s, row)
         s.pipeline(row, stages=3, prefetch_gap=1)
+        assert row.kind == "pipelined: 3 stages, copies 1 ahead"
 
 
 SCHEDULES: dict[str, Callable[[tf.Schedule], None]] = {

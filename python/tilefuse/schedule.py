@@ -78,8 +78,9 @@ class Loop:
 
     @property
     def kind(self) -> str:
-        """``serial``, ``parallel``, ``vectorized``, ``unrolled`` or a thread
-        axis such as ``workgroup.x``."""
+        """``serial``, ``parallel``, ``vectorized``, ``unrolled``, a thread
+        axis such as ``workgroup.x``, or for a pipelined loop e.g.
+        ``pipelined: 3 stages, copies 1 ahead``."""
         return self._info()[2]
 
     def __repr__(self) -> str:

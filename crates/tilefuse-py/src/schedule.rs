@@ -6,7 +6,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use tilefuse::Device;
-use tilefuse::sched::ir::{BlockId, LoopId, LoopKind, Role, Scope, ThreadAxis};
+use tilefuse::sched::ir::{BlockId, LoopId, Role, Scope, ThreadAxis};
 use tilefuse::{Fusion, Kernel, Schedule, ScheduleError};
 
 use crate::arrays::{to_numpy, to_tensors};
@@ -63,25 +63,11 @@ impl PySchedule {
     }
 
     /// `(name, extent, kind)` of a loop; kind is `serial`, `parallel`,
-    /// `vectorized`, `unrolled` or a thread axis such as `workgroup.x`.
+    /// `vectorized`, `unrolled`, a thread axis such as `workgroup.x`, or
+    /// `pipelined: ...` (`LoopKind::describe`).
     fn loop_info(&self, l: u32) -> Option<(String, u64, String)> {
         let lp = self.inner.kernel().loops.get(l as usize)?;
-        let kind = match lp.kind {
-            LoopKind::Serial => "serial".to_owned(),
-            LoopKind::Parallel => "parallel".to_owned(),
-            LoopKind::Vectorized => "vectorized".to_owned(),
-            LoopKind::Unrolled => "unrolled".to_owned(),
-            LoopKind::Pipelined {
-                stages,
-                prefetch,
-                unrolled,
-            } => {
-                let unrolled = if unrolled { ", unrolled" } else { "" };
-                format!("pipelined(stages={stages}, prefetch_gap={prefetch}{unrolled})")
-            }
-            LoopKind::Bound(axis) => axis.name().to_owned(),
-        };
-        Some((lp.name.clone(), lp.extent, kind))
+        Some((lp.name.clone(), lp.extent, lp.kind.describe()))
     }
 
     #[pyo3(signature = (loop_, factors, names=None))]

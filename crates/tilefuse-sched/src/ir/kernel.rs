@@ -149,6 +149,28 @@ pub enum LoopKind {
     },
 }
 
+impl LoopKind {
+    /// In words, as printed: `serial`, `unrolled`, `workgroup.x`,
+    /// `pipelined: 3 stages, copies 1 ahead, unrolled`, ...
+    pub fn describe(self) -> String {
+        match self {
+            LoopKind::Serial => "serial".into(),
+            LoopKind::Parallel => "parallel".into(),
+            LoopKind::Vectorized => "vectorized".into(),
+            LoopKind::Unrolled => "unrolled".into(),
+            LoopKind::Bound(axis) => axis.name().into(),
+            LoopKind::Pipelined {
+                stages,
+                prefetch,
+                unrolled,
+            } => {
+                let unrolled = if unrolled { ", unrolled" } else { "" };
+                format!("pipelined: {stages} stages, copies {prefetch} ahead{unrolled}")
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Loop {
     pub name: String,

@@ -59,17 +59,6 @@ impl Kernel {
                 let l = self.loop_(*id);
                 let note = match l.kind {
                     LoopKind::Serial => String::new(),
-                    LoopKind::Parallel => "  # parallel".into(),
-                    LoopKind::Vectorized => "  # vectorized".into(),
-                    LoopKind::Unrolled => "  # unrolled".into(),
-                    LoopKind::Pipelined {
-                        stages,
-                        prefetch,
-                        unrolled,
-                    } => {
-                        let unrolled = if unrolled { ", unrolled" } else { "" };
-                        format!("  # pipelined: {stages} stages, copies {prefetch} ahead{unrolled}")
-                    }
                     LoopKind::Bound(axis) => match self.cross_invocation_reduction(*id) {
                         Some((_, CrossInvocation::Shuffles)) => {
                             format!("  # {} (subgroup reduction)", axis.name())
@@ -79,6 +68,7 @@ impl Kernel {
                         }
                         None => format!("  # {}", axis.name()),
                     },
+                    kind => format!("  # {}", kind.describe()),
                 };
                 let _ = writeln!(out, "{pad}for {} in range({}):{note}", l.name, l.extent);
                 for child in body {
