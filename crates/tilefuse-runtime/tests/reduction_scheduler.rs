@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{check_fields, device_kinds, devices, merged, merged_value, run};
+use common::{check_fields, device_kinds, devices, merged, merged_value, run, wgsl};
 use serde_json::{Value, json};
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, ParamsStruct, ReductionParams};
@@ -258,7 +258,7 @@ fn subgroup_reductions_match_the_reference() {
         }
     }
     let recomputed = merged(&inner, &json!({"project_persistent_buffers": true}));
-    let source = common::wgsl(&fusion("softmax"), &recomputed, &gpu);
+    let source = wgsl(&fusion("softmax"), &recomputed, &gpu);
     assert!(source.contains("subgroupShuffleXor"), "{source}");
     assert!(
         !source.contains("Barrier") && !source.contains("var<workgroup>"),
@@ -329,4 +329,25 @@ fn heuristics_differ_by_device_kind() {
         unreachable!("a reduction")
     };
     assert!(!p.subgroup_inner_reduction && !p.persistent_kernel, "{p:?}");
+}
+
+/// Without subgroups, outer reductions fold their partials as a tree along
+/// invocation.y (the reduction invocations' axis) instead of every
+/// invocation reading them all.
+#[test]
+fn outer_partials_fold_as_a_tree_along_y() {
+    let f = fusion("softmax_outer");
+    let p = merged(
+        &outer_base(),
+        &json!({"cross_invocation_outer_reduction": true, "reduction_invocations": 4,
+                "launch": {"workgroup_size": [32, 1, 1]}}),
+    );
+    let src = wgsl(&f, &p, &Device::cpu());
+    assert!(
+        src.contains("if (lid.y < 2u)") && src.contains("if (lid.y < 1u)"),
+        "{src}"
+    );
+    for device in devices() {
+        run(&f, &p, &device).unwrap_or_else(|e| panic!("{}: {e}", device.info().name));
+    }
 }

@@ -183,7 +183,7 @@ fn binding_a_reduction_loop_reduces_across_a_subgroup() {
         &mut s.clone(),
         k,
         ThreadAxis::WorkgroupX,
-        "only invocation.x",
+        "bind it to an invocation axis, not workgroup.x",
     );
     fails(
         &mut s.clone(),
@@ -242,6 +242,29 @@ fn binding_a_reduction_loop_reduces_across_a_subgroup() {
     assert_eq!(
         wgsl.stages.iter().map(|st| st.subgroup_lanes).max(),
         Some(0)
+    );
+
+    // A tree needs no subgroup layout: it folds on any invocation axis.
+    let mut y = Schedule::new(&f);
+    let k = y.get_loops(m).unwrap()[1];
+    let parts = y.split(k, &[None, Some(4)], None).unwrap();
+    y.reorder(&[parts[1], parts[0]]).unwrap();
+    let partials = y.rfactor(parts[1]).unwrap();
+    y.set_scope(partials, Scope::Workgroup).unwrap();
+    y.bind(parts[1], ThreadAxis::InvocationY).unwrap();
+    let combine = y.get_block("op_1").unwrap();
+    let combine = *y.get_loops(combine).unwrap().last().unwrap();
+    y.bind(combine, ThreadAxis::InvocationY).unwrap();
+    assert!(
+        y.to_string().contains("# invocation.y (tree reduction)"),
+        "{y}"
+    );
+    let src = tilefuse_sched::codegen::generate(y.kernel())
+        .unwrap()
+        .source;
+    assert!(
+        src.contains("if (lid.y < 2u)") && src.contains("if (lid.y == 0u)"),
+        "{src}"
     );
 }
 

@@ -460,11 +460,12 @@ impl Gen<'_> {
                         let source = if axis.is_workgroup() { "wg" } else { "lid" };
                         let comp = ["x", "y", "z"][axis.dim()];
                         if let Some((b, how)) = self.kernel.cross_invocation_reduction(*l) {
-                            // `bind` and `subgroup_lanes` checked that the
-                            // loop spans invocation.x.
+                            // `subgroup_lanes` checked that the loop spans
+                            // its axis (invocation.x for shuffles, `bind`).
+                            let lane = format!("lid.{comp}");
                             return vec![Stmt::Scope(vec![
-                                Stmt::Let(var, Expr::raw("lid.x")),
-                                self.cross_invocation_block(*l, b, how),
+                                Stmt::Let(var, Expr::raw(lane.clone())),
+                                self.cross_invocation_block(*l, b, how, &lane),
                             ])];
                         }
                         let inner = self.nodes(body, sizes);
@@ -673,7 +674,13 @@ impl Gen<'_> {
     /// step, until lane 0's term holds all. The update then runs as lane
     /// 0's (the iterators rebound with the loop at 0) — by lane 0 alone when
     /// other invocations share the target.
-    fn cross_invocation_block(&self, l: LoopId, id: BlockId, how: CrossInvocation) -> Stmt {
+    fn cross_invocation_block(
+        &self,
+        l: LoopId,
+        id: BlockId,
+        how: CrossInvocation,
+        lane: &str,
+    ) -> Stmt {
         let b = &self.localized(id);
         let op = b.reduce.expect("a reducing block");
         let dtype = self.kernel.buffer(b.buffer).dtype;
@@ -690,20 +697,21 @@ impl Gen<'_> {
         ))];
         let result = match (how, &b.value) {
             (CrossInvocation::Tree, ir::Expr::Load { buffer, indices }) => {
-                let lane = Var::Loop(l);
+                let lane_var = Var::Loop(l);
                 for half in halves {
                     let above: Vec<Index> = indices
                         .iter()
                         .map(|ix| {
                             ix.subst(&|v| {
-                                (v == lane).then(|| Index::var(lane) + Index::Const(half as i64))
+                                (v == lane_var)
+                                    .then(|| Index::var(lane_var) + Index::Const(half as i64))
                             })
                         })
                         .collect();
                     let mine = self.element(*buffer, indices);
                     let theirs = self.element(*buffer, &above);
                     stmts.push(Stmt::If(
-                        Expr::bin("<", Expr::raw("lid.x"), Expr::raw(format!("{half}u"))),
+                        Expr::bin("<", Expr::raw(lane), Expr::raw(format!("{half}u"))),
                         vec![Stmt::Assign(mine.clone(), combine(op, mine, theirs))],
                     ));
                     stmts.push(Stmt::Call("workgroupBarrier".into()));
@@ -742,7 +750,7 @@ impl Gen<'_> {
             stmts.push(Stmt::Scope(first_lane));
         } else {
             stmts.push(Stmt::If(
-                Expr::bin("==", Expr::raw("lid.x"), Expr::raw("0u")),
+                Expr::bin("==", Expr::raw(lane), Expr::raw("0u")),
                 first_lane,
             ));
         }

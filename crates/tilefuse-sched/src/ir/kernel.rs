@@ -398,8 +398,16 @@ impl Kernel {
         let [Node::Block(b)] = body[..] else {
             return None;
         };
+        Some((b, self.combining(l, b)?))
+    }
+
+    /// How loop `l`, which carries block `b`'s reduction, combines its
+    /// terms once bound to invocations: a tree where each lane's term is
+    /// its entry of a workgroup buffer, else shuffles. `None` when `l`
+    /// carries no reduction of `b`.
+    pub fn combining(&self, l: LoopId, b: BlockId) -> Option<CrossInvocation> {
         let lane = Var::Iter(self.carried_iter(l, b)? as u32);
-        let how = match &self.block(b).value {
+        Some(match &self.block(b).value {
             Expr::Load { buffer, indices }
                 if self.buffer(*buffer).scope == Scope::Workgroup
                     && indices.iter().any(|ix| ix.mentions(lane)) =>
@@ -407,8 +415,7 @@ impl Kernel {
                 CrossInvocation::Tree
             }
             _ => CrossInvocation::Shuffles,
-        };
-        Some((b, how))
+        })
     }
 
     /// The reduce iterator of block `b` whose reduction loop `l` carries:

@@ -4,7 +4,7 @@
 //! (`bind` to invocations aside: it combines the terms itself).
 
 use super::{Instruction, Result, Schedule, ScheduleError};
-use crate::ir::{LoopId, LoopKind, Node, ThreadAxis};
+use crate::ir::{CrossInvocation, LoopId, LoopKind, Node, ThreadAxis};
 
 /// Unrolled loops are emitted once per iteration; past this the shader
 /// grows more than it gains.
@@ -55,16 +55,17 @@ impl Schedule {
     /// Binds `l` to a GPU thread axis: each workgroup (or invocation) runs
     /// one iteration. On the CPU, workgroup loops run in parallel.
     ///
-    /// A loop that carries a reduction may be bound to `invocation.x`
+    /// A loop that carries a reduction may be bound to an invocation axis
     /// (TVM's cross-thread reduction): each invocation computes one term.
     /// When the terms are the lanes' entries of a workgroup buffer (the
     /// partials of an `rfactor` set to workgroup scope) they are folded
-    /// there as a tree, a barrier per halving; otherwise they are combined
-    /// with subgroup shuffles, no workgroup memory or barrier, and the loop
-    /// must fit in the device's smallest subgroup at build time. Its extent
-    /// must be a power of two of at most [`MAX_REDUCTION_LANES`], it must
-    /// hold only the reducing block, and at build time it must span the
-    /// workgroup's x size.
+    /// there as a tree, a barrier per halving, on any invocation axis;
+    /// otherwise they are combined with subgroup shuffles, no workgroup
+    /// memory or barrier, on `invocation.x` only, and the loop must fit in
+    /// the device's smallest subgroup at build time. Its extent must be a
+    /// power of two of at most [`MAX_REDUCTION_LANES`], it must hold only
+    /// the reducing block, and at build time it must span the workgroup's
+    /// size along its axis.
     ///
     /// Preconditions: `l` is serial and carries no reduction unless as
     /// above; no loop around or inside it is bound to the same axis; a
@@ -200,11 +201,30 @@ impl Schedule {
                 ),
             ))
         };
-        if axis != ThreadAxis::InvocationX {
+        if axis.is_workgroup() {
             return fail(format!(
-                "only invocation.x is laid out along subgroups on every driver (lavapipe gives \
-                 each invocation.y its own); bind it to invocation.x, not {} (or rfactor it \
-                 first)",
+                "workgroups cannot combine terms; bind it to an invocation axis, not {} (or \
+                 rfactor it first)",
+                axis.name()
+            ));
+        }
+        let Some(Node::Loop(_, body)) = self.kernel.loop_node(l) else {
+            unreachable!("a live loop")
+        };
+        let [Node::Block(b)] = body[..] else {
+            return fail(
+                "it must hold only the reducing block (rfactor the rest of the reduction \
+                 out first)"
+                    .into(),
+            );
+        };
+        let shuffled = self.kernel.combining(l, b) == Some(CrossInvocation::Shuffles);
+        if shuffled && axis != ThreadAxis::InvocationX {
+            return fail(format!(
+                "its terms would be combined with subgroup shuffles, and only invocation.x is \
+                 laid out along subgroups on every driver (lavapipe gives each invocation.y its \
+                 own); bind it to invocation.x, not {} (or rfactor it into workgroup memory \
+                 first, for a tree)",
                 axis.name()
             ));
         }
@@ -215,13 +235,6 @@ impl Schedule {
                  {extent}"
             ));
         }
-        match self.kernel.loop_node(l) {
-            Some(Node::Loop(_, body)) if matches!(body[..], [Node::Block(_)]) => Ok(()),
-            _ => fail(
-                "it must hold only the reducing block (rfactor the rest of the reduction \
-                 out first)"
-                    .into(),
-            ),
-        }
+        Ok(())
     }
 }

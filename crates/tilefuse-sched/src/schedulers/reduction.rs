@@ -25,10 +25,10 @@
 //!
 //! A reduction over several invocations is `rfactor`ed in place: partial
 //! results in workgroup memory, folded there as a tree (the combining loop
-//! bound to invocation.x) when the reduction invocations are a power of two
-//! on that axis, else combined serially by every invocation into its own
-//! copy (an intermediate the row reuses) or by invocation 0 (a global
-//! result). Across workgroups, partials go to global memory and a second
+//! bound to the reduction invocations' axis) when the reduction
+//! invocations are a power of two, else combined serially by every
+//! invocation into its own copy (an intermediate the row reuses) or by
+//! invocation 0 (a global result). Across workgroups, partials go to global memory and a second
 //! stage combines them.
 //!
 //! `persistent_kernel` computes every block at the row loop of the last
@@ -809,7 +809,7 @@ fn reduction_domain(
                 .expect("live")
                 .last()
                 .expect("its loop");
-            let tree = plan.red_axis == ThreadAxis::InvocationX && t.is_power_of_two();
+            let tree = t.is_power_of_two();
             if plan.subgroup || tree {
                 // Private partials are shuffled together, workgroup ones
                 // folded as a tree.
