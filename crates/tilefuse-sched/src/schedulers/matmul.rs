@@ -404,7 +404,10 @@ pub fn schedule_matmul(
         .decompose_reduction(tiled, kp[0])
         .map_err(|e| internal(&e))?;
     bind_invocations(&mut s, invocation_loops);
-    for (block, vec) in [(init, 1), (store, p.supported_vec_size.epilogue)] {
+    // The accumulators start in vec4 steps where the register tile's
+    // columns allow (a quarter of the statements).
+    let init_vec = if instr.n.is_multiple_of(4) { 4 } else { 1 };
+    for (block, vec) in [(init, init_vec), (store, p.supported_vec_size.epilogue)] {
         let (rows, cols) = if k_outside {
             // A block over the workgroup tile: each invocation takes its
             // own register tile, as in the matmul block.
