@@ -329,8 +329,8 @@ impl Gen<'_> {
     }
 
     /// The lanes of the widest subgroup reduction in `node` (0 for none).
-    /// Each must span invocation.x, since every lane takes part in the
-    /// shuffles.
+    /// Every cross-invocation reduction must span its axis (invocation.x
+    /// for shuffles), since every lane takes part.
     fn subgroup_lanes(&self, node: &Node, sizes: &[u64; 6]) -> Result<u64, ScheduleError> {
         let Node::Loop(l, body) = node else {
             return Ok(0);
