@@ -44,7 +44,7 @@ use tilefuse_params::{CtaOrder, GemmTile, MatmulParams, ParamsError, TilingStrat
 use super::launch::{
     Fix, bind_capped, check_index_type, check_wgsl_limits, check_workgroup, err, fuse,
 };
-use crate::ir::{BlockId, IterKind, LoopId, Role, Scope, ThreadAxis};
+use crate::ir::{BlockId, Buffer, IterKind, LoopId, Role, Scope, ThreadAxis};
 use crate::{DeviceInfo, Schedule, ScheduleError};
 
 /// `Ok` when `fusion` is one matmul with a pointwise prologue / epilogue
@@ -567,16 +567,7 @@ fn stage_operands(
     block: BlockId,
     step: LoopId,
 ) -> Result<(), ParamsError> {
-    let k = s.kernel();
-    let mut loads = Vec::new();
-    k.block(block).value.loads(&mut loads);
-    let mut operands: Vec<String> = Vec::new();
-    for (buf, _) in loads {
-        let b = k.buffer(buf);
-        if matches!(b.role, Role::Input(_)) && !operands.contains(&b.name) {
-            operands.push(b.name.clone());
-        }
-    }
+    let operands = buffers_read(s, block, |b| matches!(b.role, Role::Input(_)));
     for (name, vec) in operands
         .iter()
         .zip([p.supported_vec_size.a, p.supported_vec_size.b])
@@ -602,7 +593,7 @@ fn pipeline_operands(
 ) -> Result<(), ParamsError> {
     let cb = &p.circular_buffer_options;
     if cb.smem_read {
-        for name in staged_operands(s, block) {
+        for name in buffers_read(s, block, |b| b.scope == Scope::Workgroup) {
             let copy = s
                 .cache_read(block, &name, Scope::Private)
                 .map_err(|e| internal(&e))?;
@@ -630,18 +621,19 @@ fn pipeline_operands(
 /// `smem_read` (each holds a fragment copy and a register tile's FMAs).
 const MAX_UNROLLED_FRAGMENT_STEPS: u64 = 16;
 
-/// The workgroup-memory buffers `block` reads.
-fn staged_operands(s: &Schedule, block: BlockId) -> Vec<String> {
+/// The names of the buffers `block` reads that `keep` selects, in order
+/// of first read.
+fn buffers_read(s: &Schedule, block: BlockId, keep: impl Fn(&Buffer) -> bool) -> Vec<String> {
     let k = s.kernel();
     let mut loads = Vec::new();
     k.block(block).value.loads(&mut loads);
-    let mut names: Vec<String> = loads
-        .iter()
-        .map(|(buf, _)| k.buffer(*buf))
-        .filter(|b| b.scope == Scope::Workgroup)
-        .map(|b| b.name.clone())
-        .collect();
-    names.dedup();
+    let mut names: Vec<String> = Vec::new();
+    for (buf, _) in loads {
+        let b = k.buffer(buf);
+        if keep(b) && !names.contains(&b.name) {
+            names.push(b.name.clone());
+        }
+    }
     names
 }
 
