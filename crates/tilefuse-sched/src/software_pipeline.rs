@@ -24,14 +24,6 @@ use std::collections::{HashMap, HashSet};
 use crate::ir::{BlockId, BufferId, Expr, Index, Kernel, LoopId, LoopKind, Node, Scope, Var};
 use crate::schedule::ScheduleError;
 
-/// Blocks under `node`, in order.
-fn blocks_of(node: &Node, out: &mut Vec<BlockId>) {
-    match node {
-        Node::Block(b) => out.push(*b),
-        Node::Loop(_, body) => body.iter().for_each(|n| blocks_of(n, out)),
-    }
-}
-
 /// How many of loop `l`'s leading children are copies that can run ahead
 /// of the rest of its body: nests of blocks that do not reduce, write
 /// workgroup- or private-scope buffers that only blocks under `l` use, no
@@ -61,7 +53,7 @@ pub(crate) fn copies_ahead(k: &Kernel, l: LoopId) -> Result<usize, String> {
         .iter()
         .map(|n| {
             let mut out = Vec::new();
-            blocks_of(n, &mut out);
+            n.blocks(&mut out);
             out
         })
         .collect();
@@ -136,7 +128,7 @@ fn inject_one(k: &mut Kernel, l: LoopId, stages: u64, prefetch: u64) -> Result<(
         unreachable!("a live loop")
     };
     let mut copies = Vec::new();
-    body[..n].iter().for_each(|c| blocks_of(c, &mut copies));
+    body[..n].iter().for_each(|c| c.blocks(&mut copies));
     let mut staged: Vec<BufferId> = copies.iter().map(|&b| k.block(b).buffer).collect();
     staged.sort();
     staged.dedup();
@@ -155,7 +147,7 @@ fn inject_one(k: &mut Kernel, l: LoopId, stages: u64, prefetch: u64) -> Result<(
             .map(|c| clone_nest(k, c, &mut fresh))
             .collect();
         let mut cloned = Vec::new();
-        nest.iter().for_each(|c| blocks_of(c, &mut cloned));
+        nest.iter().for_each(|c| c.blocks(&mut cloned));
         for b in cloned {
             with_stage(k, b, &staged, &Index::var(Var::Loop(p)));
         }

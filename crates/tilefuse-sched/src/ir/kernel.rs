@@ -243,6 +243,16 @@ pub enum Node {
     Block(BlockId),
 }
 
+impl Node {
+    /// Appends the blocks in this subtree, in order.
+    pub fn blocks(&self, out: &mut Vec<BlockId>) {
+        match self {
+            Node::Block(b) => out.push(*b),
+            Node::Loop(_, body) => body.iter().for_each(|n| n.blocks(out)),
+        }
+    }
+}
+
 /// The whole kernel: arenas of buffers, loops and blocks, and the tree.
 /// Loops and blocks removed by a primitive stay in their arena (ids never
 /// move) but leave the tree.
@@ -452,15 +462,9 @@ impl Kernel {
 
     /// Blocks under loop `id`.
     pub fn blocks_under(&self, id: LoopId) -> Vec<BlockId> {
-        fn walk(node: &Node, out: &mut Vec<BlockId>) {
-            match node {
-                Node::Block(b) => out.push(*b),
-                Node::Loop(_, body) => body.iter().for_each(|n| walk(n, out)),
-            }
-        }
         let mut out = Vec::new();
         if let Some(node) = self.loop_node(id) {
-            walk(node, &mut out);
+            node.blocks(&mut out);
         }
         out
     }
