@@ -348,16 +348,8 @@ impl Kernel {
 
     /// Blocks in tree (execution) order.
     pub fn blocks_in_order(&self) -> Vec<BlockId> {
-        fn walk(nodes: &[Node], out: &mut Vec<BlockId>) {
-            for node in nodes {
-                match node {
-                    Node::Block(b) => out.push(*b),
-                    Node::Loop(_, body) => walk(body, out),
-                }
-            }
-        }
         let mut out = Vec::new();
-        walk(&self.body, &mut out);
+        self.body.iter().for_each(|n| n.blocks(&mut out));
         out
     }
 
