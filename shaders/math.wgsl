@@ -6,9 +6,9 @@ fn tf_sigmoid(x: f32) -> f32 {
 }
 
 // Some drivers return NaN from tanh of large arguments; |x| >= 10 is
-// already +-1 in f32.
+// already +-1 in f32. NaN stays NaN (clamp of NaN may give either bound).
 fn tf_tanh(x: f32) -> f32 {
-    return tanh(clamp(x, -10.0, 10.0));
+    return select(tanh(clamp(x, -10.0, 10.0)), x, tf_isnan(x));
 }
 
 // GELU, tanh approximation (torch's approximate="tanh").
@@ -16,8 +16,9 @@ fn tf_gelu(x: f32) -> f32 {
     return 0.5 * x * (1.0 + tf_tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
 
+// relu(NaN) is NaN (as torch's relu and numpy's maximum(x, 0)).
 fn tf_relu_f32(x: f32) -> f32 {
-    return max(x, 0.0);
+    return select(max(x, 0.0), x, tf_isnan(x));
 }
 
 fn tf_relu_i32(x: i32) -> i32 {
@@ -30,7 +31,7 @@ fn tf_sigmoid4(x: vec4<f32>) -> vec4<f32> {
 }
 
 fn tf_tanh4(x: vec4<f32>) -> vec4<f32> {
-    return tanh(clamp(x, vec4<f32>(-10.0), vec4<f32>(10.0)));
+    return select(tanh(clamp(x, vec4<f32>(-10.0), vec4<f32>(10.0))), x, tf_isnan4(x));
 }
 
 fn tf_gelu4(x: vec4<f32>) -> vec4<f32> {
@@ -38,5 +39,94 @@ fn tf_gelu4(x: vec4<f32>) -> vec4<f32> {
 }
 
 fn tf_relu4(x: vec4<f32>) -> vec4<f32> {
-    return max(x, vec4<f32>(0.0));
+    return select(max(x, vec4<f32>(0.0)), x, tf_isnan4(x));
+}
+
+// NaN by its bits: a comparison like x != x may be folded away by a
+// compiler that assumes no NaNs.
+fn tf_isnan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn tf_isnan4(x: vec4<f32>) -> vec4<bool> {
+    return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
+}
+
+// max / min where NaN wins, as in numpy (WGSL's may return either operand).
+fn tf_max(a: f32, b: f32) -> f32 {
+    return select(select(max(a, b), b, tf_isnan(b)), a, tf_isnan(a));
+}
+
+fn tf_min(a: f32, b: f32) -> f32 {
+    return select(select(min(a, b), b, tf_isnan(b)), a, tf_isnan(a));
+}
+
+fn tf_max4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    return select(select(max(a, b), b, tf_isnan4(b)), a, tf_isnan4(a));
+}
+
+fn tf_min4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    return select(select(min(a, b), b, tf_isnan4(b)), a, tf_isnan4(a));
+}
+
+// C's pow (numpy's): WGSL's pow is undefined for x < 0 and for x = 0 with
+// y <= 0, so the magnitude is computed on |x| and the sign and the special
+// cases are applied here.
+fn tf_pow(x: f32, y: f32) -> f32 {
+    let inf = bitcast<f32>(0x7f800000u);
+    let ax = abs(x);
+    if (y == 0.0 || x == 1.0 || (ax == 1.0 && abs(y) == inf)) {
+        return 1.0;
+    }
+    if (tf_isnan(x) || tf_isnan(y)) {
+        return bitcast<f32>(0x7fc00000u);
+    }
+    var r: f32;
+    if (ax == 0.0) {
+        r = select(0.0, inf, y < 0.0);
+    } else if (ax == inf) {
+        r = select(0.0, inf, y > 0.0);
+    } else if (abs(y) == inf) {
+        r = select(0.0, inf, (ax > 1.0) == (y > 0.0));
+    } else {
+        r = pow(ax, y);
+    }
+    let integer = floor(y) == y;
+    if (x < 0.0 && !integer) {
+        return bitcast<f32>(0x7fc00000u);
+    }
+    // An odd integer exponent keeps the sign of x (also of -0).
+    let odd = integer && abs(y) < 16777216.0 && floor(y * 0.5) != y * 0.5;
+    if (odd && (bitcast<u32>(x) & 0x80000000u) != 0u) {
+        return -r;
+    }
+    return r;
+}
+
+fn tf_pow4(x: vec4<f32>, y: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(tf_pow(x.x, y.x), tf_pow(x.y, y.y), tf_pow(x.z, y.z), tf_pow(x.w, y.w));
+}
+
+// Float to integer: toward zero, saturating, NaN to 0 (Rust's `as`).
+fn tf_f32_to_i32(x: f32) -> i32 {
+    if (tf_isnan(x)) {
+        return 0;
+    }
+    if (x >= 2147483648.0) {
+        return 2147483647;
+    }
+    if (x <= -2147483648.0) {
+        return bitcast<i32>(0x80000000u);
+    }
+    return i32(x);
+}
+
+fn tf_f32_to_u32(x: f32) -> u32 {
+    if (tf_isnan(x) || x <= 0.0) {
+        return 0u;
+    }
+    if (x >= 4294967296.0) {
+        return 0xffffffffu;
+    }
+    return u32(x);
 }

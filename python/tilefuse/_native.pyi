@@ -13,6 +13,7 @@ __all__ = [
     "DeviceError",
     "Fusion",
     "FusionError",
+    "InternalError",
     "Kernel",
     "ParamsError",
     "Schedule",
@@ -50,6 +51,9 @@ class ScheduleError(TilefuseError, ValueError):
 
 class DeviceError(TilefuseError, RuntimeError):
     """A kernel the device cannot run (the message names the limit), or a device failure."""
+
+class InternalError(TilefuseError, RuntimeError):
+    """A broken invariant of tilefuse itself (a bug): the message says what failed."""
 
 @final
 class Fusion:

@@ -66,17 +66,31 @@ def _dtype_name(dtype: DTypeLike) -> str:
     return _NUMPY_NAMES.get(name, name)
 
 
+def int64s(what: str, values: Any, error: type[Exception] = FusionError) -> list[int]:
+    """``values`` as Python ints in the native layer's int64 range; anything
+    else is ``error`` naming ``what`` (never a bare ``OverflowError``)."""
+    out = []
+    for v in values:
+        try:
+            i = operator.index(v)
+        except TypeError:
+            raise error(f"{what}: expected integers, got {v!r}") from None
+        if not -(2**63) <= i < 2**63:
+            raise error(f"{what}: {i} is out of range")
+        out.append(i)
+    return out
+
+
 def _axes(axis: int | Sequence[int] | None) -> list[int] | None:
     if axis is None:
         return None
-    return [axis] if isinstance(axis, int) else list(axis)
+    return int64s("axis", [axis] if isinstance(axis, int) else axis)
 
 
-def _ints(args: tuple[int | Sequence[int], ...]) -> list[int]:
+def _ints(what: str, args: tuple[int | Sequence[int], ...]) -> list[int]:
     """numpy's calling convention: ``f(2, 3)`` or ``f((2, 3))``."""
     one = len(args) == 1 and not isinstance(args[0], int)
-    dims = cast("Sequence[int]", args[0] if one else args)
-    return [operator.index(d) for d in dims]
+    return int64s(what, cast("Sequence[int]", args[0] if one else args))
 
 
 class Tensor:
@@ -274,11 +288,11 @@ class Tensor:
     # --- layout -----------------------------------------------------------
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
         """numpy style: ``x.reshape(2, -1)`` or ``x.reshape((2, -1))``."""
-        return Tensor(self.fusion, self.fusion._native.reshape(self.id, _ints(shape)))
+        return Tensor(self.fusion, self.fusion._native.reshape(self.id, _ints("reshape", shape)))
 
     def permute(self, *axes: int | Sequence[int]) -> Tensor:
         """Output axis ``i`` is input axis ``axes[i]``: ``x.permute(1, 0)``."""
-        return Tensor(self.fusion, self.fusion._native.permute(self.id, _ints(axes)))
+        return Tensor(self.fusion, self.fusion._native.permute(self.id, _ints("permute", axes)))
 
     def transpose(self, *axes: int | Sequence[int]) -> Tensor:
         """numpy's ``transpose``: reverses the axes when none are given."""
@@ -289,7 +303,7 @@ class Tensor:
         return self.permute(list(reversed(range(self.ndim))))
 
     def broadcast_to(self, shape: Sequence[int]) -> Tensor:
-        return Tensor(self.fusion, self.fusion._native.broadcast(self.id, list(shape)))
+        return Tensor(self.fusion, self.fusion._native.broadcast(self.id, int64s("broadcast_to", shape)))
 
 
 class Fusion:
@@ -303,12 +317,17 @@ class Fusion:
     def input(
         self, shape: Sequence[int], dtype: DTypeLike = "f32", name: str | None = None
     ) -> Tensor:
-        return Tensor(self, self._native.input(list(shape), _dtype_name(dtype), name))
+        dims = int64s("input shape", shape)
+        return Tensor(self, self._native.input(dims, _dtype_name(dtype), name))
 
     def constant(
         self, value: Scalar | np.number[Any] | np.bool_, dtype: DTypeLike = "f32"
     ) -> Tensor:
-        return Tensor(self, self._native.constant(float(value), _dtype_name(dtype)))
+        try:
+            number = float(value)
+        except OverflowError:
+            raise FusionError(f"constant: {value} is too large for a float") from None
+        return Tensor(self, self._native.constant(number, _dtype_name(dtype)))
 
     def output(self, *tensors: Tensor) -> None:
         for t in tensors:
@@ -387,17 +406,21 @@ class Fusion:
 
     def schedule(
         self,
-        params: HeuristicParams | Sequence[HeuristicParams],
+        params: HeuristicParams | dict[str, Any] | Sequence[HeuristicParams | dict[str, Any]],
         device: Device | None = None,
     ) -> Kernel | SegmentedKernel:
         """Schedules with ``params`` and compiles for ``device``; the kernel's
         ``.schedule`` shows the loop nest and trace the scheduler made. A
         list (one params object per segment) schedules each segment and
-        returns a :class:`SegmentedKernel`."""
+        returns a :class:`SegmentedKernel`. A dict (``to_dict()``'s form,
+        with its ``"scheduler"`` tag) works wherever a params object does."""
+        from .params import HeuristicParams
         from .schedule import Device, Schedule
         from .segments import SegmentedKernel
 
         device = device or Device.default()
+        if isinstance(params, dict):
+            params = cast("HeuristicParams", HeuristicParams.from_dict(params))
         if isinstance(params, Sequence):
             segments = self.segments()
             if len(params) != len(segments):

@@ -69,7 +69,7 @@ class ParamsStruct:
             cls.__doc__ = cls.__doc__ or cls._schema.get("description")
 
     def __init__(self, values: dict[str, Any] | None = None, /, **fields: Any) -> None:
-        data = _merge(copy.deepcopy(values or {}), _plain(fields))
+        data = _merge(_plain(values or {}), _plain(fields))
         normalized = _native.params_normalize(self._struct, data)
         _init_view(self, _Root(self._struct, normalized), ())
 
@@ -198,14 +198,27 @@ def _from_root(cls: type[ParamsStruct], data: dict[str, Any]) -> ParamsStruct:
     return obj
 
 
-def _plain(value: Any) -> Any:
-    """Params objects inside dicts or assignments become their dicts."""
+# Params nest a few levels deep; deeper input is a mistake (most often a
+# dict or list that contains itself), reported before Python's recursion
+# limit is reached.
+_MAX_DEPTH = 32
+
+
+def _plain(value: Any, path: str = "") -> Any:
+    """A copy of ``value`` whose containers are new dicts and lists and
+    whose params objects are their dicts."""
+    if path.count(".") + path.count("[") > _MAX_DEPTH:
+        error = _native.ParamsError(
+            f"{path}: nested deeper than {_MAX_DEPTH} levels (does a dict or list contain itself?)"
+        )
+        error.path, error.message = path, str(error).split(": ", 1)[1]
+        raise error
     if isinstance(value, ParamsStruct):
         return value.to_dict()
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: _plain(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [_plain(v, f"{path}[{i}]") for i, v in enumerate(value)]
     return value
 
 

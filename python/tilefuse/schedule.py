@@ -15,6 +15,8 @@ naming the block or loop; every applied primitive is recorded in
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _native
+from .fusion import int64s
 
 if TYPE_CHECKING:
     from .fusion import Fusion
@@ -130,7 +133,10 @@ class Schedule:
     ) -> list[Loop]:
         """Splits ``loop`` into nested loops of the given extents (outermost
         first); one factor may be ``None`` (inferred). Tails are guarded."""
-        new = self._native.split(self._loop(loop), list(factors), names)
+        ints = int64s("split factors", (f for f in factors if f is not None), _native.ScheduleError)
+        it = iter(ints)
+        given = [None if f is None else next(it) for f in factors]
+        new = self._native.split(self._loop(loop), given, names)
         return [Loop(self, i) for i in new]
 
     def fuse(self, *loops: Loop) -> Loop:
@@ -237,6 +243,10 @@ class Schedule:
         device = device or Device.default()
         return Kernel(self._native.build(device._native), device, self)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A schedule is its fusion and its trace: pickling replays it.
+        return (Schedule.replay, (self.fusion, self.trace))
+
     def __str__(self) -> str:
         return str(self._native)
 
@@ -270,6 +280,7 @@ class Device:
     def default(cls) -> Device:
         """The GPU when wgpu finds an adapter, else the CPU;
         ``TILEFUSE_DEVICE=gpu|cpu`` forces one."""
+        _runtime_dir()
         return cls(_native.Device.default())
 
     @classmethod
@@ -279,6 +290,7 @@ class Device:
     @classmethod
     def gpu(cls) -> Device:
         """The best wgpu adapter; ``DeviceError`` when there is none."""
+        _runtime_dir()
         return cls(_native.Device.gpu())
 
     @property
@@ -291,6 +303,18 @@ class Device:
 
     def __repr__(self) -> str:
         return repr(self._native)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickles as its kind; unpickling opens that kind of device here.
+        return (Device.gpu if self.is_gpu else Device.cpu, ())
+
+
+def _runtime_dir() -> None:
+    """Mesa's Vulkan drivers print "XDG_RUNTIME_DIR is invalid or not set"
+    on every device they open without it, which users take for a failure:
+    give them a private directory when the variable is unset."""
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tilefuse-runtime-")
 
 
 @dataclass(frozen=True)
@@ -326,10 +350,20 @@ class Kernel:
         the adapter has them, host time otherwise). On a GPU the warm-up
         lasts at least 0.2 s: an idle discrete GPU runs at a fraction of
         its clock until it has been busy a while."""
+        counts = dict(zip(("warmup", "repeat"), int64s("benchmark", (warmup, repeat)), strict=True))
+        for name, value in counts.items():
+            if value < 0:
+                raise ValueError(f"benchmark: {name} must not be negative, got {value}")
         median, lo, hi, samples = self._native.benchmark(
-            *(np.asarray(a) for a in arrays), warmup=warmup, repeat=repeat
+            *(np.asarray(a) for a in arrays), **counts
         )
         return Timing(median, lo, hi, samples)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its schedule (fusion + trace) on the same kind of device.
+        if self.schedule is None:
+            raise TypeError("this Kernel has no schedule to rebuild it from; pickle its Schedule")
+        return (Schedule.build, (self.schedule, self.device))
 
     @property
     def wgsl(self) -> str:

@@ -22,6 +22,12 @@ pub enum FusionError {
     /// Arguments given to `evaluate` that do not match the fusion's inputs.
     #[error("{0}")]
     Argument(String),
+    /// The evaluation was interrupted ([`crate::interrupt`]).
+    #[error("interrupted")]
+    Interrupted,
+    /// Memory for a tensor could not be allocated.
+    #[error("out of memory: {what} needs {bytes} bytes")]
+    OutOfMemory { what: String, bytes: u64 },
 }
 
 impl FusionError {

@@ -23,11 +23,14 @@ pub fn evaluate(fusion: &Fusion, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     let mut values: Vec<Tensor> = Vec::with_capacity(fusion.nodes().len());
     let mut next_input = inputs.iter();
     for (i, node) in fusion.nodes().iter().enumerate() {
+        if crate::interrupt::requested() {
+            return Err(FusionError::Interrupted);
+        }
         let ty = fusion.ty(TensorId(i))?;
         let args: Vec<&Tensor> = node.args.iter().map(|a| &values[a.0]).collect();
         let value = match &node.op {
             Op::Input { .. } => next_input.next().expect("arguments were counted").clone(),
-            op => eval_op(op, &args, ty),
+            op => eval_op(op, &args, ty)?,
         };
         values.push(value);
     }
@@ -60,7 +63,7 @@ pub fn check_arguments(fusion: &Fusion, inputs: &[Tensor]) -> Result<()> {
     Ok(())
 }
 
-fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Tensor {
+fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor> {
     let n = numel(&ty.shape);
     let out = &ty.shape;
     let at = |t: &Tensor, i: usize| t.data.get(broadcast_index(i, out, &t.shape));
@@ -84,7 +87,7 @@ fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Tensor {
         }),
         Op::Cast { dtype } => Data::from_fn(*dtype, n, |i| args[0].data.get(i).to(*dtype)),
         Op::Broadcast { .. } => Data::from_fn(ty.dtype, n, |i| at(args[0], i)),
-        Op::Reshape { .. } => args[0].data.clone(),
+        Op::Reshape { .. } => Ok(args[0].data.clone()),
         Op::Permute { perm } => permute(args[0], perm, ty),
         Op::Reduce { func, axes, .. } => reduce(*func, args[0], axes, ty.dtype),
         Op::Matmul {
@@ -92,10 +95,10 @@ fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Tensor {
             transpose_b,
         } => matmul(args[0], args[1], *transpose_a, *transpose_b, ty),
     };
-    Tensor {
+    Ok(Tensor {
         shape: ty.shape.clone(),
-        data,
-    }
+        data: data?,
+    })
 }
 
 /// tanh-approximated GELU, as in `torch.nn.functional.gelu(approximate="tanh")`.
@@ -117,8 +120,9 @@ pub fn unary_scalar(func: UnaryOp, x: Scalar) -> Scalar {
             UnaryOp::Rsqrt => 1.0 / x.sqrt(),
             UnaryOp::Tanh => x.tanh(),
             UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            // NaN stays NaN, as in torch's relu and numpy's maximum(x, 0).
             UnaryOp::Relu => {
-                if x > 0.0 {
+                if x > 0.0 || x.is_nan() {
                     x
                 } else {
                     0.0
@@ -209,7 +213,7 @@ pub fn binary_scalar(func: BinaryOp, a: Scalar, b: Scalar) -> Scalar {
     }
 }
 
-fn permute(x: &Tensor, perm: &[usize], ty: &TensorType) -> Data {
+fn permute(x: &Tensor, perm: &[usize], ty: &TensorType) -> Result<Data> {
     let in_strides = strides(&x.shape);
     let out_strides = strides(&ty.shape);
     Data::from_fn(ty.dtype, numel(&ty.shape), |flat| {
@@ -220,7 +224,7 @@ fn permute(x: &Tensor, perm: &[usize], ty: &TensorType) -> Data {
     })
 }
 
-fn reduce(func: ReduceOp, x: &Tensor, axes: &[usize], dtype: DType) -> Data {
+fn reduce(func: ReduceOp, x: &Tensor, axes: &[usize], dtype: DType) -> Result<Data> {
     // Output index of each input element: its coordinates with the reduced
     // axes dropped (keepdims does not change the flat layout).
     let kept: Vec<usize> = (0..x.shape.len()).filter(|a| !axes.contains(a)).collect();
@@ -230,6 +234,9 @@ fn reduce(func: ReduceOp, x: &Tensor, axes: &[usize], dtype: DType) -> Data {
     let count: usize = axes.iter().map(|&a| x.shape[a]).product();
     let mut acc: Vec<Option<Scalar>> = vec![None; numel(&kept_shape)];
     for flat in 0..x.data.len() {
+        if flat % (1 << 16) == 0 && crate::interrupt::requested() {
+            return Err(FusionError::Interrupted);
+        }
         let out: usize = kept
             .iter()
             .zip(&kept_strides)
@@ -248,6 +255,9 @@ fn reduce(func: ReduceOp, x: &Tensor, axes: &[usize], dtype: DType) -> Data {
     Data::from_fn(dtype, acc.len(), |i| match (func, acc[i]) {
         (ReduceOp::Mean, Some(s)) => Scalar::F(s.as_f64() / count as f64),
         (_, Some(s)) => s,
+        // The mean of nothing is 0/0, as numpy says; the others start from
+        // their identity (sum 0, max -inf, min +inf).
+        (ReduceOp::Mean, None) => Scalar::F(f64::NAN).to(dtype),
         (_, None) => reduce_identity(func, dtype),
     })
 }
@@ -262,7 +272,7 @@ pub fn reduce_identity(func: ReduceOp, dtype: DType) -> Scalar {
     }
 }
 
-fn matmul(a: &Tensor, b: &Tensor, ta: bool, tb: bool, ty: &TensorType) -> Data {
+fn matmul(a: &Tensor, b: &Tensor, ta: bool, tb: bool, ty: &TensorType) -> Result<Data> {
     let dims = matmul_dims(&a.ty(), &b.ty(), ta, tb).expect("verified matmul");
     let (m, k, n) = (dims.m, dims.k, dims.n);
     let batch_a = &a.shape[..a.shape.len() - 2];

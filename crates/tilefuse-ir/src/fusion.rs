@@ -299,12 +299,7 @@ impl Fusion {
     }
 
     fn check_name(&self, name: &str) -> Result<()> {
-        let mut chars = name.chars();
-        let valid = chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
+        if !is_identifier(name) {
             return Err(FusionError::Name(format!(
                 "tensor name {name:?} is not an identifier (letters, digits, '_', not starting with a digit)"
             )));
@@ -317,6 +312,16 @@ impl Fusion {
         }
         Ok(())
     }
+}
+
+/// ASCII letters, digits and `_`, not starting with a digit: the names
+/// (of tensors, loops) that reach generated code.
+pub fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Kernels index with 32-bit integers (WGSL has no other), so no tensor may

@@ -2,6 +2,7 @@
 //! and download.
 
 use crate::dtype::DType;
+use crate::error::{FusionError, Result};
 use crate::infer::TensorType;
 use crate::shape::{Shape, numel};
 
@@ -57,14 +58,16 @@ impl Data {
     }
 
     /// Builds `len` elements of `dtype` from `f`, converting each scalar
-    /// with `Scalar::to`'s rules (f64 rounds to f32 here).
-    pub fn from_fn(dtype: DType, len: usize, f: impl Fn(usize) -> Scalar) -> Data {
-        match dtype {
-            DType::F32 => Data::F32((0..len).map(|i| f(i).as_f64() as f32).collect()),
-            DType::I32 => Data::I32((0..len).map(|i| f(i).as_i32()).collect()),
-            DType::U32 => Data::U32((0..len).map(|i| f(i).as_u32()).collect()),
-            DType::Bool => Data::Bool((0..len).map(|i| f(i).as_bool()).collect()),
-        }
+    /// with `Scalar::to`'s rules (f64 rounds to f32 here). The memory is
+    /// reserved fallibly, and the work stops when an interrupt is
+    /// [requested](crate::interrupt::requested).
+    pub fn from_fn(dtype: DType, len: usize, f: impl Fn(usize) -> Scalar) -> Result<Data> {
+        Ok(match dtype {
+            DType::F32 => Data::F32(fill(len, |i| f(i).as_f64() as f32)?),
+            DType::I32 => Data::I32(fill(len, |i| f(i).as_i32())?),
+            DType::U32 => Data::U32(fill(len, |i| f(i).as_u32())?),
+            DType::Bool => Data::Bool(fill(len, |i| f(i).as_bool())?),
+        })
     }
 }
 
@@ -142,4 +145,22 @@ impl Tensor {
     pub fn ty(&self) -> TensorType {
         TensorType::new(self.shape.clone(), self.data.dtype())
     }
+}
+
+/// `len` elements from `f`, a chunk at a time between interrupt checks.
+fn fill<T>(len: usize, f: impl Fn(usize) -> T) -> Result<Vec<T>> {
+    const CHUNK: usize = 1 << 16;
+    let mut out = Vec::new();
+    out.try_reserve_exact(len)
+        .map_err(|_| FusionError::OutOfMemory {
+            what: format!("a tensor of {len} elements"),
+            bytes: (len as u64).saturating_mul(size_of::<T>() as u64),
+        })?;
+    for start in (0..len).step_by(CHUNK) {
+        if crate::interrupt::requested() {
+            return Err(FusionError::Interrupted);
+        }
+        out.extend((start..len.min(start + CHUNK)).map(&f));
+    }
+    Ok(out)
 }

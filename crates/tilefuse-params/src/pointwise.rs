@@ -19,7 +19,7 @@ pub struct PointwiseParams {
     pub compile: CompileParams,
     /// Axis at which the output's axes are split into an outer and an inner
     /// group for a 2D schedule (outer → grid y, inner → grid x); `0` keeps
-    /// the flat 1D schedule. Must be less than the output rank. Default `0`.
+    /// the flat 1D schedule. Must be less than every output's rank. Default `0`.
     #[schemars(range(max = 8))]
     pub break_point: u32,
     /// 2D schedules: also split the inner group across the workgroup's y

@@ -25,8 +25,13 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>, index: usize, label: &str) -> PyResult<
         read(a).map(|(s, v)| (s, Data::I32(v)))?
     } else if let Ok(a) = obj.cast::<PyArrayDyn<u32>>() {
         read(a).map(|(s, v)| (s, Data::U32(v)))?
-    } else if let Ok(a) = obj.cast::<PyArrayDyn<bool>>() {
-        read(a).map(|(s, v)| (s, Data::Bool(v)))?
+    } else if obj.cast::<PyArrayDyn<bool>>().is_ok() {
+        // numpy's bool is a byte that may hold any value (`.view(bool)` of
+        // other bytes); reading it as Rust's `bool` would be undefined, so
+        // the bytes are read and any nonzero byte is true.
+        let bytes = obj.call_method1("view", ("u1",))?;
+        let (shape, v) = read(bytes.cast::<PyArrayDyn<u8>>()?)?;
+        (shape, Data::Bool(v.into_iter().map(|b| b != 0).collect()))
     } else {
         let got = match obj.getattr("dtype") {
             Ok(dtype) => format!("an array of {}", dtype.str()?),

@@ -6,11 +6,24 @@
 //! ├── FusionError(TilefuseError, ValueError)    ← FusionError, RuntimeError::Argument
 //! ├── ParamsError(TilefuseError, ValueError)    ← ParamsError (.path, .message)
 //! ├── ScheduleError(TilefuseError, ValueError)  ← ScheduleError
-//! └── DeviceError(TilefuseError, RuntimeError)  ← RuntimeError::{Limit, Gpu, Internal}
+//! ├── DeviceError(TilefuseError, RuntimeError)  ← RuntimeError::{Limit, Gpu, OutOfMemory}
+//! └── InternalError(TilefuseError, RuntimeError) ← RuntimeError::Internal, and any Rust panic
+//! KeyboardInterrupt ← Interrupted (Ctrl-C during native work; see `interrupt`)
+//! MemoryError       ← OutOfMemory (names the bytes)
 //! ```
+//!
+//! Every entry point of the module runs inside [`guard`], so a panic (a
+//! broken invariant of tilefuse) reaches Python as `InternalError`, which
+//! `except Exception` catches, never as pyo3's `PanicException`.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+use std::thread::ThreadId;
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{
+    PyException, PyKeyboardInterrupt, PyMemoryError, PyRuntimeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -57,6 +70,13 @@ static DEVICE: Class = Class {
     cell: PyOnceLock::new(),
 };
 
+static INTERNAL: Class = Class {
+    name: "InternalError",
+    std_base: |py| py.get_type::<PyRuntimeError>(),
+    doc: "A broken invariant of tilefuse itself (a bug): the message says what failed. Please report it with the code that raised it.",
+    cell: PyOnceLock::new(),
+};
+
 impl Class {
     /// `class NAME(TilefuseError, std_base)`.
     fn get<'py>(&'static self, py: Python<'py>) -> PyResult<&'py Bound<'py, PyType>> {
@@ -88,7 +108,11 @@ pub trait ToPyErr {
 
 impl ToPyErr for FusionError {
     fn to_py_err(self, py: Python<'_>) -> PyErr {
-        FUSION.err(py, self.to_string())
+        match self {
+            FusionError::Interrupted => PyKeyboardInterrupt::new_err(()),
+            FusionError::OutOfMemory { .. } => PyMemoryError::new_err(self.to_string()),
+            other => FUSION.err(py, other.to_string()),
+        }
     }
 }
 
@@ -103,6 +127,9 @@ impl ToPyErr for RuntimeError {
         match self {
             RuntimeError::Argument(m) => FUSION.err(py, m),
             RuntimeError::Schedule(e) => e.to_py_err(py),
+            RuntimeError::Interrupted => PyKeyboardInterrupt::new_err(()),
+            RuntimeError::OutOfMemory { .. } => PyMemoryError::new_err(self.to_string()),
+            RuntimeError::Internal(m) => INTERNAL.err(py, m),
             other => DEVICE.err(py, other.to_string()),
         }
     }
@@ -135,8 +162,43 @@ impl<T, E: ToPyErr> OrRaise<T> for Result<T, E> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("TilefuseError", py.get_type::<TilefuseError>())?;
-    for class in [&FUSION, &PARAMS, &SCHEDULE, &DEVICE] {
+    for class in [&FUSION, &PARAMS, &SCHEDULE, &DEVICE, &INTERNAL] {
         m.add(class.name, class.get(py)?)?;
     }
     Ok(())
+}
+
+/// Runs an entry point's body, turning a panic into `InternalError` with
+/// the panic's message.
+pub fn guard<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        Python::attach(|py| {
+            Err(INTERNAL.err(
+                py,
+                format!("internal error (a bug in tilefuse; please report it): {what}"),
+            ))
+        })
+    })
+}
+
+/// A `ParamsError` raised from the bindings, at `path`.
+pub fn params_error(py: Python<'_>, path: &str, message: String) -> PyErr {
+    ParamsError::new(path, message).to_py_err(py)
+}
+
+/// The interrupt hook of the native crates: Python's signal handlers run
+/// (on the main thread, where Python delivers signals), and a pending
+/// Ctrl-C stops the native work, which then raises `KeyboardInterrupt`.
+pub fn install_interrupt_hook() {
+    static MAIN: OnceLock<ThreadId> = OnceLock::new();
+    MAIN.get_or_init(|| std::thread::current().id());
+    tilefuse::ir::interrupt::set_hook(|| {
+        MAIN.get() == Some(&std::thread::current().id())
+            && Python::attach(|py| py.check_signals().is_err())
+    });
 }

@@ -6,7 +6,7 @@ use pyo3::types::PyTuple;
 use tilefuse::{BinaryOp, DType, Fusion, FusionError, ReduceOp, TensorId, UnaryOp, evaluate};
 
 use crate::arrays::{to_numpy, to_tensors};
-use crate::errors::OrRaise;
+use crate::errors::{OrRaise, guard};
 
 #[pyclass(module = "tilefuse._native", name = "Fusion", eq)]
 #[derive(Clone, PartialEq)]
@@ -45,10 +45,12 @@ fn extents(op: &str, shape: &[i64]) -> Result<Vec<usize>, FusionError> {
 #[pymethods]
 impl PyFusion {
     #[new]
-    fn new() -> Self {
-        PyFusion {
-            inner: Fusion::new(),
-        }
+    fn new() -> PyResult<Self> {
+        guard(|| {
+            Ok(PyFusion {
+                inner: Fusion::new(),
+            })
+        })
     }
 
     #[pyo3(signature = (shape, dtype, name=None))]
@@ -59,57 +61,71 @@ impl PyFusion {
         dtype: &str,
         name: Option<&str>,
     ) -> PyResult<usize> {
-        let shape = extents("input", &shape).or_raise(py)?;
-        let dtype = parse_dtype(dtype).or_raise(py)?;
-        self.inner
-            .input(&shape, dtype, name)
-            .map(|t| t.0)
-            .or_raise(py)
+        guard(|| {
+            let shape = extents("input", &shape).or_raise(py)?;
+            let dtype = parse_dtype(dtype).or_raise(py)?;
+            self.inner
+                .input(&shape, dtype, name)
+                .map(|t| t.0)
+                .or_raise(py)
+        })
     }
 
     fn constant(&mut self, py: Python<'_>, value: f64, dtype: &str) -> PyResult<usize> {
-        let dtype = parse_dtype(dtype).or_raise(py)?;
-        self.inner.constant(value, dtype).map(|t| t.0).or_raise(py)
+        guard(|| {
+            let dtype = parse_dtype(dtype).or_raise(py)?;
+            self.inner.constant(value, dtype).map(|t| t.0).or_raise(py)
+        })
     }
 
     fn unary(&mut self, py: Python<'_>, func: &str, x: usize) -> PyResult<usize> {
-        let func = lookup("unary", func, UnaryOp::ALL, UnaryOp::name).or_raise(py)?;
-        self.inner
-            .unary(func, TensorId(x))
-            .map(|t| t.0)
-            .or_raise(py)
+        guard(|| {
+            let func = lookup("unary", func, UnaryOp::ALL, UnaryOp::name).or_raise(py)?;
+            self.inner
+                .unary(func, TensorId(x))
+                .map(|t| t.0)
+                .or_raise(py)
+        })
     }
 
     fn binary(&mut self, py: Python<'_>, func: &str, a: usize, b: usize) -> PyResult<usize> {
-        let func = lookup("binary", func, BinaryOp::ALL, BinaryOp::name).or_raise(py)?;
-        self.inner
-            .binary(func, TensorId(a), TensorId(b))
-            .map(|t| t.0)
-            .or_raise(py)
+        guard(|| {
+            let func = lookup("binary", func, BinaryOp::ALL, BinaryOp::name).or_raise(py)?;
+            self.inner
+                .binary(func, TensorId(a), TensorId(b))
+                .map(|t| t.0)
+                .or_raise(py)
+        })
     }
 
     #[pyo3(name = "where")]
     fn where_(&mut self, py: Python<'_>, cond: usize, a: usize, b: usize) -> PyResult<usize> {
-        self.inner
-            .where_(TensorId(cond), TensorId(a), TensorId(b))
-            .map(|t| t.0)
-            .or_raise(py)
+        guard(|| {
+            self.inner
+                .where_(TensorId(cond), TensorId(a), TensorId(b))
+                .map(|t| t.0)
+                .or_raise(py)
+        })
     }
 
     fn cast(&mut self, py: Python<'_>, x: usize, dtype: &str) -> PyResult<usize> {
-        let dtype = parse_dtype(dtype).or_raise(py)?;
-        self.inner
-            .cast(TensorId(x), dtype)
-            .map(|t| t.0)
-            .or_raise(py)
+        guard(|| {
+            let dtype = parse_dtype(dtype).or_raise(py)?;
+            self.inner
+                .cast(TensorId(x), dtype)
+                .map(|t| t.0)
+                .or_raise(py)
+        })
     }
 
     fn broadcast(&mut self, py: Python<'_>, x: usize, shape: Vec<i64>) -> PyResult<usize> {
-        let shape = extents("broadcast", &shape).or_raise(py)?;
-        self.inner
-            .broadcast(TensorId(x), &shape)
-            .map(|t| t.0)
-            .or_raise(py)
+        guard(|| {
+            let shape = extents("broadcast", &shape).or_raise(py)?;
+            self.inner
+                .broadcast(TensorId(x), &shape)
+                .map(|t| t.0)
+                .or_raise(py)
+        })
     }
 
     #[pyo3(signature = (func, x, axes=None, keepdims=false))]
@@ -121,25 +137,31 @@ impl PyFusion {
         axes: Option<Vec<i64>>,
         keepdims: bool,
     ) -> PyResult<usize> {
-        let func = lookup("reduction", func, ReduceOp::ALL, ReduceOp::name).or_raise(py)?;
-        self.inner
-            .reduce(func, TensorId(x), axes.as_deref(), keepdims)
-            .map(|t| t.0)
-            .or_raise(py)
+        guard(|| {
+            let func = lookup("reduction", func, ReduceOp::ALL, ReduceOp::name).or_raise(py)?;
+            self.inner
+                .reduce(func, TensorId(x), axes.as_deref(), keepdims)
+                .map(|t| t.0)
+                .or_raise(py)
+        })
     }
 
     fn permute(&mut self, py: Python<'_>, x: usize, perm: Vec<i64>) -> PyResult<usize> {
-        self.inner
-            .permute(TensorId(x), &perm)
-            .map(|t| t.0)
-            .or_raise(py)
+        guard(|| {
+            self.inner
+                .permute(TensorId(x), &perm)
+                .map(|t| t.0)
+                .or_raise(py)
+        })
     }
 
     fn reshape(&mut self, py: Python<'_>, x: usize, shape: Vec<i64>) -> PyResult<usize> {
-        self.inner
-            .reshape(TensorId(x), &shape)
-            .map(|t| t.0)
-            .or_raise(py)
+        guard(|| {
+            self.inner
+                .reshape(TensorId(x), &shape)
+                .map(|t| t.0)
+                .or_raise(py)
+        })
     }
 
     #[pyo3(signature = (a, b, transpose_a=false, transpose_b=false))]
@@ -151,86 +173,100 @@ impl PyFusion {
         transpose_a: bool,
         transpose_b: bool,
     ) -> PyResult<usize> {
-        self.inner
-            .matmul(TensorId(a), TensorId(b), transpose_a, transpose_b)
-            .map(|t| t.0)
-            .or_raise(py)
+        guard(|| {
+            self.inner
+                .matmul(TensorId(a), TensorId(b), transpose_a, transpose_b)
+                .map(|t| t.0)
+                .or_raise(py)
+        })
     }
 
     fn output(&mut self, py: Python<'_>, t: usize) -> PyResult<()> {
-        self.inner.output(TensorId(t)).or_raise(py)
+        guard(|| self.inner.output(TensorId(t)).or_raise(py))
     }
 
     fn set_name(&mut self, py: Python<'_>, t: usize, name: &str) -> PyResult<()> {
-        self.inner.set_name(TensorId(t), name).or_raise(py)
+        guard(|| self.inner.set_name(TensorId(t), name).or_raise(py))
     }
 
     fn shape(&self, py: Python<'_>, t: usize) -> PyResult<Vec<usize>> {
-        self.inner
-            .ty(TensorId(t))
-            .map(|ty| ty.shape.clone())
-            .or_raise(py)
+        guard(|| {
+            self.inner
+                .ty(TensorId(t))
+                .map(|ty| ty.shape.clone())
+                .or_raise(py)
+        })
     }
 
     fn dtype(&self, py: Python<'_>, t: usize) -> PyResult<&'static str> {
-        self.inner
-            .ty(TensorId(t))
-            .map(|ty| ty.dtype.name())
-            .or_raise(py)
+        guard(|| {
+            self.inner
+                .ty(TensorId(t))
+                .map(|ty| ty.dtype.name())
+                .or_raise(py)
+        })
     }
 
     fn name(&self, py: Python<'_>, t: usize) -> PyResult<Option<String>> {
-        self.inner.ty(TensorId(t)).or_raise(py)?;
-        Ok(self.inner.node(TensorId(t)).name.clone())
+        guard(|| {
+            self.inner.ty(TensorId(t)).or_raise(py)?;
+            Ok(self.inner.node(TensorId(t)).name.clone())
+        })
     }
 
     /// The tensor's name, or `t{id}` when it has none.
-    fn label(&self, t: usize) -> String {
-        self.inner.label(TensorId(t))
+    fn label(&self, t: usize) -> PyResult<String> {
+        guard(|| Ok(self.inner.label(TensorId(t))))
     }
 
     /// The op that produces the tensor (`"exp"`, `"matmul"`, `"input"`, ...).
     fn op(&self, py: Python<'_>, t: usize) -> PyResult<&'static str> {
-        self.inner.ty(TensorId(t)).or_raise(py)?;
-        Ok(self.inner.node(TensorId(t)).op.name())
+        guard(|| {
+            self.inner.ty(TensorId(t)).or_raise(py)?;
+            Ok(self.inner.node(TensorId(t)).op.name())
+        })
     }
 
     #[getter]
-    fn inputs(&self) -> Vec<usize> {
-        self.inner.inputs().iter().map(|t| t.0).collect()
+    fn inputs(&self) -> PyResult<Vec<usize>> {
+        guard(|| Ok(self.inner.inputs().iter().map(|t| t.0).collect()))
     }
 
     #[getter]
-    fn outputs(&self) -> Vec<usize> {
-        self.inner.outputs().iter().map(|t| t.0).collect()
+    fn outputs(&self) -> PyResult<Vec<usize>> {
+        guard(|| Ok(self.inner.outputs().iter().map(|t| t.0).collect()))
     }
 
-    fn __len__(&self) -> usize {
-        self.inner.nodes().len()
+    fn __len__(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.nodes().len()))
     }
 
     #[pyo3(signature = (indent=false))]
-    fn to_json(&self, indent: bool) -> String {
-        if indent {
-            self.inner.to_json_pretty()
-        } else {
-            self.inner.to_json()
-        }
+    fn to_json(&self, indent: bool) -> PyResult<String> {
+        guard(|| {
+            Ok(if indent {
+                self.inner.to_json_pretty()
+            } else {
+                self.inner.to_json()
+            })
+        })
     }
 
     #[staticmethod]
     fn from_json(py: Python<'_>, text: &str) -> PyResult<Self> {
-        Fusion::from_json(text)
-            .map(|inner| PyFusion { inner })
-            .or_raise(py)
+        guard(|| {
+            Fusion::from_json(text)
+                .map(|inner| PyFusion { inner })
+                .or_raise(py)
+        })
     }
 
-    fn fingerprint(&self) -> String {
-        self.inner.fingerprint()
+    fn fingerprint(&self) -> PyResult<String> {
+        guard(|| Ok(self.inner.fingerprint()))
     }
 
-    fn __str__(&self) -> String {
-        self.inner.to_string()
+    fn __str__(&self) -> PyResult<String> {
+        guard(|| Ok(self.inner.to_string()))
     }
 
     /// Runs the reference evaluator; returns one numpy array per output.
@@ -240,8 +276,10 @@ impl PyFusion {
         py: Python<'py>,
         arrays: &Bound<'py, PyTuple>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        let tensors = to_tensors(&self.inner, arrays)?;
-        let outputs = py.detach(|| evaluate(&self.inner, &tensors)).or_raise(py)?;
-        outputs.into_iter().map(|t| to_numpy(py, t)).collect()
+        guard(|| {
+            let tensors = to_tensors(&self.inner, arrays)?;
+            let outputs = py.detach(|| evaluate(&self.inner, &tensors)).or_raise(py)?;
+            outputs.into_iter().map(|t| to_numpy(py, t)).collect()
+        })
     }
 }

@@ -5,10 +5,28 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyMapping, PySequence, PyString};
 use serde_json::{Map, Number, Value};
 
+use crate::errors::params_error;
+
+/// Params nest a few levels deep; anything deeper is a mistake, most often
+/// a dict or list that contains itself.
+const MAX_DEPTH: usize = 32;
+
 /// Converts dicts, lists, tuples, str, int (and numpy integers), float,
 /// bool and None. Non-finite floats become strings, so validation reports
-/// them at their field path instead of here.
+/// them at their field path instead of here. Nesting deeper than
+/// [`MAX_DEPTH`] (a cyclic dict, say) is a `ParamsError` at its path.
 pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+    to_value_at(obj, &mut Vec::new())
+}
+
+fn to_value_at(obj: &Bound<'_, PyAny>, path: &mut Vec<String>) -> PyResult<Value> {
+    if path.len() > MAX_DEPTH {
+        return Err(params_error(
+            obj.py(),
+            &dotted(path),
+            format!("nested deeper than {MAX_DEPTH} levels (does a dict or list contain itself?)"),
+        ));
+    }
     if obj.is_none() {
         return Ok(Value::Null);
     }
@@ -40,12 +58,25 @@ pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
                     k.repr().map_or("?".into(), |r| r.to_string())
                 ))
             })?;
-            fields.insert(key.to_str()?.to_owned(), to_value(&v)?);
+            let key = key.to_str()?.to_owned();
+            path.push(key.clone());
+            let value = to_value_at(&v, path)?;
+            path.pop();
+            fields.insert(key, value);
         }
         return Ok(Value::Object(fields));
     }
     if let Ok(seq) = obj.cast::<PySequence>() {
-        return seq.try_iter()?.map(|item| to_value(&item?)).collect();
+        return seq
+            .try_iter()?
+            .enumerate()
+            .map(|(i, item)| {
+                path.push(format!("[{i}]"));
+                let value = to_value_at(&item?, path);
+                path.pop();
+                value
+            })
+            .collect();
     }
     Err(PyTypeError::new_err(format!(
         "cannot convert {} to JSON: expected dict, list, str, int, float, bool or None",
@@ -79,4 +110,16 @@ pub fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>>
             dict.into_any()
         }
     })
+}
+
+/// `["launch", "[0]", "x"]` → `launch[0].x`.
+fn dotted(path: &[String]) -> String {
+    let mut out = String::new();
+    for part in path {
+        if !out.is_empty() && !part.starts_with('[') {
+            out.push('.');
+        }
+        out.push_str(part);
+    }
+    out
 }

@@ -20,6 +20,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FUSION_SCHEMA_VERSION", tilefuse::ir::FUSION_SCHEMA_VERSION)?;
     m.add("PARAMS_VERSION", tilefuse::params::PARAMS_VERSION)?;
     errors::register(m)?;
+    errors::install_interrupt_hook();
     m.add_class::<fusion::PyFusion>()?;
     m.add_class::<schedule::PySchedule>()?;
     m.add_class::<schedule::PyDevice>()?;

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use serde_json::Value;
 use tilefuse::params::{HeuristicParams, ParamsError, StructInfo, structs};
 
-use crate::errors::OrRaise;
+use crate::errors::{OrRaise, guard};
 use crate::json_value::{to_py, to_value};
 
 fn lookup(name: &str) -> PyResult<StructInfo> {
@@ -31,14 +31,14 @@ fn normalize(name: &str, value: Value) -> PyResult<Result<Value, ParamsError>> {
 
 /// `[(name, scheduler tag or None), ...]` for every params struct.
 #[pyfunction]
-pub fn params_structs() -> Vec<(&'static str, Option<&'static str>)> {
-    structs().iter().map(|s| (s.name, s.scheduler)).collect()
+pub fn params_structs() -> PyResult<Vec<(&'static str, Option<&'static str>)>> {
+    guard(|| Ok(structs().iter().map(|s| (s.name, s.scheduler)).collect()))
 }
 
 /// The JSON Schema of a params struct, as a dict.
 #[pyfunction]
 pub fn params_schema<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-    to_py(py, (lookup(name)?.schema)())
+    guard(|| to_py(py, (lookup(name)?.schema)()))
 }
 
 /// Validates a possibly partial dict and returns it complete.
@@ -48,8 +48,10 @@ pub fn params_normalize<'py>(
     name: &str,
     value: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let normalized = normalize(name, to_value(value)?)?.or_raise(py)?;
-    to_py(py, &normalized)
+    guard(|| {
+        let normalized = normalize(name, to_value(value)?)?.or_raise(py)?;
+        to_py(py, &normalized)
+    })
 }
 
 /// Parses JSON text and returns the complete dict.
@@ -59,9 +61,11 @@ pub fn params_from_json<'py>(
     name: &str,
     text: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| ParamsError::new("", format!("invalid JSON: {e}")))
-        .or_raise(py)?;
-    let normalized = normalize(name, value)?.or_raise(py)?;
-    to_py(py, &normalized)
+    guard(|| {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| ParamsError::new("", format!("invalid JSON: {e}")))
+            .or_raise(py)?;
+        let normalized = normalize(name, value)?.or_raise(py)?;
+        to_py(py, &normalized)
+    })
 }

@@ -10,7 +10,7 @@ use tilefuse::sched::ir::{BlockId, LoopId, Role, Scope, ThreadAxis};
 use tilefuse::{Fusion, Kernel, Schedule, ScheduleError};
 
 use crate::arrays::{to_numpy, to_tensors};
-use crate::errors::OrRaise;
+use crate::errors::{OrRaise, guard};
 use crate::fusion::PyFusion;
 
 #[pyclass(module = "tilefuse._native", name = "Schedule")]
@@ -29,45 +29,53 @@ fn ids(loops: &[LoopId]) -> Vec<u32> {
 #[pymethods]
 impl PySchedule {
     #[new]
-    fn new(fusion: &PyFusion) -> Self {
-        PySchedule {
-            inner: Schedule::new(&fusion.inner),
-        }
+    fn new(fusion: &PyFusion) -> PyResult<Self> {
+        guard(|| {
+            Ok(PySchedule {
+                inner: Schedule::new(&fusion.inner),
+            })
+        })
     }
 
     /// Replays a JSON trace on a fresh schedule of `fusion`.
     #[staticmethod]
     fn replay(py: Python<'_>, fusion: &PyFusion, trace: &str) -> PyResult<Self> {
-        Schedule::replay_json(&fusion.inner, trace)
-            .map(|inner| PySchedule { inner })
-            .or_raise(py)
+        guard(|| {
+            Schedule::replay_json(&fusion.inner, trace)
+                .map(|inner| PySchedule { inner })
+                .or_raise(py)
+        })
     }
 
     fn get_block(&self, py: Python<'_>, name: &str) -> PyResult<u32> {
-        self.inner.get_block(name).map(|b| b.0).or_raise(py)
+        guard(|| self.inner.get_block(name).map(|b| b.0).or_raise(py))
     }
 
-    fn get_blocks(&self) -> Vec<u32> {
-        self.inner.get_blocks().iter().map(|b| b.0).collect()
+    fn get_blocks(&self) -> PyResult<Vec<u32>> {
+        guard(|| Ok(self.inner.get_blocks().iter().map(|b| b.0).collect()))
     }
 
     fn get_loops(&self, py: Python<'_>, block: u32) -> PyResult<Vec<u32>> {
-        self.inner
-            .get_loops(BlockId(block))
-            .map(|l| ids(&l))
-            .or_raise(py)
+        guard(|| {
+            self.inner
+                .get_loops(BlockId(block))
+                .map(|l| ids(&l))
+                .or_raise(py)
+        })
     }
 
-    fn block_name(&self, block: u32) -> String {
-        self.inner.block_name(BlockId(block))
+    fn block_name(&self, block: u32) -> PyResult<String> {
+        guard(|| Ok(self.inner.block_name(BlockId(block))))
     }
 
     /// `(name, extent, kind)` of a loop; kind is `serial`, `parallel`,
     /// `vectorized`, `unrolled`, a thread axis such as `workgroup.x`, or
     /// `pipelined: ...` (`LoopKind::describe`).
-    fn loop_info(&self, l: u32) -> Option<(String, u64, String)> {
-        let lp = self.inner.kernel().loops.get(l as usize)?;
-        Some((lp.name.clone(), lp.extent, lp.kind.describe()))
+    fn loop_info(&self, l: u32) -> PyResult<Option<(String, u64, String)>> {
+        guard(|| {
+            let lp = self.inner.kernel().loops.get(l as usize);
+            Ok(lp.map(|lp| (lp.name.clone(), lp.extent, lp.kind.describe())))
+        })
     }
 
     #[pyo3(signature = (loop_, factors, names=None))]
@@ -78,51 +86,55 @@ impl PySchedule {
         factors: Vec<Option<i64>>,
         names: Option<Vec<String>>,
     ) -> PyResult<Vec<u32>> {
-        let factors = factors
-            .iter()
-            .map(|f| {
-                f.map(|x| u64::try_from(x).map_err(|_| negative_factors(&factors)))
-                    .transpose()
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .or_raise(py)?;
-        self.inner
-            .split(LoopId(loop_), &factors, names.as_deref())
-            .map(|l| ids(&l))
-            .or_raise(py)
+        guard(|| {
+            let factors = factors
+                .iter()
+                .map(|f| {
+                    f.map(|x| u64::try_from(x).map_err(|_| negative_factors(&factors)))
+                        .transpose()
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .or_raise(py)?;
+            self.inner
+                .split(LoopId(loop_), &factors, names.as_deref())
+                .map(|l| ids(&l))
+                .or_raise(py)
+        })
     }
 
     fn fuse(&mut self, py: Python<'_>, loops_: Vec<u32>) -> PyResult<u32> {
-        self.inner.fuse(&loops(&loops_)).map(|l| l.0).or_raise(py)
+        guard(|| self.inner.fuse(&loops(&loops_)).map(|l| l.0).or_raise(py))
     }
 
     fn reorder(&mut self, py: Python<'_>, loops_: Vec<u32>) -> PyResult<()> {
-        self.inner.reorder(&loops(&loops_)).or_raise(py)
+        guard(|| self.inner.reorder(&loops(&loops_)).or_raise(py))
     }
 
     fn bind(&mut self, py: Python<'_>, loop_: u32, axis: &str) -> PyResult<()> {
-        let axis = ThreadAxis::parse(axis)
-            .ok_or_else(|| ScheduleError::Precondition {
-                primitive: "bind",
-                message: format!(
-                    "unknown thread axis {axis:?}; expected one of {}",
-                    ThreadAxis::ALL.map(ThreadAxis::name).join(", ")
-                ),
-            })
-            .or_raise(py)?;
-        self.inner.bind(LoopId(loop_), axis).or_raise(py)
+        guard(|| {
+            let axis = ThreadAxis::parse(axis)
+                .ok_or_else(|| ScheduleError::Precondition {
+                    primitive: "bind",
+                    message: format!(
+                        "unknown thread axis {axis:?}; expected one of {}",
+                        ThreadAxis::ALL.map(ThreadAxis::name).join(", ")
+                    ),
+                })
+                .or_raise(py)?;
+            self.inner.bind(LoopId(loop_), axis).or_raise(py)
+        })
     }
 
     fn parallel(&mut self, py: Python<'_>, loop_: u32) -> PyResult<()> {
-        self.inner.parallel(LoopId(loop_)).or_raise(py)
+        guard(|| self.inner.parallel(LoopId(loop_)).or_raise(py))
     }
 
     fn vectorize(&mut self, py: Python<'_>, loop_: u32) -> PyResult<()> {
-        self.inner.vectorize(LoopId(loop_)).or_raise(py)
+        guard(|| self.inner.vectorize(LoopId(loop_)).or_raise(py))
     }
 
     fn unroll(&mut self, py: Python<'_>, loop_: u32) -> PyResult<()> {
-        self.inner.unroll(LoopId(loop_)).or_raise(py)
+        guard(|| self.inner.unroll(LoopId(loop_)).or_raise(py))
     }
 
     fn pipeline(
@@ -132,32 +144,40 @@ impl PySchedule {
         stages: u32,
         prefetch_gap: u32,
     ) -> PyResult<()> {
-        self.inner
-            .pipeline(LoopId(loop_), stages, prefetch_gap)
-            .or_raise(py)
+        guard(|| {
+            self.inner
+                .pipeline(LoopId(loop_), stages, prefetch_gap)
+                .or_raise(py)
+        })
     }
 
     fn rfactor(&mut self, py: Python<'_>, loop_: u32) -> PyResult<u32> {
-        self.inner.rfactor(LoopId(loop_)).map(|b| b.0).or_raise(py)
+        guard(|| self.inner.rfactor(LoopId(loop_)).map(|b| b.0).or_raise(py))
     }
 
     fn decompose_reduction(&mut self, py: Python<'_>, block: u32, loop_: u32) -> PyResult<u32> {
-        self.inner
-            .decompose_reduction(BlockId(block), LoopId(loop_))
-            .map(|b| b.0)
-            .or_raise(py)
+        guard(|| {
+            self.inner
+                .decompose_reduction(BlockId(block), LoopId(loop_))
+                .map(|b| b.0)
+                .or_raise(py)
+        })
     }
 
     fn compute_at(&mut self, py: Python<'_>, block: u32, loop_: u32) -> PyResult<()> {
-        self.inner
-            .compute_at(BlockId(block), LoopId(loop_))
-            .or_raise(py)
+        guard(|| {
+            self.inner
+                .compute_at(BlockId(block), LoopId(loop_))
+                .or_raise(py)
+        })
     }
 
     fn reverse_compute_at(&mut self, py: Python<'_>, block: u32, loop_: u32) -> PyResult<()> {
-        self.inner
-            .reverse_compute_at(BlockId(block), LoopId(loop_))
-            .or_raise(py)
+        guard(|| {
+            self.inner
+                .reverse_compute_at(BlockId(block), LoopId(loop_))
+                .or_raise(py)
+        })
     }
 
     fn cache_read(
@@ -167,60 +187,69 @@ impl PySchedule {
         buffer: &str,
         scope: &str,
     ) -> PyResult<u32> {
-        let scope = parse_scope(scope).or_raise(py)?;
-        self.inner
-            .cache_read(BlockId(block), buffer, scope)
-            .map(|b| b.0)
-            .or_raise(py)
+        guard(|| {
+            let scope = parse_scope(scope).or_raise(py)?;
+            self.inner
+                .cache_read(BlockId(block), buffer, scope)
+                .map(|b| b.0)
+                .or_raise(py)
+        })
     }
 
     fn cache_write(&mut self, py: Python<'_>, block: u32, scope: &str) -> PyResult<u32> {
-        let scope = parse_scope(scope).or_raise(py)?;
-        self.inner
-            .cache_write(BlockId(block), scope)
-            .map(|b| b.0)
-            .or_raise(py)
+        guard(|| {
+            let scope = parse_scope(scope).or_raise(py)?;
+            self.inner
+                .cache_write(BlockId(block), scope)
+                .map(|b| b.0)
+                .or_raise(py)
+        })
     }
 
     fn set_scope(&mut self, py: Python<'_>, block: u32, scope: &str) -> PyResult<()> {
-        let scope = parse_scope(scope).or_raise(py)?;
-        self.inner.set_scope(BlockId(block), scope).or_raise(py)
+        guard(|| {
+            let scope = parse_scope(scope).or_raise(py)?;
+            self.inner.set_scope(BlockId(block), scope).or_raise(py)
+        })
     }
 
-    fn compute_inline_all(&mut self, keep: Vec<u32>) -> Vec<u32> {
-        let keep: Vec<BlockId> = keep.into_iter().map(BlockId).collect();
-        self.inner
-            .compute_inline_all(&keep)
-            .into_iter()
-            .map(|b| b.0)
-            .collect()
+    fn compute_inline_all(&mut self, keep: Vec<u32>) -> PyResult<Vec<u32>> {
+        guard(|| {
+            let keep: Vec<BlockId> = keep.into_iter().map(BlockId).collect();
+            let inlined = self.inner.compute_inline_all(&keep);
+            Ok(inlined.into_iter().map(|b| b.0).collect())
+        })
     }
 
     fn compute_inline(&mut self, py: Python<'_>, block: u32) -> PyResult<()> {
-        self.inner.compute_inline(BlockId(block)).or_raise(py)
+        guard(|| self.inner.compute_inline(BlockId(block)).or_raise(py))
     }
 
     fn reverse_compute_inline(&mut self, py: Python<'_>, block: u32) -> PyResult<()> {
-        self.inner
-            .reverse_compute_inline(BlockId(block))
-            .or_raise(py)
+        guard(|| {
+            self.inner
+                .reverse_compute_inline(BlockId(block))
+                .or_raise(py)
+        })
     }
 
     /// The applied primitives as JSON.
-    fn trace(&self) -> String {
-        self.inner.trace_json()
+    fn trace(&self) -> PyResult<String> {
+        guard(|| Ok(self.inner.trace_json()))
     }
 
-    fn __str__(&self) -> String {
-        self.inner.to_string()
+    fn __str__(&self) -> PyResult<String> {
+        guard(|| Ok(self.inner.to_string()))
     }
 
     /// Compiles the schedule for `device`.
     fn build(&self, py: Python<'_>, device: &PyDevice) -> PyResult<PyKernel> {
-        let kernel = py.detach(|| device.inner.build(&self.inner)).or_raise(py)?;
-        Ok(PyKernel {
-            inner: Arc::new(kernel),
-            fusion: self.inner.fusion().clone(),
+        guard(|| {
+            let kernel = py.detach(|| device.inner.build(&self.inner)).or_raise(py)?;
+            Ok(PyKernel {
+                inner: Arc::new(kernel),
+                fusion: self.inner.fusion().clone(),
+            })
         })
     }
 }
@@ -257,73 +286,86 @@ impl PyDevice {
     /// variable `TILEFUSE_DEVICE=gpu|cpu` forces one.
     #[staticmethod]
     fn default(py: Python<'_>) -> PyResult<Self> {
-        py.detach(Device::from_env)
-            .map(|inner| PyDevice { inner })
-            .or_raise(py)
+        guard(|| {
+            py.detach(Device::from_env)
+                .map(|inner| PyDevice { inner })
+                .or_raise(py)
+        })
     }
 
     #[staticmethod]
-    fn cpu() -> Self {
-        PyDevice {
-            inner: Device::cpu(),
-        }
+    fn cpu() -> PyResult<Self> {
+        guard(|| {
+            Ok(PyDevice {
+                inner: Device::cpu(),
+            })
+        })
     }
 
     #[staticmethod]
     fn gpu(py: Python<'_>) -> PyResult<Self> {
-        py.detach(Device::gpu)
-            .map(|inner| PyDevice { inner })
-            .or_raise(py)
+        guard(|| {
+            py.detach(Device::gpu)
+                .map(|inner| PyDevice { inner })
+                .or_raise(py)
+        })
     }
 
     /// What heuristics see: backend, vendor, name, adapter type, limits,
     /// features, subgroup sizes; cores and SIMD width on the CPU.
     #[getter]
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let i = self.inner.info();
-        let d = PyDict::new(py);
-        d.set_item("backend", &i.backend)?;
-        d.set_item("vendor", i.vendor)?;
-        d.set_item("name", &i.name)?;
-        d.set_item("adapter_type", &i.adapter_type)?;
-        d.set_item("driver", &i.driver)?;
-        let l = PyDict::new(py);
-        l.set_item("max_workgroup_size", i.limits.max_workgroup_size.to_vec())?;
-        l.set_item(
-            "max_invocations_per_workgroup",
-            i.limits.max_invocations_per_workgroup,
-        )?;
-        l.set_item(
-            "max_workgroups_per_dimension",
-            i.limits.max_workgroups_per_dimension,
-        )?;
-        l.set_item(
-            "max_workgroup_storage_bytes",
-            i.limits.max_workgroup_storage_bytes,
-        )?;
-        l.set_item(
-            "max_storage_buffer_binding_size",
-            i.limits.max_storage_buffer_binding_size,
-        )?;
-        l.set_item(
-            "max_storage_buffers_per_stage",
-            i.limits.max_storage_buffers_per_stage,
-        )?;
-        l.set_item(
-            "max_loop_iterations_per_invocation",
-            i.limits.max_loop_iterations_per_invocation,
-        )?;
-        d.set_item("limits", l)?;
-        d.set_item("features", &i.features)?;
-        d.set_item("subgroup_sizes", i.subgroup_sizes)?;
-        d.set_item("cores", i.cores)?;
-        d.set_item("simd_width", i.simd_width)?;
-        Ok(d)
+        guard(|| {
+            let i = self.inner.info();
+            let d = PyDict::new(py);
+            d.set_item("backend", &i.backend)?;
+            d.set_item("vendor", i.vendor)?;
+            d.set_item("name", &i.name)?;
+            d.set_item("adapter_type", &i.adapter_type)?;
+            d.set_item("driver", &i.driver)?;
+            let l = PyDict::new(py);
+            l.set_item("max_workgroup_size", i.limits.max_workgroup_size.to_vec())?;
+            l.set_item(
+                "max_invocations_per_workgroup",
+                i.limits.max_invocations_per_workgroup,
+            )?;
+            l.set_item(
+                "max_workgroups_per_dimension",
+                i.limits.max_workgroups_per_dimension,
+            )?;
+            l.set_item(
+                "max_workgroup_storage_bytes",
+                i.limits.max_workgroup_storage_bytes,
+            )?;
+            l.set_item(
+                "max_storage_buffer_binding_size",
+                i.limits.max_storage_buffer_binding_size,
+            )?;
+            l.set_item(
+                "max_storage_buffers_per_stage",
+                i.limits.max_storage_buffers_per_stage,
+            )?;
+            l.set_item(
+                "max_loop_iterations_per_invocation",
+                i.limits.max_loop_iterations_per_invocation,
+            )?;
+            d.set_item("limits", l)?;
+            d.set_item("features", &i.features)?;
+            d.set_item("subgroup_sizes", i.subgroup_sizes)?;
+            d.set_item("cores", i.cores)?;
+            d.set_item("simd_width", i.simd_width)?;
+            Ok(d)
+        })
     }
 
-    fn __repr__(&self) -> String {
-        let i = self.inner.info();
-        format!("<Device {} ({}, {})>", i.name, i.backend, i.adapter_type)
+    fn __repr__(&self) -> PyResult<String> {
+        guard(|| {
+            let i = self.inner.info();
+            Ok(format!(
+                "<Device {} ({}, {})>",
+                i.name, i.backend, i.adapter_type
+            ))
+        })
     }
 }
 
@@ -342,10 +384,12 @@ impl PyKernel {
         py: Python<'py>,
         arrays: &Bound<'py, PyTuple>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        let inputs = to_tensors(&self.fusion, arrays)?;
-        let kernel = Arc::clone(&self.inner);
-        let outputs = py.detach(move || kernel.run(&inputs)).or_raise(py)?;
-        outputs.into_iter().map(|t| to_numpy(py, t)).collect()
+        guard(|| {
+            let inputs = to_tensors(&self.fusion, arrays)?;
+            let kernel = Arc::clone(&self.inner);
+            let outputs = py.detach(move || kernel.run(&inputs)).or_raise(py)?;
+            outputs.into_iter().map(|t| to_numpy(py, t)).collect()
+        })
     }
 
     /// Median, min and max seconds per launch, and every sample.
@@ -357,69 +401,75 @@ impl PyKernel {
         warmup: usize,
         repeat: usize,
     ) -> PyResult<(f64, f64, f64, Vec<f64>)> {
-        let inputs = to_tensors(&self.fusion, arrays)?;
-        let kernel = Arc::clone(&self.inner);
-        let t = py
-            .detach(move || kernel.benchmark(&inputs, warmup, repeat))
-            .or_raise(py)?;
-        Ok((t.median, t.min, t.max, t.samples))
+        guard(|| {
+            let inputs = to_tensors(&self.fusion, arrays)?;
+            let kernel = Arc::clone(&self.inner);
+            let t = py
+                .detach(move || kernel.benchmark(&inputs, warmup, repeat))
+                .or_raise(py)?;
+            Ok((t.median, t.min, t.max, t.samples))
+        })
     }
 
     #[getter]
-    fn wgsl(&self) -> String {
-        self.inner.wgsl().source.clone()
+    fn wgsl(&self) -> PyResult<String> {
+        guard(|| Ok(self.inner.wgsl().source.clone()))
     }
 
     /// Binding index → buffer name, dtype, shape, access and role.
     #[getter]
     fn bindings<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        self.inner
-            .wgsl()
-            .bindings
-            .iter()
-            .map(|b| {
-                let d = PyDict::new(py);
-                d.set_item("binding", b.binding)?;
-                d.set_item("name", &b.name)?;
-                d.set_item("dtype", b.dtype.name())?;
-                d.set_item(
-                    "storage",
-                    if b.dtype == tilefuse::DType::Bool {
-                        "u32"
-                    } else {
-                        b.dtype.name()
-                    },
-                )?;
-                d.set_item("shape", b.shape.clone())?;
-                d.set_item("access", if b.writes { "read_write" } else { "read" })?;
-                let (role, index) = match b.role {
-                    Role::Input(i) => ("input", Some(i)),
-                    Role::Output(i) => ("output", Some(i)),
-                    Role::Temp => ("temp", None),
-                };
-                d.set_item("role", role)?;
-                d.set_item("index", index)?;
-                Ok(d)
-            })
-            .collect()
+        guard(|| {
+            self.inner
+                .wgsl()
+                .bindings
+                .iter()
+                .map(|b| {
+                    let d = PyDict::new(py);
+                    d.set_item("binding", b.binding)?;
+                    d.set_item("name", &b.name)?;
+                    d.set_item("dtype", b.dtype.name())?;
+                    d.set_item(
+                        "storage",
+                        if b.dtype == tilefuse::DType::Bool {
+                            "u32"
+                        } else {
+                            b.dtype.name()
+                        },
+                    )?;
+                    d.set_item("shape", b.shape.clone())?;
+                    d.set_item("access", if b.writes { "read_write" } else { "read" })?;
+                    let (role, index) = match b.role {
+                        Role::Input(i) => ("input", Some(i)),
+                        Role::Output(i) => ("output", Some(i)),
+                        Role::Temp => ("temp", None),
+                    };
+                    d.set_item("role", role)?;
+                    d.set_item("index", index)?;
+                    Ok(d)
+                })
+                .collect()
+        })
     }
 
     /// One entry per dispatch, in order: entry point, workgroup count,
     /// workgroup size and the bindings it uses.
     #[getter]
     fn dispatch<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        self.inner
-            .wgsl()
-            .stages
-            .iter()
-            .map(|s| {
-                let d = PyDict::new(py);
-                d.set_item("entry_point", &s.entry_point)?;
-                d.set_item("workgroups", s.workgroups.to_vec())?;
-                d.set_item("workgroup_size", s.workgroup_size.to_vec())?;
-                d.set_item("bindings", s.bindings.clone())?;
-                Ok(d)
-            })
-            .collect()
+        guard(|| {
+            self.inner
+                .wgsl()
+                .stages
+                .iter()
+                .map(|s| {
+                    let d = PyDict::new(py);
+                    d.set_item("entry_point", &s.entry_point)?;
+                    d.set_item("workgroups", s.workgroups.to_vec())?;
+                    d.set_item("workgroup_size", s.workgroup_size.to_vec())?;
+                    d.set_item("bindings", s.bindings.clone())?;
+                    Ok(d)
+                })
+                .collect()
+        })
     }
 }

@@ -5,18 +5,20 @@ use pyo3::prelude::*;
 use tilefuse::params::{HeuristicParams, ParamsError};
 use tilefuse::sched::schedulers as auto;
 
-use crate::errors::OrRaise;
+use crate::errors::{OrRaise, guard};
 use crate::fusion::PyFusion;
 use crate::json_value::{to_py, to_value};
 use crate::schedule::{PyDevice, PySchedule};
 
 /// `[(scheduler, None if it accepts the fusion else the reason), ...]`.
 #[pyfunction]
-pub fn schedulers(fusion: &PyFusion) -> Vec<(&'static str, Option<String>)> {
-    auto::SCHEDULERS
-        .iter()
-        .map(|&s| (s, auto::can_schedule(&fusion.inner, s).err()))
-        .collect()
+pub fn schedulers(fusion: &PyFusion) -> PyResult<Vec<(&'static str, Option<String>)>> {
+    guard(|| {
+        Ok(auto::SCHEDULERS
+            .iter()
+            .map(|&s| (s, auto::can_schedule(&fusion.inner, s).err()))
+            .collect())
+    })
 }
 
 /// The default heuristic's params (a dict with its `"scheduler"` tag).
@@ -28,8 +30,11 @@ pub fn heuristics<'py>(
     device: &PyDevice,
     scheduler: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let params = auto::heuristics(&fusion.inner, scheduler, &device.inner.info()).or_raise(py)?;
-    to_py(py, &params.to_value())
+    guard(|| {
+        let params =
+            auto::heuristics(&fusion.inner, scheduler, &device.inner.info()).or_raise(py)?;
+        to_py(py, &params.to_value())
+    })
 }
 
 /// Schedules `fusion` with params given as a dict.
@@ -40,9 +45,11 @@ pub fn schedule(
     params: &Bound<'_, PyAny>,
     device: &PyDevice,
 ) -> PyResult<PySchedule> {
-    let params = HeuristicParams::from_value(to_value(params)?).or_raise(py)?;
-    let inner = auto::schedule(&fusion.inner, &params, &device.inner.info()).or_raise(py)?;
-    Ok(PySchedule { inner })
+    guard(|| {
+        let params = HeuristicParams::from_value(to_value(params)?).or_raise(py)?;
+        let inner = auto::schedule(&fusion.inner, &params, &device.inner.info()).or_raise(py)?;
+        Ok(PySchedule { inner })
+    })
 }
 
 /// `[(segment fusion, scheduler, parent input ids, parent output ids), ...]`.
@@ -52,19 +59,21 @@ pub fn segments(
     py: Python<'_>,
     fusion: &PyFusion,
 ) -> PyResult<Vec<(PyFusion, &'static str, Vec<usize>, Vec<usize>)>> {
-    let parts = auto::segments(&fusion.inner)
-        .map_err(|e| ParamsError::new("scheduler", e))
-        .or_raise(py)?;
-    let ids = |ts: &[tilefuse::TensorId]| ts.iter().map(|t| t.0).collect();
-    Ok(parts
-        .into_iter()
-        .map(|s| {
-            (
-                PyFusion { inner: s.fusion },
-                s.scheduler,
-                ids(&s.inputs),
-                ids(&s.outputs),
-            )
-        })
-        .collect())
+    guard(|| {
+        let parts = auto::segments(&fusion.inner)
+            .map_err(|e| ParamsError::new("scheduler", e))
+            .or_raise(py)?;
+        let ids = |ts: &[tilefuse::TensorId]| ts.iter().map(|t| t.0).collect();
+        Ok(parts
+            .into_iter()
+            .map(|s| {
+                (
+                    PyFusion { inner: s.fusion },
+                    s.scheduler,
+                    ids(&s.inputs),
+                    ids(&s.outputs),
+                )
+            })
+            .collect())
+    })
 }

@@ -27,7 +27,7 @@ impl Device {
         match std::env::var("TILEFUSE_DEVICE").as_deref() {
             Ok("cpu") => Ok(Device::cpu()),
             Ok("gpu") => Device::gpu(),
-            Ok(other) if !other.is_empty() => Err(RuntimeError::Argument(format!(
+            Ok(other) if !other.is_empty() => Err(RuntimeError::Config(format!(
                 "TILEFUSE_DEVICE={other:?}: expected \"gpu\" or \"cpu\""
             ))),
             _ => Ok(Device::gpu().unwrap_or_else(|_| Device::cpu())),
@@ -101,6 +101,19 @@ fn cpu_info(c: &CpuDevice) -> DeviceInfo {
     }
 }
 
+/// The most launches `benchmark` takes for its warm-up or its timed
+/// repetitions (the samples of that many take 800 MB); more is a mistake.
+pub const MAX_LAUNCHES: usize = 100_000_000;
+
+fn check_count(name: &str, value: usize, min: usize) -> Result<()> {
+    if (min..=MAX_LAUNCHES).contains(&value) {
+        return Ok(());
+    }
+    Err(RuntimeError::Argument(format!(
+        "benchmark: {name} must be from {min} to {MAX_LAUNCHES}, got {value}"
+    )))
+}
+
 enum Exec {
     Cpu(CpuKernel),
     Gpu(GpuKernel),
@@ -160,20 +173,21 @@ impl Kernel {
     /// Runs `warmup` untimed launches (on a GPU, for at least
     /// [`crate::gpu::WARM_UP`], so its clocks have ramped up), then times
     /// `repeat` launches.
+    /// Both counts are at most [`MAX_LAUNCHES`].
     pub fn benchmark(&self, inputs: &[Tensor], warmup: usize, repeat: usize) -> Result<Timing> {
-        if repeat == 0 {
-            return Err(RuntimeError::Argument(
-                "benchmark: repeat must be at least 1".into(),
-            ));
-        }
+        check_count("repeat", repeat, 1)?;
+        check_count("warmup", warmup, 0)?;
         let samples = match &self.exec {
             Exec::Gpu(k) => k.time(inputs, warmup, repeat)?,
             Exec::Cpu(k) => {
                 let mut prepared = k.prepare(inputs)?;
-                let mut samples = Vec::with_capacity(repeat);
+                let mut samples = Vec::with_capacity(repeat.min(1 << 16));
                 for i in 0..warmup + repeat {
+                    if tilefuse_ir::interrupt::requested() {
+                        return Err(RuntimeError::Interrupted);
+                    }
                     let start = Instant::now();
-                    k.launch(&mut prepared);
+                    k.launch(&mut prepared)?;
                     if i >= warmup {
                         samples.push(start.elapsed().as_secs_f64());
                     }

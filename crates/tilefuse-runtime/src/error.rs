@@ -11,6 +11,15 @@ pub enum RuntimeError {
     /// A kernel that exceeds a device limit (named in the message).
     #[error("{0}")]
     Limit(String),
+    /// A device setting (an environment variable) that is not valid.
+    #[error("{0}")]
+    Config(String),
+    /// Memory for a kernel's buffers could not be allocated.
+    #[error("out of memory: {what} needs {bytes} bytes")]
+    OutOfMemory { what: String, bytes: u64 },
+    /// The work was interrupted (Ctrl-C) before it finished.
+    #[error("interrupted")]
+    Interrupted,
     /// The GPU or its driver failed.
     #[error("gpu: {0}")]
     Gpu(String),

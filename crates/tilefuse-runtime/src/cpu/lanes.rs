@@ -53,7 +53,8 @@ pub fn unary_f32(op: UnaryOp, a: &mut [f32]) {
             simd_math::exp_in_place(a);
             each(a, |e| 1.0 / (1.0 + e));
         }
-        UnaryOp::Relu => each(a, |x| if x > 0.0 { x } else { 0.0 }),
+        // NaN stays NaN (`!(x <= 0)`), as in the reference.
+        UnaryOp::Relu => each(a, |x| if x <= 0.0 { 0.0 } else { x }),
         UnaryOp::Gelu => each(a, |x| gelu(f64::from(x)) as f32),
         UnaryOp::Sin => each(a, f32::sin),
         UnaryOp::Cos => each(a, f32::cos),

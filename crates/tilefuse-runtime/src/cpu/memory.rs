@@ -7,10 +7,33 @@
 
 use tilefuse_ir::{DType, Data, Scalar};
 
+use crate::error::{Result, RuntimeError};
+
 /// Owned storage of one buffer.
 pub struct Storage(pub Data);
 
 impl Storage {
+    /// `len` zeros, or `OutOfMemory` naming the bytes when the allocator
+    /// refuses them (instead of aborting the process).
+    pub fn try_zeros(dtype: DType, len: usize) -> Result<Storage> {
+        fn zeros<T: Clone>(len: usize, zero: T, dtype: DType) -> Result<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(len)
+                .map_err(|_| RuntimeError::OutOfMemory {
+                    what: format!("a buffer of {len} {} elements", dtype.name()),
+                    bytes: (len as u64).saturating_mul(size_of::<T>() as u64),
+                })?;
+            v.resize(len, zero);
+            Ok(v)
+        }
+        Ok(Storage(match dtype {
+            DType::F32 => Data::F32(zeros(len, 0.0, dtype)?),
+            DType::I32 => Data::I32(zeros(len, 0, dtype)?),
+            DType::U32 => Data::U32(zeros(len, 0, dtype)?),
+            DType::Bool => Data::Bool(zeros(len, false, dtype)?),
+        }))
+    }
+
     pub fn zeros(dtype: DType, len: usize) -> Storage {
         Storage(match dtype {
             DType::F32 => Data::F32(vec![0.0; len]),

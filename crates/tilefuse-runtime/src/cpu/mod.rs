@@ -78,23 +78,28 @@ impl CpuKernel {
             .buffers
             .iter()
             .map(|b| match b.role {
-                Role::Input(i) => Storage(inputs[i].data.clone()),
-                _ => Storage::zeros(b.dtype, b.numel() as usize),
+                Role::Input(i) => Ok(Storage(inputs[i].data.clone())),
+                _ => Storage::try_zeros(b.dtype, b.numel() as usize),
             })
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(Prepared { storage })
     }
 
-    /// Runs the kernel once over prepared buffers.
-    pub fn launch(&self, prepared: &mut Prepared) {
+    /// Runs the kernel once over prepared buffers; `Interrupted` when an
+    /// interrupt was requested before it finished.
+    pub fn launch(&self, prepared: &mut Prepared) -> Result<()> {
         let views: Vec<_> = prepared.storage.iter_mut().map(Storage::view).collect();
-        self.program.run(&views, self.threads);
+        if self.program.run(&views, self.threads) {
+            Ok(())
+        } else {
+            Err(RuntimeError::Interrupted)
+        }
     }
 
     /// Runs the kernel on host tensors, one per fusion input.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let mut prepared = self.prepare(inputs)?;
-        self.launch(&mut prepared);
+        self.launch(&mut prepared)?;
         let mut outputs: Vec<(usize, Tensor)> = self
             .kernel
             .buffers

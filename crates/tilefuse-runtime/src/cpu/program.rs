@@ -10,6 +10,7 @@
 //! workgroup-bound loops are spread over threads.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tilefuse_ir::{DType, ReduceOp, Scalar, binary_scalar, reduce_identity, unary_scalar};
 use tilefuse_sched::ir::{
@@ -152,18 +153,22 @@ impl Program {
         }
     }
 
-    /// Runs every step on `buffers` (indexed by buffer id).
-    pub fn run(&self, buffers: &[RawBuf], threads: usize) {
+    /// Runs every step on `buffers` (indexed by buffer id); false when an
+    /// interrupt was [requested](tilefuse_ir::interrupt::requested) first.
+    pub fn run(&self, buffers: &[RawBuf], threads: usize) -> bool {
         let mut env = vec![0i64; self.n_loops];
+        let stop = AtomicBool::new(false);
         let ctx = Ctx {
             buffers,
             threads,
             locals: &self.locals,
             registers: RefCell::default(),
+            stop: &stop,
         };
         for step in &self.steps {
             ctx.step(step, &mut env, true);
         }
+        !stop.into_inner()
     }
 }
 
@@ -453,6 +458,9 @@ struct Ctx<'a> {
     locals: &'a [(usize, DType, usize)],
     /// This thread's tape registers.
     registers: RefCell<Registers>,
+    /// Set once an interrupt is requested: every thread stops at its next
+    /// loop iteration.
+    stop: &'a AtomicBool,
 }
 
 impl Ctx<'_> {
@@ -471,6 +479,9 @@ impl Ctx<'_> {
                     self.parallel_loop(*var, *extent, body, env);
                 } else {
                     for i in 0..*extent {
+                        if self.interrupted() {
+                            return;
+                        }
                         env[*var] = i;
                         body.iter().for_each(|s| self.step(s, env, may_spawn));
                     }
@@ -479,35 +490,30 @@ impl Ctx<'_> {
         }
     }
 
+    /// True once an interrupt is requested (by any thread of this run).
+    fn interrupted(&self) -> bool {
+        if self.stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        let now = tilefuse_ir::interrupt::requested();
+        if now {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        now
+    }
+
+    /// Splits the loop's iterations over the threads; the calling thread
+    /// runs the first share itself, so it keeps answering interrupts.
     fn parallel_loop(&self, var: usize, extent: i64, body: &[Step], env: &[i64]) {
         let threads = (self.threads as i64).min(extent);
-        let (shared, locals) = (self.buffers, self.locals);
+        let share = |t: i64| (extent * t / threads)..(extent * (t + 1) / threads);
+        let (shared, locals, stop) = (self.buffers, self.locals, self.stop);
         std::thread::scope(|scope| {
-            for t in 0..threads {
-                let (lo, hi) = (extent * t / threads, extent * (t + 1) / threads);
-                let mut env = env.to_vec();
-                scope.spawn(move || {
-                    // This thread's own workgroup / private buffers.
-                    let mut own: Vec<Storage> = locals
-                        .iter()
-                        .map(|&(_, d, n)| Storage::zeros(d, n))
-                        .collect();
-                    let mut buffers = shared.to_vec();
-                    for (&(id, ..), s) in locals.iter().zip(&mut own) {
-                        buffers[id] = s.view();
-                    }
-                    let ctx = Ctx {
-                        buffers: &buffers,
-                        threads: 1,
-                        locals,
-                        registers: RefCell::default(),
-                    };
-                    for i in lo..hi {
-                        env[var] = i;
-                        body.iter().for_each(|s| ctx.step(s, &mut env, false));
-                    }
-                });
+            for t in 1..threads {
+                let range = share(t);
+                scope.spawn(move || run_share(shared, locals, stop, var, range, body, env));
             }
+            run_share(shared, locals, stop, var, share(0), body, env);
         });
     }
 
@@ -786,6 +792,42 @@ impl Ctx<'_> {
 
 /// Combines a folded chunk of lanes into element `off` (or stores it, on
 /// the element's first visit).
+/// Iterations `range` of a parallel loop, with this thread's own
+/// workgroup / private buffers.
+fn run_share(
+    shared: &[RawBuf],
+    locals: &[(usize, DType, usize)],
+    stop: &AtomicBool,
+    var: usize,
+    range: std::ops::Range<i64>,
+    body: &[Step],
+    env: &[i64],
+) {
+    let mut own: Vec<Storage> = locals
+        .iter()
+        .map(|&(_, d, n)| Storage::zeros(d, n))
+        .collect();
+    let mut buffers = shared.to_vec();
+    for (&(id, ..), s) in locals.iter().zip(&mut own) {
+        buffers[id] = s.view();
+    }
+    let ctx = Ctx {
+        buffers: &buffers,
+        threads: 1,
+        locals,
+        registers: RefCell::default(),
+        stop,
+    };
+    let mut env = env.to_vec();
+    for i in range {
+        if ctx.interrupted() {
+            return;
+        }
+        env[var] = i;
+        body.iter().for_each(|s| ctx.step(s, &mut env, false));
+    }
+}
+
 fn fold_into(buf: &RawBuf, off: usize, op: ReduceOp, dtype: DType, first: bool, folded: f32) {
     let acc = if first {
         reduce_identity(op, dtype)

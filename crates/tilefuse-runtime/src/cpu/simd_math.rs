@@ -14,7 +14,8 @@ const LN2_LO: f32 = 1.428_606_8e-6;
 
 #[inline(always)]
 fn exp1(x: f32) -> f32 {
-    let x = x.clamp(-87.0, 88.0);
+    // Past these e^x is inf (or 0) in f32; NaN passes through the clamp.
+    let x = x.clamp(-104.0, 89.0);
     // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick: the
     // sum's low mantissa bits are that integer, read back as bits (an `as
     // i32` conversion saturates, which does not vectorize).
@@ -27,8 +28,11 @@ fn exp1(x: f32) -> f32 {
             + r * (0.5
                 + r * (0.166_666_67 + r * (0.041_666_67 + r * (0.008_333_34 + r * 0.001_388_89)))));
     let k = t.to_bits().wrapping_sub(shifter.to_bits()) as i32;
-    let scale = f32::from_bits(((k + 127) << 23) as u32);
-    p * scale
+    // 2^k as two normal factors, so k from -150 to 129 overflows to inf and
+    // underflows through the subnormals to 0 as e^x does.
+    let half = k >> 1;
+    let scale = |e: i32| f32::from_bits(((e + 127) << 23) as u32);
+    p * scale(half) * scale(k - half)
 }
 
 #[inline(always)]
@@ -42,7 +46,8 @@ fn tanh1(x: f32) -> f32 {
             + a2 * (-0.333_333_34
                 + a2 * (0.133_333_33 + a2 * (-0.053_968_25 + a2 * 0.021_869_49))));
     let t = if a < 0.25 { small } else { big };
-    t.copysign(x)
+    // `min` above turned NaN into 9; NaN stays NaN.
+    if x.is_nan() { x } else { t.copysign(x) }
 }
 
 /// Defines a function whose body is compiled for the widest vector
@@ -209,11 +214,33 @@ mod tests {
                 "tanh({x}) = {th}, want {want}"
             );
         }
-        let mut extremes = [-1e30f32, -100.0, 100.0, 1e30];
-        exp_in_place(&mut extremes);
-        assert!(extremes[0] < 1e-37 && extremes[3] > 1e38);
-        let mut extremes = [-1e30f32, 1e30, 0.0];
-        tanh_in_place(&mut extremes);
-        assert_eq!(extremes, [-1.0, 1.0, 0.0]);
+        // Overflow, underflow through the subnormals, and the special
+        // values behave as the f32 rounding of e^x.
+        let xs: Vec<f32> = (-1100..=950).map(|i| i as f32 * 0.1).collect();
+        let mut e = xs.clone();
+        exp_in_place(&mut e);
+        for (&x, &ex) in xs.iter().zip(&e) {
+            let want = f64::from(x).exp() as f32;
+            let tolerance = 3e-7 * want + f32::from_bits(2); // two subnormal steps
+            assert!(
+                ex == want || (ex - want).abs() <= tolerance,
+                "exp({x}) = {ex:e}, want {want:e}"
+            );
+        }
+        let mut special = [f32::NEG_INFINITY, f32::INFINITY, f32::NAN, 89.0, -105.0];
+        exp_in_place(&mut special);
+        assert_eq!(special[..2], [0.0, f32::INFINITY]);
+        assert!(special[2].is_nan() && special[3] == f32::INFINITY && special[4] == 0.0);
+        let mut special = [
+            -1e30f32,
+            1e30,
+            0.0,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            f32::NAN,
+        ];
+        tanh_in_place(&mut special);
+        assert_eq!(special[..5], [-1.0, 1.0, 0.0, -1.0, 1.0]);
+        assert!(special[5].is_nan());
     }
 }

@@ -5,6 +5,13 @@ use tilefuse_ir::{DType, Data, Tensor};
 use super::{GpuDevice, gpu_err};
 use crate::error::Result;
 
+/// The size of a storage buffer of `elements` 32-bit words: shaders may
+/// read a binding as `vec4`s, so at least one, and whole ones (an empty
+/// tensor still gets a buffer to bind).
+pub fn buffer_size(elements: u64) -> u64 {
+    (4 * elements).next_multiple_of(16).max(16)
+}
+
 pub fn upload_bytes(data: &Data) -> Vec<u8> {
     match data {
         Data::F32(v) => bytemuck::cast_slice(v).to_vec(),
@@ -46,12 +53,15 @@ pub fn download(
     } else {
         read_back(device, buffer, 4 * n as u64)?
     };
-    let words: &[u32] = bytemuck::cast_slice(&bytes);
+    // A `Vec<u8>` need not be aligned for `u32`: read the words by value.
+    let words = bytes
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")));
     let data = match dtype {
-        DType::F32 => Data::F32(words.iter().map(|&w| f32::from_bits(w)).collect()),
-        DType::I32 => Data::I32(words.iter().map(|&w| w as i32).collect()),
-        DType::U32 => Data::U32(words.to_vec()),
-        DType::Bool => Data::Bool(words.iter().map(|&w| w != 0).collect()),
+        DType::F32 => Data::F32(words.map(f32::from_bits).collect()),
+        DType::I32 => Data::I32(words.map(|w| w as i32).collect()),
+        DType::U32 => Data::U32(words.collect()),
+        DType::Bool => Data::Bool(words.map(|w| w != 0).collect()),
     };
     Ok(Tensor {
         shape: shape.iter().map(|&d| d as usize).collect(),
@@ -78,6 +88,6 @@ pub fn resolve_timestamps(
 /// Ticks between the two timestamps.
 pub fn read_timestamps(device: &GpuDevice, buffer: &wgpu::Buffer) -> Result<f64> {
     let bytes = read_back(device, buffer, 16)?;
-    let t: &[u64] = bytemuck::cast_slice(&bytes);
-    Ok(t[1].saturating_sub(t[0]) as f64)
+    let tick = |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    Ok(tick(1).saturating_sub(tick(0)) as f64)
 }

@@ -301,7 +301,7 @@ impl GpuKernel {
             .map(|b| {
                 let buffer = device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some(&b.name),
-                    size: (4 * b.shape.iter().product::<u64>()).max(4),
+                    size: buffers::buffer_size(b.shape.iter().product()),
                     usage: wgpu::BufferUsages::STORAGE
                         | wgpu::BufferUsages::COPY_SRC
                         | wgpu::BufferUsages::COPY_DST,
@@ -404,10 +404,13 @@ impl GpuKernel {
                 count: 2,
             })
         });
-        let mut samples = Vec::with_capacity(repeat);
+        let mut samples = Vec::with_capacity(repeat.min(1 << 16));
         let warming = Instant::now();
         let mut warmed = 0;
         while samples.len() < repeat {
+            if tilefuse_ir::interrupt::requested() {
+                return Err(RuntimeError::Interrupted);
+            }
             let mut encoder = device.create_command_encoder(&Default::default());
             self.encode(&launch, &mut encoder, queries.as_ref());
             let resolved = queries

@@ -556,7 +556,7 @@ impl Gen<'_> {
         let value = self.vector_value(&b.value, b, l);
         let value = match b.reduce {
             None => value,
-            Some(op) => combine(op, target.clone(), value),
+            Some(op) => combine(op, target.clone(), value, DType::F32, true),
         };
         stmts.push(Stmt::Assign(target, value));
         Stmt::Scope(stmts)
@@ -577,7 +577,7 @@ impl Gen<'_> {
                 }
             }
             ir::Expr::Unary(op, a) => unary(*op, v(a), DType::F32, true),
-            ir::Expr::Binary(op, x, y) => self.binary(*op, v(x), v(y)),
+            ir::Expr::Binary(op, x, y) => binary(*op, v(x), v(y), DType::F32, true),
             ir::Expr::Select(c, x, y) => Expr::call("select", vec![v(y), v(x), v(c)]),
             ir::Expr::Cast(..) => unreachable!("vectorized_loops admits no casts"),
         }
@@ -617,7 +617,10 @@ impl Gen<'_> {
                         )],
                     ));
                 }
-                body.push(Stmt::Assign(target.clone(), combine(op, target, value)));
+                body.push(Stmt::Assign(
+                    target.clone(),
+                    combine(op, target, value, dtype, false),
+                ));
             }
         }
         match self.guard(id, b) {
@@ -712,7 +715,10 @@ impl Gen<'_> {
                     let theirs = self.element(*buffer, &above);
                     stmts.push(Stmt::If(
                         Expr::bin("<", Expr::raw(lane), Expr::raw(format!("{half}u"))),
-                        vec![Stmt::Assign(mine.clone(), combine(op, mine, theirs))],
+                        vec![Stmt::Assign(
+                            mine.clone(),
+                            combine(op, mine, theirs, dtype, false),
+                        )],
                     ));
                     stmts.push(Stmt::Call("workgroupBarrier".into()));
                 }
@@ -737,7 +743,7 @@ impl Gen<'_> {
                     );
                     stmts.push(Stmt::Assign(
                         Expr::raw("tf_sg"),
-                        combine(op, Expr::raw("tf_sg"), other),
+                        combine(op, Expr::raw("tf_sg"), other, dtype, false),
                     ));
                 }
                 Expr::raw("tf_sg")
@@ -798,7 +804,9 @@ impl Gen<'_> {
                 }
             }
             ir::Expr::Unary(op, a) => unary(*op, self.value(a), self.dtype(a), false),
-            ir::Expr::Binary(op, a, b) => self.binary(*op, self.value(a), self.value(b)),
+            ir::Expr::Binary(op, a, b) => {
+                binary(*op, self.value(a), self.value(b), self.dtype(a), false)
+            }
             ir::Expr::Select(c, a, b) => {
                 Expr::call("select", vec![self.value(b), self.value(a), self.value(c)])
             }
@@ -808,6 +816,9 @@ impl Gen<'_> {
                 match (from, to) {
                     (f, t) if f == *t => x,
                     (_, DType::Bool) => Expr::bin("!=", x, literal(Value::I(0), from)),
+                    // Saturating, NaN to 0 (WGSL leaves both to the driver).
+                    (DType::F32, DType::I32) => Expr::call("tf_f32_to_i32", vec![x]),
+                    (DType::F32, DType::U32) => Expr::call("tf_f32_to_u32", vec![x]),
                     (_, t) => Expr::call(scalar_of(*t).to_string(), vec![x]),
                 }
             }
@@ -855,24 +866,32 @@ fn unary(op: UnaryOp, x: Expr, dtype: DType, vec4: bool) -> Expr {
     }
 }
 
-impl Gen<'_> {
-    /// A binary op on scalars or on vectors alike.
-    fn binary(&self, op: BinaryOp, x: Expr, y: Expr) -> Expr {
-        match op {
-            BinaryOp::Add => Expr::bin("+", x, y),
-            BinaryOp::Sub => Expr::bin("-", x, y),
-            BinaryOp::Mul => Expr::bin("*", x, y),
-            BinaryOp::Div => Expr::bin("/", x, y),
-            BinaryOp::Max => Expr::call("max", vec![x, y]),
-            BinaryOp::Min => Expr::call("min", vec![x, y]),
-            BinaryOp::Pow => Expr::call("pow", vec![x, y]),
-            BinaryOp::Eq => Expr::bin("==", x, y),
-            BinaryOp::Ne => Expr::bin("!=", x, y),
-            BinaryOp::Lt => Expr::bin("<", x, y),
-            BinaryOp::Le => Expr::bin("<=", x, y),
-            BinaryOp::Gt => Expr::bin(">", x, y),
-            BinaryOp::Ge => Expr::bin(">=", x, y),
-        }
+/// A binary op on operands of `dtype`, scalars or `vec4<f32>` with `vec4`.
+fn binary(op: BinaryOp, x: Expr, y: Expr, dtype: DType, vec4: bool) -> Expr {
+    match op {
+        BinaryOp::Add => Expr::bin("+", x, y),
+        BinaryOp::Sub => Expr::bin("-", x, y),
+        BinaryOp::Mul => Expr::bin("*", x, y),
+        BinaryOp::Div => Expr::bin("/", x, y),
+        BinaryOp::Max => extreme("max", x, y, dtype, vec4),
+        BinaryOp::Min => extreme("min", x, y, dtype, vec4),
+        BinaryOp::Pow => Expr::call(if vec4 { "tf_pow4" } else { "tf_pow" }, vec![x, y]),
+        BinaryOp::Eq => Expr::bin("==", x, y),
+        BinaryOp::Ne => Expr::bin("!=", x, y),
+        BinaryOp::Lt => Expr::bin("<", x, y),
+        BinaryOp::Le => Expr::bin("<=", x, y),
+        BinaryOp::Gt => Expr::bin(">", x, y),
+        BinaryOp::Ge => Expr::bin(">=", x, y),
+    }
+}
+
+/// `max` / `min`: on floats NaN wins, as in numpy (WGSL's builtins may
+/// return either operand), so floats go through `shaders/math.wgsl`.
+fn extreme(name: &str, x: Expr, y: Expr, dtype: DType, vec4: bool) -> Expr {
+    match (dtype, vec4) {
+        (_, true) => Expr::call(format!("tf_{name}4"), vec![x, y]),
+        (DType::F32, false) => Expr::call(format!("tf_{name}"), vec![x, y]),
+        _ => Expr::call(name, vec![x, y]),
     }
 }
 
@@ -994,12 +1013,13 @@ fn iter_lets(b: &ir::Block) -> Vec<Stmt> {
         .collect()
 }
 
-/// One reduction step: `acc` combined with `value`.
-fn combine(op: ReduceOp, acc: Expr, value: Expr) -> Expr {
+/// One reduction step: `acc` combined with `value` (of `dtype`, or
+/// `vec4<f32>` with `vec4`).
+fn combine(op: ReduceOp, acc: Expr, value: Expr, dtype: DType, vec4: bool) -> Expr {
     match op {
         ReduceOp::Sum | ReduceOp::Mean => Expr::bin("+", acc, value),
-        ReduceOp::Max => Expr::call("max", vec![acc, value]),
-        ReduceOp::Min => Expr::call("min", vec![acc, value]),
+        ReduceOp::Max => extreme("max", acc, value, dtype, vec4),
+        ReduceOp::Min => extreme("min", acc, value, dtype, vec4),
     }
 }
 

@@ -96,13 +96,16 @@ impl Schedule {
                     .path_to(&Node::Loop(l, vec![]))
                     .expect("checked")
                     .contains(&other);
-                if axis.is_workgroup() && !a.is_workgroup() && outer {
+                // Workgroup loops enclose invocation loops, whichever of
+                // the two is bound first.
+                if axis.is_workgroup() != a.is_workgroup() && axis.is_workgroup() == outer {
                     return Err(ScheduleError::pre(
                         P,
                         format!(
-                            "cannot bind {} to {} inside loop {} bound to {}",
+                            "cannot bind {} to {} {} loop {} bound to {}: workgroup loops must enclose invocation loops",
                             self.loop_name(l),
                             axis.name(),
+                            if outer { "inside" } else { "outside" },
                             self.loop_name(other),
                             a.name()
                         ),

@@ -5,6 +5,11 @@
 use super::{Instruction, Result, Schedule, ScheduleError};
 use crate::ir::{Index, LoopId, LoopKind, Node, Var};
 
+/// How many times its extent a split loop may cover: ample for tiles larger
+/// than a small loop; beyond it the iterations past the extent, all
+/// skipped, are only a hang on the CPU (a factor of 2^31 on a loop of 4).
+pub const MAX_OVERSHOOT: u64 = 1 << 16;
+
 impl Schedule {
     /// Replaces loop variable `old` by `expr` in every block binding.
     fn substitute_loop(&mut self, old: LoopId, expr: &Index) {
@@ -38,7 +43,9 @@ impl Schedule {
     /// the extent, the tail instances are guarded off.
     ///
     /// Preconditions: `l` is in the schedule and serial; factors are
-    /// positive; `names`, if given, has one name per factor.
+    /// positive and cover at most [`MAX_OVERSHOOT`] times the extent;
+    /// `names`, if given, has one name per factor, each an identifier
+    /// (names reach generated code).
     pub fn split(
         &mut self,
         l: LoopId,
@@ -64,12 +71,31 @@ impl Schedule {
                 format!("factors must be positive, got {factors:?}"),
             ));
         }
-        let known: u64 = factors.iter().flatten().product();
+        let Some(known) = factors
+            .iter()
+            .flatten()
+            .try_fold(1u64, |p, &f| p.checked_mul(f))
+        else {
+            return Err(ScheduleError::pre(
+                P,
+                format!("factors {factors:?} overflow a 64-bit iteration count"),
+            ));
+        };
         let resolved: Vec<u64> = factors
             .iter()
             .map(|f| f.unwrap_or(extent.div_ceil(known)))
             .collect();
+        // No overflow: the inferred factor is 1 once `known` covers the extent.
         let product: u64 = resolved.iter().product();
+        if product > extent.max(1).saturating_mul(MAX_OVERSHOOT) {
+            return Err(ScheduleError::pre(
+                P,
+                format!(
+                    "factors {resolved:?} cover {product} iterations, more than {MAX_OVERSHOOT} times the extent {extent} of loop {}: the iterations past the extent would all be skipped",
+                    self.loop_name(l)
+                ),
+            ));
+        }
         if product < extent {
             return Err(ScheduleError::pre(
                 P,
@@ -85,6 +111,18 @@ impl Schedule {
             return Err(ScheduleError::pre(
                 P,
                 format!("{} names for {} factors", names.len(), factors.len()),
+            ));
+        }
+        if let Some(bad) = names
+            .into_iter()
+            .flatten()
+            .find(|n| !tilefuse_ir::is_identifier(n))
+        {
+            return Err(ScheduleError::pre(
+                P,
+                format!(
+                    "loop name {bad:?} is not an identifier (letters, digits and _, not starting with a digit)"
+                ),
             ));
         }
         let base = self.loop_name(l);

@@ -27,63 +27,56 @@ use crate::ir::{LoopId, ThreadAxis};
 use crate::{DeviceInfo, Schedule};
 
 /// Default params. On a GPU: a flat schedule, 128 invocations (or the
-/// device's maximum), vec4 where the innermost extent allows. On the CPU
+/// device's maximum), vec4 where every output's size allows. On the CPU
 /// device: rows (all but the last axis) in parallel and the last axis as
 /// one invocation loop that divides it exactly, which the executor runs as
 /// SIMD lanes with contiguous (and broadcast) loads and no tail guard.
+/// With outputs of several ranks, the break point is below the smallest
+/// rank (every output is scheduled with it).
 pub fn pointwise_heuristics(fusion: &Fusion, device: &DeviceInfo) -> PointwiseParams {
-    let (inner, rank) = extents(fusion);
+    let shapes = output_shapes(fusion);
     let mut p = PointwiseParams::default();
     let max = device.limits.max_invocations_per_workgroup;
     if device.is_gpu() {
         p.launch.workgroup_size = [128.min(max), 1, 1];
         p.vectorization_factor = [4u32, 2, 1]
             .into_iter()
-            .find(|&v| inner.is_multiple_of(u64::from(v)))
+            .find(|&v| shapes.iter().all(|s| numel(s).is_multiple_of(u64::from(v))))
             .unwrap_or(1);
     } else {
+        let min_rank = shapes.iter().map(Vec::len).min().unwrap_or(1);
+        let bp = (min_rank - 1).min(MAX_BREAK_POINT);
+        let inner = shapes.iter().map(|s| numel(&s[bp..])).max().unwrap_or(1);
         let lanes = (1..=u64::from(max.min(1024)))
             .rev()
             .find(|&d| inner.is_multiple_of(d))
             .unwrap_or(1);
         p.launch.workgroup_size = [lanes as u32, 1, 1];
-        p.break_point = rank.saturating_sub(1) as u32;
+        p.break_point = bp as u32;
         p.vectorization_factor = 1;
     }
-    let total = largest_output(fusion);
+    let total = shapes.iter().map(|s| numel(s)).max().unwrap_or(0);
     let per_workgroup = u64::from(p.launch.workgroup_size[0] * p.vectorization_factor);
     p.split_grid_y_dim =
         total.div_ceil(per_workgroup) > u64::from(device.limits.max_workgroups_per_dimension);
     p
 }
 
-fn largest_output(fusion: &Fusion) -> u64 {
+/// The largest `break_point` the params schema admits.
+const MAX_BREAK_POINT: usize = 8;
+
+fn numel(shape: &[usize]) -> u64 {
+    shape.iter().map(|&d| d as u64).product()
+}
+
+/// The shapes of the outputs that have axes (scalars take no schedule).
+fn output_shapes(fusion: &Fusion) -> Vec<Vec<usize>> {
     fusion
         .outputs()
         .iter()
-        .map(|&t| {
-            fusion
-                .ty(t)
-                .expect("an output")
-                .shape
-                .iter()
-                .map(|&d| d as u64)
-                .product::<u64>()
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-/// Innermost extent and rank of the largest output.
-fn extents(fusion: &Fusion) -> (u64, usize) {
-    let shape = fusion
-        .outputs()
-        .iter()
-        .map(|&t| &fusion.ty(t).expect("an output").shape)
-        .max_by_key(|s| s.iter().product::<usize>())
-        .cloned()
-        .unwrap_or_default();
-    (shape.last().map_or(1, |&d| d as u64), shape.len())
+        .map(|&t| fusion.ty(t).expect("an output").shape.clone())
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 /// Builds the pointwise schedule of `fusion` from `p` (see the module docs).

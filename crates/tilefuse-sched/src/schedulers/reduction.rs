@@ -537,10 +537,15 @@ pub fn schedule_reduction(
     };
     s.compute_inline_all(&kept);
     let blocks = s.get_blocks();
+    // The anchor: the last full-shape pointwise block, else the last
+    // reduction (a full reduction's epilogue, `sum / n` of a mean, has one
+    // row or none, and is computed under the reduction's one row).
+    let has_loops = |s: &Schedule, b| !s.get_loops(b).is_ok_and(|l| l.is_empty());
     let anchor_at = blocks
         .iter()
         .rposition(|&b| full_shape(&s, b, &plan.topo) && s.kernel().block(b).reduce.is_none())
-        .unwrap_or(blocks.len() - 1);
+        .or_else(|| blocks.iter().rposition(|&b| is_reduction(&s, b)))
+        .ok_or_else(|| err("scheduler", "no block of the fusion has a loop"))?;
     let anchor = blocks[anchor_at];
     let row = own_nest(&mut s, &plan, anchor, plan.rows)?;
     let mut moved = Vec::new();
@@ -554,7 +559,7 @@ pub fn schedule_reduction(
     for &b in &blocks {
         if moved.contains(&b) {
             under_row(&mut s, &plan, b, kept.contains(&b))?;
-        } else if b != anchor {
+        } else if b != anchor && has_loops(&s, b) {
             own_nest(&mut s, &plan, b, plan.rows)?;
         }
     }
