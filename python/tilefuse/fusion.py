@@ -303,7 +303,9 @@ class Tensor:
         return self.permute(list(reversed(range(self.ndim))))
 
     def broadcast_to(self, shape: Sequence[int]) -> Tensor:
-        return Tensor(self.fusion, self.fusion._native.broadcast(self.id, int64s("broadcast_to", shape)))
+        return Tensor(
+            self.fusion, self.fusion._native.broadcast(self.id, int64s("broadcast_to", shape))
+        )
 
 
 class Fusion:

@@ -354,9 +354,7 @@ class Kernel:
         for name, value in counts.items():
             if value < 0:
                 raise ValueError(f"benchmark: {name} must not be negative, got {value}")
-        median, lo, hi, samples = self._native.benchmark(
-            *(np.asarray(a) for a in arrays), **counts
-        )
+        median, lo, hi, samples = self._native.benchmark(*(np.asarray(a) for a in arrays), **counts)
         return Timing(median, lo, hi, samples)
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -47,7 +47,7 @@ class SegmentedKernel:
     segment's kernel runs in order, fed by the inputs and by earlier
     segments' outputs."""
 
-    __slots__ = ("device", "fusion", "kernels", "segments")
+    __slots__ = ("device", "fusion", "kernels", "outputs", "segments")
 
     def __init__(
         self, fusion: Fusion, segments: list[Segment], kernels: list[Kernel], device: Device
@@ -56,6 +56,9 @@ class SegmentedKernel:
         self.segments = segments
         self.kernels = kernels
         self.device = device
+        #: The outputs when it was scheduled (outputs added to the fusion
+        #: later are not computed by these kernels).
+        self.outputs = fusion.outputs
 
     def __call__(self, *arrays: Any) -> Any:
         if len(arrays) != len(self.fusion.inputs):
@@ -71,7 +74,7 @@ class SegmentedKernel:
             outs = kernel(*(values[t.id] for t in segment.inputs))
             outs = outs if isinstance(outs, tuple) else (outs,)
             values.update((t.id, o) for t, o in zip(segment.outputs, outs, strict=True))
-        results = tuple(values[t.id] for t in self.fusion.outputs)
+        results = tuple(values[t.id] for t in self.outputs)
         return results[0] if len(results) == 1 else results
 
     def benchmark(self, *arrays: Any, warmup: int = 3, repeat: int = 20) -> Any:

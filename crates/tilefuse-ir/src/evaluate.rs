@@ -258,15 +258,19 @@ fn reduce(func: ReduceOp, x: &Tensor, axes: &[usize], dtype: DType) -> Result<Da
         // The mean of nothing is 0/0, as numpy says; the others start from
         // their identity (sum 0, max -inf, min +inf).
         (ReduceOp::Mean, None) => Scalar::F(f64::NAN).to(dtype),
+        (ReduceOp::Sum, None) => Scalar::F(0.0).to(dtype),
         (_, None) => reduce_identity(func, dtype),
     })
 }
 
-/// The value a reduction starts from: 0 for sums, the lowest (highest)
-/// value of the dtype for max (min).
+/// The value a reduction starts from: -0 for float sums (the one value
+/// `x + identity` leaves unchanged for every x, +0 and -0 too, so a sum is
+/// its terms' sum on every device, whatever order or folding a compiler
+/// picks), 0 for integer sums, the lowest (highest) value of the dtype for
+/// max (min). The sum of no terms is +0 (see `evaluate`).
 pub fn reduce_identity(func: ReduceOp, dtype: DType) -> Scalar {
     match func {
-        ReduceOp::Sum | ReduceOp::Mean => Scalar::F(0.0).to(dtype),
+        ReduceOp::Sum | ReduceOp::Mean => Scalar::F(-0.0).to(dtype),
         ReduceOp::Max => Scalar::F(f64::NEG_INFINITY).to(dtype),
         ReduceOp::Min => Scalar::F(f64::INFINITY).to(dtype),
     }
@@ -289,13 +293,14 @@ fn matmul(a: &Tensor, b: &Tensor, ta: bool, tb: bool, ty: &TensorType) -> Result
         let (batch, row, col) = (flat / (m * n), flat / n % m, flat % n);
         let ba = broadcast_index(batch, &dims.batch, batch_a);
         let bb = broadcast_index(batch, &dims.batch, batch_b);
-        Scalar::F(
-            (0..k)
-                .map(|kk| {
-                    elem(a, ba, a_rows, a_cols, row, kk, ta)
-                        * elem(b, bb, b_rows, b_cols, kk, col, tb)
-                })
-                .sum(),
-        )
+        // From the identity -0, so one term -0 stays -0; no terms give +0.
+        let term = |kk| {
+            elem(a, ba, a_rows, a_cols, row, kk, ta) * elem(b, bb, b_rows, b_cols, kk, col, tb)
+        };
+        Scalar::F(if k == 0 {
+            0.0
+        } else {
+            (0..k).fold(-0.0, |acc, kk| acc + term(kk))
+        })
     })
 }

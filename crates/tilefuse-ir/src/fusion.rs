@@ -125,7 +125,7 @@ impl Fusion {
     }
 
     /// Reduces over `axes` (negative axes count from the end; `None` means
-    /// every axis), numpy style.
+    /// every axis), numpy style. Over no axis at all it returns `x` itself.
     pub fn reduce(
         &mut self,
         func: ReduceOp,
@@ -138,6 +138,11 @@ impl Fusion {
             None => (0..rank).collect(),
             Some(axes) => normalize_axes(func.name(), axes, rank)?,
         };
+        if axes.is_empty() {
+            // Over no axis (a rank-0 tensor, or `axis=()`) a reduction is
+            // its input, as in numpy.
+            return Ok(x);
+        }
         self.add(
             Op::Reduce {
                 func,

@@ -1,6 +1,8 @@
 //! `tilefuse._native.Fusion`: the Rust fusion with tensors as integer ids.
 //! The operator sugar (`x + y`, `x.sum(axis=1)`) lives in Python.
 
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use tilefuse::{BinaryOp, DType, Fusion, FusionError, ReduceOp, TensorId, UnaryOp, evaluate};
@@ -11,7 +13,10 @@ use crate::errors::{OrRaise, guard};
 #[pyclass(module = "tilefuse._native", name = "Fusion", eq)]
 #[derive(Clone, PartialEq)]
 pub struct PyFusion {
-    pub inner: Fusion,
+    /// Shared with calls in progress (`evaluate` runs on its own `Arc`
+    /// without holding a borrow of this object); writes copy it first if
+    /// such a call still holds it, so threads never see "Already borrowed".
+    pub inner: Arc<Fusion>,
 }
 
 fn parse_dtype(name: &str) -> Result<DType, FusionError> {
@@ -42,15 +47,35 @@ fn extents(op: &str, shape: &[i64]) -> Result<Vec<usize>, FusionError> {
         .map_err(|_| FusionError::Name(format!("{op}: shape {shape:?} has a negative extent")))
 }
 
+impl PyFusion {
+    pub fn wrap(inner: Fusion) -> Self {
+        PyFusion {
+            inner: Arc::new(inner),
+        }
+    }
+
+    fn make_mut(&mut self) -> &mut Fusion {
+        Arc::make_mut(&mut self.inner)
+    }
+
+    /// `FusionError` for a fusion with no outputs, which nothing can
+    /// schedule, build or evaluate.
+    pub fn check_outputs(&self, py: Python<'_>) -> PyResult<()> {
+        if self.inner.outputs().is_empty() {
+            return Err(FusionError::Output(
+                "the fusion has no outputs; call output() first".into(),
+            ))
+            .or_raise(py);
+        }
+        Ok(())
+    }
+}
+
 #[pymethods]
 impl PyFusion {
     #[new]
     fn new() -> PyResult<Self> {
-        guard(|| {
-            Ok(PyFusion {
-                inner: Fusion::new(),
-            })
-        })
+        guard(|| Ok(PyFusion::wrap(Fusion::new())))
     }
 
     #[pyo3(signature = (shape, dtype, name=None))]
@@ -64,7 +89,7 @@ impl PyFusion {
         guard(|| {
             let shape = extents("input", &shape).or_raise(py)?;
             let dtype = parse_dtype(dtype).or_raise(py)?;
-            self.inner
+            self.make_mut()
                 .input(&shape, dtype, name)
                 .map(|t| t.0)
                 .or_raise(py)
@@ -74,14 +99,17 @@ impl PyFusion {
     fn constant(&mut self, py: Python<'_>, value: f64, dtype: &str) -> PyResult<usize> {
         guard(|| {
             let dtype = parse_dtype(dtype).or_raise(py)?;
-            self.inner.constant(value, dtype).map(|t| t.0).or_raise(py)
+            self.make_mut()
+                .constant(value, dtype)
+                .map(|t| t.0)
+                .or_raise(py)
         })
     }
 
     fn unary(&mut self, py: Python<'_>, func: &str, x: usize) -> PyResult<usize> {
         guard(|| {
             let func = lookup("unary", func, UnaryOp::ALL, UnaryOp::name).or_raise(py)?;
-            self.inner
+            self.make_mut()
                 .unary(func, TensorId(x))
                 .map(|t| t.0)
                 .or_raise(py)
@@ -91,7 +119,7 @@ impl PyFusion {
     fn binary(&mut self, py: Python<'_>, func: &str, a: usize, b: usize) -> PyResult<usize> {
         guard(|| {
             let func = lookup("binary", func, BinaryOp::ALL, BinaryOp::name).or_raise(py)?;
-            self.inner
+            self.make_mut()
                 .binary(func, TensorId(a), TensorId(b))
                 .map(|t| t.0)
                 .or_raise(py)
@@ -101,7 +129,7 @@ impl PyFusion {
     #[pyo3(name = "where")]
     fn where_(&mut self, py: Python<'_>, cond: usize, a: usize, b: usize) -> PyResult<usize> {
         guard(|| {
-            self.inner
+            self.make_mut()
                 .where_(TensorId(cond), TensorId(a), TensorId(b))
                 .map(|t| t.0)
                 .or_raise(py)
@@ -111,7 +139,7 @@ impl PyFusion {
     fn cast(&mut self, py: Python<'_>, x: usize, dtype: &str) -> PyResult<usize> {
         guard(|| {
             let dtype = parse_dtype(dtype).or_raise(py)?;
-            self.inner
+            self.make_mut()
                 .cast(TensorId(x), dtype)
                 .map(|t| t.0)
                 .or_raise(py)
@@ -121,7 +149,7 @@ impl PyFusion {
     fn broadcast(&mut self, py: Python<'_>, x: usize, shape: Vec<i64>) -> PyResult<usize> {
         guard(|| {
             let shape = extents("broadcast", &shape).or_raise(py)?;
-            self.inner
+            self.make_mut()
                 .broadcast(TensorId(x), &shape)
                 .map(|t| t.0)
                 .or_raise(py)
@@ -139,7 +167,7 @@ impl PyFusion {
     ) -> PyResult<usize> {
         guard(|| {
             let func = lookup("reduction", func, ReduceOp::ALL, ReduceOp::name).or_raise(py)?;
-            self.inner
+            self.make_mut()
                 .reduce(func, TensorId(x), axes.as_deref(), keepdims)
                 .map(|t| t.0)
                 .or_raise(py)
@@ -148,7 +176,7 @@ impl PyFusion {
 
     fn permute(&mut self, py: Python<'_>, x: usize, perm: Vec<i64>) -> PyResult<usize> {
         guard(|| {
-            self.inner
+            self.make_mut()
                 .permute(TensorId(x), &perm)
                 .map(|t| t.0)
                 .or_raise(py)
@@ -157,7 +185,7 @@ impl PyFusion {
 
     fn reshape(&mut self, py: Python<'_>, x: usize, shape: Vec<i64>) -> PyResult<usize> {
         guard(|| {
-            self.inner
+            self.make_mut()
                 .reshape(TensorId(x), &shape)
                 .map(|t| t.0)
                 .or_raise(py)
@@ -174,7 +202,7 @@ impl PyFusion {
         transpose_b: bool,
     ) -> PyResult<usize> {
         guard(|| {
-            self.inner
+            self.make_mut()
                 .matmul(TensorId(a), TensorId(b), transpose_a, transpose_b)
                 .map(|t| t.0)
                 .or_raise(py)
@@ -182,11 +210,11 @@ impl PyFusion {
     }
 
     fn output(&mut self, py: Python<'_>, t: usize) -> PyResult<()> {
-        guard(|| self.inner.output(TensorId(t)).or_raise(py))
+        guard(|| self.make_mut().output(TensorId(t)).or_raise(py))
     }
 
     fn set_name(&mut self, py: Python<'_>, t: usize, name: &str) -> PyResult<()> {
-        guard(|| self.inner.set_name(TensorId(t), name).or_raise(py))
+        guard(|| self.make_mut().set_name(TensorId(t), name).or_raise(py))
     }
 
     fn shape(&self, py: Python<'_>, t: usize) -> PyResult<Vec<usize>> {
@@ -254,11 +282,7 @@ impl PyFusion {
 
     #[staticmethod]
     fn from_json(py: Python<'_>, text: &str) -> PyResult<Self> {
-        guard(|| {
-            Fusion::from_json(text)
-                .map(|inner| PyFusion { inner })
-                .or_raise(py)
-        })
+        guard(|| Fusion::from_json(text).map(PyFusion::wrap).or_raise(py))
     }
 
     fn fingerprint(&self) -> PyResult<String> {
@@ -272,13 +296,15 @@ impl PyFusion {
     /// Runs the reference evaluator; returns one numpy array per output.
     #[pyo3(signature = (*arrays))]
     fn evaluate<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         arrays: &Bound<'py, PyTuple>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let py = slf.py();
         guard(|| {
-            let tensors = to_tensors(&self.inner, arrays)?;
-            let outputs = py.detach(|| evaluate(&self.inner, &tensors)).or_raise(py)?;
+            // Its own handle: no borrow of `slf` is held while detached.
+            let fusion = Arc::clone(&slf.borrow().inner);
+            let tensors = to_tensors(&fusion, arrays)?;
+            let outputs = py.detach(|| evaluate(&fusion, &tensors)).or_raise(py)?;
             outputs.into_iter().map(|t| to_numpy(py, t)).collect()
         })
     }

@@ -15,7 +15,20 @@ use crate::fusion::PyFusion;
 
 #[pyclass(module = "tilefuse._native", name = "Schedule")]
 pub struct PySchedule {
-    pub(crate) inner: Schedule,
+    /// Copy-on-write, as `PyFusion::inner`: `build` works on its own `Arc`.
+    pub(crate) inner: Arc<Schedule>,
+}
+
+impl PySchedule {
+    pub fn wrap(inner: Schedule) -> Self {
+        PySchedule {
+            inner: Arc::new(inner),
+        }
+    }
+
+    fn make_mut(&mut self) -> &mut Schedule {
+        Arc::make_mut(&mut self.inner)
+    }
 }
 
 fn loops(ids: &[u32]) -> Vec<LoopId> {
@@ -29,11 +42,10 @@ fn ids(loops: &[LoopId]) -> Vec<u32> {
 #[pymethods]
 impl PySchedule {
     #[new]
-    fn new(fusion: &PyFusion) -> PyResult<Self> {
+    fn new(py: Python<'_>, fusion: &PyFusion) -> PyResult<Self> {
         guard(|| {
-            Ok(PySchedule {
-                inner: Schedule::new(&fusion.inner),
-            })
+            fusion.check_outputs(py)?;
+            Ok(PySchedule::wrap(Schedule::new(&fusion.inner)))
         })
     }
 
@@ -42,7 +54,7 @@ impl PySchedule {
     fn replay(py: Python<'_>, fusion: &PyFusion, trace: &str) -> PyResult<Self> {
         guard(|| {
             Schedule::replay_json(&fusion.inner, trace)
-                .map(|inner| PySchedule { inner })
+                .map(PySchedule::wrap)
                 .or_raise(py)
         })
     }
@@ -95,7 +107,7 @@ impl PySchedule {
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .or_raise(py)?;
-            self.inner
+            self.make_mut()
                 .split(LoopId(loop_), &factors, names.as_deref())
                 .map(|l| ids(&l))
                 .or_raise(py)
@@ -103,11 +115,16 @@ impl PySchedule {
     }
 
     fn fuse(&mut self, py: Python<'_>, loops_: Vec<u32>) -> PyResult<u32> {
-        guard(|| self.inner.fuse(&loops(&loops_)).map(|l| l.0).or_raise(py))
+        guard(|| {
+            self.make_mut()
+                .fuse(&loops(&loops_))
+                .map(|l| l.0)
+                .or_raise(py)
+        })
     }
 
     fn reorder(&mut self, py: Python<'_>, loops_: Vec<u32>) -> PyResult<()> {
-        guard(|| self.inner.reorder(&loops(&loops_)).or_raise(py))
+        guard(|| self.make_mut().reorder(&loops(&loops_)).or_raise(py))
     }
 
     fn bind(&mut self, py: Python<'_>, loop_: u32, axis: &str) -> PyResult<()> {
@@ -121,20 +138,20 @@ impl PySchedule {
                     ),
                 })
                 .or_raise(py)?;
-            self.inner.bind(LoopId(loop_), axis).or_raise(py)
+            self.make_mut().bind(LoopId(loop_), axis).or_raise(py)
         })
     }
 
     fn parallel(&mut self, py: Python<'_>, loop_: u32) -> PyResult<()> {
-        guard(|| self.inner.parallel(LoopId(loop_)).or_raise(py))
+        guard(|| self.make_mut().parallel(LoopId(loop_)).or_raise(py))
     }
 
     fn vectorize(&mut self, py: Python<'_>, loop_: u32) -> PyResult<()> {
-        guard(|| self.inner.vectorize(LoopId(loop_)).or_raise(py))
+        guard(|| self.make_mut().vectorize(LoopId(loop_)).or_raise(py))
     }
 
     fn unroll(&mut self, py: Python<'_>, loop_: u32) -> PyResult<()> {
-        guard(|| self.inner.unroll(LoopId(loop_)).or_raise(py))
+        guard(|| self.make_mut().unroll(LoopId(loop_)).or_raise(py))
     }
 
     fn pipeline(
@@ -145,19 +162,24 @@ impl PySchedule {
         prefetch_gap: u32,
     ) -> PyResult<()> {
         guard(|| {
-            self.inner
+            self.make_mut()
                 .pipeline(LoopId(loop_), stages, prefetch_gap)
                 .or_raise(py)
         })
     }
 
     fn rfactor(&mut self, py: Python<'_>, loop_: u32) -> PyResult<u32> {
-        guard(|| self.inner.rfactor(LoopId(loop_)).map(|b| b.0).or_raise(py))
+        guard(|| {
+            self.make_mut()
+                .rfactor(LoopId(loop_))
+                .map(|b| b.0)
+                .or_raise(py)
+        })
     }
 
     fn decompose_reduction(&mut self, py: Python<'_>, block: u32, loop_: u32) -> PyResult<u32> {
         guard(|| {
-            self.inner
+            self.make_mut()
                 .decompose_reduction(BlockId(block), LoopId(loop_))
                 .map(|b| b.0)
                 .or_raise(py)
@@ -166,7 +188,7 @@ impl PySchedule {
 
     fn compute_at(&mut self, py: Python<'_>, block: u32, loop_: u32) -> PyResult<()> {
         guard(|| {
-            self.inner
+            self.make_mut()
                 .compute_at(BlockId(block), LoopId(loop_))
                 .or_raise(py)
         })
@@ -174,7 +196,7 @@ impl PySchedule {
 
     fn reverse_compute_at(&mut self, py: Python<'_>, block: u32, loop_: u32) -> PyResult<()> {
         guard(|| {
-            self.inner
+            self.make_mut()
                 .reverse_compute_at(BlockId(block), LoopId(loop_))
                 .or_raise(py)
         })
@@ -189,7 +211,7 @@ impl PySchedule {
     ) -> PyResult<u32> {
         guard(|| {
             let scope = parse_scope(scope).or_raise(py)?;
-            self.inner
+            self.make_mut()
                 .cache_read(BlockId(block), buffer, scope)
                 .map(|b| b.0)
                 .or_raise(py)
@@ -199,7 +221,7 @@ impl PySchedule {
     fn cache_write(&mut self, py: Python<'_>, block: u32, scope: &str) -> PyResult<u32> {
         guard(|| {
             let scope = parse_scope(scope).or_raise(py)?;
-            self.inner
+            self.make_mut()
                 .cache_write(BlockId(block), scope)
                 .map(|b| b.0)
                 .or_raise(py)
@@ -209,25 +231,27 @@ impl PySchedule {
     fn set_scope(&mut self, py: Python<'_>, block: u32, scope: &str) -> PyResult<()> {
         guard(|| {
             let scope = parse_scope(scope).or_raise(py)?;
-            self.inner.set_scope(BlockId(block), scope).or_raise(py)
+            self.make_mut()
+                .set_scope(BlockId(block), scope)
+                .or_raise(py)
         })
     }
 
     fn compute_inline_all(&mut self, keep: Vec<u32>) -> PyResult<Vec<u32>> {
         guard(|| {
             let keep: Vec<BlockId> = keep.into_iter().map(BlockId).collect();
-            let inlined = self.inner.compute_inline_all(&keep);
+            let inlined = self.make_mut().compute_inline_all(&keep);
             Ok(inlined.into_iter().map(|b| b.0).collect())
         })
     }
 
     fn compute_inline(&mut self, py: Python<'_>, block: u32) -> PyResult<()> {
-        guard(|| self.inner.compute_inline(BlockId(block)).or_raise(py))
+        guard(|| self.make_mut().compute_inline(BlockId(block)).or_raise(py))
     }
 
     fn reverse_compute_inline(&mut self, py: Python<'_>, block: u32) -> PyResult<()> {
         guard(|| {
-            self.inner
+            self.make_mut()
                 .reverse_compute_inline(BlockId(block))
                 .or_raise(py)
         })
@@ -243,12 +267,15 @@ impl PySchedule {
     }
 
     /// Compiles the schedule for `device`.
-    fn build(&self, py: Python<'_>, device: &PyDevice) -> PyResult<PyKernel> {
+    fn build(slf: &Bound<'_, Self>, device: &PyDevice) -> PyResult<PyKernel> {
+        let py = slf.py();
         guard(|| {
-            let kernel = py.detach(|| device.inner.build(&self.inner)).or_raise(py)?;
+            // Its own handle: no borrow of `slf` is held while detached.
+            let schedule = Arc::clone(&slf.borrow().inner);
+            let kernel = py.detach(|| device.inner.build(&schedule)).or_raise(py)?;
             Ok(PyKernel {
                 inner: Arc::new(kernel),
-                fusion: self.inner.fusion().clone(),
+                fusion: schedule.fusion().clone(),
             })
         })
     }

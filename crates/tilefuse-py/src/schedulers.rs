@@ -31,6 +31,7 @@ pub fn heuristics<'py>(
     scheduler: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
     guard(|| {
+        fusion.check_outputs(py)?;
         let params =
             auto::heuristics(&fusion.inner, scheduler, &device.inner.info()).or_raise(py)?;
         to_py(py, &params.to_value())
@@ -46,9 +47,10 @@ pub fn schedule(
     device: &PyDevice,
 ) -> PyResult<PySchedule> {
     guard(|| {
+        fusion.check_outputs(py)?;
         let params = HeuristicParams::from_value(to_value(params)?).or_raise(py)?;
         let inner = auto::schedule(&fusion.inner, &params, &device.inner.info()).or_raise(py)?;
-        Ok(PySchedule { inner })
+        Ok(PySchedule::wrap(inner))
     })
 }
 
@@ -60,6 +62,7 @@ pub fn segments(
     fusion: &PyFusion,
 ) -> PyResult<Vec<(PyFusion, &'static str, Vec<usize>, Vec<usize>)>> {
     guard(|| {
+        fusion.check_outputs(py)?;
         let parts = auto::segments(&fusion.inner)
             .map_err(|e| ParamsError::new("scheduler", e))
             .or_raise(py)?;
@@ -68,7 +71,7 @@ pub fn segments(
             .into_iter()
             .map(|s| {
                 (
-                    PyFusion { inner: s.fusion },
+                    PyFusion::wrap(s.fusion),
                     s.scheduler,
                     ids(&s.inputs),
                     ids(&s.outputs),

@@ -220,7 +220,9 @@ impl Lowering<'_> {
                 transpose_a,
                 transpose_b,
             } => {
-                let (iters, value) = self.matmul_body(args[0], args[1], *transpose_a, *transpose_b);
+                let (mut iters, mut value) =
+                    self.matmul_body(args[0], args[1], *transpose_a, *transpose_b);
+                over_one_identity_if_empty(&mut iters, &mut value, ReduceOp::Sum, ty.dtype);
                 let buffer = self.add_buffer(&name, ty.dtype, &shape, Role::Temp);
                 let rank = shape.len();
                 self.add_block(
@@ -278,7 +280,9 @@ impl Lowering<'_> {
                 (true, false) => None,
             })
             .collect();
-        let value = self.load(x, identity_indices(in_shape.len()));
+        let mut iters = iters;
+        let mut value = self.load(x, identity_indices(in_shape.len()));
+        over_one_identity_if_empty(&mut iters, &mut value, func, dtype);
         if func != ReduceOp::Mean {
             let buffer = self.add_buffer(name, dtype, &out_shape, Role::Temp);
             self.add_block(name, iters, buffer, store, value, Some(func));
@@ -289,17 +293,26 @@ impl Lowering<'_> {
         self.add_block(&sum_name, iters, sum, store, value, Some(ReduceOp::Sum));
         let count: u64 = axes.iter().map(|&a| in_shape[a]).product();
         let rank = out_shape.len();
-        let scaled = Expr::Binary(
-            BinaryOp::Div,
-            Box::new(Expr::Load {
-                buffer: sum,
-                indices: identity_indices(rank),
-            }),
-            Box::new(Expr::Const {
-                value: count as f64,
+        // The mean of nothing is NaN (0 / 0), not what a device's division
+        // by a constant 0 happens to give.
+        let scaled = if count == 0 {
+            Expr::Const {
+                value: f64::NAN,
                 dtype,
-            }),
-        );
+            }
+        } else {
+            Expr::Binary(
+                BinaryOp::Div,
+                Box::new(Expr::Load {
+                    buffer: sum,
+                    indices: identity_indices(rank),
+                }),
+                Box::new(Expr::Const {
+                    value: count as f64,
+                    dtype,
+                }),
+            )
+        };
         let buffer = self.add_buffer(name, dtype, &out_shape, Role::Temp);
         self.add_block(
             name,
@@ -361,6 +374,32 @@ impl Lowering<'_> {
         );
         (iters, value)
     }
+}
+
+/// A reduction over an empty domain (an axis of extent 0, a matmul with
+/// k = 0) becomes one over a single term, the identity: every device then
+/// gives the identity (sum 0, max -inf, min +inf; a mean's 0 / 0 is NaN)
+/// with the same loops, instead of never initializing its output.
+fn over_one_identity_if_empty(
+    iters: &mut [IterVar],
+    value: &mut Expr,
+    func: ReduceOp,
+    dtype: DType,
+) {
+    let reduce = |it: &IterVar| it.kind == IterKind::Reduce;
+    if !iters.iter().any(|it| reduce(it) && it.extent == 0) {
+        return;
+    }
+    for it in iters.iter_mut().filter(|it| reduce(it)) {
+        it.extent = 1;
+    }
+    // The one term: the identity, but +0 for sums (-0 + +0 is the +0 a sum
+    // of nothing gives).
+    let term = match func {
+        ReduceOp::Sum | ReduceOp::Mean => 0.0,
+        _ => tilefuse_ir::reduce_identity(func, dtype).as_f64(),
+    };
+    *value = Expr::Const { value: term, dtype };
 }
 
 /// Indices into a `from`-shaped tensor for the element at the output

@@ -122,15 +122,17 @@ pub fn combine_into(dst: &mut [f32], v: &[f32], op: ReduceOp, first: bool) {
 pub fn fold_f32(v: &[f32], op: ReduceOp) -> f32 {
     match op {
         ReduceOp::Sum | ReduceOp::Mean => {
-            let mut partial = [0f32; 8];
+            // From -0, the sum's identity (`reduce_identity`): +0 would turn
+            // a sum of -0 terms into +0.
+            let mut partial = [-0f32; 8];
             let chunks = v.chunks_exact(8);
-            let tail: f32 = chunks.remainder().iter().sum();
+            let tail = chunks.remainder().iter().fold(-0f32, |a, &x| a + x);
             for c in chunks {
                 for (p, x) in partial.iter_mut().zip(c) {
                     *p += x;
                 }
             }
-            partial.iter().sum::<f32>() + tail
+            partial.iter().fold(-0f32, |a, &x| a + x) + tail
         }
         ReduceOp::Max => fold_extreme(v, true),
         ReduceOp::Min => fold_extreme(v, false),

@@ -3,9 +3,9 @@
 
 mod buffers;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use tilefuse_ir::{Tensor, check_arguments};
@@ -31,7 +31,35 @@ pub struct GpuDevice {
     /// taken and reported by the next `wait`.
     uncaptured: Arc<Mutex<Option<String>>>,
     /// Compiled pipelines by WGSL hash, shared by kernels with equal code.
-    pipelines: Mutex<HashMap<u64, Arc<Vec<wgpu::ComputePipeline>>>>,
+    pipelines: Mutex<PipelineCache>,
+}
+
+type Pipelines = Arc<Vec<wgpu::ComputePipeline>>;
+
+/// Pipelines by WGSL hash, bounded: an entry lives while a kernel holds it
+/// or while it is among the [`PipelineCache::RECENT`] last built (a kernel
+/// rebuilt soon after, as a tuner does, is not compiled again).
+#[derive(Default)]
+struct PipelineCache {
+    by_hash: HashMap<u64, Weak<Vec<wgpu::ComputePipeline>>>,
+    recent: VecDeque<Pipelines>,
+}
+
+impl PipelineCache {
+    const RECENT: usize = 64;
+
+    fn get(&self, key: u64) -> Option<Pipelines> {
+        self.by_hash.get(&key).and_then(Weak::upgrade)
+    }
+
+    fn insert(&mut self, key: u64, pipelines: &Pipelines) {
+        self.by_hash.retain(|_, p| p.strong_count() > 0);
+        self.by_hash.insert(key, Arc::downgrade(pipelines));
+        if self.recent.len() == Self::RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(Arc::clone(pipelines));
+    }
 }
 
 impl std::fmt::Debug for GpuDevice {
@@ -126,7 +154,7 @@ impl GpuDevice {
             uncaptured,
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             info,
-            pipelines: Mutex::new(HashMap::new()),
+            pipelines: Mutex::default(),
         })
     }
 
@@ -219,7 +247,7 @@ impl GpuDevice {
         Ok(())
     }
 
-    fn pipelines(&self, wgsl: &WgslKernel) -> Result<Arc<Vec<wgpu::ComputePipeline>>> {
+    fn pipelines(&self, wgsl: &WgslKernel) -> Result<Pipelines> {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         wgsl.source.hash(&mut hasher);
         let key = hasher.finish();
@@ -227,8 +255,8 @@ impl GpuDevice {
             .pipelines
             .lock()
             .map_err(|_| RuntimeError::Internal("pipeline cache poisoned".into()))?;
-        if let Some(p) = cache.get(&key) {
-            return Ok(Arc::clone(p));
+        if let Some(p) = cache.get(key) {
+            return Ok(p);
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self
@@ -258,7 +286,7 @@ impl GpuDevice {
             )));
         }
         let pipelines = Arc::new(pipelines);
-        cache.insert(key, Arc::clone(&pipelines));
+        cache.insert(key, &pipelines);
         Ok(pipelines)
     }
 
@@ -280,7 +308,7 @@ pub struct GpuKernel {
     device: Arc<GpuDevice>,
     schedule: Schedule,
     pub wgsl: WgslKernel,
-    pipelines: Arc<Vec<wgpu::ComputePipeline>>,
+    pipelines: Pipelines,
 }
 
 /// Device buffers of one launch, with bind groups per stage.

@@ -1,6 +1,7 @@
 //! WGSL code generation.
 
 mod ast;
+mod depth;
 mod sync;
 mod wgsl;
 

@@ -294,6 +294,7 @@ impl Gen<'_> {
             .collect();
         bindings.sort_unstable();
         let name = format!("stage{i}");
+        super::depth::bound_depth(&mut body);
         Ok((
             EntryPoint {
                 name: name.clone(),

@@ -54,9 +54,20 @@ impl Expr {
     }
 
     pub fn reads(&self, buffer: BufferId) -> bool {
-        let mut loads = Vec::new();
-        self.loads(&mut loads);
-        loads.iter().any(|(b, _)| *b == buffer)
+        self.count_loads(buffer) > 0
+    }
+
+    /// How many loads of `buffer` the expression has (a walk, no allocation).
+    pub fn count_loads(&self, buffer: BufferId) -> usize {
+        match self {
+            Expr::Const { .. } => 0,
+            Expr::Load { buffer: b, .. } => usize::from(*b == buffer),
+            Expr::Unary(_, a) | Expr::Cast(_, a) => a.count_loads(buffer),
+            Expr::Binary(_, a, b) => a.count_loads(buffer) + b.count_loads(buffer),
+            Expr::Select(c, a, b) => {
+                c.count_loads(buffer) + a.count_loads(buffer) + b.count_loads(buffer)
+            }
+        }
     }
 
     /// Rewrites every load with `f` (which may return a whole expression).

@@ -79,8 +79,12 @@ impl Index {
         }
     }
 
+    /// `a / c`. A divisor of 0 comes only from a dimension of extent 0
+    /// (fused, reshaped or split), whose iterations never run: the index is
+    /// then 0, which keeps the algebra defined.
     fn quotient(a: Index, c: i64) -> Index {
         match (a, c) {
+            (_, 0) => Index::Const(0),
             (a, 1) => a,
             (Index::Const(x), c) => Index::Const(x.div_euclid(c)),
             (Index::Div(x, d), c) => Index::Div(x, d * c),
@@ -88,9 +92,10 @@ impl Index {
         }
     }
 
+    /// `a % c`; 0 for a divisor of 0, as in [`Index::quotient`].
     fn remainder(a: Index, c: i64) -> Index {
         match (a, c) {
-            (_, 1) => Index::Const(0),
+            (_, 0 | 1) => Index::Const(0),
             (Index::Const(x), c) => Index::Const(x.rem_euclid(c)),
             (a, c) => Index::Mod(Box::new(a), c),
         }

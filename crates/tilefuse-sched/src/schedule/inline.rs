@@ -25,33 +25,55 @@ impl Schedule {
     pub fn compute_inline(&mut self, block: BlockId) -> Result<()> {
         const P: &str = "compute_inline";
         self.check_block(block)?;
-        let b = self.kernel.block(block).clone();
         self.check_inlinable(P, block)?;
-        if b.reads(b.buffer) {
+        let b = self.kernel.block(block);
+        let buffer = b.buffer;
+        if b.value.reads(buffer) {
             return Err(ScheduleError::pre(
                 P,
                 format!("block {} reads its own buffer", b.name),
             ));
         }
-        for other in self.kernel.blocks_in_order() {
-            if other == block {
-                continue;
-            }
-            let consumer = self.kernel.block(other).clone();
-            let value = consumer.value.map_loads(&mut |buffer, indices| {
-                if buffer == b.buffer {
-                    b.value.subst(&|v| match v {
+        let consumers: Vec<BlockId> = (self.kernel.blocks_in_order().into_iter())
+            .filter(|&o| o != block && self.kernel.block(o).reads(buffer))
+            .collect();
+        let reads: usize = (consumers.iter())
+            .map(|&o| self.kernel.block(o).value.count_loads(buffer))
+            .sum();
+        // The block is removed: its expression moves into its one read
+        // (a chain of n inlines then copies nothing: linear, not
+        // quadratic), or is copied into each of several.
+        let placeholder = Expr::Const {
+            value: 0.0,
+            dtype: self.kernel.buffer(buffer).dtype,
+        };
+        let mut value = Some(std::mem::replace(
+            &mut self.kernel.block_mut(block).value,
+            placeholder,
+        ));
+        for other in consumers {
+            let inlined = self.kernel.block(other).value.map_loads(&mut |b, indices| {
+                if b != buffer {
+                    return Expr::Load {
+                        buffer: b,
+                        indices: indices.to_vec(),
+                    };
+                }
+                let v = if reads == 1 {
+                    value.take().expect("one read")
+                } else {
+                    value.clone().expect("kept for every read")
+                };
+                if is_identity(indices, indices.len()) {
+                    v // the producer's iterators are the consumer's: no substitution
+                } else {
+                    v.subst(&|var| match var {
                         Var::Iter(i) => Some(indices[i as usize].clone()),
                         Var::Loop(_) => None,
                     })
-                } else {
-                    Expr::Load {
-                        buffer,
-                        indices: indices.to_vec(),
-                    }
                 }
             });
-            self.kernel.block_mut(other).value = value;
+            self.kernel.block_mut(other).value = inlined;
         }
         self.remove_block(block);
         self.record(Instruction::ComputeInline { block });
@@ -236,6 +258,13 @@ impl Schedule {
             nodes.retain(|n| !matches!(n, Node::Loop(_, body) if body.is_empty()));
         }
         prune(&mut self.kernel.body, block);
+        // The block is gone from the nest; its expression (which inlining
+        // may have grown) would only hold memory: a chain of n inlined
+        // blocks kept O(n^2) nodes.
+        self.kernel.block_mut(block).value = Expr::Const {
+            value: 0.0,
+            dtype: self.kernel.buffer(self.kernel.block(block).buffer).dtype,
+        };
     }
 }
 

@@ -118,7 +118,7 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
         // invocation uses them (1024^3 on a 2-core AVX-512 Xeon, 64 rows a
         // workgroup: 10.0 ms at 64, 10.7 at 32, 11.4 at 128; 8 rows a
         // workgroup, each streaming all of B: 12.5 ms at 32).
-        let strip = u32::try_from(n).unwrap_or(u32::MAX).min(4096);
+        let strip = u32::try_from(n.max(1)).unwrap_or(u32::MAX).min(4096);
         let rows = pow2_at_most(m, 8);
         let per_core = m.div_ceil(2 * device.cores.max(1) as u64);
         let tile_rows = rows.max(pow2_at_most(per_core, 64));

@@ -2,6 +2,7 @@
 //! with the same primitives a user calls by hand. `can_schedule` says which
 //! accept a fusion, `heuristics` picks params for a fusion on a device.
 
+mod canonical;
 mod launch;
 mod matmul;
 mod pointwise;
@@ -17,12 +18,14 @@ pub use reduction::{reduction_heuristics, schedule_reduction};
 pub use segment::{Segment, segments};
 
 use crate::{DeviceInfo, Schedule};
+use canonical::canonical;
 
 /// The scheduler kinds, as their params' `"scheduler"` tags.
 pub const SCHEDULERS: [&str; 3] = tilefuse_params::SCHEDULERS;
 
 /// `Ok` when `scheduler` accepts `fusion`, else the reason.
 pub fn can_schedule(fusion: &Fusion, scheduler: &str) -> Result<(), String> {
+    let fusion = &*canonical(fusion)?;
     let has = |pred: fn(&Op) -> bool| fusion.nodes().iter().any(|n| pred(&n.op));
     match scheduler {
         "pointwise" => {
@@ -77,6 +80,7 @@ pub fn heuristics(
         None => pick(fusion).map_err(|e| ParamsError::new("scheduler", e))?,
     };
     can_schedule(fusion, scheduler).map_err(|e| ParamsError::new("scheduler", e))?;
+    let fusion = &*canonical(fusion).map_err(|e| ParamsError::new("scheduler", e))?;
     contained(scheduler, || {
         Ok(match scheduler {
             "pointwise" => pointwise_heuristics(fusion, device).into(),
@@ -96,6 +100,7 @@ pub fn schedule(
 ) -> Result<Schedule, ParamsError> {
     params.validate()?;
     can_schedule(fusion, params.scheduler()).map_err(|e| ParamsError::new("scheduler", e))?;
+    let fusion = &*canonical(fusion).map_err(|e| ParamsError::new("scheduler", e))?;
     contained(params.scheduler(), || match params {
         HeuristicParams::Pointwise(p) => schedule_pointwise(fusion, p, device),
         HeuristicParams::Reduction(p) => schedule_reduction(fusion, p, device),

@@ -81,6 +81,11 @@ impl Topology {
     fn inner(&self) -> u64 {
         self.product(self.axes[self.axes.len() - 1] + 1..self.shape.len())
     }
+
+    /// Rows both outside and inside the reduced axes (`schedule_3d`).
+    fn three_d(&self) -> bool {
+        self.outer() > 1 && self.inner() > 1
+    }
 }
 
 /// The shared reduction domain of `fusion`, or why there is none.
@@ -222,7 +227,7 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         p.reduction_invocations = y as u32;
         p.launch.workgroup_size = [(x * y) as u32, 1, 1];
         p.rows_per_workgroup = x as u32;
-        p.schedule_3d = topo.outer() > 1;
+        p.schedule_3d = topo.three_d();
     }
     p
 }
@@ -396,8 +401,7 @@ fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Result<Pla
             ),
         ));
     }
-    let three_d = topo.outer() > 1 && topo.inner() > 1;
-    if p.schedule_3d && !three_d {
+    if p.schedule_3d && !topo.three_d() {
         return Err(err(
             "schedule_3d",
             format!(

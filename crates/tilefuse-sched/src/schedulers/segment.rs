@@ -26,8 +26,12 @@ pub struct Segment {
 /// (in the fusion's topological order) while some scheduler accepts it. A
 /// fusion one scheduler accepts is one segment.
 pub fn segments(fusion: &Fusion) -> Result<Vec<Segment>, String> {
+    if fusion.outputs().is_empty() {
+        return Err("the fusion has no outputs; call output() first".into());
+    }
+    let live = live(fusion);
     let compute: Vec<usize> = (0..fusion.nodes().len())
-        .filter(|&i| !matches!(fusion.nodes()[i].op, Op::Input { .. } | Op::Constant { .. }))
+        .filter(|&i| live[i] && computed(fusion, TensorId(i)))
         .collect();
     let mut out = Vec::new();
     let mut current: Vec<usize> = Vec::new();
@@ -56,16 +60,39 @@ pub fn segments(fusion: &Fusion) -> Result<Vec<Segment>, String> {
         }
     }
     out.extend(accepted);
-    if out.is_empty() {
-        // Outputs that are inputs or constants: one copying segment.
+    if fusion.outputs().iter().any(|&t| !computed(fusion, t)) {
+        // Outputs that are inputs or constants: a last, copying segment.
         out.extend(part(fusion, &[])?);
     }
     Ok(out)
 }
 
+/// Which nodes an output depends on; the others (dead code) belong to no
+/// segment (one of them alone would be a segment without outputs).
+fn live(fusion: &Fusion) -> Vec<bool> {
+    let mut live = vec![false; fusion.nodes().len()];
+    for t in fusion.outputs() {
+        live[t.0] = true;
+    }
+    for (i, node) in fusion.nodes().iter().enumerate().rev() {
+        if live[i] {
+            for a in &node.args {
+                live[a.0] = true;
+            }
+        }
+    }
+    live
+}
+
+/// Whether an op computes `t` (it is neither an input nor a constant).
+fn computed(fusion: &Fusion, t: TensorId) -> bool {
+    !matches!(fusion.node(t).op, Op::Input { .. } | Op::Constant { .. })
+}
+
 /// The segment made of `nodes` (compute nodes of `fusion`, in order), if
 /// a scheduler accepts it. Its outputs are the tensors used outside it or
-/// returned by the fusion.
+/// returned by the fusion; with no nodes, the fusion's outputs that are
+/// inputs or constants (copied).
 fn part(fusion: &Fusion, nodes: &[usize]) -> Result<Option<Segment>, String> {
     let fail = |e: tilefuse_ir::FusionError| format!("segmenting: {e}");
     let mut f = Fusion::new();
@@ -115,7 +142,9 @@ fn part(fusion: &Fusion, nodes: &[usize]) -> Result<Option<Segment>, String> {
         .map(TensorId)
         .collect();
     if nodes.is_empty() {
-        outputs = fusion.outputs().to_vec();
+        outputs = (fusion.outputs().iter().copied())
+            .filter(|&t| !computed(fusion, t))
+            .collect();
         for &t in &outputs {
             bring(&mut f, &mut map, t)?;
         }

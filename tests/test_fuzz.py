@@ -1,0 +1,174 @@
+"""The property test that keeps bad input from crashing, hanging or lying:
+random fusions (ops, broadcasts, reductions over random axes with and
+without keepdims, matmuls, several outputs, sizes with 0 and 1, ranks up
+to 6) with special values in their inputs (NaN, +-inf, +-0, huge, tiny).
+For each, on the CPU and the GPU: ``heuristics()`` succeeds, ``schedule()``
+accepts its own heuristics, and the result equals the reference evaluator
+exactly where it is NaN or infinite and within tolerance elsewhere.
+
+``TILEFUSE_FUZZ_CASES`` sets the number of fusions (CI runs the default,
+with a fixed sequence of examples; raise it to search further).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+import tilefuse as tf
+from conftest import in_ci
+
+CASES = int(os.environ.get("TILEFUSE_FUZZ_CASES", "150"))
+
+# Values that break naive kernels. "Huge" and "tiny" keep products of a few
+# of them, and sums of those, inside the f32 range: the reference sums a
+# dot product or a reduction in f64 and rounds once, so whether a sum
+# overflows midway in f32 would depend on its order; and clear of the
+# subnormals, which GPUs may flush to zero.
+SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e12, -1e12, 1e-12, -1e-12]
+
+# sin and cos are left out: GPUs compute them accurately only near [-pi, pi]
+# (WGSL promises no more), so huge arguments give other values there.
+UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu"]
+UNARY += ["reciprocal"]
+BINARY = ["add", "sub", "mul", "div", "max", "min"]
+# No constant 0: GPU shader compilers may fold x * 0, x / 0 and 0 / x with
+# WGSL's finite-math license (docs/semantics.md), whatever x is.
+CONSTANTS = [2.0, -0.5, 1e20]
+REDUCE = ["sum", "max", "min", "mean"]
+
+
+@dataclass
+class Built:
+    """A random fusion and the shapes of its inputs."""
+
+    fusion: tf.Fusion
+    shapes: list[tuple[int, ...]] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+
+
+dims = st.sampled_from([1, 2, 3, 4, 5, 8, 16]) | st.just(0)
+shapes = st.lists(dims, min_size=0, max_size=6).map(tuple).filter(lambda s: np.prod(s) <= 4096)
+
+
+def _broadcast_partner(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape that broadcasts with ``shape``: a suffix of it, some dims 1."""
+    keep = draw(st.integers(0, len(shape)))
+    tail = shape[len(shape) - keep :]
+    return tuple(1 if draw(st.booleans()) and d != 0 else d for d in tail)
+
+
+@st.composite
+def fusions(draw: st.DrawFn) -> Built:
+    f = tf.Fusion()
+    built = Built(f)
+
+    def new_input(shape: tuple[int, ...]) -> tf.Tensor:
+        built.shapes.append(shape)
+        return f.input(shape, "f32", name=f"in{len(built.shapes) - 1}")
+
+    if draw(st.integers(0, 4)) == 0:
+        # A matmul (batched or not), maybe with an epilogue.
+        m, n, k = (draw(st.sampled_from([0, 1, 3, 8])) for _ in range(3))
+        batch = draw(st.sampled_from([(), (2,), (1, 3)]))
+        a, b = new_input((*batch, m, k)), new_input((k, n))
+        pool = [a @ b]
+        built.steps.append(f"matmul {batch} {m}x{k} @ {k}x{n}")
+    else:
+        pool = [new_input(draw(shapes))]
+    for _ in range(draw(st.integers(1, 6))):
+        x = draw(st.sampled_from(pool))
+        kind = draw(st.sampled_from(["unary", "binary", "constant", "reduce", "where", "cast"]))
+        if kind == "unary":
+            op = draw(st.sampled_from(UNARY))
+            y = getattr(x, op)()
+        elif kind == "binary":
+            op = draw(st.sampled_from(BINARY))
+            other = new_input(_broadcast_partner(draw, x.shape))
+            a, b = (other, x) if draw(st.booleans()) else (x, other)
+            y = a._binary(op, b)
+        elif kind == "constant":
+            op = draw(st.sampled_from(BINARY))
+            y = x._binary(op, draw(st.sampled_from(CONSTANTS)))
+        elif kind == "reduce":
+            op = draw(st.sampled_from(REDUCE))
+            axes = None
+            if x.ndim and draw(st.booleans()):
+                axes = draw(st.lists(st.integers(0, x.ndim - 1), min_size=1, unique=True))
+            y = x._reduce(op, axes, draw(st.booleans()))
+        elif kind == "where":
+            y = tf.where(x > 0.5, x, -x)
+        else:
+            y = x.astype("i32").astype("f32")
+        built.steps.append(f"{kind} -> {y.shape}")
+        pool.append(y)
+    candidates = pool[1:] or pool
+    outputs = draw(
+        st.lists(st.sampled_from(candidates), min_size=1, max_size=3, unique_by=lambda t: t.id)
+    )
+    f.output(*outputs)
+    return built
+
+
+def _inputs(built: Built, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for shape in built.shapes:
+        a = rng.normal(size=shape).astype(np.float32)
+        if a.size:
+            specials = rng.random(shape) < 0.2
+            a[specials] = rng.choice(np.array(SPECIAL, dtype=np.float32), size=specials.sum())
+        arrays.append(a)
+    return arrays
+
+
+def _scale(arrays: list[np.ndarray]) -> float:
+    finite = [np.abs(a[np.isfinite(a)]) for a in arrays if a.size]
+    return max((float(f.max()) for f in finite if f.size), default=0.0)
+
+
+def assert_matches_reference(got: Any, want: Any, scale: float) -> None:
+    """NaN and infinities exactly where the reference has them; finite
+    values within tolerance of ``scale`` or of the output's own: f32 sums
+    lose what cancels (``1e12 + 0.16 - 1e12`` is 0 in f32, 0.16 in the f64
+    reference), so the error bound grows with the magnitudes summed."""
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), "NaN positions differ")
+    inf = np.isinf(want)
+    np.testing.assert_array_equal(got[inf], want[inf], "infinities differ")
+    finite = np.isfinite(want)
+    assert np.isfinite(got[finite]).all(), "a finite result became NaN or infinite"
+    scale = max(scale, float(np.abs(want[finite]).max()) if finite.any() else 0.0)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4 * max(scale, 1e-30))
+
+
+def test_random_fusions_match_the_reference(device: tf.Device) -> None:
+    @settings(
+        max_examples=CASES,
+        deadline=None,
+        derandomize=in_ci(),
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(built=fusions(), seed=st.integers(0, 2**32 - 1))
+    def check(built: Built, seed: int) -> None:
+        f = built.fusion
+        note(f"{f}\nsteps {built.steps}")
+        kernel = f.schedule(f.heuristics(device=device), device)
+        arrays = _inputs(built, seed)
+        with np.errstate(all="ignore"):
+            want = f.evaluate(*arrays)
+            got = kernel(*arrays)
+        if len(f.outputs) == 1:
+            got, want = (got,), (want,)
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            note(f"output {i}")
+            assert_matches_reference(g, w, _scale(arrays))
+
+    check()
