@@ -52,21 +52,27 @@ fn tf_isnan4(x: vec4<f32>) -> vec4<bool> {
     return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
 }
 
-// max / min where NaN wins, as in numpy (WGSL's may return either operand).
+// max / min where NaN wins, as in numpy (WGSL's may return either operand);
+// of +0 and -0, max takes +0 and min -0 (IEEE 754-2019): equal operands
+// combine their bits.
 fn tf_max(a: f32, b: f32) -> f32 {
-    return select(select(max(a, b), b, tf_isnan(b)), a, tf_isnan(a));
+    let m = select(select(max(a, b), b, tf_isnan(b)), a, tf_isnan(a));
+    return select(m, bitcast<f32>(bitcast<u32>(a) & bitcast<u32>(b)), a == b);
 }
 
 fn tf_min(a: f32, b: f32) -> f32 {
-    return select(select(min(a, b), b, tf_isnan(b)), a, tf_isnan(a));
+    let m = select(select(min(a, b), b, tf_isnan(b)), a, tf_isnan(a));
+    return select(m, bitcast<f32>(bitcast<u32>(a) | bitcast<u32>(b)), a == b);
 }
 
 fn tf_max4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
-    return select(select(max(a, b), b, tf_isnan4(b)), a, tf_isnan4(a));
+    let m = select(select(max(a, b), b, tf_isnan4(b)), a, tf_isnan4(a));
+    return select(m, bitcast<vec4<f32>>(bitcast<vec4<u32>>(a) & bitcast<vec4<u32>>(b)), a == b);
 }
 
 fn tf_min4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
-    return select(select(min(a, b), b, tf_isnan4(b)), a, tf_isnan4(a));
+    let m = select(select(min(a, b), b, tf_isnan4(b)), a, tf_isnan4(a));
+    return select(m, bitcast<vec4<f32>>(bitcast<vec4<u32>>(a) | bitcast<vec4<u32>>(b)), a == b);
 }
 
 // C's pow (numpy's): WGSL's pow is undefined for x < 0 and for x = 0 with
@@ -92,7 +98,7 @@ fn tf_pow(x: f32, y: f32) -> f32 {
         r = pow(ax, y);
     }
     let integer = floor(y) == y;
-    if (x < 0.0 && !integer) {
+    if (x < 0.0 && ax != inf && !integer) {
         return bitcast<f32>(0x7fc00000u);
     }
     // An odd integer exponent keeps the sign of x (also of -0).

@@ -143,10 +143,18 @@ pub fn unary_scalar(func: UnaryOp, x: Scalar) -> Scalar {
     }
 }
 
-/// numpy's `maximum` / `minimum`: NaN wins.
+/// `maximum` / `minimum`: NaN wins (as in numpy); of +0 and -0, max takes
+/// +0 and min -0 in either order (IEEE 754-2019).
 fn float_extreme(a: f64, b: f64, take_max: bool) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
+    } else if a == b {
+        let bits = if take_max {
+            a.to_bits() & b.to_bits()
+        } else {
+            a.to_bits() | b.to_bits()
+        };
+        f64::from_bits(bits)
     } else if (a > b) == take_max {
         a
     } else {

@@ -222,7 +222,8 @@ impl Lowering<'_> {
             } => {
                 let (mut iters, mut value) =
                     self.matmul_body(args[0], args[1], *transpose_a, *transpose_b);
-                over_one_identity_if_empty(&mut iters, &mut value, ReduceOp::Sum, ty.dtype);
+                let op =
+                    over_one_identity_if_empty(&mut iters, &mut value, ReduceOp::Sum, ty.dtype);
                 let buffer = self.add_buffer(&name, ty.dtype, &shape, Role::Temp);
                 let rank = shape.len();
                 self.add_block(
@@ -231,7 +232,7 @@ impl Lowering<'_> {
                     buffer,
                     identity_indices(rank),
                     value,
-                    Some(ReduceOp::Sum),
+                    Some(op),
                 );
                 return Value::Buffer(buffer);
             }
@@ -282,15 +283,20 @@ impl Lowering<'_> {
             .collect();
         let mut iters = iters;
         let mut value = self.load(x, identity_indices(in_shape.len()));
-        over_one_identity_if_empty(&mut iters, &mut value, func, dtype);
+        let op = over_one_identity_if_empty(&mut iters, &mut value, func, dtype);
         if func != ReduceOp::Mean {
             let buffer = self.add_buffer(name, dtype, &out_shape, Role::Temp);
-            self.add_block(name, iters, buffer, store, value, Some(func));
+            self.add_block(name, iters, buffer, store, value, Some(op));
             return Value::Buffer(buffer);
         }
         let sum_name = format!("{name}_sum");
         let sum = self.add_buffer(&sum_name, dtype, &out_shape, Role::Temp);
-        self.add_block(&sum_name, iters, sum, store, value, Some(ReduceOp::Sum));
+        let op = if op == ReduceOp::Mean {
+            ReduceOp::Sum
+        } else {
+            op
+        };
+        self.add_block(&sum_name, iters, sum, store, value, Some(op));
         let count: u64 = axes.iter().map(|&a| in_shape[a]).product();
         let rank = out_shape.len();
         // The mean of nothing is NaN (0 / 0), not what a device's division
@@ -379,27 +385,33 @@ impl Lowering<'_> {
 /// A reduction over an empty domain (an axis of extent 0, a matmul with
 /// k = 0) becomes one over a single term, the identity: every device then
 /// gives the identity (sum 0, max -inf, min +inf; a mean's 0 / 0 is NaN)
-/// with the same loops, instead of never initializing its output.
+/// with the same loops, instead of never initializing its output. Returns
+/// the reduction to use (a sum becomes a max, see below).
 fn over_one_identity_if_empty(
     iters: &mut [IterVar],
     value: &mut Expr,
     func: ReduceOp,
     dtype: DType,
-) {
+) -> ReduceOp {
     let reduce = |it: &IterVar| it.kind == IterKind::Reduce;
     if !iters.iter().any(|it| reduce(it) && it.extent == 0) {
-        return;
+        return func;
     }
     for it in iters.iter_mut().filter(|it| reduce(it)) {
         it.extent = 1;
     }
-    // The one term: the identity, but +0 for sums (-0 + +0 is the +0 a sum
-    // of nothing gives).
-    let term = match func {
-        ReduceOp::Sum | ReduceOp::Mean => 0.0,
-        _ => tilefuse_ir::reduce_identity(func, dtype).as_f64(),
+    *value = Expr::Const {
+        value: tilefuse_ir::reduce_identity(func, dtype).as_f64(),
+        dtype,
     };
-    *value = Expr::Const { value: term, dtype };
+    // A sum of nothing is +0, but -0 (the identity) + +0 may be compiled
+    // as -0 (a compiler may fold x + 0 into x): the max of one +0 is +0
+    // whatever a compiler assumes.
+    if matches!(func, ReduceOp::Sum | ReduceOp::Mean) {
+        *value = Expr::Const { value: 0.0, dtype };
+        return ReduceOp::Max;
+    }
+    func
 }
 
 /// Indices into a `from`-shaped tensor for the element at the output

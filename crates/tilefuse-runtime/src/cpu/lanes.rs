@@ -162,13 +162,31 @@ fn fold_extreme(v: &[f32], take_max: bool) -> f32 {
     if nan.iter().any(|&n| n) || tail.iter().any(|x| x.is_nan()) {
         return f32::NAN;
     }
-    lanes.fold(identity, |a, &x| extreme(a, x, take_max))
+    let folded = lanes.fold(identity, |a, &x| extreme(a, x, take_max));
+    if folded == 0.0 {
+        // `max` / `min` above may pick either zero; the sign is settled here.
+        let sign = if take_max {
+            v.iter().all(|x| *x != 0.0 || x.is_sign_negative())
+        } else {
+            v.iter().any(|x| *x == 0.0 && x.is_sign_negative())
+        };
+        return if sign { -0.0 } else { 0.0 };
+    }
+    folded
 }
 
 /// numpy's `maximum` / `minimum` on f32: NaN wins.
 fn extreme(a: f32, b: f32, take_max: bool) -> f32 {
     if a.is_nan() || b.is_nan() {
         f32::NAN
+    } else if a == b {
+        // Equal, or +0 and -0: max takes +0, min -0 (IEEE 754-2019).
+        let bits = if take_max {
+            a.to_bits() & b.to_bits()
+        } else {
+            a.to_bits() | b.to_bits()
+        };
+        f32::from_bits(bits)
     } else if (a > b) == take_max {
         a
     } else {

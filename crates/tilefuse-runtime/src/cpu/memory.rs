@@ -14,23 +14,18 @@ pub struct Storage(pub Data);
 
 impl Storage {
     /// `len` zeros, or `OutOfMemory` naming the bytes when the allocator
-    /// refuses them (instead of aborting the process).
+    /// refuses them (instead of aborting the process). Zeroed by the
+    /// allocator (`calloc`), so pages nothing writes are never touched.
     pub fn try_zeros(dtype: DType, len: usize) -> Result<Storage> {
-        fn zeros<T: Clone>(len: usize, zero: T, dtype: DType) -> Result<Vec<T>> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(len)
-                .map_err(|_| RuntimeError::OutOfMemory {
-                    what: format!("a buffer of {len} {} elements", dtype.name()),
-                    bytes: (len as u64).saturating_mul(size_of::<T>() as u64),
-                })?;
-            v.resize(len, zero);
-            Ok(v)
-        }
+        let refused = || RuntimeError::OutOfMemory {
+            what: format!("a buffer of {len} {} elements", dtype.name()),
+            bytes: (len as u64).saturating_mul(4),
+        };
         Ok(Storage(match dtype {
-            DType::F32 => Data::F32(zeros(len, 0.0, dtype)?),
-            DType::I32 => Data::I32(zeros(len, 0, dtype)?),
-            DType::U32 => Data::U32(zeros(len, 0, dtype)?),
-            DType::Bool => Data::Bool(zeros(len, false, dtype)?),
+            DType::F32 => Data::F32(zeroed(len).ok_or_else(refused)?),
+            DType::I32 => Data::I32(zeroed(len).ok_or_else(refused)?),
+            DType::U32 => Data::U32(zeroed(len).ok_or_else(refused)?),
+            DType::Bool => Data::Bool(zeroed(len).ok_or_else(refused)?),
         }))
     }
 
@@ -56,6 +51,30 @@ impl Storage {
             dtype: self.0.dtype(),
         }
     }
+}
+
+/// Marks the element types whose all-zero bit pattern is a valid zero.
+trait ZeroBits: Copy {}
+impl ZeroBits for f32 {}
+impl ZeroBits for i32 {}
+impl ZeroBits for u32 {}
+impl ZeroBits for bool {}
+
+/// `len` zero elements from the allocator's zeroed memory, or `None` when
+/// it refuses them.
+fn zeroed<T: ZeroBits>(len: usize) -> Option<Vec<T>> {
+    let layout = std::alloc::Layout::array::<T>(len).ok()?;
+    if layout.size() == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: the layout has a non-zero size; a null pointer is a refusal.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with the layout of
+    // `len` elements of `T`, and zero bits are a valid `T` (`ZeroBits`).
+    Some(unsafe { Vec::from_raw_parts(ptr, len, len) })
 }
 
 /// A view of a [`Storage`] that outlives no call of the executor.

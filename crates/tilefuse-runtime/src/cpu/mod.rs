@@ -48,13 +48,27 @@ pub struct CpuKernel {
     kernel: tilefuse_sched::ir::Kernel,
     program: Program,
     threads: usize,
+    /// Per buffer, whether a block of the kernel writes or reads it
+    /// (intermediates folded away by inlining get no memory).
+    used: Vec<bool>,
 }
 
 impl CpuDevice {
     /// Realizes the schedule's buffers and compiles it.
     pub fn build(&self, schedule: &Schedule) -> Result<CpuKernel> {
         let kernel = tilefuse_sched::realize(schedule.kernel(), PrivateMemory::PerWorkgroup)?;
+        let mut used = vec![false; kernel.buffers.len()];
+        for b in kernel.blocks_in_order() {
+            let block = kernel.block(b);
+            used[block.buffer.0 as usize] = true;
+            let mut loads = Vec::new();
+            block.value.loads(&mut loads);
+            for (buffer, _) in loads {
+                used[buffer.0 as usize] = true;
+            }
+        }
         Ok(CpuKernel {
+            used,
             program: Program::compile(&kernel),
             kernel,
             schedule: schedule.clone(),
@@ -77,9 +91,11 @@ impl CpuKernel {
             .kernel
             .buffers
             .iter()
-            .map(|b| match b.role {
+            .zip(&self.used)
+            .map(|(b, &used)| match b.role {
                 Role::Input(i) => Ok(Storage(inputs[i].data.clone())),
-                _ => Storage::try_zeros(b.dtype, b.numel() as usize),
+                Role::Output(_) => Storage::try_zeros(b.dtype, b.numel() as usize),
+                _ => Storage::try_zeros(b.dtype, if used { b.numel() as usize } else { 0 }),
             })
             .collect::<Result<_>>()?;
         Ok(Prepared { storage })

@@ -122,6 +122,10 @@ struct GemmCode {
     b: (usize, Index, i64),
 }
 
+/// Lanes a tape runs between interrupt checks: long enough that checking
+/// costs nothing, short enough to answer Ctrl-C at once.
+const TAPE_CHUNK: usize = 1 << 16;
+
 /// A kernel compiled for the CPU.
 #[derive(Debug)]
 pub struct Program {
@@ -607,6 +611,9 @@ impl Ctx<'_> {
         }
         let mut start = 0;
         while start < extent {
+            if start > 0 && self.interrupted() {
+                return;
+            }
             let n = (extent - start).min(CHUNK as i64) as usize;
             env[var] = start;
             self.chunk(b, var, start, n, env);
@@ -767,7 +774,8 @@ impl Ctx<'_> {
     }
 
     /// Runs a whole lane loop (its variable at 0 in `env`) through the
-    /// block's tape; a multiply-add goes the one-pass axpy way instead.
+    /// block's tape, [`TAPE_CHUNK`] lanes at a time between interrupt
+    /// checks; a multiply-add goes the one-pass axpy way instead.
     fn tape_loop(&self, b: &BlockCode, t: &TapeCode, n: usize, env: &[i64]) {
         let first = b.first_in_lane_0(env);
         if self.axpy(b, 0, n, env, first) {
@@ -775,23 +783,30 @@ impl Ctx<'_> {
         }
         let at = |x: &Index| x.eval(&|v| loop_value(env, v));
         let buf = &self.buffers[b.store.buffer];
+        let base = at(&t.store) as usize;
         let mut registers = self.registers.borrow_mut();
-        let mut run = |sink| t.tape.run(self.buffers, &at, n, &mut registers, sink);
-        let lanes = || buf.slice_mut::<f32>(at(&t.store) as usize, n);
-        match t.into {
-            TapeStore::Lanes => run(Sink::Store(lanes())),
-            TapeStore::Combine(op) => run(Sink::Combine(lanes(), op, first)),
-            TapeStore::Fold(op) => {
-                let folded = run(Sink::Fold(op)).expect("a fold returns its value");
-                fold_into(buf, at(&t.store) as usize, op, b.dtype, first, folded);
-                None
+        for start in (0..n).step_by(TAPE_CHUNK) {
+            if start > 0 && self.interrupted() {
+                return;
             }
-        };
+            let lanes = (start, TAPE_CHUNK.min(n - start));
+            let mut run = |sink| t.tape.run(self.buffers, &at, lanes, &mut registers, sink);
+            let stored = || buf.slice_mut::<f32>(base + lanes.0, lanes.1);
+            match t.into {
+                TapeStore::Lanes => run(Sink::Store(stored())),
+                TapeStore::Combine(op) => run(Sink::Combine(stored(), op, first)),
+                TapeStore::Fold(op) => {
+                    // Every chunk folds into the one element: only the
+                    // first chunk may find it unvisited.
+                    let folded = run(Sink::Fold(op)).expect("a fold returns its value");
+                    fold_into(buf, base, op, b.dtype, first && start == 0, folded);
+                    None
+                }
+            };
+        }
     }
 }
 
-/// Combines a folded chunk of lanes into element `off` (or stores it, on
-/// the element's first visit).
 /// Iterations `range` of a parallel loop, with this thread's own
 /// workgroup / private buffers.
 fn run_share(
@@ -828,6 +843,8 @@ fn run_share(
     }
 }
 
+/// Combines a folded chunk of lanes into element `off` (or stores it, on
+/// the element's first visit).
 fn fold_into(buf: &RawBuf, off: usize, op: ReduceOp, dtype: DType, first: bool, folded: f32) {
     let acc = if first {
         reduce_identity(op, dtype)

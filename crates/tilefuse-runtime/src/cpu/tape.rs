@@ -173,17 +173,19 @@ impl Tape {
     /// Runs the tape over `n` lanes; `at` evaluates offsets over the loop
     /// variables (the lane variable at lane 0's value). Returns the folded
     /// value for [`Sink::Fold`].
+    /// Runs lanes `start..start + n` of the loop (`at` gives the loads'
+    /// offsets at lane 0).
     pub fn run(
         &self,
         buffers: &[RawBuf],
         at: &dyn Fn(&Index) -> i64,
-        n: usize,
+        (start, n): (usize, usize),
         regs: &mut Registers,
         mut sink: Sink<'_>,
     ) -> Option<f32> {
         let mut loads: [&[f32]; SOURCES] = [&[]; SOURCES];
         for (slot, (buffer, rest)) in loads.iter_mut().zip(&self.loads) {
-            *slot = buffers[*buffer].slice::<f32>(at(rest) as usize, n);
+            *slot = buffers[*buffer].slice::<f32>(at(rest) as usize + start, n);
         }
         let mut uniforms = [0f32; SOURCES];
         for (slot, u) in uniforms.iter_mut().zip(&self.uniforms) {

@@ -10,6 +10,14 @@ use crate::ir::{Index, LoopId, LoopKind, Node, Var};
 /// skipped, are only a hang on the CPU (a factor of 2^31 on a loop of 4).
 pub const MAX_OVERSHOOT: u64 = 1 << 16;
 
+/// `[None, 4]`, as the factors are written in Python.
+fn describe(factors: &[Option<u64>]) -> String {
+    let parts: Vec<String> = (factors.iter())
+        .map(|f| f.map_or_else(|| "None".to_owned(), |f| f.to_string()))
+        .collect();
+    format!("[{}]", parts.join(", "))
+}
+
 impl Schedule {
     /// Replaces loop variable `old` by `expr` in every block binding.
     fn substitute_loop(&mut self, old: LoopId, expr: &Index) {
@@ -68,7 +76,7 @@ impl Schedule {
         if factors.contains(&Some(0)) {
             return Err(ScheduleError::pre(
                 P,
-                format!("factors must be positive, got {factors:?}"),
+                format!("factors must be positive, got {}", describe(factors)),
             ));
         }
         let Some(known) = factors
@@ -78,7 +86,10 @@ impl Schedule {
         else {
             return Err(ScheduleError::pre(
                 P,
-                format!("factors {factors:?} overflow a 64-bit iteration count"),
+                format!(
+                    "factors {} overflow a 64-bit iteration count",
+                    describe(factors)
+                ),
             ));
         };
         let resolved: Vec<u64> = factors

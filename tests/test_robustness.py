@@ -1,0 +1,509 @@
+"""Bad input never crashes, hangs or lies: one test per failure class that
+fuzzing and a newcomer found (issue 11). The property test that keeps new
+classes out is ``test_fuzz.py``; the semantics tested here are written
+down in ``docs/semantics.md``."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tilefuse as tf
+
+CPU = tf.Device.cpu()
+
+
+def chain_fusion(shape: tuple[int, ...] = (64,)) -> tf.Fusion:
+    f = tf.Fusion()
+    x = f.input(shape, "f32", name="x")
+    f.output((x + 1.0).exp())
+    return f
+
+
+def run_python(code: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+# --- crashes ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "path"),
+    [
+        (lambda: (d := {}, d.__setitem__("launch", d))[0], "launch.launch"),
+        (lambda: {"launch": {"workgroup_size": (lst := [], lst.append(lst))[0]}}, "launch"),
+    ],
+)
+def test_cyclic_params_are_a_params_error(make: Callable[[], Any], path: str) -> None:
+    with pytest.raises(tf.ParamsError, match="nested deeper than") as err:
+        tf.PointwiseParams.from_dict(make())
+    assert err.value.path.startswith(path)
+
+
+def test_deep_params_are_a_params_error() -> None:
+    d: dict[str, Any] = {}
+    for _ in range(100_000):
+        d = {"a": d}
+    with pytest.raises(tf.ParamsError, match="nested deeper than"):
+        tf.HeuristicParams.from_dict(d)
+
+
+def test_allocations_the_allocator_refuses_are_memory_errors() -> None:
+    # 8 GB under a 3 GB address-space limit: evaluate and the CPU kernel
+    # raise MemoryError naming the bytes instead of aborting the process.
+    result = run_python(
+        """
+        import resource, numpy as np, tilefuse as tf
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+        f = tf.Fusion(); x = f.input((1,), "f32")
+        f.output(x.broadcast_to((2**31,)) + 1.0)
+        k = f.schedule(f.heuristics(device=tf.Device.cpu()), tf.Device.cpu())
+        for call in (lambda: f.evaluate(np.ones(1, np.float32)), lambda: k(np.ones(1, np.float32))):
+            try:
+                call()
+            except MemoryError as e:
+                print("MemoryError", e)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("MemoryError") == 2, result.stdout
+    assert "8589934592 bytes" in result.stdout
+
+
+# --- panics -------------------------------------------------------------------
+
+
+def test_internal_errors_are_tilefuse_errors() -> None:
+    assert issubclass(tf.InternalError, tf.TilefuseError)
+    assert issubclass(tf.InternalError, RuntimeError)
+
+
+@pytest.mark.parametrize("where", ["evaluate", "cpu", "gpu"])
+def test_bool_bytes_other_than_0_and_1_are_true(where: str, request: pytest.FixtureRequest) -> None:
+    f = tf.Fusion()
+    x = f.input((4,), "bool")
+    f.output(x.astype("f32"))
+    a = np.array([1, 0, 2, 255], np.uint8).view(bool)
+    if where == "evaluate":
+        got = f.evaluate(a)
+    else:
+        device = CPU if where == "cpu" else request.getfixturevalue("gpu")
+        got = f.execute(a, device=device)
+    np.testing.assert_array_equal(got, [1, 0, 1, 1])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"repeat": 2**63}, "out of range"),
+        ({"warmup": 2**64 - 1}, "out of range"),
+        ({"warmup": -1}, "must not be negative"),
+        ({"repeat": 0}, "repeat must be from 1"),
+        ({"repeat": 10**9}, "repeat must be from 1"),
+    ],
+)
+def test_bad_benchmark_counts_are_value_errors(kwargs: dict[str, int], error: str) -> None:
+    f = chain_fusion()
+    k = f.schedule(f.heuristics(device=CPU), CPU)
+    with pytest.raises(ValueError, match=error):
+        k.benchmark(np.ones(64, np.float32), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("factors", "error"),
+    [
+        ([2**32, 2**32, 2**32], "overflow a 64-bit"),
+        ([None, 2**31], "more than 65536 times the extent"),
+        ([2**64], "out of range"),
+        ([2**20, 2**20], "more than 65536 times the extent"),
+    ],
+)
+def test_split_factors_are_bounded(factors: list[int | None], error: str) -> None:
+    s = chain_fusion().create_schedule()
+    (i,) = s.get_loops(s.get_blocks()[-1])
+    with pytest.raises(tf.ScheduleError, match=error):
+        s.split(i, factors)
+
+
+def test_a_replayed_trace_with_a_huge_factor_is_rejected() -> None:
+    f = chain_fusion()
+    s = f.create_schedule()
+    (i,) = s.get_loops(s.get_blocks()[-1])
+    s.split(i, [None, 4])
+    steps = json.loads(s.trace)
+    steps[0]["factors"] = [None, 2**63]
+    trace = json.dumps(steps)
+    with pytest.raises(tf.ScheduleError, match="more than 65536 times"):
+        tf.Schedule.replay(f, trace)
+
+
+# --- hangs --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", [("j", "i"), ("i", "j")])
+def test_workgroup_loops_must_enclose_invocation_loops(order: tuple[str, str]) -> None:
+    f = tf.Fusion()
+    a, b = f.input((3, 16), "f32"), f.input((16, 8), "f32")
+    y = a @ b
+    y.name = "y"
+    f.output(y)
+    s = f.create_schedule()
+    loops = dict(zip("ijk", s.get_loops("y"), strict=True))
+    axes = {"j": "workgroup.z", "i": "invocation.x"}
+    first, second = order
+    s.bind(loops[first], axes[first])
+    with pytest.raises(tf.ScheduleError, match="workgroup loops must enclose"):
+        s.bind(loops[second], axes[second])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "k.benchmark(x, repeat=10**7)",
+        "f.evaluate(x)",
+        "k(x)",
+    ],
+)
+def test_ctrl_c_interrupts_native_work(call: str) -> None:
+    # Each call takes minutes; SIGINT a second in must end it at once.
+    code = f"""
+        import sys, time, numpy as np, tilefuse as tf
+        f = tf.Fusion(); x = f.input((2**26,), "f32"); y = x
+        for _ in range(40 if "benchmark" not in {call!r} else 1):
+            y = (y * 1.0001).tanh()
+        f.output(y)
+        k = f.schedule(f.heuristics(device=tf.Device.cpu()), tf.Device.cpu())
+        x = np.ones(2**26, np.float32)
+        print("ready", flush=True)
+        start = time.perf_counter()
+        try:
+            {call}
+        except KeyboardInterrupt:
+            print(f"interrupted after {{time.perf_counter() - start:.2f}} s", flush=True)
+        """
+    with subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        sent = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        answered = time.perf_counter() - sent
+    assert "interrupted" in out, out
+    assert answered < 2.0, f"answered Ctrl-C after {answered:.2f} s"
+
+
+# --- wrong results: one semantics on every device -----------------------------
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -2.0, 89.0, -104.0], np.float32)
+
+
+def _same(got: Any, want: Any, rtol: float = 3e-6) -> None:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.signbit(got) & (got == 0), np.signbit(want) & (want == 0))
+    np.testing.assert_allclose(got, want, rtol=rtol, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "op",
+    ["exp", "tanh", "sigmoid", "relu", "gelu", "abs", "neg", "sqrt", "log", "reciprocal"],
+)
+def test_unary_special_values(device: tf.Device, op: str) -> None:
+    f = tf.Fusion()
+    x = f.input(SPECIAL.shape, "f32")
+    f.output(getattr(x, op)())
+    _same(f.execute(SPECIAL, device=device), f.evaluate(SPECIAL))
+
+
+def test_exp_overflows_to_inf_and_underflows_to_zero(device: tf.Device) -> None:
+    f = tf.Fusion()
+    x = f.input((5,), "f32")
+    f.output(x.exp(), x.sigmoid(), x.tanh())
+    e, s, t = f.execute(np.array([89, np.inf, -np.inf, -110, np.nan], np.float32), device=device)
+    np.testing.assert_array_equal(e[:4], [np.inf, np.inf, 0, 0])
+    np.testing.assert_array_equal(s[:4], [1, 1, 0, 0])
+    np.testing.assert_array_equal(t[:4], [1, 1, -1, -1])
+    assert np.isnan(e[4]) and np.isnan(s[4]) and np.isnan(t[4])
+
+
+@pytest.mark.parametrize("op", ["max", "min", "add", "mul", "pow", "div"])
+def test_binary_special_values(device: tf.Device, op: str) -> None:
+    a, b = np.meshgrid(SPECIAL, SPECIAL)
+    a, b = a.ravel(), b.ravel()
+    f = tf.Fusion()
+    x, y = f.input(a.shape, "f32"), f.input(b.shape, "f32")
+    f.output(x._binary(op, y))
+    # GPU pow is exp2(y * log2(x)) in f32: a few ulp off for large results.
+    _same(f.execute(a, b, device=device), f.evaluate(a, b), rtol=2e-5 if op == "pow" else 3e-6)
+    with np.errstate(all="ignore"):
+        numpy_op = {"max": np.maximum, "min": np.minimum, "pow": np.power}.get(op)
+        if numpy_op is not None:  # numpy's meaning (numpy's max/min of +-0 keep an operand)
+            np.testing.assert_allclose(f.evaluate(a, b), numpy_op(a, b), equal_nan=True)
+
+
+def test_pow_at_negative_bases_zero_and_nan(device: tf.Device) -> None:
+    f = tf.Fusion()
+    x, y = f.input((4,), "f32"), f.input((4,), "f32")
+    f.output(x**y, x**-1.0)
+    base = np.array([-2, -0.5, 0, np.nan], np.float32)
+    got, inverse = f.execute(base, np.array([2, 3, -1, np.nan], np.float32), device=device)
+    np.testing.assert_array_equal(got, [4, -0.125, np.inf, np.nan])
+    np.testing.assert_array_equal(inverse, [-0.5, -2, np.inf, np.nan])
+
+
+@pytest.mark.parametrize("dtype", ["i32", "u32"])
+def test_float_to_int_casts_saturate_and_nan_is_zero(device: tf.Device, dtype: str) -> None:
+    f = tf.Fusion()
+    x = f.input((7,), "f32")
+    f.output(x.astype(dtype))
+    a = np.array([np.nan, 1e10, -1e10, 2.7, -2.7, np.inf, -np.inf], np.float32)
+    got = f.execute(a, device=device)
+    np.testing.assert_array_equal(got, f.evaluate(a))
+    info = np.iinfo(np.int32 if dtype == "i32" else np.uint32)
+    assert got[0] == 0 and got[1] == info.max and got[2] == info.min
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_reductions_propagate_nan(device: tf.Device, op: str) -> None:
+    f = tf.Fusion()
+    x = f.input((4, 64), "f32")
+    f.output(x._reduce(op, 1, False), x._reduce(op, 0, False))
+    a = np.random.default_rng(1).random((4, 64), dtype=np.float32)
+    a[2, 17] = np.nan
+    rows, cols = f.execute(a, device=device)
+    assert np.isnan(rows[2]) and not np.isnan(rows[[0, 1, 3]]).any()
+    assert np.isnan(cols[17]) and np.isnan(cols).sum() == 1
+
+
+@pytest.mark.parametrize(
+    ("op", "want"), [("sum", 0.0), ("max", -np.inf), ("min", np.inf), ("mean", np.nan)]
+)
+def test_reductions_over_an_empty_axis(device: tf.Device, op: str, want: float) -> None:
+    f = tf.Fusion()
+    x = f.input((3, 0), "f32")
+    f.output(x._reduce(op, 1, False))
+    a = np.ones((3, 0), np.float32)
+    for got in (f.execute(a, device=device), f.evaluate(a)):
+        np.testing.assert_array_equal(got, [want] * 3)
+        assert not np.signbit(got).any() or want < 0
+
+
+def test_a_sum_of_negative_zeros_is_negative_zero(device: tf.Device) -> None:
+    f = tf.Fusion()
+    a, b = f.input((1, 3), "f32"), f.input((3, 1), "f32")
+    f.output((a @ b).reciprocal(), a.sum().reciprocal())
+    args = (-np.ones((1, 3), np.float32), np.zeros((3, 1), np.float32))
+    for got in (f.execute(*args, device=device), f.evaluate(*args)):
+        np.testing.assert_array_equal(got[0], [[-np.inf]])
+
+
+def test_loop_names_cannot_inject_code() -> None:
+    s = chain_fusion().create_schedule()
+    (i,) = s.get_loops(s.get_blocks()[-1])
+    with pytest.raises(tf.ScheduleError, match="not an identifier"):
+        s.split(i, [None, 2], names=["a\nreturn;\n//", "b"])
+
+
+# --- empty and size-1 dimensions --------------------------------------------
+
+
+def _softmax(x: tf.Tensor) -> tf.Tensor:
+    e = (x - x.max(axis=1, keepdims=True)).exp()
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "build"),
+    [
+        ([(0, 16)], lambda x: x + 1.0),
+        ([(16, 0)], lambda x: x + 1.0),
+        ([(0, 16)], _softmax),
+        ([(16, 0)], _softmax),
+        ([(8, 0), (0, 8)], lambda a, b: a @ b),
+        ([(0, 4), (4, 8)], lambda a, b: (a @ b).relu()),
+        ([(1, 1, 1)], lambda x: x.mean(axis=(0, 2), keepdims=True)),
+    ],
+)
+def test_empty_and_size_one_dimensions(device: tf.Device, shapes: Any, build: Any) -> None:
+    f = tf.Fusion()
+    f.output(build(*(f.input(s, "f32") for s in shapes)))
+    arrays = [np.random.default_rng(2).random(s, dtype=np.float32) for s in shapes]
+    _same(f.execute(*arrays, device=device), f.evaluate(*arrays))
+
+
+# --- inconsistent or unfriendly ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda f: (f.input((4, 8, 2), "f32") * 2.0, f.input((3,), "f32") + 1.0),
+        lambda f: ((f.input((1,) * 12, "f32") * 2.0),),
+        lambda f: (f.input((4, 8), "f32").mean(),),
+        lambda f: (f.input((4, 8), "f32").mean(axis=(0, 1), keepdims=True),),
+        lambda f: (f.input((3, 4, 5), "f32").sum(axis=(0, 2)),),
+        lambda f: (f.input((3, 4, 5), "f32").max(axis=(0, 2), keepdims=True),),
+        lambda f: (f.input((), "f32").sum(),),
+    ],
+)
+def test_heuristics_are_accepted_by_their_scheduler(device: tf.Device, build: Any) -> None:
+    f = tf.Fusion()
+    f.output(*build(f))
+    arrays = [np.random.default_rng(3).random(t.shape, dtype=np.float32) for t in f.inputs]
+    got = f.schedule(f.heuristics(device=device), device)(*arrays)
+    want = f.evaluate(*arrays)
+    for g, w in zip(*((got, want) if len(f.outputs) > 1 else ((got,), (want,))), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
+def test_constant_and_input_outputs_of_segmented_fusions() -> None:
+    f = tf.Fusion()
+    a, b = f.input((8, 8), "f32"), f.input((8, 8), "f32")
+    f.output((a @ b).exp().sum(axis=0), f.constant(1.5), a)
+    k = f.schedule(f.heuristics(device=CPU), CPU)
+    x = np.ones((8, 8), np.float32)
+    total, constant, copy_of_a = k(x, x)
+    assert constant == 1.5 and copy_of_a is not x
+    np.testing.assert_array_equal(copy_of_a, x)
+    f.output(a + 1.0)  # added after scheduling: the kernel keeps its outputs
+    assert len(k(x, x)) == 3
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f: f.heuristics(device=CPU),
+        lambda f: f.create_schedule(),
+        lambda f: f.segments(),
+        lambda f: f.evaluate(np.ones(3, np.float32)),
+    ],
+)
+def test_fusions_without_outputs_are_rejected_everywhere(call: Callable[[tf.Fusion], Any]) -> None:
+    f = tf.Fusion()
+    f.input((3,), "f32")
+    with pytest.raises(tf.FusionError, match="no outputs"):
+        call(f)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda f: f.input((2**64,), "f32"), tf.FusionError, "input shape"),
+        (lambda f: f.input((4,), "f32") + 10**400, tf.FusionError, "constant"),
+        (lambda f: f.input((4,), "f32").reshape(2**70), tf.FusionError, "reshape"),
+        (lambda f: f.input((4,), "f32").sum(axis=2**65), tf.FusionError, "axis"),
+    ],
+)
+def test_integers_out_of_range_name_the_argument(
+    call: Callable[[tf.Fusion], Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        call(tf.Fusion())
+
+
+def test_schedule_takes_a_params_dict() -> None:
+    f = chain_fusion()
+    k = f.schedule(f.heuristics(device=CPU).to_dict(), CPU)
+    np.testing.assert_allclose(k(np.ones(64, np.float32)), np.exp(2.0), rtol=1e-6)
+
+
+def test_a_bad_device_variable_is_a_device_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEFUSE_DEVICE", "cuda")
+    with pytest.raises(tf.DeviceError, match="TILEFUSE_DEVICE"):
+        tf.Device.default()
+
+
+def test_mesa_gets_a_runtime_dir_when_none_is_set() -> None:
+    result = run_python(
+        """
+        import os
+        os.environ.pop("XDG_RUNTIME_DIR", None)
+        import tilefuse as tf
+        try:
+            tf.Device.gpu()
+        except tf.DeviceError:
+            pass
+        print(os.environ.get("XDG_RUNTIME_DIR"))
+        """
+    )
+    assert "tilefuse-runtime-" in result.stdout
+    assert "XDG_RUNTIME_DIR is invalid" not in result.stderr
+
+
+@pytest.mark.parametrize("clone", [lambda k: pickle.loads(pickle.dumps(k)), copy.deepcopy])
+def test_kernels_schedules_and_devices_pickle(
+    device: tf.Device, clone: Callable[[Any], Any]
+) -> None:
+    f = chain_fusion()
+    k = f.schedule(f.heuristics(device=device), device)
+    x = np.random.default_rng(4).random(64, dtype=np.float32)
+    k2 = clone(k)
+    assert k2.device.is_gpu == device.is_gpu
+    np.testing.assert_array_equal(k2(x), k(x))
+    assert str(clone(k.schedule)) == str(k.schedule)
+    seg = tf.Fusion()
+    a, b = seg.input((4, 8), "f32"), seg.input((8, 4), "f32")
+    seg.output((a @ b).exp().sum(axis=0))
+    sk = seg.schedule(seg.heuristics(device=device), device)
+    args = [np.ones((4, 8), np.float32), np.ones((8, 4), np.float32)]
+    np.testing.assert_array_equal(clone(sk)(*args), sk(*args))
+
+
+def test_threads_read_while_another_writes() -> None:
+    f = tf.Fusion()
+    x = f.input((2**20,), "f32")
+    f.output((x * 2.0).tanh())
+    a = np.ones(2**20, np.float32)
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            for _ in range(5):
+                f.evaluate(a)
+                f.create_schedule().build(CPU)
+        except BaseException as e:
+            errors.append(e)
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for t in readers:
+        t.start()
+    for i in range(200):  # writes while the readers' calls are in flight
+        x + float(i)
+    for t in readers:
+        t.join()
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("ops", [2000])
+def test_long_chains_schedule_in_linear_memory(device: tf.Device, ops: int) -> None:
+    f = tf.Fusion()
+    x = f.input((64,), "f32")
+    y = x
+    for i in range(ops):
+        y = y * 1.0001 + 0.5 if i % 2 else y * 0.999
+    f.output(y)
+    a = np.random.default_rng(5).random(64, dtype=np.float32)
+    start = time.perf_counter()
+    k = f.schedule(f.heuristics(device=device), device)
+    assert time.perf_counter() - start < 10
+    np.testing.assert_allclose(k(a), f.evaluate(a), rtol=1e-4)
