@@ -197,7 +197,7 @@ def main() -> None:
                     "warp_tile": {"m": 16, "n": 32, "k": 16},
                     "instruction_tile": {"m": 4, "n": 4, "k": 4},
                 },
-                "launch": {"workgroup_size": [8, 8, 1]},
+                # launch.workgroup_size is left out: derived from the tiles (8 x 8).
             }
         )
         tiled.tile_sizes.warp_tile.m = 32  # seed 000: edit, schedule, run

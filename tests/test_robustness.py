@@ -383,6 +383,7 @@ def test_constant_and_input_outputs_of_segmented_fusions() -> None:
     k = f.schedule(f.heuristics(device=CPU), CPU)
     x = np.ones((8, 8), np.float32)
     total, constant, copy_of_a = k(x, x)
+    np.testing.assert_allclose(total, f.evaluate(x, x)[0], rtol=1e-5)
     assert constant == 1.5 and copy_of_a is not x
     np.testing.assert_array_equal(copy_of_a, x)
     f.output(a + 1.0)  # added after scheduling: the kernel keeps its outputs
@@ -507,3 +508,46 @@ def test_long_chains_schedule_in_linear_memory(device: tf.Device, ops: int) -> N
     k = f.schedule(f.heuristics(device=device), device)
     assert time.perf_counter() - start < 10
     np.testing.assert_allclose(k(a), f.evaluate(a), rtol=1e-4)
+
+
+@pytest.mark.parametrize("cls", [tf.PointwiseParams, tf.ReductionParams, tf.MatmulParams])
+def test_help_documents_every_field(cls: type[tf.ParamsStruct]) -> None:
+    import pydoc
+
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    schema = cls.json_schema()
+    for name, field in schema["properties"].items():
+        assert f"{name} (" in text, name
+        if "description" in field:
+            assert " ".join(field["description"].split())[:40] in " ".join(text.split()), name
+    assert "break_point (integer 0..8, default 0)" in text or cls is not tf.PointwiseParams
+
+
+def test_derived_fields_follow_the_others(device: tf.Device) -> None:
+    """Fields that follow from others default to null ("derived"): a
+    partial params dict means "these choices, the rest as the scheduler
+    sees fit"."""
+    f = tf.Fusion()
+    x = f.input((64, 1000), "f32")
+    f.output(x.sum(axis=1))
+    a = np.random.default_rng(6).random((64, 1000), dtype=np.float32)
+    p = tf.ReductionParams(fastest_dim=True)
+    assert p.rows_per_workgroup is None and p.launch.workgroup_size is None
+    np.testing.assert_allclose(f.schedule(p, device)(a), a.sum(axis=1), rtol=1e-5)
+
+    mm = tf.Fusion()
+    ma, mb = mm.input((128, 64), "f32"), mm.input((64, 128), "f32")
+    mm.output(ma @ mb)
+    tiles = {"cta_tile": {"m": 64, "n": 64, "k": 32}, "warp_tile": {"m": 32, "n": 32, "k": 32}}
+    tiles["instruction_tile"] = {"m": 8, "n": 8, "k": 16}
+    p = tf.MatmulParams.from_dict({"tile_sizes": tiles})
+    b = np.random.default_rng(7).random((64, 128), dtype=np.float32)
+    c = np.random.default_rng(8).random((128, 64), dtype=np.float32)
+    np.testing.assert_allclose(mm.schedule(p, device)(c, b), c @ b, rtol=1e-4)
+    heuristic = mm.heuristics(device=device)
+    heuristic.tile_sizes.warp_tile.m = heuristic.tile_sizes.instruction_tile.m  # an edit
+    np.testing.assert_allclose(mm.schedule(heuristic, device)(c, b), c @ b, rtol=1e-4)
+    with pytest.raises(tf.ParamsError, match="leave it null") as err:
+        p.launch.workgroup_size = [4, 4, 1]
+        mm.schedule(p, device)
+    assert err.value.path == "launch.workgroup_size"

@@ -66,7 +66,15 @@ class ParamsStruct:
             cls._schema = _native.params_schema(struct)
             props = cls._schema["properties"]
             cls._fields = {k: _nested_struct(cls._schema, v) for k, v in props.items()}
-            cls.__doc__ = cls.__doc__ or cls._schema.get("description")
+            summary = cls.__doc__ or cls._schema.get("description", "")
+            cls.__doc__ = f"{summary}\n\nFields (also ``help()`` on each):\n\n" + "\n".join(
+                f"- {_field_line(cls._schema, name, field)}" for name, field in props.items()
+            )
+            for name, field in props.items():
+                # Properties only document the fields for help(); reads and
+                # writes go through __getattr__ / __setattr__.
+                doc = _field_line(cls._schema, name, field)
+                setattr(cls, name, property(_field_getter(name), doc=doc))
 
     def __init__(self, values: dict[str, Any] | None = None, /, **fields: Any) -> None:
         data = _merge(_plain(values or {}), _plain(fields))
@@ -184,6 +192,42 @@ class HeuristicParams(ParamsStruct):
             return super().from_json(text)
         data = _native.params_from_json("HeuristicParams", text)
         return _from_root(_SCHEDULERS[data["scheduler"]], data)
+
+
+def _field_type(schema: dict[str, Any], field: dict[str, Any]) -> str:
+    """``integer 1..16``, ``one of 'u32', 'u64'``, ``LaunchParams``, ..."""
+    if "$ref" in field:
+        name = field["$ref"].removeprefix("#/$defs/")
+        definition = schema.get("$defs", {}).get(name, {})
+        return _field_type(schema, definition) if "properties" not in definition else name
+    for key in ("oneOf", "anyOf"):
+        if key in field:
+            return " or ".join(_field_type(schema, f) for f in field[key])
+    if "enum" in field:
+        return "one of " + ", ".join(repr(v) for v in field["enum"])
+    if "const" in field:
+        return repr(field["const"])
+    types = field.get("type", "object")
+    kind = " or ".join(types) if isinstance(types, list) else str(types)
+    if "minimum" in field or "maximum" in field:
+        kind += f" {field.get('minimum', '')}..{field.get('maximum', '')}"
+    if kind == "array" and "items" in field:
+        kind = f"{field.get('minItems', '')} x {_field_type(schema, field['items'])}"
+    return kind
+
+
+def _field_line(schema: dict[str, Any], name: str, field: dict[str, Any]) -> str:
+    """One field's documentation: name, type, default and what it does."""
+    doc = " ".join(field.get("description", "").split())
+    default = f", default {field['default']!r}" if "default" in field else ""
+    return f"{name} ({_field_type(schema, field)}{default}): {doc}".rstrip(": ")
+
+
+def _field_getter(name: str) -> Any:
+    def get(self: ParamsStruct) -> Any:
+        return ParamsStruct.__getattr__(self, name)
+
+    return get
 
 
 def _init_view(obj: ParamsStruct, root: _Root, path: tuple[str, ...]) -> None:

@@ -11,9 +11,12 @@ use crate::convert::params_struct;
 #[serde(default, deny_unknown_fields)]
 pub struct LaunchParams {
     /// Invocations per workgroup along x, y, z (`@workgroup_size`). The
-    /// scheduler decides which loops bind to which axis. Default `[128, 1, 1]`.
+    /// scheduler decides which loops bind to which axis. `null` lets it
+    /// derive the size from the other fields: from the tiles (matmul), the
+    /// row and reduction invocations (reduction), as the default heuristic
+    /// would pick (pointwise). Default `null`.
     #[schemars(extend("items" = {"type": "integer", "minimum": 1, "maximum": 1024}))]
-    pub workgroup_size: [u32; 3],
+    pub workgroup_size: Option<[u32; 3]>,
     /// Workgroups dispatched along x, y, z; `null` lets the scheduler derive
     /// the grid from the problem size (the usual case). A fixed grid makes
     /// the kernel loop over the rest (grid-stride). Default `null`.
@@ -24,7 +27,7 @@ pub struct LaunchParams {
 impl Default for LaunchParams {
     fn default() -> Self {
         LaunchParams {
-            workgroup_size: [128, 1, 1],
+            workgroup_size: None,
             grid: None,
         }
     }
@@ -59,9 +62,9 @@ pub struct CompileParams {
 pub const MAX_WORKGROUP_INVOCATIONS: u32 = 1024;
 
 impl LaunchParams {
-    /// Invocations in one workgroup.
-    pub fn invocations(&self) -> u32 {
-        self.workgroup_size.iter().product()
+    /// The workgroup size given, else `derived()` (the scheduler's rule).
+    pub fn workgroup_size_or(&self, derived: impl FnOnce() -> [u32; 3]) -> [u32; 3] {
+        self.workgroup_size.unwrap_or_else(derived)
     }
 }
 
@@ -69,11 +72,10 @@ params_struct!(
     LaunchParams,
     default = LaunchParams::default(),
     check = |p: &LaunchParams| {
-        let n = p
-            .workgroup_size
-            .iter()
-            .map(|&d| u64::from(d))
-            .product::<u64>();
+        let Some(size) = p.workgroup_size else {
+            return Ok(());
+        };
+        let n = size.iter().map(|&d| u64::from(d)).product::<u64>();
         if n > u64::from(MAX_WORKGROUP_INVOCATIONS) {
             return Err(ParamsError::new(
                 "workgroup_size",

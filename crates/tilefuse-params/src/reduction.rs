@@ -69,9 +69,12 @@ pub struct ReductionParams {
     /// Unroll factor over the iteration domain. Default `1`.
     #[schemars(range(min = 1, max = 16))]
     pub unroll_factor_iteration: u32,
-    /// Rows (iteration-domain elements) each workgroup handles. Default `1`.
+    /// Rows (iteration-domain elements) each workgroup handles; a
+    /// multiple of the row invocations × `unroll_factor_iteration` ×
+    /// `vectorization_factor_iteration`. `null` derives that product (each
+    /// row invocation handles one unrolled, vectorized group). Default `null`.
     #[schemars(range(min = 1, max = 1024))]
-    pub rows_per_workgroup: u32,
+    pub rows_per_workgroup: Option<u32>,
     /// Invocations of a workgroup that share one row's reduction, when a
     /// `cross_invocation_*` flag is on (else each invocation reduces whole
     /// rows and this is unused); the rest of the workgroup's invocations
@@ -102,7 +105,7 @@ impl Default for ReductionParams {
             unroll_factor_reduction: 1,
             vectorization_factor_iteration: 1,
             unroll_factor_iteration: 1,
-            rows_per_workgroup: 1,
+            rows_per_workgroup: None,
             reduction_invocations: 128,
         }
     }
@@ -125,9 +128,11 @@ params_struct!(
                 ));
             }
         }
-        let invocations = p.launch.invocations();
         let cross = p.cross_invocation_inner_reduction || p.cross_invocation_outer_reduction;
-        if cross && !invocations.is_multiple_of(p.reduction_invocations) {
+        let given = p.launch.workgroup_size.map(|s| s.iter().product::<u32>());
+        if let (true, Some(invocations)) = (cross, given)
+            && !invocations.is_multiple_of(p.reduction_invocations)
+        {
             return Err(ParamsError::new(
                 "reduction_invocations",
                 format!(

@@ -203,7 +203,7 @@ fn partial_values_take_defaults_in_context() {
 fn equality_and_hash_cover_launch_params() {
     let a = HeuristicParams::from(MatmulParams::default());
     let mut m = MatmulParams::default();
-    m.launch.workgroup_size = [64, 2, 1];
+    m.launch.workgroup_size = Some([64, 2, 1]);
     let b = HeuristicParams::from(m);
     assert_ne!(a, b);
     let set: HashSet<_> = [a.clone(), b, a].into_iter().collect();

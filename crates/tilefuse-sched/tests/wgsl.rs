@@ -63,7 +63,12 @@ fn aligned_vectorized_loops_use_vec4() {
         .unwrap();
     let mut s = Schedule::new(&f);
     tilefuse_sched::fixtures::vectorize_unroll(&mut s);
-    assert!(!generate(s.kernel()).unwrap().source.contains("vec4<f32>>"));
+    assert!(
+        !generate(s.kernel())
+            .unwrap()
+            .source
+            .contains("array<vec4<f32>>")
+    );
 }
 
 /// Barriers order only the memory that siblings hand data through: a

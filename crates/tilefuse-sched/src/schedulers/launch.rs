@@ -1,6 +1,6 @@
 //! Launch checks, grid binding and loop helpers shared by the schedulers.
 
-use tilefuse_params::{IndexType, LaunchParams, ParamsError};
+use tilefuse_params::{IndexType, ParamsError};
 
 use crate::ir::{LoopId, ThreadAxis};
 use crate::{DeviceInfo, DeviceLimits, Schedule, codegen};
@@ -20,17 +20,10 @@ pub(super) fn check_index_type(index_type: IndexType) -> Result<(), ParamsError>
     Ok(())
 }
 
-/// `launch.workgroup_size` within the device's per-axis and total limits.
-pub(super) fn check_workgroup(
-    launch: &LaunchParams,
-    limits: &DeviceLimits,
-) -> Result<(), ParamsError> {
-    for (d, (&size, &max)) in launch
-        .workgroup_size
-        .iter()
-        .zip(&limits.max_workgroup_size)
-        .enumerate()
-    {
+/// The workgroup size (`launch.workgroup_size`, given or derived) within
+/// the device's per-axis and total limits.
+pub(super) fn check_workgroup(size: [u32; 3], limits: &DeviceLimits) -> Result<(), ParamsError> {
+    for (d, (&size, &max)) in size.iter().zip(&limits.max_workgroup_size).enumerate() {
         if size > max {
             let axis = ["x", "y", "z"][d];
             return Err(err(
@@ -39,7 +32,7 @@ pub(super) fn check_workgroup(
             ));
         }
     }
-    let n = launch.invocations();
+    let n: u32 = size.iter().product();
     if n > limits.max_invocations_per_workgroup {
         return Err(err(
             "launch.workgroup_size",

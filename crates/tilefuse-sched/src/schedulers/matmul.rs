@@ -159,7 +159,7 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     p.tile_sizes.cta_tile = cta;
     p.tile_sizes.warp_tile = warp;
     p.tile_sizes.instruction_tile = instr;
-    p.launch.workgroup_size = [cta.n / instr.n, cta.m / instr.m, 1];
+    p.launch.workgroup_size = None; // derived from the tiles
     p.supported_vec_size.epilogue = [4u32, 2, 1]
         .into_iter()
         .find(|&v| instr.n.is_multiple_of(v) && n.is_multiple_of(u64::from(v)))
@@ -181,7 +181,6 @@ struct Plan {
 fn plan(fusion: &Fusion, p: &MatmulParams, device: &DeviceInfo) -> Result<Plan, ParamsError> {
     accepts(fusion).map_err(|e| err("scheduler", e))?;
     check_index_type(p.compile.index_type)?;
-    check_workgroup(&p.launch, &device.limits)?;
     if p.compile.use_subgroups {
         return Err(err(
             "compile.use_subgroups",
@@ -211,15 +210,17 @@ fn plan(fusion: &Fusion, p: &MatmulParams, device: &DeviceInfo) -> Result<Plan, 
     let (cta, warp, instr) = (t.cta_tile, t.warp_tile, t.instruction_tile);
     let invocations = [u64::from(cta.n / instr.n), u64::from(cta.m / instr.m)];
     let n_inv = invocations[0] * invocations[1];
-    if n_inv != u64::from(p.launch.invocations()) {
+    // Derived (not given): the tiles' invocations, n along x and m along y.
+    let size = (p.launch).workgroup_size_or(|| [cta.n / instr.n, cta.m / instr.m, 1]);
+    let given: u64 = size.iter().map(|&d| u64::from(d)).product();
+    if n_inv != given {
         return Err(err(
             "launch.workgroup_size",
             format!(
                 "the tiles give (cta_tile.n / instruction_tile.n) × (cta_tile.m / instruction_tile.m) \
-                 = {} × {} = {n_inv} invocations per workgroup, got {}",
-                invocations[0],
-                invocations[1],
-                p.launch.invocations()
+                 = {} × {} = {n_inv} invocations per workgroup, got {given}; leave it null to \
+                 derive it",
+                invocations[0], invocations[1],
             ),
         ));
     }
@@ -237,6 +238,7 @@ fn plan(fusion: &Fusion, p: &MatmulParams, device: &DeviceInfo) -> Result<Plan, 
             ));
         }
     }
+    check_workgroup(size, &device.limits)?;
     let (_, _, k) = problem(fusion);
     let splitk = u64::from(p.splitk_factor);
     if !k.is_multiple_of(splitk) {

@@ -38,7 +38,7 @@ pub fn pointwise_heuristics(fusion: &Fusion, device: &DeviceInfo) -> PointwisePa
     let mut p = PointwiseParams::default();
     let max = device.limits.max_invocations_per_workgroup;
     if device.is_gpu() {
-        p.launch.workgroup_size = [128.min(max), 1, 1];
+        p.launch.workgroup_size = Some([128.min(max), 1, 1]);
         p.vectorization_factor = [4u32, 2, 1]
             .into_iter()
             .find(|&v| shapes.iter().all(|s| numel(s).is_multiple_of(u64::from(v))))
@@ -51,12 +51,13 @@ pub fn pointwise_heuristics(fusion: &Fusion, device: &DeviceInfo) -> PointwisePa
             .rev()
             .find(|&d| inner.is_multiple_of(d))
             .unwrap_or(1);
-        p.launch.workgroup_size = [lanes as u32, 1, 1];
+        p.launch.workgroup_size = Some([lanes as u32, 1, 1]);
         p.break_point = bp as u32;
         p.vectorization_factor = 1;
     }
     let total = shapes.iter().map(|s| numel(s)).max().unwrap_or(0);
-    let per_workgroup = u64::from(p.launch.workgroup_size[0] * p.vectorization_factor);
+    let per_workgroup =
+        u64::from(p.launch.workgroup_size_or(|| [1; 3])[0] * p.vectorization_factor);
     p.split_grid_y_dim =
         total.div_ceil(per_workgroup) > u64::from(device.limits.max_workgroups_per_dimension);
     p
@@ -86,7 +87,13 @@ pub fn schedule_pointwise(
     device: &DeviceInfo,
 ) -> Result<Schedule, ParamsError> {
     check_index_type(p.compile.index_type)?;
-    let [bx, by, bz] = p.launch.workgroup_size;
+    // Not given: as the default heuristic would pick it.
+    let size = (p.launch).workgroup_size_or(|| {
+        pointwise_heuristics(fusion, device)
+            .launch
+            .workgroup_size_or(|| [1; 3])
+    });
+    let [bx, by, bz] = size;
     if bz != 1 {
         return Err(err(
             "launch.workgroup_size[2]",
@@ -100,7 +107,7 @@ pub fn schedule_pointwise(
         ));
     }
     let limits = &device.limits;
-    check_workgroup(&p.launch, limits)?;
+    check_workgroup(size, limits)?;
     let mut s = Schedule::new(fusion);
     s.compute_inline_all(&[]); // outputs stay
     for b in s.get_blocks() {

@@ -154,7 +154,7 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
     let r = topo.reduced();
     let max = u64::from(device.limits.max_invocations_per_workgroup);
     if !device.is_gpu() {
-        p.launch.workgroup_size = [1, 1, 1];
+        p.launch.workgroup_size = Some([1, 1, 1]);
         p.reduction_invocations = 1;
         p.project_persistent_buffers = false;
         return p;
@@ -189,7 +189,7 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         p.subgroup_inner_reduction = shuffles;
         p.compile.use_subgroups = shuffles;
         p.reduction_invocations = t as u32;
-        p.launch.workgroup_size = [t as u32, 1, 1];
+        p.launch.workgroup_size = Some([t as u32, 1, 1]);
         if unroll_from.is_some_and(|steps| r / (t * v) >= steps) {
             p.unroll_factor_reduction = 4;
         }
@@ -225,8 +225,8 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         };
         p.cross_invocation_outer_reduction = y > 1;
         p.reduction_invocations = y as u32;
-        p.launch.workgroup_size = [(x * y) as u32, 1, 1];
-        p.rows_per_workgroup = x as u32;
+        p.launch.workgroup_size = Some([(x * y) as u32, 1, 1]);
+        p.rows_per_workgroup = Some(x as u32);
         p.schedule_3d = topo.three_d();
     }
     p
@@ -290,10 +290,21 @@ impl Plan {
     }
 }
 
+/// `launch.workgroup_size` when not given: 128 invocations (or the device's
+/// maximum), a multiple of `reduction_invocations` when a cross-invocation
+/// flag is on.
+fn derived_workgroup(p: &ReductionParams, device: &DeviceInfo) -> [u32; 3] {
+    let cross = p.cross_invocation_inner_reduction || p.cross_invocation_outer_reduction;
+    let t = if cross { p.reduction_invocations } else { 1 };
+    let budget = 128.min(device.limits.max_invocations_per_workgroup);
+    [t * (budget / t).max(1), 1, 1]
+}
+
 fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Result<Plan, ParamsError> {
     let topo = topology(fusion).map_err(|e| err("scheduler", e))?;
     check_index_type(p.compile.index_type)?;
-    check_workgroup(&p.launch, &device.limits)?;
+    let size = p.launch.workgroup_size_or(|| derived_workgroup(p, device));
+    check_workgroup(size, &device.limits)?;
     let inner = topo.inner() == 1;
     if p.fastest_dim != inner {
         return Err(err(
@@ -348,7 +359,7 @@ fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Result<Pla
             format!("the fusion is {kind} reduction; this flag is for the other kind"),
         ));
     }
-    let n = u64::from(p.launch.invocations());
+    let n: u64 = size.iter().map(|&d| u64::from(d)).product();
     let t = if cross_invocation {
         u64::from(p.reduction_invocations)
     } else {
@@ -390,8 +401,8 @@ fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Result<Pla
         ));
     }
     let unroll_rows = u64::from(p.unroll_factor_iteration);
-    let rpw = u64::from(p.rows_per_workgroup);
     let per_step = y * unroll_rows * vec_rows;
+    let rpw = p.rows_per_workgroup.map_or(per_step, u64::from);
     if !rpw.is_multiple_of(per_step) {
         return Err(err(
             "rows_per_workgroup",
