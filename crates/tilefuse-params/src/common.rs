@@ -7,7 +7,7 @@ use crate::ParamsError;
 use crate::convert::params_struct;
 
 /// How a kernel is launched.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LaunchParams {
     /// Invocations per workgroup along x, y, z (`@workgroup_size`). The
@@ -22,15 +22,6 @@ pub struct LaunchParams {
     /// the kernel loop over the rest (grid-stride). Default `null`.
     #[schemars(extend("items" = {"type": "integer", "minimum": 1, "maximum": 65535}))]
     pub grid: Option<[u32; 3]>,
-}
-
-impl Default for LaunchParams {
-    fn default() -> Self {
-        LaunchParams {
-            workgroup_size: None,
-            grid: None,
-        }
-    }
 }
 
 /// The integer type kernels index buffers with. WGSL has no 64-bit integers.
