@@ -58,14 +58,8 @@ impl CpuDevice {
     pub fn build(&self, schedule: &Schedule) -> Result<CpuKernel> {
         let kernel = tilefuse_sched::realize(schedule.kernel(), PrivateMemory::PerWorkgroup)?;
         let mut used = vec![false; kernel.buffers.len()];
-        for b in kernel.blocks_in_order() {
-            let block = kernel.block(b);
-            used[block.buffer.0 as usize] = true;
-            let mut loads = Vec::new();
-            block.value.loads(&mut loads);
-            for (buffer, _) in loads {
-                used[buffer.0 as usize] = true;
-            }
+        for b in kernel.live_buffers() {
+            used[b.0 as usize] = true;
         }
         Ok(CpuKernel {
             used,
