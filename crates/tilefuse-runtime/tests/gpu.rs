@@ -94,3 +94,31 @@ fn the_gpu_is_opened_once() {
         assert!(std::sync::Arc::ptr_eq(&first, &again));
     }
 }
+
+/// The pipeline cache keeps what kernels use plus the most recent builds,
+/// not every kernel ever built (~250 KB each on lavapipe).
+#[test]
+fn the_pipeline_cache_is_bounded() {
+    use tilefuse_ir::{BinaryOp, DType};
+    let Some(device) = gpu() else {
+        return;
+    };
+    let Device::Gpu(gpu) = &device else {
+        panic!("gpu() gives the GPU device")
+    };
+    let build = |c: f64| {
+        let mut f = Fusion::new();
+        let x = f.input(&[64], DType::F32, Some("x")).unwrap();
+        let k = f.constant(c, DType::F32).unwrap();
+        let y = f.binary(BinaryOp::Add, x, k).unwrap();
+        f.output(y).unwrap();
+        device.build(&Schedule::new(&f)).unwrap()
+    };
+    let kept: Vec<_> = (0..10).map(|i| build(f64::from(i))).collect();
+    for i in 0..150 {
+        drop(build(1000.0 + f64::from(i))); // each a distinct WGSL source
+    }
+    let cached = gpu.cached_pipelines();
+    assert!(cached <= 64 + kept.len(), "{cached} pipelines cached");
+    assert!(cached >= 64, "{cached}: the most recent builds stay cached");
+}

@@ -158,6 +158,16 @@ impl GpuDevice {
         })
     }
 
+    /// Compiled pipelines the cache holds (those kernels use, and the most
+    /// recent): bounded, however many kernels were ever built.
+    pub fn cached_pipelines(&self) -> usize {
+        self.pipelines.lock().map_or(0, |c| {
+            let recent: Vec<*const _> = c.recent.iter().map(Arc::as_ptr).collect();
+            let held = c.by_hash.values().filter_map(Weak::upgrade);
+            recent.len() + held.filter(|p| !recent.contains(&Arc::as_ptr(p))).count()
+        })
+    }
+
     pub fn info(&self) -> &DeviceInfo {
         &self.info
     }
