@@ -462,6 +462,13 @@ def test_kernels_schedules_and_devices_pickle(
     assert k2.device.is_gpu == device.is_gpu
     np.testing.assert_array_equal(k2(x), k(x))
     assert str(clone(k.schedule)) == str(k.schedule)
+    # A kernel of a canonicalized fusion (reduced axes moved together)
+    # replays on the fusion its trace was recorded on.
+    scattered = tf.Fusion()
+    scattered.output(scattered.input((3, 4, 5), "f32").sum(axis=(0, 2)))
+    ks = scattered.schedule(scattered.heuristics(device=device), device)
+    y = np.random.default_rng(9).random((3, 4, 5), dtype=np.float32)
+    np.testing.assert_array_equal(clone(ks)(y), ks(y))
     seg = tf.Fusion()
     a, b = seg.input((4, 8), "f32"), seg.input((8, 4), "f32")
     seg.output((a @ b).exp().sum(axis=0))

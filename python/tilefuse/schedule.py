@@ -133,9 +133,10 @@ class Schedule:
     ) -> list[Loop]:
         """Splits ``loop`` into nested loops of the given extents (outermost
         first); one factor may be ``None`` (inferred). Tails are guarded."""
-        ints = int64s("split factors", (f for f in factors if f is not None), _native.ScheduleError)
-        it = iter(ints)
-        given = [None if f is None else next(it) for f in factors]
+        given = [
+            f if f is None else int64s("split factors", [f], _native.ScheduleError)[0]
+            for f in factors
+        ]
         new = self._native.split(self._loop(loop), given, names)
         return [Loop(self, i) for i in new]
 
@@ -244,8 +245,12 @@ class Schedule:
         return Kernel(self._native.build(device._native), device, self)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # A schedule is its fusion and its trace: pickling replays it.
-        return (Schedule.replay, (self.fusion, self.trace))
+        # A schedule is its fusion and its trace: pickling replays the trace
+        # on the fusion it was recorded on (an automatic scheduler's may be
+        # the canonical form of self.fusion, with the same inputs and outputs).
+        from .fusion import _wrap
+
+        return (Schedule.replay, (_wrap(self._native.fusion()), self.trace))
 
     def __str__(self) -> str:
         return str(self._native)

@@ -257,6 +257,12 @@ impl PySchedule {
         })
     }
 
+    /// The fusion the schedule was made for (an automatic scheduler's may
+    /// be the canonical form of the one given); `replay` takes it back.
+    fn fusion(&self) -> PyResult<PyFusion> {
+        guard(|| Ok(PyFusion::wrap(self.inner.fusion().clone())))
+    }
+
     /// The applied primitives as JSON.
     fn trace(&self) -> PyResult<String> {
         guard(|| Ok(self.inner.trace_json()))
