@@ -326,12 +326,13 @@ impl PyDevice {
         })
     }
 
+    /// The CPU device; `TILEFUSE_NUM_THREADS` sets its threads.
     #[staticmethod]
-    fn cpu() -> PyResult<Self> {
+    fn cpu(py: Python<'_>) -> PyResult<Self> {
         guard(|| {
-            Ok(PyDevice {
-                inner: Device::cpu(),
-            })
+            Device::cpu_from_env()
+                .map(|inner| PyDevice { inner })
+                .or_raise(py)
         })
     }
 

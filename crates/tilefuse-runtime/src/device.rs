@@ -25,17 +25,24 @@ impl Device {
     /// or `=cpu` forces one (`gpu` fails when there is no adapter).
     pub fn from_env() -> Result<Device> {
         match std::env::var("TILEFUSE_DEVICE").as_deref() {
-            Ok("cpu") => Ok(Device::cpu()),
+            Ok("cpu") => Device::cpu_from_env(),
             Ok("gpu") => Device::gpu(),
             Ok(other) if !other.is_empty() => Err(RuntimeError::Config(format!(
                 "TILEFUSE_DEVICE={other:?}: expected \"gpu\" or \"cpu\""
             ))),
-            _ => Ok(Device::gpu().unwrap_or_else(|_| Device::cpu())),
+            _ => Device::gpu().or_else(|_| Device::cpu_from_env()),
         }
     }
 
     pub fn cpu() -> Device {
         Device::Cpu(CpuDevice::default())
+    }
+
+    /// The CPU, after checking `TILEFUSE_NUM_THREADS` (a `Config` error
+    /// when it is set to anything but a positive integer).
+    pub fn cpu_from_env() -> Result<Device> {
+        crate::cpu::pool::threads_from_env()?;
+        Ok(Device::cpu())
     }
 
     /// The GPU, opened once per process and shared (with its pipeline

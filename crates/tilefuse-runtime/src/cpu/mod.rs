@@ -5,6 +5,7 @@
 mod gemm;
 mod lanes;
 mod memory;
+pub mod pool;
 mod program;
 mod simd_math;
 mod tape;
@@ -33,9 +34,12 @@ pub struct CpuDevice {
 }
 
 impl Default for CpuDevice {
+    /// `TILEFUSE_NUM_THREADS` threads (the machine's parallelism when unset
+    /// or not valid; `Device::cpu_from_env` reports an invalid value).
     fn default() -> Self {
         CpuDevice {
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads: pool::threads_from_env()
+                .unwrap_or_else(|_| std::thread::available_parallelism().map_or(1, |n| n.get())),
         }
     }
 }

@@ -512,10 +512,12 @@ impl Ctx<'_> {
         let threads = (self.threads as i64).min(extent);
         let share = |t: i64| (extent * t / threads)..(extent * (t + 1) / threads);
         let (shared, locals, stop) = (self.buffers, self.locals, self.stop);
-        std::thread::scope(|scope| {
+        // The pool's workers take the other shares (no thread spawned per
+        // launch); this thread runs the first in place.
+        super::pool::workers(self.threads).in_place_scope(|scope| {
             for t in 1..threads {
                 let range = share(t);
-                scope.spawn(move || run_share(shared, locals, stop, var, range, body, env));
+                scope.spawn(move |_| run_share(shared, locals, stop, var, range, body, env));
             }
             run_share(shared, locals, stop, var, share(0), body, env);
         });

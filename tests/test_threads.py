@@ -1,0 +1,69 @@
+"""The CPU device's threads (issue 12): one persistent pool per process,
+sized by ``TILEFUSE_NUM_THREADS``; launches spawn no thread."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilefuse as tf
+
+
+def _chain(rows: int = 64) -> tf.Fusion:
+    f = tf.Fusion()
+    a = f.input((rows, 256), "f32")
+    f.output((a * 2.0 + 1.0).tanh())
+    return f
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "many", "1.5"])
+def test_a_bad_thread_count_is_a_device_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("TILEFUSE_NUM_THREADS", value)
+    with pytest.raises(tf.DeviceError, match="TILEFUSE_NUM_THREADS"):
+        tf.Device.cpu()
+
+
+@pytest.mark.parametrize("threads", ["1", "3", "8"])
+def test_results_do_not_depend_on_the_thread_count(threads: str) -> None:
+    code = """
+        import numpy as np, tilefuse as tf
+        f = tf.Fusion(); a = f.input((64, 256), "f32"); f.output((a * 2.0 + 1.0).tanh().sum(axis=1))
+        cpu = tf.Device.cpu()
+        x = np.random.default_rng(0).random((64, 256), dtype=np.float32)
+        k = f.schedule(f.heuristics(device=cpu), cpu)
+        np.testing.assert_allclose(k(x), f.evaluate(x), rtol=1e-5)
+        print("ok", cpu.info["cores"])
+        """
+    env = {**os.environ, "TILEFUSE_NUM_THREADS": threads}
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["ok", threads]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads threads from /proc")
+def test_launches_reuse_the_pool_threads() -> None:
+    cpu = tf.Device.cpu()
+    if cpu.info["cores"] < 2:
+        pytest.skip("one thread: no pool")
+    f = _chain()
+    k = f.schedule(f.heuristics(device=cpu), cpu)
+    x = np.ones((64, 256), np.float32)
+
+    def pool_threads() -> set[str]:
+        tasks = Path("/proc/self/task").iterdir()
+        return {t.name for t in tasks if (t / "comm").read_text().startswith("tilefuse-cpu")}
+
+    k(x)
+    before = pool_threads()
+    assert before, "no tilefuse-cpu thread after a parallel launch"
+    for _ in range(50):
+        k(x)
+    assert pool_threads() == before
