@@ -93,6 +93,8 @@ enum Step {
     Loop {
         var: usize,
         extent: i64,
+        /// A parallel or workgroup loop with enough work to share: smaller
+        /// ones run serially (handing shares to the pool costs more).
         parallel: bool,
         body: Vec<Step>,
     },
@@ -193,14 +195,43 @@ fn compile_node(kernel: &Kernel, node: &Node) -> Step {
                     extent: lp.extent as i64,
                     block: compile_block(kernel, kernel.block(b), Some(Var::Loop(*l))),
                 },
-                _ => Step::Loop {
-                    var: l.0 as usize,
-                    extent: lp.extent as i64,
-                    parallel,
-                    body: body.iter().map(|n| compile_node(kernel, n)).collect(),
-                },
+                _ => {
+                    let body: Vec<Step> = body.iter().map(|n| compile_node(kernel, n)).collect();
+                    let work = lp.extent.saturating_mul(Step::total_work(&body));
+                    Step::Loop {
+                        var: l.0 as usize,
+                        extent: lp.extent as i64,
+                        parallel: parallel && work >= MIN_PARALLEL_WORK,
+                        body,
+                    }
+                }
             }
         }
+    }
+}
+
+/// Block instances below which a parallel loop runs serially: handing
+/// shares to the pool costs some 10 µs, as much as a few thousand lanes of
+/// work (a 1024-element chain: 14 µs through the pool, 2.7 µs serially).
+const MIN_PARALLEL_WORK: u64 = 1 << 14;
+
+impl Step {
+    /// Block instances the step runs (an estimate of its work).
+    fn work(&self) -> u64 {
+        match self {
+            Step::Block(_) => 1,
+            Step::Lanes { extent, .. } => *extent as u64,
+            Step::Gemm(g) => (g.k.1 as u64)
+                .saturating_mul(g.rows.1 as u64)
+                .saturating_mul(g.lanes.1 as u64),
+            Step::Loop { extent, body, .. } => {
+                (*extent as u64).saturating_mul(Step::total_work(body))
+            }
+        }
+    }
+
+    fn total_work(steps: &[Step]) -> u64 {
+        steps.iter().fold(0, |sum, s| sum.saturating_add(s.work()))
     }
 }
 
