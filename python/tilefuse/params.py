@@ -252,10 +252,9 @@ def _plain(value: Any, path: str = "") -> Any:
     """A copy of ``value`` whose containers are new dicts and lists and
     whose params objects are their dicts."""
     if path.count(".") + path.count("[") > _MAX_DEPTH:
-        error = _native.ParamsError(
-            f"{path}: nested deeper than {_MAX_DEPTH} levels (does a dict or list contain itself?)"
-        )
-        error.path, error.message = path, str(error).split(": ", 1)[1]
+        message = f"nested deeper than {_MAX_DEPTH} levels (does a dict or list contain itself?)"
+        error = _native.ParamsError(f"{path}: {message}")
+        error.path, error.message = path, message
         raise error
     if isinstance(value, ParamsStruct):
         return value.to_dict()

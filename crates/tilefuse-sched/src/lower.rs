@@ -283,7 +283,13 @@ impl Lowering<'_> {
             .collect();
         let mut iters = iters;
         let mut value = self.load(x, identity_indices(in_shape.len()));
-        let op = over_one_identity_if_empty(&mut iters, &mut value, func, dtype);
+        // A mean is a sum, then a division below.
+        let summed = if func == ReduceOp::Mean {
+            ReduceOp::Sum
+        } else {
+            func
+        };
+        let op = over_one_identity_if_empty(&mut iters, &mut value, summed, dtype);
         if func != ReduceOp::Mean {
             let buffer = self.add_buffer(name, dtype, &out_shape, Role::Temp);
             self.add_block(name, iters, buffer, store, value, Some(op));
@@ -291,11 +297,6 @@ impl Lowering<'_> {
         }
         let sum_name = format!("{name}_sum");
         let sum = self.add_buffer(&sum_name, dtype, &out_shape, Role::Temp);
-        let op = if op == ReduceOp::Mean {
-            ReduceOp::Sum
-        } else {
-            op
-        };
         self.add_block(&sum_name, iters, sum, store, value, Some(op));
         let count: u64 = axes.iter().map(|&a| in_shape[a]).product();
         let rank = out_shape.len();
@@ -400,18 +401,15 @@ fn over_one_identity_if_empty(
     for it in iters.iter_mut().filter(|it| reduce(it)) {
         it.extent = 1;
     }
-    *value = Expr::Const {
-        value: tilefuse_ir::reduce_identity(func, dtype).as_f64(),
-        dtype,
-    };
     // A sum of nothing is +0, but -0 (the identity) + +0 may be compiled
     // as -0 (a compiler may fold x + 0 into x): the max of one +0 is +0
     // whatever a compiler assumes.
-    if matches!(func, ReduceOp::Sum | ReduceOp::Mean) {
-        *value = Expr::Const { value: 0.0, dtype };
-        return ReduceOp::Max;
-    }
-    func
+    let (term, op) = match func {
+        ReduceOp::Sum | ReduceOp::Mean => (0.0, ReduceOp::Max),
+        _ => (tilefuse_ir::reduce_identity(func, dtype).as_f64(), func),
+    };
+    *value = Expr::Const { value: term, dtype };
+    op
 }
 
 /// Indices into a `from`-shaped tensor for the element at the output

@@ -43,14 +43,7 @@ impl Schedule {
         // The block is removed: its expression moves into its one read
         // (a chain of n inlines then copies nothing: linear, not
         // quadratic), or is copied into each of several.
-        let placeholder = Expr::Const {
-            value: 0.0,
-            dtype: self.kernel.buffer(buffer).dtype,
-        };
-        let mut value = Some(std::mem::replace(
-            &mut self.kernel.block_mut(block).value,
-            placeholder,
-        ));
+        let mut value = Some(self.take_value(block));
         for other in consumers {
             let inlined = self.kernel.block(other).value.map_loads(&mut |b, indices| {
                 if b != buffer {
@@ -261,10 +254,14 @@ impl Schedule {
         // The block is gone from the nest; its expression (which inlining
         // may have grown) would only hold memory: a chain of n inlined
         // blocks kept O(n^2) nodes.
-        self.kernel.block_mut(block).value = Expr::Const {
-            value: 0.0,
-            dtype: self.kernel.buffer(self.kernel.block(block).buffer).dtype,
-        };
+        self.take_value(block);
+    }
+
+    /// Takes a block's expression, leaving a constant in its place.
+    fn take_value(&mut self, block: BlockId) -> Expr {
+        let dtype = self.kernel.buffer(self.kernel.block(block).buffer).dtype;
+        let placeholder = Expr::Const { value: 0.0, dtype };
+        std::mem::replace(&mut self.kernel.block_mut(block).value, placeholder)
     }
 }
 

@@ -109,6 +109,8 @@ fn problem(fusion: &Fusion) -> (u64, u64, u64) {
 /// tiles in a 64×128 workgroup tile, operands read from global memory too:
 /// on an H100, 1024³ took 0.18 ms so and 1.5 ms with this scheduler's
 /// workgroup-memory staging (scalar copies, a barrier pair per k step).
+/// `launch.workgroup_size` stays null: the scheduler derives it from the
+/// tiles, so editing them keeps the params valid.
 pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     let (m, n, k) = problem(fusion);
     let mut p = MatmulParams::default();
@@ -159,7 +161,6 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     p.tile_sizes.cta_tile = cta;
     p.tile_sizes.warp_tile = warp;
     p.tile_sizes.instruction_tile = instr;
-    p.launch.workgroup_size = None; // derived from the tiles
     p.supported_vec_size.epilogue = [4u32, 2, 1]
         .into_iter()
         .find(|&v| instr.n.is_multiple_of(v) && n.is_multiple_of(u64::from(v)))

@@ -35,32 +35,54 @@ use crate::{DeviceInfo, Schedule};
 /// rank (every output is scheduled with it).
 pub fn pointwise_heuristics(fusion: &Fusion, device: &DeviceInfo) -> PointwiseParams {
     let shapes = output_shapes(fusion);
+    let Defaults {
+        workgroup,
+        break_point,
+        vector,
+    } = defaults(&shapes, device);
     let mut p = PointwiseParams::default();
-    let max = device.limits.max_invocations_per_workgroup;
-    if device.is_gpu() {
-        p.launch.workgroup_size = Some([128.min(max), 1, 1]);
-        p.vectorization_factor = [4u32, 2, 1]
-            .into_iter()
-            .find(|&v| shapes.iter().all(|s| numel(s).is_multiple_of(u64::from(v))))
-            .unwrap_or(1);
-    } else {
-        let min_rank = shapes.iter().map(Vec::len).min().unwrap_or(1);
-        let bp = (min_rank - 1).min(MAX_BREAK_POINT);
-        let inner = shapes.iter().map(|s| numel(&s[bp..])).max().unwrap_or(1);
-        let lanes = (1..=u64::from(max.min(1024)))
-            .rev()
-            .find(|&d| inner.is_multiple_of(d))
-            .unwrap_or(1);
-        p.launch.workgroup_size = Some([lanes as u32, 1, 1]);
-        p.break_point = bp as u32;
-        p.vectorization_factor = 1;
-    }
+    p.launch.workgroup_size = Some(workgroup);
+    p.break_point = break_point;
+    p.vectorization_factor = vector;
     let total = shapes.iter().map(|s| numel(s)).max().unwrap_or(0);
-    let per_workgroup =
-        u64::from(p.launch.workgroup_size_or(|| [1; 3])[0] * p.vectorization_factor);
+    let per_workgroup = u64::from(workgroup[0] * vector);
     p.split_grid_y_dim =
         total.div_ceil(per_workgroup) > u64::from(device.limits.max_workgroups_per_dimension);
     p
+}
+
+/// What the default heuristic picks (see `pointwise_heuristics`).
+struct Defaults {
+    workgroup: [u32; 3],
+    break_point: u32,
+    vector: u32,
+}
+
+fn defaults(shapes: &[Vec<usize>], device: &DeviceInfo) -> Defaults {
+    let max = device.limits.max_invocations_per_workgroup;
+    if device.is_gpu() {
+        let vector = [4u32, 2, 1]
+            .into_iter()
+            .find(|&v| shapes.iter().all(|s| numel(s).is_multiple_of(u64::from(v))))
+            .unwrap_or(1);
+        return Defaults {
+            workgroup: [128.min(max), 1, 1],
+            break_point: 0,
+            vector,
+        };
+    }
+    let min_rank = shapes.iter().map(Vec::len).min().unwrap_or(1);
+    let bp = (min_rank - 1).min(MAX_BREAK_POINT);
+    let inner = shapes.iter().map(|s| numel(&s[bp..])).max().unwrap_or(1);
+    let lanes = (1..=u64::from(max.min(1024)))
+        .rev()
+        .find(|&d| inner.is_multiple_of(d))
+        .unwrap_or(1);
+    Defaults {
+        workgroup: [lanes as u32, 1, 1],
+        break_point: bp as u32,
+        vector: 1,
+    }
 }
 
 /// The largest `break_point` the params schema admits.
@@ -88,11 +110,7 @@ pub fn schedule_pointwise(
 ) -> Result<Schedule, ParamsError> {
     check_index_type(p.compile.index_type)?;
     // Not given: as the default heuristic would pick it.
-    let size = (p.launch).workgroup_size_or(|| {
-        pointwise_heuristics(fusion, device)
-            .launch
-            .workgroup_size_or(|| [1; 3])
-    });
+    let size = (p.launch).workgroup_size_or(|| defaults(&output_shapes(fusion), device).workgroup);
     let [bx, by, bz] = size;
     if bz != 1 {
         return Err(err(
