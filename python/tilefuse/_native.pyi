@@ -149,7 +149,11 @@ class Device:
 
 @final
 class Kernel:
-    def run(self, *arrays: npt.NDArray[Any]) -> list[npt.NDArray[np.generic]]: ...
+    def run(
+        self, *arrays: npt.NDArray[Any], out: Any = None
+    ) -> list[npt.NDArray[np.generic]]:
+        """Runs the kernel; ``out``: an array or a tuple of arrays / ``None``
+        (one per output) to write in place."""
     def benchmark(
         self, *arrays: npt.NDArray[Any], warmup: int = 3, repeat: int = 20
     ) -> tuple[float, float, float, list[float]]: ...

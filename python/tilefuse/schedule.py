@@ -346,8 +346,17 @@ class Kernel:
         #: The schedule the kernel was built from.
         self.schedule = schedule
 
-    def __call__(self, *arrays: Any) -> Any:
-        outs = self._native.run(*(np.asarray(a) for a in arrays))
+    def __call__(self, *arrays: Any, out: Any = None) -> Any:
+        """Runs the kernel on ``arrays`` (one per fusion input) and returns
+        its output, or a tuple of them.
+
+        C-contiguous arrays of an input's dtype are read where they lie;
+        other layouts are copied once. ``out`` (an array, or a tuple with
+        an array or ``None`` per output) receives the results in place: each
+        array must have the output's shape and dtype and be C-contiguous
+        and writeable; one that overlaps an input gets the result copied in
+        after the kernel ran. The GIL is released while the kernel runs."""
+        outs = self._native.run(*map(np.asarray, arrays), out=out)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def benchmark(self, *arrays: Any, warmup: int = 3, repeat: int = 20) -> Timing:

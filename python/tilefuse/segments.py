@@ -60,22 +60,56 @@ class SegmentedKernel:
         #: later are not computed by these kernels).
         self.outputs = fusion.outputs
 
-    def __call__(self, *arrays: Any) -> Any:
-        if len(arrays) != len(self.fusion.inputs):
-            from ._native import DeviceError
+    def __call__(self, *arrays: Any, out: Any = None) -> Any:
+        """Runs each segment's kernel in order; ``out`` as for
+        :meth:`Kernel.__call__` (an output array is written by the segment
+        that computes it)."""
+        from ._native import FusionError
 
-            raise DeviceError(
+        if len(arrays) != len(self.fusion.inputs):
+            raise FusionError(
                 f"the fusion takes {len(self.fusion.inputs)} inputs, got {len(arrays)}"
             )
+        outs = self._out_arrays(out)
         values: dict[int, Any] = {
             t.id: np.asarray(a) for t, a in zip(self.fusion.inputs, arrays, strict=True)
         }
         for segment, kernel in zip(self.segments, self.kernels, strict=True):
-            outs = kernel(*(values[t.id] for t in segment.inputs))
-            outs = outs if isinstance(outs, tuple) else (outs,)
-            values.update((t.id, o) for t, o in zip(segment.outputs, outs, strict=True))
+            given = [outs.get(t.id) for t in segment.outputs]
+            results = kernel(*(values[t.id] for t in segment.inputs), out=given)
+            results = results if isinstance(results, tuple) else (results,)
+            values.update((t.id, r) for t, r in zip(segment.outputs, results, strict=True))
         results = tuple(values[t.id] for t in self.outputs)
+        if out is not None:
+            # Outputs no segment computes (an input, or one listed twice).
+            for target, result in zip(self._out_list(out), results, strict=True):
+                if target is not None and target is not result:
+                    np.copyto(target, result)
+            results = tuple(
+                r if t is None else t for t, r in zip(self._out_list(out), results, strict=True)
+            )
         return results[0] if len(results) == 1 else results
+
+    def _out_list(self, out: Any) -> list[Any]:
+        from ._native import FusionError
+
+        listed = list(out) if isinstance(out, tuple | list) else [out]
+        if len(listed) != len(self.outputs):
+            raise FusionError(
+                f"out: the fusion has {len(self.outputs)} outputs, got {len(listed)} arrays"
+            )
+        return listed
+
+    def _out_arrays(self, out: Any) -> dict[int, Any]:
+        """The ``out`` array of each output tensor a segment computes."""
+        if out is None:
+            return {}
+        computed = {t.id for s in self.segments for t in s.outputs}
+        arrays: dict[int, Any] = {}
+        for t, target in zip(self.outputs, self._out_list(out), strict=True):
+            if target is not None and t.id in computed:
+                arrays.setdefault(t.id, target)
+        return arrays
 
     def benchmark(self, *arrays: Any, warmup: int = 3, repeat: int = 20) -> Any:
         """Host time of the whole sequence (arrays cross the host between

@@ -10,11 +10,13 @@ use crate::infer::{TensorType, matmul_dims};
 use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
 use crate::shape::{broadcast_index, numel, strides};
 use crate::tensor::{Data, Scalar, Tensor};
+use crate::view::{AsTensorRef, TensorRef, check_arguments};
 
 /// Runs `fusion` on `inputs` (one per fusion input, in order) and returns
 /// its outputs.
-pub fn evaluate(fusion: &Fusion, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-    check_arguments(fusion, inputs)?;
+pub fn evaluate<T: AsTensorRef>(fusion: &Fusion, inputs: &[T]) -> Result<Vec<Tensor>> {
+    let inputs: Vec<TensorRef> = inputs.iter().map(AsTensorRef::as_tensor_ref).collect();
+    check_arguments(fusion, &inputs)?;
     if fusion.outputs().is_empty() {
         return Err(FusionError::Output(
             "the fusion has no outputs; call output() first".into(),
@@ -29,7 +31,7 @@ pub fn evaluate(fusion: &Fusion, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let ty = fusion.ty(TensorId(i))?;
         let args: Vec<&Tensor> = node.args.iter().map(|a| &values[a.0]).collect();
         let value = match &node.op {
-            Op::Input { .. } => next_input.next().expect("arguments were counted").clone(),
+            Op::Input { .. } => next_input.next().expect("arguments were counted").to_tensor(),
             op => eval_op(op, &args, ty)?,
         };
         values.push(value);
@@ -39,28 +41,6 @@ pub fn evaluate(fusion: &Fusion, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         .iter()
         .map(|t| values[t.0].clone())
         .collect())
-}
-
-/// Checks that `inputs` match the fusion's inputs in number, shape and dtype.
-pub fn check_arguments(fusion: &Fusion, inputs: &[Tensor]) -> Result<()> {
-    if inputs.len() != fusion.inputs().len() {
-        return Err(FusionError::Argument(format!(
-            "the fusion takes {} inputs, got {}",
-            fusion.inputs().len(),
-            inputs.len()
-        )));
-    }
-    for (i, (&id, given)) in fusion.inputs().iter().zip(inputs).enumerate() {
-        let want = fusion.ty(id)?;
-        if &given.ty() != want {
-            return Err(FusionError::Argument(format!(
-                "input {i} ({}): expected {want}, got {}",
-                fusion.label(id),
-                given.ty()
-            )));
-        }
-    }
-    Ok(())
 }
 
 fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor> {

@@ -27,12 +27,14 @@ mod op;
 mod printer;
 pub mod shape;
 mod tensor;
+mod view;
 
 pub use dtype::{DType, UnknownDType};
 pub use error::{FusionError, Result};
-pub use evaluate::{binary_scalar, check_arguments, evaluate, gelu, reduce_identity, unary_scalar};
+pub use evaluate::{binary_scalar, evaluate, gelu, reduce_identity, unary_scalar};
 pub use fusion::{FUSION_SCHEMA_VERSION, Fusion, MAX_ELEMENTS, Node, TensorId, is_identifier};
 pub use infer::{MatmulDims, TensorType, infer, matmul_dims};
 pub use op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
 pub use shape::Shape;
 pub use tensor::{Data, Scalar, Tensor};
+pub use view::{AsTensorRef, DataMut, DataRef, TensorMut, TensorRef, check_arguments, check_outputs};

@@ -1,76 +1,317 @@
-//! numpy arrays ↔ host tensors.
+//! numpy arrays ↔ kernel arguments. Inputs are read where numpy keeps them
+//! (C-contiguous, aligned arrays of the input's dtype are borrowed; other
+//! layouts take one copy); outputs are numpy arrays the kernel writes in
+//! place: new, uninitialized ones, or the caller's (`out=`).
+//!
+//! `unsafe` is allowed here for one call: creating an uninitialized numpy
+//! array (numpy's `empty`, through its C API so that a refused allocation
+//! is a `MemoryError`), which every kernel writes in full.
+#![allow(unsafe_code)]
 
-use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use numpy::{
+    Element, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn,
+    PyReadwriteArrayDyn, PyUntypedArray, PyUntypedArrayMethods,
+};
+use numpy::npyffi::{self, PY_ARRAY_API, npy_intp};
 use pyo3::prelude::*;
-use tilefuse::{Data, Tensor};
+use std::os::raw::c_int;
+use pyo3::types::PyTuple;
+use tilefuse::{DType, Data, DataMut, DataRef, Fusion, FusionError, TensorId, Tensor, TensorMut, TensorRef};
 
 use crate::errors::OrRaise;
-use tilefuse::FusionError;
 
-/// Copies a numpy array (any memory layout) into a tensor; `index` and
-/// `label` name the input in errors.
-pub fn to_tensor(obj: &Bound<'_, PyAny>, index: usize, label: &str) -> PyResult<Tensor> {
-    fn read<T: numpy::Element + Copy>(
-        a: &Bound<'_, PyArrayDyn<T>>,
-    ) -> PyResult<(Vec<usize>, Vec<T>)> {
-        let view = a.try_readonly()?;
-        Ok((
-            a.shape().to_vec(),
-            view.as_array().iter().copied().collect(),
-        ))
-    }
-    let (shape, data) = if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
-        read(a).map(|(s, v)| (s, Data::F32(v)))?
-    } else if let Ok(a) = obj.cast::<PyArrayDyn<i32>>() {
-        read(a).map(|(s, v)| (s, Data::I32(v)))?
-    } else if let Ok(a) = obj.cast::<PyArrayDyn<u32>>() {
-        read(a).map(|(s, v)| (s, Data::U32(v)))?
-    } else if obj.cast::<PyArrayDyn<bool>>().is_ok() {
-        // numpy's bool is a byte that may hold any value (`.view(bool)` of
-        // other bytes); reading it as Rust's `bool` would be undefined, so
-        // the bytes are read and any nonzero byte is true.
-        let bytes = obj.call_method1("view", ("u1",))?;
-        let (shape, v) = read(bytes.cast::<PyArrayDyn<u8>>()?)?;
-        (shape, Data::Bool(v.into_iter().map(|b| b != 0).collect()))
-    } else {
-        let got = match obj.getattr("dtype") {
-            Ok(dtype) => format!("an array of {}", dtype.str()?),
-            Err(_) => obj.get_type().name()?.to_string(),
-        };
-        return Err(FusionError::Argument(format!(
-            "input {index} ({label}): expected a numpy array of float32, int32, uint32 or bool, got {got}"
-        )))
-        .or_raise(obj.py());
-    };
-    Ok(Tensor { shape, data })
+/// One input of a call, borrowed from numpy.
+pub enum Input<'py> {
+    F32(PyReadonlyArrayDyn<'py, f32>),
+    I32(PyReadonlyArrayDyn<'py, i32>),
+    U32(PyReadonlyArrayDyn<'py, u32>),
+    /// numpy's bool is a byte that may hold any value (`.view(bool)` of
+    /// other bytes); reading it as Rust's `bool` would be undefined, so the
+    /// bytes are copied and any nonzero byte is true.
+    Bool(Vec<usize>, Vec<bool>),
 }
 
-/// Converts call arguments into tensors, naming each input in errors.
-pub fn to_tensors(
-    fusion: &tilefuse::Fusion,
-    arrays: &Bound<'_, pyo3::types::PyTuple>,
-) -> PyResult<Vec<Tensor>> {
-    let inputs = fusion.inputs();
+impl Input<'_> {
+    pub fn view(&self) -> TensorRef<'_> {
+        fn of<'a, T: Element>(
+            a: &'a PyReadonlyArrayDyn<'_, T>,
+            data: impl FnOnce(&'a [T]) -> DataRef<'a>,
+        ) -> TensorRef<'a> {
+            let slice = a.as_slice().expect("borrowed arrays are contiguous");
+            TensorRef {
+                shape: a.shape(),
+                data: data(slice),
+            }
+        }
+        match self {
+            Input::F32(a) => of(a, DataRef::F32),
+            Input::I32(a) => of(a, DataRef::I32),
+            Input::U32(a) => of(a, DataRef::U32),
+            Input::Bool(shape, v) => TensorRef {
+                shape,
+                data: DataRef::Bool(v),
+            },
+        }
+    }
+
+    /// The bytes it spans, to tell whether an `out` array overlaps it.
+    fn span(&self) -> std::ops::Range<usize> {
+        match self {
+            Input::F32(a) => span(a),
+            Input::I32(a) => span(a),
+            Input::U32(a) => span(a),
+            Input::Bool(..) => 0..0,
+        }
+    }
+}
+
+fn span<T: Element>(a: &Bound<'_, PyArrayDyn<T>>) -> std::ops::Range<usize> {
+    let start = a.data() as usize;
+    start..start + a.len() * size_of::<T>()
+}
+
+/// C-contiguous and aligned: readable as a Rust slice where it lies.
+fn in_place(a: &Bound<'_, PyUntypedArray>) -> bool {
+    a.is_c_contiguous() && a.is_aligned()
+}
+
+/// Borrows one numpy array as an input; `index` and `label` name it in
+/// errors.
+fn input<'py>(obj: &Bound<'py, PyAny>, index: usize, label: &str) -> PyResult<Input<'py>> {
+    let Ok(untyped) = obj.cast::<PyUntypedArray>() else {
+        return Err(wrong_input(obj, index, label, obj.get_type().name()?.to_string()));
+    };
+    let obj = &if in_place(untyped) {
+        obj.clone()
+    } else {
+        obj.call_method1("copy", ("C",))?
+    };
+    if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
+        Ok(Input::F32(a.try_readonly()?))
+    } else if let Ok(a) = obj.cast::<PyArrayDyn<i32>>() {
+        Ok(Input::I32(a.try_readonly()?))
+    } else if let Ok(a) = obj.cast::<PyArrayDyn<u32>>() {
+        Ok(Input::U32(a.try_readonly()?))
+    } else if obj.cast::<PyArrayDyn<bool>>().is_ok() {
+        let bytes = obj.call_method1("view", ("u1",))?;
+        let bytes = bytes.cast::<PyArrayDyn<u8>>()?.try_readonly()?;
+        let v = bytes.as_slice()?.iter().map(|&b| b != 0).collect();
+        Ok(Input::Bool(bytes.shape().to_vec(), v))
+    } else {
+        let dtype = format!("an array of {}", untyped.dtype().str()?);
+        Err(wrong_input(obj, index, label, dtype))
+    }
+}
+
+fn wrong_input(obj: &Bound<'_, PyAny>, index: usize, label: &str, got: String) -> PyErr {
+    let e = FusionError::Argument(format!(
+        "input {index} ({label}): expected a numpy array of float32, int32, uint32 or bool, got {got}"
+    ));
+    Err::<(), _>(e).or_raise(obj.py()).unwrap_err()
+}
+
+/// Borrows the call's arrays as inputs, naming each in errors.
+pub fn inputs<'py>(fusion: &Fusion, arrays: &Bound<'py, PyTuple>) -> PyResult<Vec<Input<'py>>> {
+    let ids = fusion.inputs();
     arrays
         .iter()
         .enumerate()
         .map(|(i, a)| {
-            let label = inputs
+            let label = ids
                 .get(i)
                 .map_or_else(|| "extra".to_owned(), |&t| fusion.label(t));
-            to_tensor(&a, i, &label)
+            input(&a, i, &label)
         })
         .collect()
 }
 
+/// One output of a call: a numpy array borrowed for writing.
+pub enum Output<'py> {
+    F32(PyReadwriteArrayDyn<'py, f32>),
+    I32(PyReadwriteArrayDyn<'py, i32>),
+    U32(PyReadwriteArrayDyn<'py, u32>),
+    Bool(PyReadwriteArrayDyn<'py, bool>),
+}
+
+impl Output<'_> {
+    /// The array as the kernel's output of `shape` (the fusion's, which
+    /// the array was checked or made to have).
+    pub fn view<'a>(&'a mut self, shape: &'a [usize]) -> TensorMut<'a> {
+        let data = match self {
+            Output::F32(a) => a.as_slice_mut().map(DataMut::F32),
+            Output::I32(a) => a.as_slice_mut().map(DataMut::I32),
+            Output::U32(a) => a.as_slice_mut().map(DataMut::U32),
+            Output::Bool(a) => a.as_slice_mut().map(DataMut::Bool),
+        };
+        TensorMut {
+            shape,
+            data: data.expect("output arrays are contiguous"),
+        }
+    }
+
+    pub fn array<'py>(&self) -> Bound<'py, PyAny>
+    where
+        Self: 'py,
+    {
+        match self {
+            Output::F32(a) => a.as_any().clone(),
+            Output::I32(a) => a.as_any().clone(),
+            Output::U32(a) => a.as_any().clone(),
+            Output::Bool(a) => a.as_any().clone(),
+        }
+    }
+}
+
+/// A new, uninitialized numpy array for output `id` (the kernel writes
+/// every element); `MemoryError` when numpy cannot allocate it.
+fn new_output<'py>(py: Python<'py>, fusion: &Fusion, id: TensorId) -> PyResult<Output<'py>> {
+    fn make<'py, T: Element>(py: Python<'py>, shape: &[usize]) -> PyResult<PyReadwriteArrayDyn<'py, T>> {
+        let mut dims: Vec<npy_intp> = shape.iter().map(|&d| d as npy_intp).collect();
+        // SAFETY: numpy's `empty`: a C-order array of `T` with these
+        // dimensions; a null result is an error numpy has set.
+        let a = unsafe {
+            let ptr = PY_ARRAY_API.PyArray_NewFromDescr(
+                py,
+                npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
+                T::get_dtype(py).into_dtype_ptr(),
+                dims.len() as c_int,
+                dims.as_mut_ptr(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+                std::ptr::null_mut(),
+            );
+            Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked::<PyArrayDyn<T>>()
+        };
+        Ok(a.try_readwrite()?)
+    }
+    let ty = fusion.ty(id).or_raise(py)?;
+    Ok(match ty.dtype {
+        DType::F32 => Output::F32(make(py, &ty.shape)?),
+        DType::I32 => Output::I32(make(py, &ty.shape)?),
+        DType::U32 => Output::U32(make(py, &ty.shape)?),
+        DType::Bool => Output::Bool(make(py, &ty.shape)?),
+    })
+}
+
+/// Checks that a caller's array can be output `index` (`id` in the
+/// fusion): its shape and dtype, C-contiguous, aligned and writeable.
+fn check_out(obj: &Bound<'_, PyAny>, fusion: &Fusion, index: usize, id: TensorId) -> PyResult<()> {
+    let py = obj.py();
+    let ty = fusion.ty(id).or_raise(py)?;
+    let problem = match obj.cast::<PyUntypedArray>() {
+        Err(_) => Some(obj.get_type().name()?.to_string()),
+        Ok(a) if a.shape() != ty.shape.as_slice() || !a.dtype().is_equiv_to(&dtype_of(py, ty.dtype)) => {
+            Some(format!("an array of {}{:?}", a.dtype().str()?, a.shape()))
+        }
+        Ok(a) if !in_place(a) => Some("an array that is not C-contiguous and aligned".into()),
+        Ok(a) if !a.getattr("flags")?.getattr("writeable")?.is_truthy()? => {
+            Some("a read-only array".into())
+        }
+        Ok(_) => None,
+    };
+    match problem {
+        None => Ok(()),
+        Some(got) => Err(FusionError::Argument(format!(
+            "out {index} ({}): expected a writeable C-contiguous numpy array of {ty}, got {got}",
+            fusion.label(id)
+        )))
+        .or_raise(py),
+    }
+}
+
+fn dtype_of(py: Python<'_>, dtype: DType) -> Bound<'_, numpy::PyArrayDescr> {
+    match dtype {
+        DType::F32 => numpy::dtype::<f32>(py),
+        DType::I32 => numpy::dtype::<i32>(py),
+        DType::U32 => numpy::dtype::<u32>(py),
+        DType::Bool => numpy::dtype::<bool>(py),
+    }
+}
+
+/// The bytes a checked `out` array spans.
+fn out_span(obj: &Bound<'_, PyAny>, dtype: DType) -> PyResult<std::ops::Range<usize>> {
+    Ok(match dtype {
+        DType::F32 => span(obj.cast::<PyArrayDyn<f32>>()?),
+        DType::I32 => span(obj.cast::<PyArrayDyn<i32>>()?),
+        DType::U32 => span(obj.cast::<PyArrayDyn<u32>>()?),
+        DType::Bool => span(obj.cast::<PyArrayDyn<bool>>()?),
+    })
+}
+
+/// Borrows a checked `out` array for writing.
+fn borrow_out<'py>(obj: &Bound<'py, PyAny>, dtype: DType) -> PyResult<Output<'py>> {
+    Ok(match dtype {
+        DType::F32 => Output::F32(obj.cast::<PyArrayDyn<f32>>()?.try_readwrite()?),
+        DType::I32 => Output::I32(obj.cast::<PyArrayDyn<i32>>()?.try_readwrite()?),
+        DType::U32 => Output::U32(obj.cast::<PyArrayDyn<u32>>()?.try_readwrite()?),
+        DType::Bool => Output::Bool(obj.cast::<PyArrayDyn<bool>>()?.try_readwrite()?),
+    })
+}
+
+/// Where a call writes its outputs.
+pub struct Outputs<'py> {
+    pub arrays: Vec<Output<'py>>,
+    /// The caller's `out` arrays that overlap an input: the kernel writes
+    /// new arrays (`arrays`), copied into these when it has finished.
+    pub copy_into: Vec<(usize, Bound<'py, PyAny>)>,
+}
+
+/// The outputs of a call: the caller's `out` arrays (an array, or a tuple
+/// or list with one array or `None` per output), new arrays elsewhere.
+pub fn outputs<'py>(
+    py: Python<'py>,
+    fusion: &Fusion,
+    out: Option<&Bound<'py, PyAny>>,
+    inputs: &[Input<'py>],
+) -> PyResult<Outputs<'py>> {
+    let ids = fusion.outputs();
+    let given: Vec<Option<Bound<'py, PyAny>>> = match out {
+        None => vec![None; ids.len()],
+        Some(o) if o.is_instance_of::<PyTuple>() || o.is_instance_of::<pyo3::types::PyList>() => {
+            o.try_iter()?
+                .map(|a| a.map(|a| (!a.is_none()).then_some(a)))
+                .collect::<PyResult<_>>()?
+        }
+        Some(o) => vec![Some(o.clone())],
+    };
+    if given.len() != ids.len() {
+        return Err(FusionError::Argument(format!(
+            "out: the fusion has {} outputs, got {} arrays",
+            ids.len(),
+            given.len()
+        )))
+        .or_raise(py);
+    }
+    let spans: Vec<_> = inputs.iter().map(Input::span).collect();
+    let mut result = Outputs {
+        arrays: Vec::with_capacity(ids.len()),
+        copy_into: Vec::new(),
+    };
+    for (j, (&id, given)) in ids.iter().zip(given).enumerate() {
+        let Some(obj) = given else {
+            result.arrays.push(new_output(py, fusion, id)?);
+            continue;
+        };
+        check_out(&obj, fusion, j, id)?;
+        let dtype = fusion.ty(id).or_raise(py)?.dtype;
+        let span = out_span(&obj, dtype)?;
+        if spans.iter().any(|s| s.start < span.end && span.start < s.end) {
+            // Aliases an input: the kernel may overwrite elements it has
+            // yet to read, so numpy copies the result in afterwards.
+            result.arrays.push(new_output(py, fusion, id)?);
+            result.copy_into.push((j, obj));
+        } else {
+            result.arrays.push(borrow_out(&obj, dtype)?);
+        }
+    }
+    Ok(result)
+}
+
 /// Moves a tensor into a new numpy array.
 pub fn to_numpy(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
-    fn make<'py, T: numpy::Element>(
-        py: Python<'py>,
-        v: Vec<T>,
-        shape: &[usize],
-    ) -> PyResult<Bound<'py, PyAny>> {
-        Ok(PyArray1::from_vec(py, v).reshape(shape)?.into_any())
+    fn make<'py, T: Element>(py: Python<'py>, v: Vec<T>, shape: &[usize]) -> PyResult<Bound<'py, PyAny>> {
+        Ok(numpy::PyArray1::from_vec(py, v).reshape(shape)?.into_any())
     }
     match t.data {
         Data::F32(v) => make(py, v, &t.shape),

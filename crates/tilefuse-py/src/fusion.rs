@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use tilefuse::{BinaryOp, DType, Fusion, FusionError, ReduceOp, TensorId, UnaryOp, evaluate};
 
-use crate::arrays::{to_numpy, to_tensors};
+use crate::arrays::{self, Input, to_numpy};
 use crate::errors::{OrRaise, guard};
 
 #[pyclass(module = "tilefuse._native", name = "Fusion", eq)]
@@ -303,8 +303,9 @@ impl PyFusion {
         guard(|| {
             // Its own handle: no borrow of `slf` is held while detached.
             let fusion = Arc::clone(&slf.borrow().inner);
-            let tensors = to_tensors(&fusion, arrays)?;
-            let outputs = py.detach(|| evaluate(&fusion, &tensors)).or_raise(py)?;
+            let inputs = arrays::inputs(&fusion, arrays)?;
+            let views: Vec<_> = inputs.iter().map(Input::view).collect();
+            let outputs = py.detach(|| evaluate(&fusion, &views)).or_raise(py)?;
             outputs.into_iter().map(|t| to_numpy(py, t)).collect()
         })
     }

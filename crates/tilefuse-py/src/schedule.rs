@@ -9,7 +9,7 @@ use tilefuse::Device;
 use tilefuse::sched::ir::{BlockId, LoopId, Role, Scope, ThreadAxis};
 use tilefuse::{Fusion, Kernel, Schedule, ScheduleError};
 
-use crate::arrays::{to_numpy, to_tensors};
+use crate::arrays::{self, Input, Output};
 use crate::errors::{OrRaise, guard};
 use crate::fusion::PyFusion;
 
@@ -409,20 +409,49 @@ pub struct PyKernel {
     fusion: Fusion,
 }
 
+impl PyKernel {
+    fn output_shapes(&self) -> Result<Vec<Vec<usize>>, tilefuse::FusionError> {
+        let f = &self.fusion;
+        f.outputs().iter().map(|&t| Ok(f.ty(t)?.shape.clone())).collect()
+    }
+}
+
 #[pymethods]
 impl PyKernel {
-    /// Runs the kernel: numpy arrays in, a list of numpy arrays out.
-    #[pyo3(signature = (*arrays))]
+    /// Runs the kernel: numpy arrays in, a list of numpy arrays out (the
+    /// caller's `out` arrays where given). The GIL is released meanwhile.
+    #[pyo3(signature = (*arrays, out=None))]
     fn run<'py>(
         &self,
         py: Python<'py>,
         arrays: &Bound<'py, PyTuple>,
+        out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         guard(|| {
-            let inputs = to_tensors(&self.fusion, arrays)?;
-            let kernel = Arc::clone(&self.inner);
-            let outputs = py.detach(move || kernel.run(&inputs)).or_raise(py)?;
-            outputs.into_iter().map(|t| to_numpy(py, t)).collect()
+            let inputs = arrays::inputs(&self.fusion, arrays)?;
+            let mut outputs = arrays::outputs(py, &self.fusion, out, &inputs)?;
+            let shapes = self.output_shapes().or_raise(py)?;
+            let views: Vec<_> = inputs.iter().map(Input::view).collect();
+            let mut outs: Vec<_> = outputs
+                .arrays
+                .iter_mut()
+                .zip(&shapes)
+                .map(|(o, shape)| o.view(shape))
+                .collect();
+            py.detach(|| self.inner.run_into(&views, &mut outs))
+                .or_raise(py)?;
+            drop((outs, views));
+            drop(inputs);
+            let mut results: Vec<_> = outputs.arrays.iter().map(Output::array).collect();
+            // Release the borrows before numpy writes the aliased arrays.
+            drop(outputs.arrays);
+            for (j, target) in outputs.copy_into {
+                py.import("numpy")?
+                    .getattr("copyto")?
+                    .call1((&target, &results[j]))?;
+                results[j] = target;
+            }
+            Ok(results)
         })
     }
 
@@ -436,10 +465,10 @@ impl PyKernel {
         repeat: usize,
     ) -> PyResult<(f64, f64, f64, Vec<f64>)> {
         guard(|| {
-            let inputs = to_tensors(&self.fusion, arrays)?;
-            let kernel = Arc::clone(&self.inner);
+            let inputs = arrays::inputs(&self.fusion, arrays)?;
+            let views: Vec<_> = inputs.iter().map(Input::view).collect();
             let t = py
-                .detach(move || kernel.benchmark(&inputs, warmup, repeat))
+                .detach(|| self.inner.benchmark(&views, warmup, repeat))
                 .or_raise(py)?;
             Ok((t.median, t.min, t.max, t.samples))
         })

@@ -4,11 +4,12 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use tilefuse_ir::Tensor;
+use tilefuse_ir::shape::numel;
+use tilefuse_ir::{AsTensorRef, Fusion, Tensor, TensorMut, TensorRef};
 use tilefuse_sched::Schedule;
 use tilefuse_sched::codegen::{WgslKernel, generate};
 
-use crate::cpu::{CpuDevice, CpuKernel};
+use crate::cpu::{CpuDevice, CpuKernel, Storage};
 use crate::error::{Result, RuntimeError};
 use crate::gpu::{GpuDevice, GpuKernel};
 use tilefuse_sched::{DeviceInfo, DeviceLimits};
@@ -170,10 +171,47 @@ impl Kernel {
         &self.wgsl
     }
 
-    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    /// Runs the kernel on `inputs` (one per fusion input) into new
+    /// output tensors.
+    pub fn run<T: AsTensorRef>(&self, inputs: &[T]) -> Result<Vec<Tensor>> {
+        let mut outputs = self.new_outputs()?;
+        let mut views: Vec<TensorMut> = outputs.iter_mut().map(Tensor::view_mut).collect();
+        self.run_into(inputs, &mut views)?;
+        Ok(outputs)
+    }
+
+    /// Tensors for the fusion's outputs, zero in release builds (poisoned
+    /// in debug builds, see `Storage::try_new`).
+    fn new_outputs(&self) -> Result<Vec<Tensor>> {
+        let fusion = self.fusion();
+        fusion
+            .outputs()
+            .iter()
+            .map(|&t| {
+                let ty = fusion.ty(t).map_err(|e| RuntimeError::Internal(e.to_string()))?;
+                Ok(Tensor {
+                    data: Storage::try_new(ty.dtype, numel(&ty.shape))?.0,
+                    shape: ty.shape.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Runs the kernel once, reading `inputs` (one per fusion input) where
+    /// they lie and writing `outputs` (one per fusion output, each of the
+    /// output's shape and dtype) in place.
+    pub fn run_into<T: AsTensorRef>(&self, inputs: &[T], outputs: &mut [TensorMut<'_>]) -> Result<()> {
+        let inputs: Vec<TensorRef> = inputs.iter().map(AsTensorRef::as_tensor_ref).collect();
         match &self.exec {
-            Exec::Cpu(k) => k.run(inputs),
-            Exec::Gpu(k) => k.run(inputs),
+            Exec::Cpu(k) => k.run_into(&inputs, outputs),
+            Exec::Gpu(k) => k.run_into(&inputs, outputs),
+        }
+    }
+
+    fn fusion(&self) -> &Fusion {
+        match &self.exec {
+            Exec::Cpu(k) => k.fusion(),
+            Exec::Gpu(k) => k.fusion(),
         }
     }
 
@@ -181,20 +219,22 @@ impl Kernel {
     /// [`crate::gpu::WARM_UP`], so its clocks have ramped up), then times
     /// `repeat` launches.
     /// Both counts are at most [`MAX_LAUNCHES`].
-    pub fn benchmark(&self, inputs: &[Tensor], warmup: usize, repeat: usize) -> Result<Timing> {
+    pub fn benchmark<T: AsTensorRef>(&self, inputs: &[T], warmup: usize, repeat: usize) -> Result<Timing> {
         check_count("repeat", repeat, 1)?;
         check_count("warmup", warmup, 0)?;
+        let inputs: Vec<TensorRef> = inputs.iter().map(AsTensorRef::as_tensor_ref).collect();
         let samples = match &self.exec {
-            Exec::Gpu(k) => k.time(inputs, warmup, repeat)?,
+            Exec::Gpu(k) => k.time(&inputs, warmup, repeat)?,
             Exec::Cpu(k) => {
-                let mut prepared = k.prepare(inputs)?;
+                let mut outputs = self.new_outputs()?;
+                let mut views: Vec<TensorMut> = outputs.iter_mut().map(Tensor::view_mut).collect();
                 let mut samples = Vec::with_capacity(repeat.min(1 << 16));
                 for i in 0..warmup + repeat {
                     if tilefuse_ir::interrupt::requested() {
                         return Err(RuntimeError::Interrupted);
                     }
                     let start = Instant::now();
-                    k.launch(&mut prepared)?;
+                    k.run_into(&inputs, &mut views)?;
                     if i >= warmup {
                         samples.push(start.elapsed().as_secs_f64());
                     }

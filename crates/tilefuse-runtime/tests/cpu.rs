@@ -2,14 +2,14 @@
 //! result, for a matrix of fusions and hand schedules.
 
 use tilefuse_ir::{Data, Fusion, Tensor, evaluate};
-use tilefuse_runtime::CpuDevice;
+use tilefuse_runtime::Device;
 use tilefuse_sched::Schedule;
 use tilefuse_sched::fixtures::{compare, fusions, inputs, recipes};
 
 fn check(name: &str, f: &Fusion, schedule: &Schedule) {
     let x = inputs(f, 7);
     let want = evaluate(f, &x).unwrap();
-    let got = CpuDevice::default()
+    let got = Device::cpu()
         .build(schedule)
         .unwrap()
         .run(&x)
@@ -41,7 +41,7 @@ fn integer_reductions_take_the_generic_path() {
         let data: Vec<i32> = (0..37 * 700).map(|i| (i * 7919 % 201) - 100).collect();
         let input = Tensor::new(vec![37, 700], Data::I32(data)).unwrap();
         let want = evaluate(&f, std::slice::from_ref(&input)).unwrap();
-        let got = CpuDevice::default()
+        let got = Device::cpu()
             .build(&Schedule::new(&f))
             .unwrap()
             .run(&[input])
@@ -120,7 +120,7 @@ fn tape_reductions_propagate_nan() {
         unreachable!("an f32 input")
     };
     v[600 + 517] = f32::NAN; // row 1, column 517
-    let got = CpuDevice::default()
+    let got = Device::cpu()
         .build(&Schedule::new(&f))
         .unwrap()
         .run(&input)

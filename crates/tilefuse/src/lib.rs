@@ -14,8 +14,8 @@
 
 pub use tilefuse_ir as ir;
 pub use tilefuse_ir::{
-    BinaryOp, DType, Data, Fusion, FusionError, Op, ReduceOp, Tensor, TensorId, TensorType,
-    UnaryOp, evaluate,
+    AsTensorRef, BinaryOp, DType, Data, DataMut, DataRef, Fusion, FusionError, Op, ReduceOp,
+    Tensor, TensorId, TensorMut, TensorRef, TensorType, UnaryOp, evaluate,
 };
 pub use tilefuse_params as params;
 pub use tilefuse_params::{

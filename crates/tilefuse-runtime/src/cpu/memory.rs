@@ -5,7 +5,7 @@
 //! cannot be made parallel).
 #![allow(unsafe_code)]
 
-use tilefuse_ir::{DType, Data, Scalar};
+use tilefuse_ir::{DType, Data, DataMut, DataRef, Scalar};
 
 use crate::error::{Result, RuntimeError};
 
@@ -13,29 +13,51 @@ use crate::error::{Result, RuntimeError};
 pub struct Storage(pub Data);
 
 impl Storage {
-    /// `len` zeros, or `OutOfMemory` naming the bytes when the allocator
-    /// refuses them (instead of aborting the process). Zeroed by the
-    /// allocator (`calloc`), so pages nothing writes are never touched.
-    pub fn try_zeros(dtype: DType, len: usize) -> Result<Storage> {
+    /// `len` elements for a kernel to write before it reads them, or
+    /// `OutOfMemory` naming the bytes when the allocator refuses them
+    /// (instead of aborting the process). Zeroed by the allocator
+    /// (`calloc`, so pages nothing writes are never touched); in debug
+    /// builds [poisoned](Storage::poison) instead, so that tests catch a
+    /// kernel that reads an element it has not written.
+    pub fn try_new(dtype: DType, len: usize) -> Result<Storage> {
         let refused = || RuntimeError::OutOfMemory {
             what: format!("a buffer of {len} {} elements", dtype.name()),
             bytes: (len as u64).saturating_mul(4),
         };
-        Ok(Storage(match dtype {
+        let mut storage = Storage(match dtype {
             DType::F32 => Data::F32(zeroed(len).ok_or_else(refused)?),
             DType::I32 => Data::I32(zeroed(len).ok_or_else(refused)?),
             DType::U32 => Data::U32(zeroed(len).ok_or_else(refused)?),
             DType::Bool => Data::Bool(zeroed(len).ok_or_else(refused)?),
-        }))
+        });
+        storage.poison();
+        Ok(storage)
     }
 
-    pub fn zeros(dtype: DType, len: usize) -> Storage {
-        Storage(match dtype {
+    /// As [`Storage::try_new`], for the small workgroup / private buffers
+    /// whose allocation is not worth a recoverable error.
+    pub fn new(dtype: DType, len: usize) -> Storage {
+        let mut storage = Storage(match dtype {
             DType::F32 => Data::F32(vec![0.0; len]),
             DType::I32 => Data::I32(vec![0; len]),
             DType::U32 => Data::U32(vec![0; len]),
             DType::Bool => Data::Bool(vec![false; len]),
-        })
+        });
+        storage.poison();
+        storage
+    }
+
+    /// Fills debug builds' fresh buffers with values no kernel computes by
+    /// accident (a NaN payload, 0xA5 bytes, `true`); a no-op in release.
+    fn poison(&mut self) {
+        if cfg!(debug_assertions) {
+            match &mut self.0 {
+                Data::F32(v) => v.fill(f32::from_bits(0x7fa5_a5a5)),
+                Data::I32(v) => v.fill(0xa5a5_a5a5_u32 as i32),
+                Data::U32(v) => v.fill(0xa5a5_a5a5),
+                Data::Bool(v) => v.fill(true),
+            }
+        }
     }
 
     pub fn view(&mut self) -> RawBuf {
@@ -50,6 +72,36 @@ impl Storage {
             len,
             dtype: self.0.dtype(),
         }
+    }
+}
+
+impl RawBuf {
+    /// A view of a caller's input. The executor never writes an input
+    /// buffer (no block stores to one), so the shared borrow is enough.
+    pub fn of_input(data: DataRef<'_>) -> RawBuf {
+        let (ptr, len) = match data {
+            DataRef::F32(v) => (v.as_ptr().cast::<u8>(), v.len()),
+            DataRef::I32(v) => (v.as_ptr().cast::<u8>(), v.len()),
+            DataRef::U32(v) => (v.as_ptr().cast::<u8>(), v.len()),
+            DataRef::Bool(v) => (v.as_ptr().cast::<u8>(), v.len()),
+        };
+        RawBuf {
+            ptr: ptr.cast_mut(),
+            len,
+            dtype: data.dtype(),
+        }
+    }
+
+    /// A view of a caller's output.
+    pub fn of_output(data: &mut DataMut<'_>) -> RawBuf {
+        let dtype = data.dtype();
+        let (ptr, len) = match data {
+            DataMut::F32(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
+            DataMut::I32(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
+            DataMut::U32(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
+            DataMut::Bool(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
+        };
+        RawBuf { ptr, len, dtype }
     }
 }
 
@@ -85,8 +137,9 @@ pub struct RawBuf {
     pub dtype: DType,
 }
 
-// SAFETY: the storage outlives every view (views live inside one `run`),
-// and concurrent writers touch disjoint elements (see the module docs).
+// SAFETY: the memory outlives every view (views live inside one launch,
+// over storage or a caller's borrows that the launch holds), and concurrent
+// writers touch disjoint elements (see the module docs).
 unsafe impl Send for RawBuf {}
 unsafe impl Sync for RawBuf {}
 

@@ -2,6 +2,7 @@
 //! parallel and workgroup-bound loops on threads, innermost loops a chunk
 //! of lanes at a time.
 
+mod arena;
 mod gemm;
 mod lanes;
 mod memory;
@@ -10,12 +11,14 @@ mod program;
 mod simd_math;
 mod tape;
 
-use tilefuse_ir::{Tensor, check_arguments};
+use tilefuse_ir::{TensorMut, TensorRef, check_arguments, check_outputs};
 use tilefuse_sched::ir::Role;
 use tilefuse_sched::{PrivateMemory, Schedule};
 
 use crate::error::{Result, RuntimeError};
-use memory::Storage;
+use arena::Arena;
+pub(crate) use memory::Storage;
+use memory::RawBuf;
 use program::Program;
 
 /// f32 lanes per vector of the widest extension the executor's kernels use.
@@ -52,22 +55,40 @@ pub struct CpuKernel {
     kernel: tilefuse_sched::ir::Kernel,
     program: Program,
     threads: usize,
-    /// Per buffer, whether a block of the kernel writes or reads it
-    /// (intermediates folded away by inlining get no memory).
-    used: Vec<bool>,
+    temps: Arena,
 }
 
 impl CpuDevice {
     /// Realizes the schedule's buffers and compiles it.
     pub fn build(&self, schedule: &Schedule) -> Result<CpuKernel> {
         let kernel = tilefuse_sched::realize(schedule.kernel(), PrivateMemory::PerWorkgroup)?;
+        if let Some(b) = kernel
+            .blocks_in_order()
+            .into_iter()
+            .find(|&b| matches!(kernel.buffer(kernel.block(b).buffer).role, Role::Input(_)))
+        {
+            // Inputs are borrowed from the caller read-only.
+            return Err(RuntimeError::Internal(format!(
+                "block {} writes an input buffer",
+                kernel.block(b).name
+            )));
+        }
         let mut used = vec![false; kernel.buffers.len()];
         for b in kernel.live_buffers() {
             used[b.0 as usize] = true;
         }
+        // Every buffer but the caller's inputs and outputs comes from the
+        // arena; those no block touches get no memory.
+        let layout = kernel
+            .buffers
+            .iter()
+            .zip(used)
+            .filter(|(b, _)| b.role == Role::Temp)
+            .map(|(b, used)| (b.dtype, if used { b.numel() as usize } else { 0 }))
+            .collect();
         Ok(CpuKernel {
-            used,
             program: Program::compile(&kernel),
+            temps: Arena::new(layout, self.threads),
             kernel,
             schedule: schedule.clone(),
             threads: self.threads,
@@ -75,60 +96,41 @@ impl CpuDevice {
     }
 }
 
-/// Buffers allocated for one or more launches.
-pub struct Prepared {
-    storage: Vec<Storage>,
-}
-
 impl CpuKernel {
-    /// Checks the inputs and allocates every buffer.
-    pub fn prepare(&self, inputs: &[Tensor]) -> Result<Prepared> {
-        check_arguments(self.schedule.fusion(), inputs)
-            .map_err(|e| RuntimeError::Argument(e.to_string()))?;
-        let storage = self
+    /// Runs the kernel once: reads `inputs` (one per fusion input) where
+    /// they lie and writes `outputs` (one per fusion output) in place;
+    /// `Interrupted` when an interrupt was requested before it finished.
+    pub fn run_into(&self, inputs: &[TensorRef<'_>], outputs: &mut [TensorMut<'_>]) -> Result<()> {
+        let fusion = self.schedule.fusion();
+        check_arguments(fusion, inputs).map_err(|e| RuntimeError::Argument(e.to_string()))?;
+        check_outputs(fusion, outputs).map_err(|e| RuntimeError::Argument(e.to_string()))?;
+        let outs: Vec<RawBuf> = outputs
+            .iter_mut()
+            .map(|t| RawBuf::of_output(&mut t.data))
+            .collect();
+        let mut temps = self.temps.take()?;
+        let mut next_temp = temps.iter_mut();
+        let views: Vec<RawBuf> = self
             .kernel
             .buffers
             .iter()
-            .zip(&self.used)
-            .map(|(b, &used)| match b.role {
-                Role::Input(i) => Ok(Storage(inputs[i].data.clone())),
-                Role::Output(_) => Storage::try_zeros(b.dtype, b.numel() as usize),
-                _ => Storage::try_zeros(b.dtype, if used { b.numel() as usize } else { 0 }),
+            .map(|b| match b.role {
+                Role::Input(i) => RawBuf::of_input(inputs[i].data),
+                Role::Output(j) => outs[j],
+                Role::Temp => next_temp.next().expect("one arena buffer per temp").view(),
             })
-            .collect::<Result<_>>()?;
-        Ok(Prepared { storage })
-    }
-
-    /// Runs the kernel once over prepared buffers; `Interrupted` when an
-    /// interrupt was requested before it finished.
-    pub fn launch(&self, prepared: &mut Prepared) -> Result<()> {
-        let views: Vec<_> = prepared.storage.iter_mut().map(Storage::view).collect();
-        if self.program.run(&views, self.threads) {
+            .collect();
+        let finished = self.program.run(&views, self.threads);
+        self.temps.give_back(temps);
+        if finished {
             Ok(())
         } else {
             Err(RuntimeError::Interrupted)
         }
     }
 
-    /// Runs the kernel on host tensors, one per fusion input.
-    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let mut prepared = self.prepare(inputs)?;
-        self.launch(&mut prepared)?;
-        let mut outputs: Vec<(usize, Tensor)> = self
-            .kernel
-            .buffers
-            .iter()
-            .zip(prepared.storage)
-            .filter_map(|(b, s)| match b.role {
-                Role::Output(j) => {
-                    let shape = b.shape.iter().map(|&d| d as usize).collect();
-                    Some((j, Tensor { shape, data: s.0 }))
-                }
-                _ => None,
-            })
-            .collect();
-        outputs.sort_by_key(|(j, _)| *j);
-        Ok(outputs.into_iter().map(|(_, t)| t).collect())
+    pub fn fusion(&self) -> &tilefuse_ir::Fusion {
+        self.schedule.fusion()
     }
 }
 

@@ -853,7 +853,7 @@ fn run_share(
 ) {
     let mut own: Vec<Storage> = locals
         .iter()
-        .map(|&(_, d, n)| Storage::zeros(d, n))
+        .map(|&(_, d, n)| Storage::new(d, n))
         .collect();
     let mut buffers = shared.to_vec();
     for (&(id, ..), s) in locals.iter().zip(&mut own) {

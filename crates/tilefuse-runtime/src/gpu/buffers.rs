@@ -1,6 +1,6 @@
 //! Host ↔ device copies. Storage has no `bool`, so masks travel as `u32`.
 
-use tilefuse_ir::{DType, Data, Tensor};
+use tilefuse_ir::{DataMut, DataRef};
 
 use super::{GpuDevice, gpu_err};
 use crate::error::Result;
@@ -12,12 +12,44 @@ pub fn buffer_size(elements: u64) -> u64 {
     (4 * elements).next_multiple_of(16).max(16)
 }
 
-pub fn upload_bytes(data: &Data) -> Vec<u8> {
+/// Queues the upload of `data` into `buffer` (masks widened to `u32`).
+pub fn upload(queue: &wgpu::Queue, buffer: &wgpu::Buffer, data: DataRef<'_>) {
     match data {
-        Data::F32(v) => bytemuck::cast_slice(v).to_vec(),
-        Data::I32(v) => bytemuck::cast_slice(v).to_vec(),
-        Data::U32(v) => bytemuck::cast_slice(v).to_vec(),
-        Data::Bool(v) => v.iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect(),
+        _ if data.is_empty() => {}
+        DataRef::F32(v) => queue.write_buffer(buffer, 0, bytemuck::cast_slice(v)),
+        DataRef::I32(v) => queue.write_buffer(buffer, 0, bytemuck::cast_slice(v)),
+        DataRef::U32(v) => queue.write_buffer(buffer, 0, bytemuck::cast_slice(v)),
+        DataRef::Bool(v) => {
+            let words: Vec<u32> = v.iter().map(|&b| u32::from(b)).collect();
+            queue.write_buffer(buffer, 0, bytemuck::cast_slice(&words));
+        }
+    }
+}
+
+/// Copies the 32-bit words of a mapped buffer into `out`.
+pub fn read_into(bytes: &[u8], out: &mut DataMut<'_>) {
+    match out {
+        DataMut::F32(v) => copy_words(bytes, v),
+        DataMut::I32(v) => copy_words(bytes, v),
+        DataMut::U32(v) => copy_words(bytes, v),
+        DataMut::Bool(v) => {
+            for (o, w) in v.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = w != [0; 4];
+            }
+        }
+    }
+}
+
+fn copy_words<T: bytemuck::Pod>(bytes: &[u8], out: &mut [T]) {
+    let bytes = &bytes[..size_of_val(out)];
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(words) => out.copy_from_slice(words),
+        // A mapping need not be aligned for `T`: read the words by value.
+        Err(_) => {
+            for (o, w) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = bytemuck::pod_read_unaligned(w);
+            }
+        }
     }
 }
 
@@ -39,34 +71,6 @@ fn read_back(device: &GpuDevice, buffer: &wgpu::Buffer, size: u64) -> Result<Vec
     let bytes = staging.get_mapped_range(..).map_err(gpu_err)?.to_vec();
     staging.unmap();
     Ok(bytes)
-}
-
-pub fn download(
-    device: &GpuDevice,
-    buffer: &wgpu::Buffer,
-    dtype: DType,
-    shape: &[u64],
-) -> Result<Tensor> {
-    let n = shape.iter().product::<u64>() as usize;
-    let bytes = if n == 0 {
-        Vec::new()
-    } else {
-        read_back(device, buffer, 4 * n as u64)?
-    };
-    // A `Vec<u8>` need not be aligned for `u32`: read the words by value.
-    let words = bytes
-        .chunks_exact(4)
-        .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")));
-    let data = match dtype {
-        DType::F32 => Data::F32(words.map(f32::from_bits).collect()),
-        DType::I32 => Data::I32(words.map(|w| w as i32).collect()),
-        DType::U32 => Data::U32(words.collect()),
-        DType::Bool => Data::Bool(words.map(|w| w != 0).collect()),
-    };
-    Ok(Tensor {
-        shape: shape.iter().map(|&d| d as usize).collect(),
-        data,
-    })
 }
 
 /// Resolves the two timestamps of a launch into a buffer to read back.

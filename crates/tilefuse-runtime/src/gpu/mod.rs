@@ -2,19 +2,18 @@
 //! per stage, timed with timestamp queries when the adapter has them.
 
 mod buffers;
+mod kernel;
+
+pub use kernel::GpuKernel;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Instant;
 
-use tilefuse_ir::{Tensor, check_arguments};
 use tilefuse_sched::Schedule;
 use tilefuse_sched::codegen::{WgslKernel, generate};
-use tilefuse_sched::ir::Role;
 
 use crate::error::{Result, RuntimeError};
-use buffers::{download, upload_bytes};
 use tilefuse_sched::{DeviceInfo, DeviceLimits};
 
 /// llvmpipe (Mesa's CPU driver, lavapipe's core) stops every loop of an
@@ -177,12 +176,7 @@ impl GpuDevice {
         let wgsl = generate(schedule.kernel())?;
         self.check_limits(&wgsl)?;
         let pipelines = self.pipelines(&wgsl)?;
-        Ok(GpuKernel {
-            device: Arc::clone(self),
-            schedule: schedule.clone(),
-            wgsl,
-            pipelines,
-        })
+        Ok(GpuKernel::new(Arc::clone(self), schedule.clone(), wgsl, pipelines))
     }
 
     fn check_limits(&self, wgsl: &WgslKernel) -> Result<()> {
@@ -310,166 +304,5 @@ impl GpuDevice {
             Ok(None) => Ok(()),
             Err(_) => Err(RuntimeError::Internal("error slot poisoned".into())),
         }
-    }
-}
-
-/// A kernel compiled for a GPU.
-pub struct GpuKernel {
-    device: Arc<GpuDevice>,
-    schedule: Schedule,
-    pub wgsl: WgslKernel,
-    pipelines: Pipelines,
-}
-
-/// Device buffers of one launch, with bind groups per stage.
-struct Launch {
-    buffers: Vec<wgpu::Buffer>,
-    groups: Vec<wgpu::BindGroup>,
-}
-
-impl GpuKernel {
-    fn prepare(&self, inputs: &[Tensor]) -> Result<Launch> {
-        check_arguments(self.schedule.fusion(), inputs)
-            .map_err(|e| RuntimeError::Argument(e.to_string()))?;
-        let device = &self.device.device;
-        let buffers: Vec<wgpu::Buffer> = self
-            .wgsl
-            .bindings
-            .iter()
-            .map(|b| {
-                let buffer = device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some(&b.name),
-                    size: buffers::buffer_size(b.shape.iter().product()),
-                    usage: wgpu::BufferUsages::STORAGE
-                        | wgpu::BufferUsages::COPY_SRC
-                        | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                });
-                if let Role::Input(i) = b.role {
-                    self.device
-                        .queue
-                        .write_buffer(&buffer, 0, &upload_bytes(&inputs[i].data));
-                }
-                buffer
-            })
-            .collect();
-        let groups = self
-            .wgsl
-            .stages
-            .iter()
-            .zip(self.pipelines.iter())
-            .map(|(stage, pipeline)| {
-                let entries: Vec<wgpu::BindGroupEntry> = stage
-                    .bindings
-                    .iter()
-                    .map(|&b| wgpu::BindGroupEntry {
-                        binding: b,
-                        resource: buffers[b as usize].as_entire_binding(),
-                    })
-                    .collect();
-                device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some(&stage.entry_point),
-                    layout: &pipeline.get_bind_group_layout(0),
-                    entries: &entries,
-                })
-            })
-            .collect();
-        Ok(Launch { buffers, groups })
-    }
-
-    fn encode(
-        &self,
-        launch: &Launch,
-        encoder: &mut wgpu::CommandEncoder,
-        timestamps: Option<&wgpu::QuerySet>,
-    ) {
-        let last = self.wgsl.stages.len().saturating_sub(1) as u32;
-        for (i, (stage, pipeline)) in self
-            .wgsl
-            .stages
-            .iter()
-            .zip(self.pipelines.iter())
-            .enumerate()
-        {
-            // The first pass writes the start, the last the end.
-            let (first, last) = ((i == 0).then_some(0), (i as u32 == last).then_some(1));
-            let timestamp_writes = timestamps
-                .filter(|_| first.is_some() || last.is_some())
-                .map(|query_set| wgpu::ComputePassTimestampWrites {
-                    query_set,
-                    beginning_of_pass_write_index: first,
-                    end_of_pass_write_index: last,
-                });
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(&stage.entry_point),
-                timestamp_writes,
-            });
-            pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, &launch.groups[i], &[]);
-            let [x, y, z] = stage.workgroups;
-            pass.dispatch_workgroups(x, y, z);
-        }
-    }
-
-    /// Runs the kernel on host tensors, one per fusion input.
-    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let launch = self.prepare(inputs)?;
-        let device = &self.device.device;
-        let mut encoder = device.create_command_encoder(&Default::default());
-        self.encode(&launch, &mut encoder, None);
-        self.device.queue.submit([encoder.finish()]);
-        self.device.wait()?;
-        let mut outputs: Vec<(usize, Tensor)> = Vec::new();
-        for (b, buffer) in self.wgsl.bindings.iter().zip(&launch.buffers) {
-            if let Role::Output(j) = b.role {
-                outputs.push((j, download(&self.device, buffer, b.dtype, &b.shape)?));
-            }
-        }
-        outputs.sort_by_key(|(j, _)| *j);
-        Ok(outputs.into_iter().map(|(_, t)| t).collect())
-    }
-
-    /// Times `repeat` launches after `warmup` ones, and after at least
-    /// [`WARM_UP`] of them; returns seconds per launch, from timestamp
-    /// queries when the adapter has them.
-    pub fn time(&self, inputs: &[Tensor], warmup: usize, repeat: usize) -> Result<Vec<f64>> {
-        let launch = self.prepare(inputs)?;
-        let device = &self.device.device;
-        let queries = self.device.timestamps.then(|| {
-            device.create_query_set(&wgpu::QuerySetDescriptor {
-                label: Some("tilefuse timing"),
-                ty: wgpu::QueryType::Timestamp,
-                count: 2,
-            })
-        });
-        let mut samples = Vec::with_capacity(repeat.min(1 << 16));
-        let warming = Instant::now();
-        let mut warmed = 0;
-        while samples.len() < repeat {
-            if tilefuse_ir::interrupt::requested() {
-                return Err(RuntimeError::Interrupted);
-            }
-            let mut encoder = device.create_command_encoder(&Default::default());
-            self.encode(&launch, &mut encoder, queries.as_ref());
-            let resolved = queries
-                .as_ref()
-                .map(|q| buffers::resolve_timestamps(device, &mut encoder, q));
-            let start = Instant::now();
-            self.device.queue.submit([encoder.finish()]);
-            self.device.wait()?;
-            let host = start.elapsed().as_secs_f64();
-            if warmed < warmup || warming.elapsed() < WARM_UP {
-                warmed += 1;
-                continue;
-            }
-            samples.push(match resolved {
-                Some(buffer) => {
-                    let ticks = buffers::read_timestamps(&self.device, &buffer)?;
-                    ticks * f64::from(self.device.queue.get_timestamp_period()) * 1e-9
-                }
-                None => host,
-            });
-        }
-        Ok(samples)
     }
 }

@@ -1,0 +1,266 @@
+//! A kernel compiled for a GPU, and its launches. A call uploads the inputs,
+//! runs every stage and copies the outputs to staging buffers in one
+//! submission, then reads them back with one wait; the device and staging
+//! buffers of a launch are kept for the next call.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use tilefuse_ir::{TensorMut, TensorRef, check_arguments, check_outputs};
+use tilefuse_sched::Schedule;
+use tilefuse_sched::codegen::WgslKernel;
+use tilefuse_sched::ir::Role;
+
+use super::buffers::{self, buffer_size, read_into, upload};
+use super::{GpuDevice, Pipelines, WARM_UP, gpu_err};
+use crate::error::{Result, RuntimeError};
+
+/// Launches kept between calls: enough for a few concurrent callers.
+const KEEP_LAUNCHES: usize = 4;
+
+/// A kernel compiled for a GPU.
+pub struct GpuKernel {
+    device: Arc<GpuDevice>,
+    schedule: Schedule,
+    pub wgsl: WgslKernel,
+    pipelines: Pipelines,
+    /// Launches of finished calls, taken by the next ones.
+    launches: Mutex<Vec<Launch>>,
+}
+
+/// Device buffers of one launch (one per binding), bind groups per stage,
+/// and a staging buffer per non-empty output to read it back through.
+struct Launch {
+    buffers: Vec<wgpu::Buffer>,
+    groups: Vec<wgpu::BindGroup>,
+    staging: Vec<Option<wgpu::Buffer>>,
+}
+
+impl GpuKernel {
+    pub(super) fn new(
+        device: Arc<GpuDevice>,
+        schedule: Schedule,
+        wgsl: WgslKernel,
+        pipelines: Pipelines,
+    ) -> GpuKernel {
+        GpuKernel {
+            device,
+            schedule,
+            wgsl,
+            pipelines,
+            launches: Mutex::default(),
+        }
+    }
+
+    pub fn fusion(&self) -> &tilefuse_ir::Fusion {
+        self.schedule.fusion()
+    }
+
+    /// Runs the kernel once: uploads `inputs` (one per fusion input) and
+    /// reads the results back into `outputs` (one per fusion output).
+    pub fn run_into(&self, inputs: &[TensorRef<'_>], outputs: &mut [TensorMut<'_>]) -> Result<()> {
+        check_outputs(self.schedule.fusion(), outputs)
+            .map_err(|e| RuntimeError::Argument(e.to_string()))?;
+        let launch = self.prepare(inputs)?;
+        let mut encoder = self.device.device.create_command_encoder(&Default::default());
+        self.encode(&launch, &mut encoder, None);
+        for (buffer, staging) in launch.buffers.iter().zip(&launch.staging) {
+            if let Some(staging) = staging {
+                encoder.copy_buffer_to_buffer(buffer, 0, staging, 0, staging.size());
+            }
+        }
+        self.device.queue.submit([encoder.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mapping: Vec<_> = launch.staging.iter().flatten().collect();
+        for staging in &mapping {
+            let tx = tx.clone();
+            staging.map_async(wgpu::MapMode::Read, .., move |r| drop(tx.send(r)));
+        }
+        self.device.wait()?;
+        for _ in &mapping {
+            rx.recv().map_err(gpu_err)?.map_err(gpu_err)?;
+        }
+        for (b, staging) in self.wgsl.bindings.iter().zip(&launch.staging) {
+            if let (Role::Output(j), Some(staging)) = (b.role, staging) {
+                let bytes = staging.get_mapped_range(..).map_err(gpu_err)?;
+                read_into(&bytes, &mut outputs[j].data);
+                drop(bytes);
+                staging.unmap();
+            }
+        }
+        self.give_back(launch);
+        Ok(())
+    }
+
+    /// Times `repeat` launches after `warmup` ones, and after at least
+    /// [`WARM_UP`] of them; returns seconds per launch, from timestamp
+    /// queries when the adapter has them.
+    pub fn time(&self, inputs: &[TensorRef<'_>], warmup: usize, repeat: usize) -> Result<Vec<f64>> {
+        let launch = self.prepare(inputs)?;
+        let device = &self.device.device;
+        let queries = self.device.timestamps.then(|| {
+            device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("tilefuse timing"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2,
+            })
+        });
+        let mut samples = Vec::with_capacity(repeat.min(1 << 16));
+        let warming = Instant::now();
+        let mut warmed = 0;
+        while samples.len() < repeat {
+            if tilefuse_ir::interrupt::requested() {
+                return Err(RuntimeError::Interrupted);
+            }
+            let mut encoder = device.create_command_encoder(&Default::default());
+            self.encode(&launch, &mut encoder, queries.as_ref());
+            let resolved = queries
+                .as_ref()
+                .map(|q| buffers::resolve_timestamps(device, &mut encoder, q));
+            let start = Instant::now();
+            self.device.queue.submit([encoder.finish()]);
+            self.device.wait()?;
+            let host = start.elapsed().as_secs_f64();
+            if warmed < warmup || warming.elapsed() < WARM_UP {
+                warmed += 1;
+                continue;
+            }
+            samples.push(match resolved {
+                Some(buffer) => {
+                    let ticks = buffers::read_timestamps(&self.device, &buffer)?;
+                    ticks * f64::from(self.device.queue.get_timestamp_period()) * 1e-9
+                }
+                None => host,
+            });
+        }
+        self.give_back(launch);
+        Ok(samples)
+    }
+
+    /// Checks the inputs and queues their upload into a launch.
+    fn prepare(&self, inputs: &[TensorRef<'_>]) -> Result<Launch> {
+        check_arguments(self.schedule.fusion(), inputs)
+            .map_err(|e| RuntimeError::Argument(e.to_string()))?;
+        let launch = self.take_launch();
+        for (b, buffer) in self.wgsl.bindings.iter().zip(&launch.buffers) {
+            if let Role::Input(i) = b.role {
+                upload(&self.device.queue, buffer, inputs[i].data);
+            }
+        }
+        Ok(launch)
+    }
+
+    fn take_launch(&self) -> Launch {
+        let kept = self.kept().pop();
+        kept.unwrap_or_else(|| self.new_launch())
+    }
+
+    fn give_back(&self, launch: Launch) {
+        let mut kept = self.kept();
+        if kept.len() < KEEP_LAUNCHES {
+            kept.push(launch);
+        }
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<Launch>> {
+        // A launch is pushed or popped whole: a panic cannot leave the list
+        // half-changed.
+        self.launches.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn new_launch(&self) -> Launch {
+        let device = &self.device.device;
+        let buffers: Vec<wgpu::Buffer> = self
+            .wgsl
+            .bindings
+            .iter()
+            .map(|b| {
+                device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(&b.name),
+                    size: buffer_size(b.shape.iter().product()),
+                    usage: wgpu::BufferUsages::STORAGE
+                        | wgpu::BufferUsages::COPY_SRC
+                        | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            })
+            .collect();
+        let staging = self
+            .wgsl
+            .bindings
+            .iter()
+            .map(|b| {
+                let elements: u64 = b.shape.iter().product();
+                let output = matches!(b.role, Role::Output(_));
+                (output && elements > 0).then(|| {
+                    device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("tilefuse readback"),
+                        size: 4 * elements,
+                        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    })
+                })
+            })
+            .collect();
+        let groups = self
+            .wgsl
+            .stages
+            .iter()
+            .zip(self.pipelines.iter())
+            .map(|(stage, pipeline)| {
+                let entries: Vec<wgpu::BindGroupEntry> = stage
+                    .bindings
+                    .iter()
+                    .map(|&b| wgpu::BindGroupEntry {
+                        binding: b,
+                        resource: buffers[b as usize].as_entire_binding(),
+                    })
+                    .collect();
+                device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(&stage.entry_point),
+                    layout: &pipeline.get_bind_group_layout(0),
+                    entries: &entries,
+                })
+            })
+            .collect();
+        Launch {
+            buffers,
+            groups,
+            staging,
+        }
+    }
+
+    fn encode(
+        &self,
+        launch: &Launch,
+        encoder: &mut wgpu::CommandEncoder,
+        timestamps: Option<&wgpu::QuerySet>,
+    ) {
+        let last = self.wgsl.stages.len().saturating_sub(1) as u32;
+        for (i, (stage, pipeline)) in self
+            .wgsl
+            .stages
+            .iter()
+            .zip(self.pipelines.iter())
+            .enumerate()
+        {
+            // The first pass writes the start, the last the end.
+            let (first, last) = ((i == 0).then_some(0), (i as u32 == last).then_some(1));
+            let timestamp_writes = timestamps
+                .filter(|_| first.is_some() || last.is_some())
+                .map(|query_set| wgpu::ComputePassTimestampWrites {
+                    query_set,
+                    beginning_of_pass_write_index: first,
+                    end_of_pass_write_index: last,
+                });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(&stage.entry_point),
+                timestamp_writes,
+            });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &launch.groups[i], &[]);
+            let [x, y, z] = stage.workgroups;
+            pass.dispatch_workgroups(x, y, z);
+        }
+    }
+}
