@@ -75,7 +75,7 @@ class SegmentedKernel:
             t.id: np.asarray(a) for t, a in zip(self.fusion.inputs, arrays, strict=True)
         }
         for segment, kernel in zip(self.segments, self.kernels, strict=True):
-            given = [outs.get(t.id) for t in segment.outputs]
+            given = tuple(outs.get(t.id) for t in segment.outputs)
             results = kernel(*(values[t.id] for t in segment.inputs), out=given)
             results = results if isinstance(results, tuple) else (results,)
             values.update((t.id, r) for t, r in zip(segment.outputs, results, strict=True))
@@ -93,7 +93,7 @@ class SegmentedKernel:
     def _out_list(self, out: Any) -> list[Any]:
         from ._native import FusionError
 
-        listed = list(out) if isinstance(out, tuple | list) else [out]
+        listed = list(out) if isinstance(out, tuple) else [out]
         if len(listed) != len(self.outputs):
             raise FusionError(
                 f"out: the fusion has {len(self.outputs)} outputs, got {len(listed)} arrays"

@@ -257,8 +257,9 @@ pub struct Outputs<'py> {
     pub copy_into: Vec<(usize, Bound<'py, PyAny>)>,
 }
 
-/// The outputs of a call: the caller's `out` arrays (an array, or a tuple
-/// or list with one array or `None` per output), new arrays elsewhere.
+/// The outputs of a call: the caller's `out` arrays (an array, or as for
+/// numpy's ufuncs a tuple with one array or `None` per output), new arrays
+/// elsewhere.
 pub fn outputs<'py>(
     py: Python<'py>,
     fusion: &Fusion,
@@ -268,7 +269,7 @@ pub fn outputs<'py>(
     let ids = fusion.outputs();
     let given: Vec<Option<Bound<'py, PyAny>>> = match out {
         None => vec![None; ids.len()],
-        Some(o) if o.is_instance_of::<PyTuple>() || o.is_instance_of::<pyo3::types::PyList>() => {
+        Some(o) if o.is_instance_of::<PyTuple>() => {
             o.try_iter()?
                 .map(|a| a.map(|a| (!a.is_none()).then_some(a)))
                 .collect::<PyResult<_>>()?
