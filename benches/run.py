@@ -2,13 +2,17 @@
 
     python benches/run.py                 # every case, CPU device and GPU (if any)
     python benches/run.py --quick         # smaller sizes, for a smoke test
-    python benches/run.py --json out.json
+    python benches/run.py --json out.json --plot sweep.png
 
 Each case is timed on the CPU device and on the GPU device (lavapipe on
-machines without a GPU) with a hand schedule, and numpy (and torch, when
-installed) run the same computation in the same process. Times are medians
-of repeated runs; the table shows milliseconds and tilefuse time / peer
-time (below 1 means tilefuse is faster).
+machines without a GPU) with the default heuristics and a hand schedule,
+and numpy (and torch, when installed) run the same computation in the same
+process. Each kernel is timed twice: ``call`` is what a user meets,
+``k(*arrays)`` with its argument checks, allocations and copies; ``kernel``
+is ``Kernel.benchmark``, the launches alone. Times are medians of repeated
+runs; the table shows milliseconds and tilefuse time / peer time (below 1
+means tilefuse is faster). A sweep of the chain from 2^10 to 2^24 elements
+follows (microseconds), plotted with ``--plot`` when matplotlib is there.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -125,17 +130,31 @@ def gpu_matmul(s: tf.Schedule) -> None:
 # --- cases ---------------------------------------------------------------------
 
 
+def chain(shape: tuple[int, ...]) -> tf.Fusion:
+    """``tanh(a*b+1)*0.5+exp(-a)``: memory-bound pointwise work."""
+    f = tf.Fusion()
+    a = f.input(shape, "f32", name="a")
+    b = f.input(shape, "f32", name="b")
+    y = (a * b + 1.0).tanh() * 0.5 + (-a).exp()
+    y.name = "y"
+    f.output(y)
+    return f
+
+
+def np_chain(a: Any, b: Any) -> Any:
+    return np.tanh(a * b + 1) * 0.5 + np.exp(-a)
+
+
+def torch_chain(t: Any, a: Any, b: Any) -> Any:
+    return t.tanh(a * b + 1) * 0.5 + t.exp(-a)
+
+
 def cases(quick: bool) -> list[Case]:
     rng = np.random.default_rng(0)
     n = 1024 if quick else 4096
     out = []
 
-    f = tf.Fusion()
-    a = f.input((n, n), "f32", name="a")
-    b = f.input((n, n), "f32", name="b")
-    y = (a * b + 1.0).tanh() * 0.5 + (-a).exp()
-    y.name = "y"
-    f.output(y)
+    f = chain((n, n))
     xa = rng.standard_normal((n, n)).astype(np.float32)
     xb = rng.standard_normal((n, n)).astype(np.float32)
     out.append(
@@ -143,9 +162,9 @@ def cases(quick: bool) -> list[Case]:
             f"chain tanh(a*b+1)*0.5+exp(-a) {n}x{n}",
             f,
             [xa, xb],
-            lambda a, b: np.tanh(a * b + 1) * 0.5 + np.exp(-a),
+            np_chain,
             {"cpu": cpu_rows_parallel, "gpu": gpu_pointwise},
-            torch=lambda t, a, b: t.tanh(a * b + 1) * 0.5 + t.exp(-a),
+            torch=torch_chain,
             handwritten=lambda: handwritten.chain(n * n, xa, xb),
         )
     )
@@ -191,6 +210,20 @@ def cases(quick: bool) -> list[Case]:
             np_layernorm,
             {},
             torch=lambda t, x: t.nn.functional.layer_norm(x, (x.shape[1],), eps=1e-5),
+        )
+    )
+
+    f = tf.Fusion()
+    x = f.input((n, n), "f32", name="x")
+    f.output(x.sum(axis=0))
+    out.append(
+        Case(
+            f"column sum {n}x{n}",
+            f,
+            [xs],
+            lambda x: x.sum(axis=0),
+            {},
+            torch=lambda t, x: x.sum(dim=0),
         )
     )
 
@@ -248,11 +281,14 @@ def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, repeat: int)
             kernels[f"hand-{dev_name}"] = s.build(device)
         for label, kernel in kernels.items():
             check(kernel(*case.inputs), label)
-            timing = kernel.benchmark(
-                *case.inputs, warmup=warmup_runs(kernel, case.inputs), repeat=repeat
+            call, launch = call_and_kernel(kernel, case.inputs, repeat)
+            case.results[f"{label} call"] = call
+            case.results[f"{label} kernel"] = launch
+            print(
+                f"  {label}: call {call * 1e3:.1f} ms, kernel {launch * 1e3:.1f} ms",
+                file=sys.stderr,
+                flush=True,
             )
-            case.results[label] = timing.median
-            print(f"  {label}: {timing.median * 1e3:.1f} ms", file=sys.stderr, flush=True)
         if dev_name == "gpu" and case.handwritten is not None:
             default = kernels[f"tilefuse-{dev_name}"]
             assert isinstance(default, tf.Kernel)
@@ -269,6 +305,15 @@ def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, repeat: int)
     return case
 
 
+def call_and_kernel(kernel: Any, inputs: Arrays, repeat: int) -> tuple[float, float]:
+    """Median seconds of the user's call ``kernel(*inputs)`` and of the
+    launches alone (``Kernel.benchmark``), after the same warm-up."""
+    warmup = warmup_runs(kernel, inputs)
+    launch = kernel.benchmark(*inputs, warmup=warmup, repeat=repeat).median
+    call = median_time(lambda: kernel(*inputs), repeat, warmup=min(warmup, 20))
+    return call, launch
+
+
 def warmup_runs(kernel: tf.Kernel, inputs: Arrays, seconds: float = 0.3) -> int:
     """Untimed runs worth ``seconds`` of the kernel: a discrete GPU idles
     at a fraction of its clock (an H100 at 345 of 1980 MHz) and a couple
@@ -277,6 +322,66 @@ def warmup_runs(kernel: tf.Kernel, inputs: Arrays, seconds: float = 0.3) -> int:
     and the CPU's turbo get the same treatment from this."""
     once = kernel.benchmark(*inputs, warmup=1, repeat=1).median
     return max(2, min(1000, int(seconds / max(once, 1e-6))))
+
+
+# --- the small-size sweep -------------------------------------------------------
+
+SWEEP_SIZES = [2**e for e in range(10, 25, 2)]
+
+
+def sweep(devices: dict[str, tf.Device], torch: Any, repeat: int, quick: bool) -> dict[int, Any]:
+    """The chain at each size: numpy, torch, and each device's call and
+    kernel, in seconds."""
+    rng = np.random.default_rng(1)
+    rows: dict[int, dict[str, float]] = {}
+    for n in SWEEP_SIZES[:5] if quick else SWEEP_SIZES:
+        print(f"[sweep 2^{n.bit_length() - 1}]", file=sys.stderr, flush=True)
+        f = chain((n,))
+        a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+        reps = max(repeat, min(1000, (1 << 20) // n))
+        row = {"numpy": median_time(partial(np_chain, a, b), reps)}
+        if torch is not None:
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            row["torch"] = median_time(partial(torch_chain, torch, ta, tb), reps)
+        for dev_name, device in devices.items():
+            k = f.schedule(f.heuristics(device=device), device)
+            np.testing.assert_allclose(k(a, b), np_chain(a, b), rtol=1e-5, atol=1e-6)
+            row[f"{dev_name} call"], row[f"{dev_name} kernel"] = call_and_kernel(k, [a, b], reps)
+        rows[n] = row
+    return rows
+
+
+def print_sweep(rows: dict[int, dict[str, float]]) -> None:
+    columns = list(next(iter(rows.values())))
+    print(f"{'chain, elements':<16}" + "".join(f"{c + ' us':>16}" for c in columns))
+    for n, row in rows.items():
+        print(
+            f"{'2^' + str(n.bit_length() - 1):<16}"
+            + "".join(f"{row[c] * 1e6:>16.1f}" for c in columns)
+        )
+
+
+def plot_sweep(rows: dict[int, dict[str, float]], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed; no plot", file=sys.stderr)
+        return
+    sizes = list(rows)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for column in next(iter(rows.values())):
+        style = "--" if column.endswith("kernel") else "-"
+        ax.plot(sizes, [rows[n][column] * 1e6 for n in sizes], style, marker="o", label=column)
+    ax.set(xscale="log", yscale="log", xlabel="elements", ylabel="microseconds (median)")
+    ax.set_title("tanh(a*b+1)*0.5+exp(-a): the user's call vs the kernel alone")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}", file=sys.stderr)
 
 
 def latency_fusions() -> dict[str, tf.Fusion]:
@@ -304,6 +409,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--plot", help="plot the sweep to this image (needs matplotlib)")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the small-size sweep")
     args = parser.parse_args()
 
     devices: dict[str, tf.Device] = {"cpu": tf.Device.cpu()}
@@ -319,6 +426,7 @@ def main() -> None:
         torch = None
 
     rows = [run_case(case, devices, torch, args.repeat) for case in cases(args.quick)]
+    swept = {} if args.no_sweep else sweep(devices, torch, args.repeat, args.quick)
     latency = {
         (name, dev): scheduling_latency(f, device, max(args.repeat, 20))
         for name, f in latency_fusions().items()
@@ -326,26 +434,31 @@ def main() -> None:
     }
 
     peers = [p for p in ("numpy", "torch") if any(p in c.results for c in rows)]
-    header = f"{'case':<36} {'run':<17} {'ms':>9} " + " ".join(f"{'/ ' + p:>9}" for p in peers)
+    header = f"{'case':<36} {'run':<24} {'ms':>9} " + " ".join(f"{'/ ' + p:>9}" for p in peers)
     print(header)
     print("-" * len(header))
     for c in rows:
         for p in peers:
             if p in c.results:
-                print(f"{c.name:<36} {p:<17} {c.results[p] * 1e3:>9.1f}")
+                print(f"{c.name:<36} {p:<24} {c.results[p] * 1e3:>9.1f}")
         for label, t in c.results.items():
             if label in peers or label.startswith("wgpu:"):
                 continue
             ratios = " ".join(
                 f"{t / c.results[p]:>9.2f}" if p in c.results else f"{'-':>9}" for p in peers
             )
-            print(f"{c.name:<36} {label:<17} {t * 1e3:>9.1f} {ratios}")
+            print(f"{c.name:<36} {label:<24} {t * 1e3:>9.1f} {ratios}")
         if "wgpu:handwritten" in c.results:
             ours, hand = c.results["wgpu:tilefuse"], c.results["wgpu:handwritten"]
             print(
-                f"{c.name:<36} {'gpu / hand WGSL':<17} {ours * 1e3:>9.1f} "
+                f"{c.name:<36} {'gpu / hand WGSL':<24} {ours * 1e3:>9.1f} "
                 f"{ours / hand:>9.2f}  (hand-written: {hand * 1e3:.1f} ms, same wgpu-py harness)"
             )
+    if swept:
+        print()
+        print_sweep(swept)
+        if args.plot:
+            plot_sweep(swept, args.plot)
     print()
     print(f"{'heuristics + schedule + WGSL':<36} {'device':<17} {'ms':>9}")
     for (name, dev), t in latency.items():
@@ -361,7 +474,8 @@ def main() -> None:
     print(json.dumps(meta))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"meta": meta, "cases": {c.name: c.results for c in rows}}, fh, indent=2)
+            results = {"meta": meta, "cases": {c.name: c.results for c in rows}, "sweep": swept}
+            json.dump(results, fh, indent=2)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_schedulers import FAMILIES, check, softmax
 
 import tilefuse as tf
 from conftest import assert_close
-from test_schedulers import FAMILIES, check, softmax
 
 f32 = np.float32
 
@@ -146,7 +146,10 @@ def test_bool_inputs_of_any_byte_are_read_as_true(device: tf.Device) -> None:
 
 
 BAD_OUT = {
-    "shape": (lambda: np.empty((64, 95), f32), r"out 0 .*f32\[64, 96\], got an array of float32\[64, 95\]"),
+    "shape": (
+        lambda: np.empty((64, 95), f32),
+        r"out 0 .*f32\[64, 96\], got an array of float32\[64, 95\]",
+    ),
     "dtype": (lambda: np.empty((64, 96), np.float64), r"out 0 .*got an array of float64"),
     "strided": (lambda: np.empty((64, 192), f32)[:, ::2], "not C-contiguous"),
     "fortran": (lambda: np.asfortranarray(np.empty((64, 96), f32)), "not C-contiguous"),
@@ -280,3 +283,29 @@ def test_contiguous_inputs_are_not_copied() -> None:
     borrowed, copied = map(int, result.stdout.split())
     assert borrowed < 32, f"a contiguous input grew the peak by {borrowed} MB"
     assert 200 <= copied < 400, f"a Fortran-order input grew the peak by {copied} MB"
+
+
+COLUMN_SHAPES = [(300, 2048), (37, 1000), (1, 7), (5, 1), (0, 5), (3, 40, 6)]
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "mean"])
+@pytest.mark.parametrize("shape", COLUMN_SHAPES, ids=str)
+def test_column_reductions_keep_their_semantics(
+    op: str, shape: tuple[int, ...], device: tf.Device, rng: np.random.Generator
+) -> None:
+    # Outer reductions run row by row over blocks of columns on the CPU;
+    # NaN, infinities and signed zeros among fresh random values.
+    f = tf.Fusion()
+    x = f.input(shape, "f32", name="x")
+    f.output(getattr(x, op)(axis=0))
+    a = rng.standard_normal(shape).astype(f32)
+    flat = a.reshape(-1)
+    picks = rng.choice(flat.size, size=min(flat.size, 12), replace=False)
+    flat[picks] = rng.choice(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], f32), size=picks.size)
+    got = f.schedule(f.heuristics(device=device), device)(a)
+    want = f.evaluate(a)
+    if op in ("max", "min"):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

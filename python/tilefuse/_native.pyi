@@ -149,9 +149,7 @@ class Device:
 
 @final
 class Kernel:
-    def run(
-        self, *arrays: npt.NDArray[Any], out: Any = None
-    ) -> list[npt.NDArray[np.generic]]:
+    def run(self, *arrays: npt.NDArray[Any], out: Any = None) -> list[npt.NDArray[np.generic]]:
         """Runs the kernel; ``out``: an array or a tuple of arrays / ``None``
         (one per output) to write in place."""
     def benchmark(

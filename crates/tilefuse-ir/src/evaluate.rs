@@ -31,7 +31,10 @@ pub fn evaluate<T: AsTensorRef>(fusion: &Fusion, inputs: &[T]) -> Result<Vec<Ten
         let ty = fusion.ty(TensorId(i))?;
         let args: Vec<&Tensor> = node.args.iter().map(|a| &values[a.0]).collect();
         let value = match &node.op {
-            Op::Input { .. } => next_input.next().expect("arguments were counted").to_tensor(),
+            Op::Input { .. } => next_input
+                .next()
+                .expect("arguments were counted")
+                .to_tensor(),
             op => eval_op(op, &args, ty)?,
         };
         values.push(value);

@@ -37,4 +37,6 @@ pub use infer::{MatmulDims, TensorType, infer, matmul_dims};
 pub use op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
 pub use shape::Shape;
 pub use tensor::{Data, Scalar, Tensor};
-pub use view::{AsTensorRef, DataMut, DataRef, TensorMut, TensorRef, check_arguments, check_outputs};
+pub use view::{
+    AsTensorRef, DataMut, DataRef, TensorMut, TensorRef, check_arguments, check_outputs,
+};

@@ -8,15 +8,17 @@
 //! is a `MemoryError`), which every kernel writes in full.
 #![allow(unsafe_code)]
 
+use numpy::npyffi::{self, PY_ARRAY_API, npy_intp};
 use numpy::{
     Element, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn,
     PyReadwriteArrayDyn, PyUntypedArray, PyUntypedArrayMethods,
 };
-use numpy::npyffi::{self, PY_ARRAY_API, npy_intp};
 use pyo3::prelude::*;
-use std::os::raw::c_int;
 use pyo3::types::PyTuple;
-use tilefuse::{DType, Data, DataMut, DataRef, Fusion, FusionError, TensorId, Tensor, TensorMut, TensorRef};
+use std::os::raw::c_int;
+use tilefuse::{
+    DType, Data, DataMut, DataRef, Fusion, FusionError, Tensor, TensorId, TensorMut, TensorRef,
+};
 
 use crate::errors::OrRaise;
 
@@ -79,7 +81,12 @@ fn in_place(a: &Bound<'_, PyUntypedArray>) -> bool {
 /// errors.
 fn input<'py>(obj: &Bound<'py, PyAny>, index: usize, label: &str) -> PyResult<Input<'py>> {
     let Ok(untyped) = obj.cast::<PyUntypedArray>() else {
-        return Err(wrong_input(obj, index, label, obj.get_type().name()?.to_string()));
+        return Err(wrong_input(
+            obj,
+            index,
+            label,
+            obj.get_type().name()?.to_string(),
+        ));
     };
     let obj = &if in_place(untyped) {
         obj.clone()
@@ -165,7 +172,10 @@ impl Output<'_> {
 /// A new, uninitialized numpy array for output `id` (the kernel writes
 /// every element); `MemoryError` when numpy cannot allocate it.
 fn new_output<'py>(py: Python<'py>, fusion: &Fusion, id: TensorId) -> PyResult<Output<'py>> {
-    fn make<'py, T: Element>(py: Python<'py>, shape: &[usize]) -> PyResult<PyReadwriteArrayDyn<'py, T>> {
+    fn make<'py, T: Element>(
+        py: Python<'py>,
+        shape: &[usize],
+    ) -> PyResult<PyReadwriteArrayDyn<'py, T>> {
         let mut dims: Vec<npy_intp> = shape.iter().map(|&d| d as npy_intp).collect();
         // SAFETY: numpy's `empty`: a C-order array of `T` with these
         // dimensions; a null result is an error numpy has set.
@@ -201,7 +211,10 @@ fn check_out(obj: &Bound<'_, PyAny>, fusion: &Fusion, index: usize, id: TensorId
     let ty = fusion.ty(id).or_raise(py)?;
     let problem = match obj.cast::<PyUntypedArray>() {
         Err(_) => Some(obj.get_type().name()?.to_string()),
-        Ok(a) if a.shape() != ty.shape.as_slice() || !a.dtype().is_equiv_to(&dtype_of(py, ty.dtype)) => {
+        Ok(a)
+            if a.shape() != ty.shape.as_slice()
+                || !a.dtype().is_equiv_to(&dtype_of(py, ty.dtype)) =>
+        {
             Some(format!("an array of {}{:?}", a.dtype().str()?, a.shape()))
         }
         Ok(a) if !in_place(a) => Some("an array that is not C-contiguous and aligned".into()),
@@ -269,11 +282,10 @@ pub fn outputs<'py>(
     let ids = fusion.outputs();
     let given: Vec<Option<Bound<'py, PyAny>>> = match out {
         None => vec![None; ids.len()],
-        Some(o) if o.is_instance_of::<PyTuple>() => {
-            o.try_iter()?
-                .map(|a| a.map(|a| (!a.is_none()).then_some(a)))
-                .collect::<PyResult<_>>()?
-        }
+        Some(o) if o.is_instance_of::<PyTuple>() => o
+            .try_iter()?
+            .map(|a| a.map(|a| (!a.is_none()).then_some(a)))
+            .collect::<PyResult<_>>()?,
         Some(o) => vec![Some(o.clone())],
     };
     if given.len() != ids.len() {
@@ -297,7 +309,10 @@ pub fn outputs<'py>(
         check_out(&obj, fusion, j, id)?;
         let dtype = fusion.ty(id).or_raise(py)?.dtype;
         let span = out_span(&obj, dtype)?;
-        if spans.iter().any(|s| s.start < span.end && span.start < s.end) {
+        if spans
+            .iter()
+            .any(|s| s.start < span.end && span.start < s.end)
+        {
             // Aliases an input: the kernel may overwrite elements it has
             // yet to read, so numpy copies the result in afterwards.
             result.arrays.push(new_output(py, fusion, id)?);
@@ -311,7 +326,11 @@ pub fn outputs<'py>(
 
 /// Moves a tensor into a new numpy array.
 pub fn to_numpy(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
-    fn make<'py, T: Element>(py: Python<'py>, v: Vec<T>, shape: &[usize]) -> PyResult<Bound<'py, PyAny>> {
+    fn make<'py, T: Element>(
+        py: Python<'py>,
+        v: Vec<T>,
+        shape: &[usize],
+    ) -> PyResult<Bound<'py, PyAny>> {
         Ok(numpy::PyArray1::from_vec(py, v).reshape(shape)?.into_any())
     }
     match t.data {

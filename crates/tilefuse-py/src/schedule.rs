@@ -412,7 +412,10 @@ pub struct PyKernel {
 impl PyKernel {
     fn output_shapes(&self) -> Result<Vec<Vec<usize>>, tilefuse::FusionError> {
         let f = &self.fusion;
-        f.outputs().iter().map(|&t| Ok(f.ty(t)?.shape.clone())).collect()
+        f.outputs()
+            .iter()
+            .map(|&t| Ok(f.ty(t)?.shape.clone()))
+            .collect()
     }
 }
 

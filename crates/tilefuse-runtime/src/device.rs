@@ -188,7 +188,9 @@ impl Kernel {
             .outputs()
             .iter()
             .map(|&t| {
-                let ty = fusion.ty(t).map_err(|e| RuntimeError::Internal(e.to_string()))?;
+                let ty = fusion
+                    .ty(t)
+                    .map_err(|e| RuntimeError::Internal(e.to_string()))?;
                 Ok(Tensor {
                     data: Storage::try_new(ty.dtype, numel(&ty.shape))?.0,
                     shape: ty.shape.clone(),
@@ -200,7 +202,11 @@ impl Kernel {
     /// Runs the kernel once, reading `inputs` (one per fusion input) where
     /// they lie and writing `outputs` (one per fusion output, each of the
     /// output's shape and dtype) in place.
-    pub fn run_into<T: AsTensorRef>(&self, inputs: &[T], outputs: &mut [TensorMut<'_>]) -> Result<()> {
+    pub fn run_into<T: AsTensorRef>(
+        &self,
+        inputs: &[T],
+        outputs: &mut [TensorMut<'_>],
+    ) -> Result<()> {
         let inputs: Vec<TensorRef> = inputs.iter().map(AsTensorRef::as_tensor_ref).collect();
         match &self.exec {
             Exec::Cpu(k) => k.run_into(&inputs, outputs),
@@ -219,7 +225,12 @@ impl Kernel {
     /// [`crate::gpu::WARM_UP`], so its clocks have ramped up), then times
     /// `repeat` launches.
     /// Both counts are at most [`MAX_LAUNCHES`].
-    pub fn benchmark<T: AsTensorRef>(&self, inputs: &[T], warmup: usize, repeat: usize) -> Result<Timing> {
+    pub fn benchmark<T: AsTensorRef>(
+        &self,
+        inputs: &[T],
+        warmup: usize,
+        repeat: usize,
+    ) -> Result<Timing> {
         check_count("repeat", repeat, 1)?;
         check_count("warmup", warmup, 0)?;
         let inputs: Vec<TensorRef> = inputs.iter().map(AsTensorRef::as_tensor_ref).collect();

@@ -9,11 +9,7 @@ use tilefuse_sched::fixtures::{compare, fusions, inputs, recipes};
 fn check(name: &str, f: &Fusion, schedule: &Schedule) {
     let x = inputs(f, 7);
     let want = evaluate(f, &x).unwrap();
-    let got = Device::cpu()
-        .build(schedule)
-        .unwrap()
-        .run(&x)
-        .unwrap();
+    let got = Device::cpu().build(schedule).unwrap().run(&x).unwrap();
     if let Err(e) = compare(&want, &got, 1e-5) {
         panic!("{name}: {e}\n{schedule}");
     }

@@ -17,8 +17,8 @@ use tilefuse_sched::{PrivateMemory, Schedule};
 
 use crate::error::{Result, RuntimeError};
 use arena::Arena;
-pub(crate) use memory::Storage;
 use memory::RawBuf;
+pub(crate) use memory::Storage;
 use program::Program;
 
 /// f32 lanes per vector of the widest extension the executor's kernels use.

@@ -107,7 +107,20 @@ enum Step {
     /// loop over `j` whose block is `C[r, j] += A[r, k] * B[k, j]`: run by
     /// the register-blocked micro-kernel (`gemm.rs`).
     Gemm(Box<GemmCode>),
+    /// A serial loop over `r` around a lane step whose tape combines into
+    /// elements that stay put as `r` moves (an outer reduction, such as
+    /// column sums): each tile of lanes accumulates every `r` in registers
+    /// and is stored once, instead of one lane step per `r`.
+    Rows(Box<RowsCode>),
     Block(BlockCode),
+}
+
+#[derive(Debug)]
+struct RowsCode {
+    r: (usize, i64),
+    lanes: (usize, i64),
+    /// The lane step's block; its tape combines (`TapeStore::Combine`).
+    block: BlockCode,
 }
 
 #[derive(Debug)]
@@ -127,6 +140,13 @@ struct GemmCode {
 /// Lanes a tape runs between interrupt checks: long enough that checking
 /// costs nothing, short enough to answer Ctrl-C at once.
 const TAPE_CHUNK: usize = 1 << 16;
+
+/// Lanes of an outer-reduction nest combined row by row: 16 KB, so that
+/// the elements combined into stay in L1 while the rows stream past.
+const ROW_LANES: usize = 4096;
+
+/// Rows an outer-reduction nest accumulates between interrupt checks.
+const INTERRUPT_ROWS: i64 = 1 << 12;
 
 /// A kernel compiled for the CPU.
 #[derive(Debug)]
@@ -182,13 +202,10 @@ fn compile_node(kernel: &Kernel, node: &Node) -> Step {
     match node {
         Node::Block(b) => Step::Block(compile_block(kernel, kernel.block(*b), None)),
         Node::Loop(l, body) if let Some(g) = gemm_code(kernel, *l, body) => Step::Gemm(Box::new(g)),
+        Node::Loop(l, body) if let Some(r) = rows_code(kernel, *l, body) => Step::Rows(Box::new(r)),
         Node::Loop(l, body) => {
             let lp = kernel.loop_(*l);
-            let parallel = match lp.kind {
-                LoopKind::Parallel => true,
-                LoopKind::Bound(axis) => axis.is_workgroup(),
-                _ => false,
-            };
+            let parallel = !in_one_thread(kernel, *l);
             match single_block(kernel, body) {
                 Some(b) if !parallel => Step::Lanes {
                     var: l.0 as usize,
@@ -221,6 +238,7 @@ impl Step {
         match self {
             Step::Block(_) => 1,
             Step::Lanes { extent, .. } => *extent as u64,
+            Step::Rows(r) => (r.r.1 as u64).saturating_mul(r.lanes.1 as u64),
             Step::Gemm(g) => (g.k.1 as u64)
                 .saturating_mul(g.rows.1 as u64)
                 .saturating_mul(g.lanes.1 as u64),
@@ -259,12 +277,7 @@ fn through_units<'a>(
 /// A with `r` and `k` but not `j`, and B with `k` and one step per `j` but
 /// not `r`.
 fn gemm_code(kernel: &Kernel, k: tilefuse_sched::ir::LoopId, body: &[Node]) -> Option<GemmCode> {
-    let serial = |l: tilefuse_sched::ir::LoopId| {
-        !matches!(
-            kernel.loop_(l).kind,
-            LoopKind::Parallel | LoopKind::Bound(_)
-        )
-    };
+    let serial = |l| is_serial(kernel, l);
     if !serial(k) {
         return None;
     }
@@ -358,6 +371,56 @@ fn gemm_code(kernel: &Kernel, k: tilefuse_sched::ir::LoopId, body: &[Node]) -> O
         a: (a.0.0 as usize, a_rest, a_r, a_k),
         b: (bm.0.0 as usize, b_rest, b_k),
     })
+}
+
+/// The outer-reduction nest under loop `r`, if `body` is one: a serial
+/// loop over lanes `j` (through loops of one iteration) whose block has a
+/// combining tape, stores to elements that do not move with `r`, reads
+/// loads that move linearly with it, and has a reduce iterator that `r`
+/// drives upward (so only `r = 0` can be an element's first visit).
+fn rows_code(kernel: &Kernel, r: tilefuse_sched::ir::LoopId, body: &[Node]) -> Option<RowsCode> {
+    let mut units = Vec::new();
+    let Node::Loop(j, j_body) = through_units(kernel, body, &mut units)? else {
+        return None;
+    };
+    if !in_one_thread(kernel, r) || !in_one_thread(kernel, *j) {
+        return None;
+    }
+    let id = single_block(kernel, j_body)?;
+    let block = compile_block(kernel, kernel.block(id), Some(Var::Loop(*j)));
+    let tape = block.tape.as_ref()?;
+    let rv = Var::Loop(r);
+    let drives_up = block.reduce_iters.iter().any(|&i| {
+        block.bindings[i]
+            .linear_in(rv)
+            .is_some_and(|(coef, _)| coef > 0)
+    });
+    let combines = matches!(tape.into, TapeStore::Combine(_));
+    if !combines || tape.store.mentions(rv) || !tape.tape.linear_in(rv) || !drives_up {
+        return None;
+    }
+    Some(RowsCode {
+        r: (r.0 as usize, kernel.loop_(r).extent as i64),
+        lanes: (j.0 as usize, kernel.loop_(*j).extent as i64),
+        block,
+    })
+}
+
+/// A loop the executor runs in order on one thread: neither parallel nor
+/// bound to workgroups (invocation loops run as serial loops).
+fn in_one_thread(kernel: &Kernel, l: tilefuse_sched::ir::LoopId) -> bool {
+    match kernel.loop_(l).kind {
+        LoopKind::Parallel => false,
+        LoopKind::Bound(axis) => !axis.is_workgroup(),
+        _ => true,
+    }
+}
+
+fn is_serial(kernel: &Kernel, l: tilefuse_sched::ir::LoopId) -> bool {
+    !matches!(
+        kernel.loop_(l).kind,
+        LoopKind::Parallel | LoopKind::Bound(_)
+    )
 }
 
 /// The block a loop body consists of, looking through loops of extent 1
@@ -504,6 +567,7 @@ impl Ctx<'_> {
             Step::Block(b) => self.scalar_block(b, env),
             Step::Lanes { var, extent, block } => self.lanes(block, *var, *extent, env),
             Step::Gemm(g) => self.gemm(g, env),
+            Step::Rows(r) => self.rows(r, env),
             Step::Loop {
                 var,
                 extent,
@@ -809,6 +873,45 @@ impl Ctx<'_> {
     /// Runs a whole lane loop (its variable at 0 in `env`) through the
     /// block's tape, [`TAPE_CHUNK`] lanes at a time between interrupt
     /// checks; a multiply-add goes the one-pass axpy way instead.
+    /// Runs an outer-reduction nest (see [`Step::Rows`]) tile by tile.
+    fn rows(&self, g: &RowsCode, env: &mut [i64]) {
+        let ((rv, rows), (jv, n)) = (g.r, g.lanes);
+        let (b, t) = (&g.block, g.block.tape.as_ref().expect("rows_code checked"));
+        let TapeStore::Combine(op) = t.into else {
+            unreachable!("rows_code checked")
+        };
+        if rows == 0 {
+            return;
+        }
+        env[jv] = 0;
+        env[rv] = 1;
+        let second = t.tape.offsets(&|x: &Index| x.eval(&|v| loop_value(env, v)));
+        env[rv] = 0;
+        let at = |x: &Index| x.eval(&|v| loop_value(env, v));
+        let first_row = t.tape.offsets(&at);
+        let stride = first_row.step_to(&second);
+        let first = b.first_in_lane_0(env);
+        let base = at(&t.store) as usize;
+        let buf = &self.buffers[b.store.buffer];
+        let mut registers = self.registers.borrow_mut();
+        // Row by row over up to `ROW_LANES` lanes: each row is read as one
+        // contiguous run and the elements combined into stay in L1.
+        for lo in (0..n as usize).step_by(ROW_LANES) {
+            let len = ROW_LANES.min(n as usize - lo);
+            let mut offsets = first_row;
+            for r in 0..rows {
+                if r % INTERRUPT_ROWS == INTERRUPT_ROWS - 1 && self.interrupted() {
+                    return;
+                }
+                let dst = buf.slice_mut::<f32>(base + lo, len);
+                let sink = Sink::Combine(dst, op, first && r == 0);
+                t.tape
+                    .run_from(self.buffers, &offsets, (lo, len), &mut registers, sink);
+                offsets.advance(&stride);
+            }
+        }
+    }
+
     fn tape_loop(&self, b: &BlockCode, t: &TapeCode, n: usize, env: &[i64]) {
         let first = b.first_in_lane_0(env);
         if self.axpy(b, 0, n, env, first) {
@@ -851,10 +954,7 @@ fn run_share(
     body: &[Step],
     env: &[i64],
 ) {
-    let mut own: Vec<Storage> = locals
-        .iter()
-        .map(|&(_, d, n)| Storage::new(d, n))
-        .collect();
+    let mut own: Vec<Storage> = locals.iter().map(|&(_, d, n)| Storage::new(d, n)).collect();
     let mut buffers = shared.to_vec();
     for (&(id, ..), s) in locals.iter().zip(&mut own) {
         buffers[id] = s.view();

@@ -6,7 +6,7 @@
 //! chain in `malloc` and copies.
 
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, UnaryOp, reduce_identity};
-use tilefuse_sched::ir::Index;
+use tilefuse_sched::ir::{Index, Var};
 
 use super::lanes::{Rhs, arith, combine_into, fold_f32, unary_f32};
 use super::memory::RawBuf;
@@ -170,33 +170,102 @@ impl Tape {
         Some(())
     }
 
-    /// Runs the tape over `n` lanes; `at` evaluates offsets over the loop
-    /// variables (the lane variable at lane 0's value). Returns the folded
-    /// value for [`Sink::Fold`].
     /// Runs lanes `start..start + n` of the loop (`at` gives the loads'
-    /// offsets at lane 0).
+    /// offsets at lane 0). Returns the folded value for [`Sink::Fold`].
     pub fn run(
         &self,
         buffers: &[RawBuf],
         at: &dyn Fn(&Index) -> i64,
+        lanes: (usize, usize),
+        regs: &mut Registers,
+        sink: Sink<'_>,
+    ) -> Option<f32> {
+        self.run_from(buffers, &self.offsets(at), lanes, regs, sink)
+    }
+
+    /// The offsets of the loads (at lane 0) where `at` evaluates them.
+    pub fn offsets(&self, at: &dyn Fn(&Index) -> i64) -> Offsets {
+        let mut o = Offsets::default();
+        for (slot, (_, rest)) in o.loads.iter_mut().zip(&self.loads) {
+            *slot = at(rest);
+        }
+        for (slot, u) in o.uniforms.iter_mut().zip(&self.uniforms) {
+            if let Uniform::Load(_, rest) = u {
+                *slot = at(rest);
+            }
+        }
+        o
+    }
+
+    /// Whether every load's offset is `coefficient * v + rest`.
+    pub fn linear_in(&self, v: Var) -> bool {
+        let uniform_loads = self.uniforms.iter().filter_map(|u| match u {
+            Uniform::Load(_, rest) => Some(rest),
+            Uniform::Const(_) => None,
+        });
+        self.loads
+            .iter()
+            .map(|(_, rest)| rest)
+            .chain(uniform_loads)
+            .all(|x| x.linear_in(v).is_some())
+    }
+
+    /// As [`Tape::run`], with the loads at `offsets`.
+    pub fn run_from(
+        &self,
+        buffers: &[RawBuf],
+        offsets: &Offsets,
         (start, n): (usize, usize),
         regs: &mut Registers,
         mut sink: Sink<'_>,
     ) -> Option<f32> {
         let mut loads: [&[f32]; SOURCES] = [&[]; SOURCES];
-        for (slot, (buffer, rest)) in loads.iter_mut().zip(&self.loads) {
-            *slot = buffers[*buffer].slice::<f32>(at(rest) as usize + start, n);
+        for ((slot, (buffer, _)), &at) in loads.iter_mut().zip(&self.loads).zip(&offsets.loads) {
+            *slot = buffers[*buffer].slice::<f32>(at as usize + start, n);
         }
         let mut uniforms = [0f32; SOURCES];
-        for (slot, u) in uniforms.iter_mut().zip(&self.uniforms) {
+        for ((slot, u), &at) in uniforms
+            .iter_mut()
+            .zip(&self.uniforms)
+            .zip(&offsets.uniforms)
+        {
             *slot = match u {
                 Uniform::Const(c) => *c,
-                Uniform::Load(buffer, rest) => {
-                    buffers[*buffer].slice::<f32>(at(rest) as usize, 1)[0]
-                }
+                Uniform::Load(buffer, _) => buffers[*buffer].slice::<f32>(at as usize, 1)[0],
             };
         }
         run_tiles(&self.ops, regs, &loads, &uniforms, n, &mut sink)
+    }
+}
+
+/// Where a tape's loads read (lane 0 of each contiguous load, and each
+/// uniform load) at one point of the loops.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Offsets {
+    loads: [i64; SOURCES],
+    uniforms: [i64; SOURCES],
+}
+
+impl Offsets {
+    /// Each offset's change from `self` to `to`.
+    pub fn step_to(&self, to: &Offsets) -> Offsets {
+        let mut d = Offsets::default();
+        for (i, x) in d.loads.iter_mut().enumerate() {
+            *x = to.loads[i] - self.loads[i];
+        }
+        for (i, x) in d.uniforms.iter_mut().enumerate() {
+            *x = to.uniforms[i] - self.uniforms[i];
+        }
+        d
+    }
+
+    pub fn advance(&mut self, by: &Offsets) {
+        for (x, d) in self.loads.iter_mut().zip(&by.loads) {
+            *x += d;
+        }
+        for (x, d) in self.uniforms.iter_mut().zip(&by.uniforms) {
+            *x += d;
+        }
     }
 }
 
@@ -210,10 +279,25 @@ multiversion!(
         n: usize,
         sink: &mut Sink<'_>,
     ) -> Option<f32> {
+        // Only folds need this (1 KB to fill on every call otherwise).
         let mut folded = match sink {
-            Sink::Fold(op) => [reduce_identity(*op, DType::F32).as_f64() as f32; TILE],
-            _ => [0.0; TILE],
+            Sink::Fold(op) => Some([reduce_identity(*op, DType::F32).as_f64() as f32; TILE]),
+            _ => None,
         };
+        if let (
+            [
+                Op::Set {
+                    dst: 0,
+                    src: Operand::Load(i),
+                },
+            ],
+            Sink::Combine(dst, op, first),
+        ) = (ops, &mut *sink)
+        {
+            // A load combined as it is (a sum of rows): straight from it.
+            combine_into(dst, &loads[usize::from(*i)][..n], *op, *first);
+            return None;
+        }
         let (scratch, above) = regs.0.split_first_mut().expect("registers exist");
         for lo in (0..n).step_by(TILE) {
             let len = TILE.min(n - lo);
@@ -232,11 +316,14 @@ multiversion!(
                 Sink::Combine(dst, op, first) => {
                     combine_into(&mut dst[lo..lo + len], &scratch[..len], *op, *first)
                 }
-                Sink::Fold(op) => combine_into(&mut folded[..len], &scratch[..len], *op, false),
+                Sink::Fold(op) => {
+                    let folded = &mut folded.as_mut().expect("a fold's lanes")[..len];
+                    combine_into(folded, &scratch[..len], *op, false);
+                }
             }
         }
         match sink {
-            Sink::Fold(op) => Some(fold_f32(&folded, *op)),
+            Sink::Fold(op) => Some(fold_f32(&folded.expect("a fold's lanes"), *op)),
             _ => None,
         }
     }

@@ -62,7 +62,10 @@ impl GpuKernel {
         check_outputs(self.schedule.fusion(), outputs)
             .map_err(|e| RuntimeError::Argument(e.to_string()))?;
         let launch = self.prepare(inputs)?;
-        let mut encoder = self.device.device.create_command_encoder(&Default::default());
+        let mut encoder = self
+            .device
+            .device
+            .create_command_encoder(&Default::default());
         self.encode(&launch, &mut encoder, None);
         for (buffer, staging) in launch.buffers.iter().zip(&launch.staging) {
             if let Some(staging) = staging {

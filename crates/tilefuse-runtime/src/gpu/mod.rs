@@ -176,7 +176,12 @@ impl GpuDevice {
         let wgsl = generate(schedule.kernel())?;
         self.check_limits(&wgsl)?;
         let pipelines = self.pipelines(&wgsl)?;
-        Ok(GpuKernel::new(Arc::clone(self), schedule.clone(), wgsl, pipelines))
+        Ok(GpuKernel::new(
+            Arc::clone(self),
+            schedule.clone(),
+            wgsl,
+            pipelines,
+        ))
     }
 
     fn check_limits(&self, wgsl: &WgslKernel) -> Result<()> {
