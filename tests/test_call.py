@@ -308,4 +308,30 @@ def test_column_reductions_keep_their_semantics(
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
     else:
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        # f32 sums of up to 300 terms of size ~1, against float64.
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * max(shape[0], 1))
+
+
+def test_a_gpu_sequence_checks_its_wiring(gpu: tf.Device, rng: np.random.Generator) -> None:
+    build, _ = FAMILIES["matmul_softmax"]
+    f, inputs, want = build(rng)
+    k = f.schedule(f.heuristics(device=gpu), gpu)
+    assert isinstance(k, tf.SegmentedKernel)
+    first = k.segments[0]
+    natives = [kernel._native for kernel in k.kernels]
+    wiring = [([t.id for t in s.inputs], [t.id for t in s.outputs]) for s in k.segments]
+    results = [t.id for t in k.outputs]
+    seq = tf._native.KernelSequence(f._native, natives, wiring, results)
+    assert_close(seq.run(*inputs)[0], want)
+    with pytest.raises(tf.FusionError, match="which no earlier segment writes"):
+        tf._native.KernelSequence(f._native, natives[::-1], wiring[::-1], results)
+    with pytest.raises(tf.FusionError, match="has 2 inputs, the wiring 1"):
+        tf._native.KernelSequence(f._native, natives, [wiring[1], wiring[0]], results)
+    swapped = ([wiring[0][0][1], wiring[0][0][0]], wiring[0][1])
+    with pytest.raises(tf.FusionError, match="does not match its kernel's"):
+        tf._native.KernelSequence(f._native, natives, [swapped, wiring[1]], results)
+    cpu_kernel = first.fusion.schedule(
+        first.fusion.heuristics(device=tf.Device.cpu()), tf.Device.cpu()
+    )
+    with pytest.raises(tf.FusionError, match="not built for the same GPU"):
+        tf._native.KernelSequence(f._native, [natives[0], cpu_kernel._native], wiring, results)

@@ -15,6 +15,7 @@ __all__ = [
     "FusionError",
     "InternalError",
     "Kernel",
+    "KernelSequence",
     "ParamsError",
     "Schedule",
     "ScheduleError",
@@ -146,6 +147,21 @@ class Device:
     def gpu() -> Device: ...
     @property
     def info(self) -> dict[str, Any]: ...
+
+@final
+class KernelSequence:
+    """The GPU kernels of a segmented fusion as one submission."""
+
+    def __new__(
+        cls,
+        fusion: Fusion,
+        kernels: list[Kernel],
+        wiring: list[tuple[list[int], list[int]]],
+        results: list[int],
+    ) -> KernelSequence: ...
+    def run(
+        self, *arrays: npt.NDArray[Any], out: Any = None
+    ) -> list[npt.NDArray[np.generic]]: ...
 
 @final
 class Kernel:

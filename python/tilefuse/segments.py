@@ -45,12 +45,19 @@ class Segment:
 class SegmentedKernel:
     """The kernels of a segmented fusion, called like one kernel: each
     segment's kernel runs in order, fed by the inputs and by earlier
-    segments' outputs."""
+    segments' outputs. On a GPU they run as one submission and the
+    intermediates stay on the device; on the CPU they are numpy arrays
+    passed from kernel to kernel without copies."""
 
-    __slots__ = ("device", "fusion", "kernels", "outputs", "segments")
+    __slots__ = ("_sequence", "device", "fusion", "kernels", "outputs", "segments")
 
     def __init__(
-        self, fusion: Fusion, segments: list[Segment], kernels: list[Kernel], device: Device
+        self,
+        fusion: Fusion,
+        segments: list[Segment],
+        kernels: list[Kernel],
+        device: Device,
+        outputs: list[Tensor] | None = None,
     ) -> None:
         self.fusion = fusion
         self.segments = segments
@@ -58,7 +65,18 @@ class SegmentedKernel:
         self.device = device
         #: The outputs when it was scheduled (outputs added to the fusion
         #: later are not computed by these kernels).
-        self.outputs = fusion.outputs
+        self.outputs = fusion.outputs if outputs is None else outputs
+        self._sequence = None
+        if device.is_gpu:
+            from . import _native
+
+            wiring = [([t.id for t in s.inputs], [t.id for t in s.outputs]) for s in segments]
+            self._sequence = _native.KernelSequence(
+                fusion._native,
+                [k._native for k in kernels],
+                wiring,
+                [t.id for t in self.outputs],
+            )
 
     def __call__(self, *arrays: Any, out: Any = None) -> Any:
         """Runs each segment's kernel in order; ``out`` as for
@@ -66,6 +84,9 @@ class SegmentedKernel:
         that computes it)."""
         from ._native import FusionError
 
+        if self._sequence is not None:
+            results = self._sequence.run(*map(np.asarray, arrays), out=out)
+            return results[0] if len(results) == 1 else tuple(results)
         if len(arrays) != len(self.fusion.inputs):
             raise FusionError(
                 f"the fusion takes {len(self.fusion.inputs)} inputs, got {len(arrays)}"
@@ -89,6 +110,10 @@ class SegmentedKernel:
                 r if t is None else t for t, r in zip(self._out_list(out), results, strict=True)
             )
         return results[0] if len(results) == 1 else results
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args = (self.fusion, self.segments, self.kernels, self.device, self.outputs)
+        return (SegmentedKernel, args)
 
     def _out_list(self, out: Any) -> list[Any]:
         from ._native import FusionError

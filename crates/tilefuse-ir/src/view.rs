@@ -205,9 +205,10 @@ pub fn check_arguments(fusion: &Fusion, inputs: &[TensorRef<'_>]) -> Result<()> 
     check_tensors(fusion, "input", fusion.inputs(), given)
 }
 
-/// Checks that `outputs` match the fusion's outputs as
-/// [`check_arguments`] does its inputs.
-pub fn check_outputs(fusion: &Fusion, outputs: &[TensorMut<'_>]) -> Result<()> {
+/// Checks that `outputs` match the fusion's tensors `ids` (its outputs, or
+/// those a sequence of kernels returns) as [`check_arguments`] does its
+/// inputs.
+pub fn check_outputs(fusion: &Fusion, ids: &[TensorId], outputs: &[TensorMut<'_>]) -> Result<()> {
     let given = outputs.iter().map(|t| (t.ty(), t.data.len()));
-    check_tensors(fusion, "output", fusion.outputs(), given)
+    check_tensors(fusion, "output", ids, given)
 }

@@ -17,7 +17,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::os::raw::c_int;
 use tilefuse::{
-    DType, Data, DataMut, DataRef, Fusion, FusionError, Tensor, TensorId, TensorMut, TensorRef,
+    DType, Data, DataMut, DataRef, Fusion, FusionError, RuntimeError, Tensor, TensorId, TensorMut,
+    TensorRef,
 };
 
 use crate::errors::OrRaise;
@@ -115,6 +116,47 @@ fn wrong_input(obj: &Bound<'_, PyAny>, index: usize, label: &str, got: String) -
         "input {index} ({label}): expected a numpy array of float32, int32, uint32 or bool, got {got}"
     ));
     Err::<(), _>(e).or_raise(obj.py()).unwrap_err()
+}
+
+/// One call of a kernel (or a sequence of them) on numpy arrays: borrows
+/// the inputs, makes or checks the outputs (the fusion's tensors `ids`),
+/// runs `run` with the GIL released, and copies results into `out` arrays
+/// that overlap an input. Returns the output arrays.
+pub fn call<'py>(
+    py: Python<'py>,
+    fusion: &Fusion,
+    ids: &[TensorId],
+    arrays: &Bound<'py, PyTuple>,
+    out: Option<&Bound<'py, PyAny>>,
+    run: impl Send + FnOnce(&[TensorRef<'_>], &mut [TensorMut<'_>]) -> Result<(), RuntimeError>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let inputs = inputs(fusion, arrays)?;
+    let mut outputs = outputs(py, fusion, ids, out, &inputs)?;
+    let shapes = ids
+        .iter()
+        .map(|&t| Ok(fusion.ty(t)?.shape.clone()))
+        .collect::<Result<Vec<_>, FusionError>>()
+        .or_raise(py)?;
+    let views: Vec<_> = inputs.iter().map(Input::view).collect();
+    let mut outs: Vec<_> = outputs
+        .arrays
+        .iter_mut()
+        .zip(&shapes)
+        .map(|(o, shape)| o.view(shape))
+        .collect();
+    py.detach(|| run(&views, &mut outs)).or_raise(py)?;
+    drop((outs, views));
+    drop(inputs);
+    let mut results: Vec<_> = outputs.arrays.iter().map(Output::array).collect();
+    // Release the borrows before numpy writes the aliased arrays.
+    drop(outputs.arrays);
+    for (j, target) in outputs.copy_into {
+        py.import("numpy")?
+            .getattr("copyto")?
+            .call1((&target, &results[j]))?;
+        results[j] = target;
+    }
+    Ok(results)
 }
 
 /// Borrows the call's arrays as inputs, naming each in errors.
@@ -263,23 +305,23 @@ fn borrow_out<'py>(obj: &Bound<'py, PyAny>, dtype: DType) -> PyResult<Output<'py
 }
 
 /// Where a call writes its outputs.
-pub struct Outputs<'py> {
-    pub arrays: Vec<Output<'py>>,
+struct Outputs<'py> {
+    arrays: Vec<Output<'py>>,
     /// The caller's `out` arrays that overlap an input: the kernel writes
     /// new arrays (`arrays`), copied into these when it has finished.
-    pub copy_into: Vec<(usize, Bound<'py, PyAny>)>,
+    copy_into: Vec<(usize, Bound<'py, PyAny>)>,
 }
 
-/// The outputs of a call: the caller's `out` arrays (an array, or as for
-/// numpy's ufuncs a tuple with one array or `None` per output), new arrays
-/// elsewhere.
-pub fn outputs<'py>(
+/// The outputs of a call (the fusion's tensors `ids`): the caller's `out`
+/// arrays (an array, or as for numpy's ufuncs a tuple with one array or
+/// `None` per output), new arrays elsewhere.
+fn outputs<'py>(
     py: Python<'py>,
     fusion: &Fusion,
+    ids: &[TensorId],
     out: Option<&Bound<'py, PyAny>>,
     inputs: &[Input<'py>],
 ) -> PyResult<Outputs<'py>> {
-    let ids = fusion.outputs();
     let given: Vec<Option<Bound<'py, PyAny>>> = match out {
         None => vec![None; ids.len()],
         Some(o) if o.is_instance_of::<PyTuple>() => o

@@ -11,6 +11,7 @@ mod json_value;
 mod params;
 mod schedule;
 mod schedulers;
+mod sequence;
 
 use pyo3::prelude::*;
 
@@ -25,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<schedule::PySchedule>()?;
     m.add_class::<schedule::PyDevice>()?;
     m.add_class::<schedule::PyKernel>()?;
+    m.add_class::<sequence::PySequence>()?;
     m.add_function(wrap_pyfunction!(schedulers::schedulers, m)?)?;
     m.add_function(wrap_pyfunction!(schedulers::heuristics, m)?)?;
     m.add_function(wrap_pyfunction!(schedulers::schedule, m)?)?;

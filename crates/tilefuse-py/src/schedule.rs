@@ -9,7 +9,7 @@ use tilefuse::Device;
 use tilefuse::sched::ir::{BlockId, LoopId, Role, Scope, ThreadAxis};
 use tilefuse::{Fusion, Kernel, Schedule, ScheduleError};
 
-use crate::arrays::{self, Input, Output};
+use crate::arrays::{self, Input};
 use crate::errors::{OrRaise, guard};
 use crate::fusion::PyFusion;
 
@@ -410,12 +410,8 @@ pub struct PyKernel {
 }
 
 impl PyKernel {
-    fn output_shapes(&self) -> Result<Vec<Vec<usize>>, tilefuse::FusionError> {
-        let f = &self.fusion;
-        f.outputs()
-            .iter()
-            .map(|&t| Ok(f.ty(t)?.shape.clone()))
-            .collect()
+    pub fn kernel(&self) -> &Arc<Kernel> {
+        &self.inner
     }
 }
 
@@ -431,30 +427,10 @@ impl PyKernel {
         out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         guard(|| {
-            let inputs = arrays::inputs(&self.fusion, arrays)?;
-            let mut outputs = arrays::outputs(py, &self.fusion, out, &inputs)?;
-            let shapes = self.output_shapes().or_raise(py)?;
-            let views: Vec<_> = inputs.iter().map(Input::view).collect();
-            let mut outs: Vec<_> = outputs
-                .arrays
-                .iter_mut()
-                .zip(&shapes)
-                .map(|(o, shape)| o.view(shape))
-                .collect();
-            py.detach(|| self.inner.run_into(&views, &mut outs))
-                .or_raise(py)?;
-            drop((outs, views));
-            drop(inputs);
-            let mut results: Vec<_> = outputs.arrays.iter().map(Output::array).collect();
-            // Release the borrows before numpy writes the aliased arrays.
-            drop(outputs.arrays);
-            for (j, target) in outputs.copy_into {
-                py.import("numpy")?
-                    .getattr("copyto")?
-                    .call1((&target, &results[j]))?;
-                results[j] = target;
-            }
-            Ok(results)
+            let f = &self.fusion;
+            arrays::call(py, f, f.outputs(), arrays, out, |inputs, outputs| {
+                self.inner.run_into(inputs, outputs)
+            })
         })
     }
 

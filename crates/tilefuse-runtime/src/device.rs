@@ -214,6 +214,14 @@ impl Kernel {
         }
     }
 
+    /// The kernel as compiled for a GPU device, or `None` on the CPU.
+    pub fn gpu(&self) -> Option<&GpuKernel> {
+        match &self.exec {
+            Exec::Gpu(k) => Some(k),
+            Exec::Cpu(_) => None,
+        }
+    }
+
     fn fusion(&self) -> &Fusion {
         match &self.exec {
             Exec::Cpu(k) => k.fusion(),

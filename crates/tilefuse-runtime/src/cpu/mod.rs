@@ -103,7 +103,8 @@ impl CpuKernel {
     pub fn run_into(&self, inputs: &[TensorRef<'_>], outputs: &mut [TensorMut<'_>]) -> Result<()> {
         let fusion = self.schedule.fusion();
         check_arguments(fusion, inputs).map_err(|e| RuntimeError::Argument(e.to_string()))?;
-        check_outputs(fusion, outputs).map_err(|e| RuntimeError::Argument(e.to_string()))?;
+        check_outputs(fusion, fusion.outputs(), outputs)
+            .map_err(|e| RuntimeError::Argument(e.to_string()))?;
         let outs: Vec<RawBuf> = outputs
             .iter_mut()
             .map(|t| RawBuf::of_output(&mut t.data))

@@ -8,15 +8,69 @@ use std::time::Instant;
 
 use tilefuse_ir::{TensorMut, TensorRef, check_arguments, check_outputs};
 use tilefuse_sched::Schedule;
-use tilefuse_sched::codegen::WgslKernel;
+use tilefuse_sched::codegen::{BindingInfo, WgslKernel};
 use tilefuse_sched::ir::Role;
 
 use super::buffers::{self, buffer_size, read_into, upload};
 use super::{GpuDevice, Pipelines, WARM_UP, gpu_err};
 use crate::error::{Result, RuntimeError};
 
+/// A storage buffer of `elements` 32-bit words.
+pub(super) fn storage_buffer(device: &wgpu::Device, label: &str, elements: u64) -> wgpu::Buffer {
+    device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: buffer_size(elements),
+        usage: wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_SRC
+            | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
+}
+
+/// A buffer to read `elements` words back through (none for no words).
+pub(super) fn staging_buffer(device: &wgpu::Device, elements: u64) -> Option<wgpu::Buffer> {
+    (elements > 0).then(|| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tilefuse readback"),
+            size: 4 * elements,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    })
+}
+
+pub(super) fn elements(b: &BindingInfo) -> u64 {
+    b.shape.iter().product()
+}
+
+/// Maps the staging buffers of submitted work (with the output index
+/// each holds), waits once, and copies them into `outputs`.
+pub(super) fn read_staged<'a>(
+    device: &GpuDevice,
+    staged: impl Iterator<Item = (usize, &'a wgpu::Buffer)>,
+    outputs: &mut [TensorMut<'_>],
+) -> Result<()> {
+    let staged: Vec<_> = staged.collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (_, staging) in &staged {
+        let tx = tx.clone();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| drop(tx.send(r)));
+    }
+    device.wait()?;
+    for _ in &staged {
+        rx.recv().map_err(gpu_err)?.map_err(gpu_err)?;
+    }
+    for (j, staging) in staged {
+        let bytes = staging.get_mapped_range(..).map_err(gpu_err)?;
+        read_into(&bytes, &mut outputs[j].data);
+        drop(bytes);
+        staging.unmap();
+    }
+    Ok(())
+}
+
 /// Launches kept between calls: enough for a few concurrent callers.
-const KEEP_LAUNCHES: usize = 4;
+pub(super) const KEEP_LAUNCHES: usize = 4;
 
 /// A kernel compiled for a GPU.
 pub struct GpuKernel {
@@ -52,6 +106,10 @@ impl GpuKernel {
         }
     }
 
+    pub(super) fn device(&self) -> &Arc<GpuDevice> {
+        &self.device
+    }
+
     pub fn fusion(&self) -> &tilefuse_ir::Fusion {
         self.schedule.fusion()
     }
@@ -59,38 +117,30 @@ impl GpuKernel {
     /// Runs the kernel once: uploads `inputs` (one per fusion input) and
     /// reads the results back into `outputs` (one per fusion output).
     pub fn run_into(&self, inputs: &[TensorRef<'_>], outputs: &mut [TensorMut<'_>]) -> Result<()> {
-        check_outputs(self.schedule.fusion(), outputs)
+        check_outputs(self.fusion(), self.fusion().outputs(), outputs)
             .map_err(|e| RuntimeError::Argument(e.to_string()))?;
         let launch = self.prepare(inputs)?;
         let mut encoder = self
             .device
             .device
             .create_command_encoder(&Default::default());
-        self.encode(&launch, &mut encoder, None);
+        self.encode(&launch.groups, &mut encoder, None);
         for (buffer, staging) in launch.buffers.iter().zip(&launch.staging) {
             if let Some(staging) = staging {
                 encoder.copy_buffer_to_buffer(buffer, 0, staging, 0, staging.size());
             }
         }
         self.device.queue.submit([encoder.finish()]);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let mapping: Vec<_> = launch.staging.iter().flatten().collect();
-        for staging in &mapping {
-            let tx = tx.clone();
-            staging.map_async(wgpu::MapMode::Read, .., move |r| drop(tx.send(r)));
-        }
-        self.device.wait()?;
-        for _ in &mapping {
-            rx.recv().map_err(gpu_err)?.map_err(gpu_err)?;
-        }
-        for (b, staging) in self.wgsl.bindings.iter().zip(&launch.staging) {
-            if let (Role::Output(j), Some(staging)) = (b.role, staging) {
-                let bytes = staging.get_mapped_range(..).map_err(gpu_err)?;
-                read_into(&bytes, &mut outputs[j].data);
-                drop(bytes);
-                staging.unmap();
-            }
-        }
+        let outputs_staged =
+            self.wgsl
+                .bindings
+                .iter()
+                .zip(&launch.staging)
+                .filter_map(|(b, staging)| match (b.role, staging) {
+                    (Role::Output(j), Some(staging)) => Some((j, staging)),
+                    _ => None,
+                });
+        read_staged(&self.device, outputs_staged, outputs)?;
         self.give_back(launch);
         Ok(())
     }
@@ -116,7 +166,7 @@ impl GpuKernel {
                 return Err(RuntimeError::Interrupted);
             }
             let mut encoder = device.create_command_encoder(&Default::default());
-            self.encode(&launch, &mut encoder, queries.as_ref());
+            self.encode(&launch.groups, &mut encoder, queries.as_ref());
             let resolved = queries
                 .as_ref()
                 .map(|q| buffers::resolve_timestamps(device, &mut encoder, q));
@@ -177,36 +227,30 @@ impl GpuKernel {
             .wgsl
             .bindings
             .iter()
-            .map(|b| {
-                device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some(&b.name),
-                    size: buffer_size(b.shape.iter().product()),
-                    usage: wgpu::BufferUsages::STORAGE
-                        | wgpu::BufferUsages::COPY_SRC
-                        | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                })
-            })
+            .map(|b| storage_buffer(device, &b.name, elements(b)))
             .collect();
         let staging = self
             .wgsl
             .bindings
             .iter()
             .map(|b| {
-                let elements: u64 = b.shape.iter().product();
                 let output = matches!(b.role, Role::Output(_));
-                (output && elements > 0).then(|| {
-                    device.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("tilefuse readback"),
-                        size: 4 * elements,
-                        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                        mapped_at_creation: false,
-                    })
-                })
+                output
+                    .then(|| staging_buffer(device, elements(b)))
+                    .flatten()
             })
             .collect();
-        let groups = self
-            .wgsl
+        let groups = self.bind_groups(&buffers.iter().collect::<Vec<_>>());
+        Launch {
+            buffers,
+            groups,
+            staging,
+        }
+    }
+
+    /// A bind group per stage over `buffers` (one per binding).
+    pub(super) fn bind_groups(&self, buffers: &[&wgpu::Buffer]) -> Vec<wgpu::BindGroup> {
+        self.wgsl
             .stages
             .iter()
             .zip(self.pipelines.iter())
@@ -219,23 +263,21 @@ impl GpuKernel {
                         resource: buffers[b as usize].as_entire_binding(),
                     })
                     .collect();
-                device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some(&stage.entry_point),
-                    layout: &pipeline.get_bind_group_layout(0),
-                    entries: &entries,
-                })
+                self.device
+                    .device
+                    .create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some(&stage.entry_point),
+                        layout: &pipeline.get_bind_group_layout(0),
+                        entries: &entries,
+                    })
             })
-            .collect();
-        Launch {
-            buffers,
-            groups,
-            staging,
-        }
+            .collect()
     }
 
-    fn encode(
+    /// Records the kernel's dispatches over its bind `groups`.
+    pub(super) fn encode(
         &self,
-        launch: &Launch,
+        groups: &[wgpu::BindGroup],
         encoder: &mut wgpu::CommandEncoder,
         timestamps: Option<&wgpu::QuerySet>,
     ) {
@@ -261,7 +303,7 @@ impl GpuKernel {
                 timestamp_writes,
             });
             pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, &launch.groups[i], &[]);
+            pass.set_bind_group(0, &groups[i], &[]);
             let [x, y, z] = stage.workgroups;
             pass.dispatch_workgroups(x, y, z);
         }

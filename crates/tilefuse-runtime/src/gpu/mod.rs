@@ -3,8 +3,10 @@
 
 mod buffers;
 mod kernel;
+mod sequence;
 
 pub use kernel::GpuKernel;
+pub use sequence::{GpuSequence, Wiring};
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};

@@ -1,0 +1,244 @@
+//! The kernels of a segmented fusion as one GPU submission: each segment
+//! binds the device buffers that earlier segments wrote, so intermediates
+//! never cross to the host; only the inputs go up and the results come
+//! back, with one wait.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tilefuse_ir::shape::numel;
+use tilefuse_ir::{Fusion, TensorId, TensorMut, TensorRef, check_arguments, check_outputs};
+use tilefuse_sched::ir::Role;
+
+use super::GpuDevice;
+use super::buffers::upload;
+use super::kernel::{GpuKernel, elements, read_staged, staging_buffer, storage_buffer};
+use crate::device::Kernel;
+use crate::error::{Result, RuntimeError};
+
+/// The parent fusion's tensors one segment reads and writes, in the order
+/// of its own fusion's inputs and outputs.
+#[derive(Clone, Debug)]
+pub struct Wiring {
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+}
+
+/// Kernels run in order as one submission (see the module docs).
+pub struct GpuSequence {
+    device: Arc<GpuDevice>,
+    fusion: Fusion,
+    kernels: Vec<Arc<Kernel>>,
+    wiring: Vec<Wiring>,
+    results: Vec<TensorId>,
+    launches: Mutex<Vec<SequenceLaunch>>,
+}
+
+/// Device buffers of one call: one per parent tensor that is an input, a
+/// result or crosses between segments; each segment's temporaries and bind
+/// groups; a staging buffer per non-empty result.
+struct SequenceLaunch {
+    tensors: HashMap<TensorId, wgpu::Buffer>,
+    /// Kept alive for the bind groups that use them.
+    _temps: Vec<wgpu::Buffer>,
+    groups: Vec<Vec<wgpu::BindGroup>>,
+    staging: Vec<Option<wgpu::Buffer>>,
+}
+
+impl GpuSequence {
+    /// Checks that every kernel runs on the same GPU, that each segment's
+    /// tensors have the types its kernel takes and returns, and that each
+    /// reads only parent inputs or what earlier segments wrote.
+    pub fn new(
+        fusion: Fusion,
+        kernels: Vec<Arc<Kernel>>,
+        wiring: Vec<Wiring>,
+        results: Vec<TensorId>,
+    ) -> Result<GpuSequence> {
+        let bad = |m: String| Err(RuntimeError::Argument(m));
+        let Some(first) = kernels.first().and_then(|k| k.gpu()) else {
+            return bad("a GPU sequence needs at least one kernel built for a GPU".into());
+        };
+        let device = Arc::clone(first.device());
+        if kernels.len() != wiring.len() {
+            return bad(format!(
+                "{} kernels, {} wirings",
+                kernels.len(),
+                wiring.len()
+            ));
+        }
+        let mut known: Vec<TensorId> = fusion.inputs().to_vec();
+        for (s, (k, w)) in kernels.iter().zip(&wiring).enumerate() {
+            let Some(g) = k.gpu().filter(|g| Arc::ptr_eq(g.device(), &device)) else {
+                return bad(format!(
+                    "segment {s}: its kernel is not built for the same GPU"
+                ));
+            };
+            let own = g.fusion();
+            let sides = [
+                ("input", own.inputs(), &w.inputs),
+                ("output", own.outputs(), &w.outputs),
+            ];
+            for (what, own_ids, parent_ids) in sides {
+                if own_ids.len() != parent_ids.len() {
+                    return bad(format!(
+                        "segment {s}: its kernel has {} {what}s, the wiring {}",
+                        own_ids.len(),
+                        parent_ids.len()
+                    ));
+                }
+                for (&o, &p) in own_ids.iter().zip(parent_ids.iter()) {
+                    let (want, got) = (own.ty(o), fusion.ty(p));
+                    if want.is_err() || got.is_err() || want.ok() != got.ok() {
+                        return bad(format!(
+                            "segment {s}: {what} t{} does not match its kernel's",
+                            p.0
+                        ));
+                    }
+                }
+            }
+            if let Some(t) = w.inputs.iter().find(|t| !known.contains(t)) {
+                return bad(format!(
+                    "segment {s} reads t{}, which no earlier segment writes",
+                    t.0
+                ));
+            }
+            known.extend(&w.outputs);
+        }
+        if let Some(t) = results.iter().find(|t| !known.contains(t)) {
+            return bad(format!(
+                "result t{} is neither an input nor written by a segment",
+                t.0
+            ));
+        }
+        Ok(GpuSequence {
+            device,
+            fusion,
+            kernels,
+            wiring,
+            results,
+            launches: Mutex::default(),
+        })
+    }
+
+    /// Runs every segment on `inputs` (one per parent fusion input) and
+    /// reads the results back into `outputs`.
+    pub fn run_into(&self, inputs: &[TensorRef<'_>], outputs: &mut [TensorMut<'_>]) -> Result<()> {
+        let arg = |e: tilefuse_ir::FusionError| RuntimeError::Argument(e.to_string());
+        check_arguments(&self.fusion, inputs).map_err(arg)?;
+        check_outputs(&self.fusion, &self.results, outputs).map_err(arg)?;
+        let launch = self.take_launch()?;
+        for (id, input) in self.fusion.inputs().iter().zip(inputs) {
+            upload(&self.device.queue, &launch.tensors[id], input.data);
+        }
+        let mut encoder = self
+            .device
+            .device
+            .create_command_encoder(&Default::default());
+        for (g, groups) in self.gpu_kernels().zip(&launch.groups) {
+            g.encode(groups, &mut encoder, None);
+        }
+        for (id, staging) in self.results.iter().zip(&launch.staging) {
+            if let Some(staging) = staging {
+                encoder.copy_buffer_to_buffer(&launch.tensors[id], 0, staging, 0, staging.size());
+            }
+        }
+        self.device.queue.submit([encoder.finish()]);
+        let staged = launch.staging.iter().enumerate();
+        read_staged(
+            &self.device,
+            staged.filter_map(|(j, s)| Some((j, s.as_ref()?))),
+            outputs,
+        )?;
+        self.give_back(launch);
+        Ok(())
+    }
+
+    fn gpu_kernels(&self) -> impl Iterator<Item = &GpuKernel> {
+        self.kernels
+            .iter()
+            .map(|k| k.gpu().expect("checked by new"))
+    }
+
+    fn take_launch(&self) -> Result<SequenceLaunch> {
+        let kept = self.kept().pop();
+        kept.map_or_else(|| self.new_launch(), Ok)
+    }
+
+    fn give_back(&self, launch: SequenceLaunch) {
+        let mut kept = self.kept();
+        if kept.len() < super::kernel::KEEP_LAUNCHES {
+            kept.push(launch);
+        }
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<SequenceLaunch>> {
+        // A launch is pushed or popped whole.
+        self.launches.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn elements(&self, id: TensorId) -> Result<u64> {
+        let ty = self
+            .fusion
+            .ty(id)
+            .map_err(|e| RuntimeError::Internal(e.to_string()))?;
+        Ok(numel(&ty.shape) as u64)
+    }
+
+    fn new_launch(&self) -> Result<SequenceLaunch> {
+        let device = &self.device.device;
+        let mut tensors = HashMap::new();
+        let crossing = self
+            .wiring
+            .iter()
+            .flat_map(|w| w.inputs.iter().chain(&w.outputs));
+        for &id in self
+            .fusion
+            .inputs()
+            .iter()
+            .chain(&self.results)
+            .chain(crossing)
+        {
+            let elements = self.elements(id)?;
+            tensors
+                .entry(id)
+                .or_insert_with(|| storage_buffer(device, &format!("t{}", id.0), elements));
+        }
+        let mut temps = Vec::new();
+        let mut groups = Vec::new();
+        for (g, w) in self.gpu_kernels().zip(&self.wiring) {
+            let own: Vec<Option<wgpu::Buffer>> = g
+                .wgsl
+                .bindings
+                .iter()
+                .map(|b| {
+                    (b.role == Role::Temp).then(|| storage_buffer(device, &b.name, elements(b)))
+                })
+                .collect();
+            let buffers: Vec<&wgpu::Buffer> = g
+                .wgsl
+                .bindings
+                .iter()
+                .zip(&own)
+                .map(|(b, own)| match b.role {
+                    Role::Input(i) => &tensors[&w.inputs[i]],
+                    Role::Output(j) => &tensors[&w.outputs[j]],
+                    Role::Temp => own.as_ref().expect("made above"),
+                })
+                .collect();
+            groups.push(g.bind_groups(&buffers));
+            temps.extend(own.into_iter().flatten());
+        }
+        let staging = self
+            .results
+            .iter()
+            .map(|&id| Ok(staging_buffer(device, self.elements(id)?)))
+            .collect::<Result<_>>()?;
+        Ok(SequenceLaunch {
+            tensors,
+            _temps: temps,
+            groups,
+            staging,
+        })
+    }
+}
