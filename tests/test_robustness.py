@@ -187,7 +187,7 @@ def test_ctrl_c_interrupts_native_work(call: str) -> None:
         import sys, time, numpy as np, tilefuse as tf
         f = tf.Fusion(); x = f.input((2**26,), "f32"); y = x
         # evaluate keeps every value (40 of 256 MB); kernels inline the chain.
-        for _ in range({ {"f.evaluate(x)": 40, "k(x)": 2000}.get(call, 1)}):
+        for _ in range({ {"f.evaluate(x)": 40, "k(x)": 2000}.get(call, 1) }):
             y = (y * 1.0001).tanh()
         f.output(y)
         k = f.schedule(f.heuristics(device=tf.Device.cpu()), tf.Device.cpu())

@@ -159,9 +159,7 @@ class KernelSequence:
         wiring: list[tuple[list[int], list[int]]],
         results: list[int],
     ) -> KernelSequence: ...
-    def run(
-        self, *arrays: npt.NDArray[Any], out: Any = None
-    ) -> list[npt.NDArray[np.generic]]: ...
+    def run(self, *arrays: npt.NDArray[Any], out: Any = None) -> list[npt.NDArray[np.generic]]: ...
 
 @final
 class Kernel:

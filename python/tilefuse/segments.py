@@ -82,11 +82,17 @@ class SegmentedKernel:
         """Runs each segment's kernel in order; ``out`` as for
         :meth:`Kernel.__call__` (an output array is written by the segment
         that computes it)."""
+        if self._sequence is not None:
+            results = tuple(self._sequence.run(*map(np.asarray, arrays), out=out))
+        else:
+            results = self._run_in_turn(arrays, out)
+        return results[0] if len(results) == 1 else results
+
+    def _run_in_turn(self, arrays: tuple[Any, ...], out: Any) -> tuple[Any, ...]:
+        """Each kernel on numpy arrays, the outputs of earlier ones passed
+        on as they are (the CPU device reads them in place)."""
         from ._native import FusionError
 
-        if self._sequence is not None:
-            results = self._sequence.run(*map(np.asarray, arrays), out=out)
-            return results[0] if len(results) == 1 else tuple(results)
         if len(arrays) != len(self.fusion.inputs):
             raise FusionError(
                 f"the fusion takes {len(self.fusion.inputs)} inputs, got {len(arrays)}"
@@ -97,19 +103,18 @@ class SegmentedKernel:
         }
         for segment, kernel in zip(self.segments, self.kernels, strict=True):
             given = tuple(outs.get(t.id) for t in segment.outputs)
-            results = kernel(*(values[t.id] for t in segment.inputs), out=given)
-            results = results if isinstance(results, tuple) else (results,)
-            values.update((t.id, r) for t, r in zip(segment.outputs, results, strict=True))
+            got = kernel(*(values[t.id] for t in segment.inputs), out=given)
+            got = got if isinstance(got, tuple) else (got,)
+            values.update((t.id, r) for t, r in zip(segment.outputs, got, strict=True))
         results = tuple(values[t.id] for t in self.outputs)
-        if out is not None:
-            # Outputs no segment computes (an input, or one listed twice).
-            for target, result in zip(self._out_list(out), results, strict=True):
-                if target is not None and target is not result:
-                    np.copyto(target, result)
-            results = tuple(
-                r if t is None else t for t, r in zip(self._out_list(out), results, strict=True)
-            )
-        return results[0] if len(results) == 1 else results
+        if out is None:
+            return results
+        # Outputs no segment computes (an input, or one listed twice).
+        targets = self._out_list(out)
+        for target, result in zip(targets, results, strict=True):
+            if target is not None and target is not result:
+                np.copyto(target, result)
+        return tuple(r if t is None else t for t, r in zip(targets, results, strict=True))
 
     def __reduce__(self) -> tuple[Any, ...]:
         args = (self.fusion, self.segments, self.kernels, self.device, self.outputs)
