@@ -25,9 +25,10 @@ def test_a_bad_thread_count_is_a_device_error(monkeypatch: pytest.MonkeyPatch, v
 def test_results_do_not_depend_on_the_thread_count(threads: str) -> None:
     code = """
         import numpy as np, tilefuse as tf
-        f = tf.Fusion(); a = f.input((64, 256), "f32"); f.output((a * 2.0 + 1.0).tanh().sum(axis=1))
+        f = tf.Fusion(); a = f.input((256, 512), "f32")
+        f.output((a * 2.0 + 1.0).tanh().sum(axis=1))
         cpu = tf.Device.cpu()
-        x = np.random.default_rng(0).random((64, 256), dtype=np.float32)
+        x = np.random.default_rng(0).random((256, 512), dtype=np.float32)
         k = f.schedule(f.heuristics(device=cpu), cpu)
         np.testing.assert_allclose(k(x), f.evaluate(x), rtol=1e-5)
         print("ok", cpu.info["cores"])
@@ -46,10 +47,10 @@ def test_launches_reuse_the_pool_threads() -> None:
     code = """
         from pathlib import Path
         import numpy as np, tilefuse as tf
-        f = tf.Fusion(); a = f.input((64, 256), "f32"); f.output((a * 2.0 + 1.0).tanh())
+        f = tf.Fusion(); a = f.input((256, 512), "f32"); f.output((a * 2.0 + 1.0).tanh())
         cpu = tf.Device.cpu()
         k = f.schedule(f.heuristics(device=cpu), cpu)
-        x = np.ones((64, 256), np.float32)
+        x = np.ones((256, 512), np.float32)
 
         def pool_threads():
             tasks = Path("/proc/self/task").iterdir()

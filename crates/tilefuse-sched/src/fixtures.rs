@@ -426,12 +426,28 @@ pub fn compare(want: &[Tensor], got: &[Tensor], rtol: f32) -> Result<(), String>
         let (Data::F32(w), Data::F32(g)) = (&w.data, &g.data) else {
             return Err(format!("output {o} is not f32"));
         };
-        let scale = w.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-30);
+        if w.len() != g.len() {
+            return Err(format!(
+                "output {o}: want {} elements, got {}",
+                w.len(),
+                g.len()
+            ));
+        }
+        let scale = w
+            .iter()
+            .filter(|x| x.is_finite())
+            .fold(0f32, |m, x| m.max(x.abs()))
+            .max(1e-30);
+        // NaN only where NaN is wanted (a NaN difference compares false).
+        let close = |a: f32, b: f32| match (a.is_nan(), b.is_nan()) {
+            (false, false) => a == b || (a - b).abs() <= rtol * scale + rtol * a.abs(),
+            (want_nan, got_nan) => want_nan && got_nan,
+        };
         if let Some((i, (a, b))) = w
             .iter()
             .zip(g)
             .enumerate()
-            .find(|(_, (a, b))| (*a - *b).abs() > rtol * scale + rtol * a.abs())
+            .find(|(_, (a, b))| !close(**a, **b))
         {
             return Err(format!("output {o}, element {i}: want {a}, got {b}"));
         }

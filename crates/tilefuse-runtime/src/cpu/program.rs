@@ -227,10 +227,11 @@ fn compile_node(kernel: &Kernel, node: &Node) -> Step {
     }
 }
 
-/// Block instances below which a parallel loop runs serially: handing
-/// shares to the pool costs some 10 µs, as much as a few thousand lanes of
-/// work (a 1024-element chain: 14 µs through the pool, 2.7 µs serially).
-const MIN_PARALLEL_WORK: u64 = 1 << 14;
+/// Block instances below which a parallel loop runs serially: waking the
+/// pool's workers costs some 10 to 30 µs, as much as tens of thousands of
+/// lanes of work (the chain `tanh(a*b+1)*0.5+exp(-a)` on 2 threads: 2^14
+/// elements 48 µs through the pool, ~20 serially; 2^16 even; BENCHMARKS.md).
+const MIN_PARALLEL_WORK: u64 = 1 << 16;
 
 impl Step {
     /// Block instances the step runs (an estimate of its work).

@@ -12,18 +12,51 @@ pub fn buffer_size(elements: u64) -> u64 {
     (4 * elements).next_multiple_of(16).max(16)
 }
 
-/// Queues the upload of `data` into `buffer` (masks widened to `u32`).
-pub fn upload(queue: &wgpu::Queue, buffer: &wgpu::Buffer, data: DataRef<'_>) {
+/// The 32-bit words of `data` as bytes (masks widened to `u32`).
+fn words(data: DataRef<'_>) -> std::borrow::Cow<'_, [u8]> {
     match data {
-        _ if data.is_empty() => {}
-        DataRef::F32(v) => queue.write_buffer(buffer, 0, bytemuck::cast_slice(v)),
-        DataRef::I32(v) => queue.write_buffer(buffer, 0, bytemuck::cast_slice(v)),
-        DataRef::U32(v) => queue.write_buffer(buffer, 0, bytemuck::cast_slice(v)),
+        DataRef::F32(v) => bytemuck::cast_slice(v).into(),
+        DataRef::I32(v) => bytemuck::cast_slice(v).into(),
+        DataRef::U32(v) => bytemuck::cast_slice(v).into(),
         DataRef::Bool(v) => {
             let words: Vec<u32> = v.iter().map(|&b| u32::from(b)).collect();
-            queue.write_buffer(buffer, 0, bytemuck::cast_slice(&words));
+            bytemuck::cast_slice(&words).to_vec().into()
         }
     }
+}
+
+/// Copies each input into its buffer: through the queue's staging, or
+/// (`host_mapped` buffers) straight into the mapped buffer, waiting once.
+pub fn upload<'a>(
+    device: &GpuDevice,
+    inputs: impl Iterator<Item = (&'a wgpu::Buffer, DataRef<'a>)>,
+) -> Result<()> {
+    let inputs: Vec<_> = inputs.filter(|(_, d)| !d.is_empty()).collect();
+    if !device.host_mapped {
+        for (buffer, data) in inputs {
+            device.queue.write_buffer(buffer, 0, &words(data));
+        }
+        return Ok(());
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (buffer, _) in &inputs {
+        let tx = tx.clone();
+        buffer.map_async(wgpu::MapMode::Write, .., move |r| drop(tx.send(r)));
+    }
+    device.wait()?;
+    for _ in &inputs {
+        rx.recv().map_err(gpu_err)?.map_err(gpu_err)?;
+    }
+    for (buffer, data) in inputs {
+        let bytes = words(data);
+        let mut view = buffer
+            .get_mapped_range_mut(..bytes.len() as u64)
+            .map_err(gpu_err)?;
+        view.copy_from_slice(&bytes);
+        drop(view);
+        buffer.unmap();
+    }
+    Ok(())
 }
 
 /// Copies the 32-bit words of a mapped buffer into `out`.

@@ -15,28 +15,72 @@ use super::buffers::{self, buffer_size, read_into, upload};
 use super::{GpuDevice, Pipelines, WARM_UP, gpu_err};
 use crate::error::{Result, RuntimeError};
 
-/// A storage buffer of `elements` 32-bit words.
-pub(super) fn storage_buffer(device: &wgpu::Device, label: &str, elements: u64) -> wgpu::Buffer {
-    device.create_buffer(&wgpu::BufferDescriptor {
+/// What the host does with a buffer's contents between launches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Host {
+    Nothing,
+    Writes,
+    Reads,
+}
+
+/// A storage buffer of `elements` 32-bit words, mappable as `host` needs
+/// on a device whose buffers the host maps ([`GpuDevice::host_mapped`]).
+pub(super) fn storage_buffer(
+    device: &GpuDevice,
+    label: &str,
+    elements: u64,
+    host: Host,
+) -> wgpu::Buffer {
+    let mapped = match host {
+        Host::Writes if device.host_mapped => wgpu::BufferUsages::MAP_WRITE,
+        Host::Reads if device.host_mapped => wgpu::BufferUsages::MAP_READ,
+        _ => wgpu::BufferUsages::empty(),
+    };
+    device.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
         size: buffer_size(elements),
         usage: wgpu::BufferUsages::STORAGE
             | wgpu::BufferUsages::COPY_SRC
-            | wgpu::BufferUsages::COPY_DST,
+            | wgpu::BufferUsages::COPY_DST
+            | mapped,
         mapped_at_creation: false,
     })
 }
 
-/// A buffer to read `elements` words back through (none for no words).
-pub(super) fn staging_buffer(device: &wgpu::Device, elements: u64) -> Option<wgpu::Buffer> {
-    (elements > 0).then(|| {
-        device.create_buffer(&wgpu::BufferDescriptor {
+/// A buffer to read `elements` words back through: none for no words, or
+/// where the host maps the storage buffer itself (`host_reads`).
+pub(super) fn staging_buffer(
+    device: &GpuDevice,
+    elements: u64,
+    host_reads: bool,
+) -> Option<wgpu::Buffer> {
+    (elements > 0 && !(host_reads && device.host_mapped)).then(|| {
+        device.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tilefuse readback"),
             size: 4 * elements,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         })
     })
+}
+
+/// The buffer an output is read from: its staging buffer, or itself when
+/// the host maps it (`None` when it is empty).
+pub(super) fn read_from<'a>(
+    elements: u64,
+    buffer: &'a wgpu::Buffer,
+    staging: Option<&'a wgpu::Buffer>,
+) -> Option<&'a wgpu::Buffer> {
+    (elements > 0).then_some(staging.unwrap_or(buffer))
+}
+
+/// How the host uses a kernel binding.
+fn host_of(role: Role) -> Host {
+    match role {
+        Role::Input(_) => Host::Writes,
+        Role::Output(_) => Host::Reads,
+        Role::Temp => Host::Nothing,
+    }
 }
 
 pub(super) fn elements(b: &BindingInfo) -> u64 {
@@ -83,7 +127,8 @@ pub struct GpuKernel {
 }
 
 /// Device buffers of one launch (one per binding), bind groups per stage,
-/// and a staging buffer per non-empty output to read it back through.
+/// and a staging buffer per non-empty output to read it back through
+/// (none where the host maps the outputs).
 struct Launch {
     buffers: Vec<wgpu::Buffer>,
     groups: Vec<wgpu::BindGroup>,
@@ -131,16 +176,17 @@ impl GpuKernel {
             }
         }
         self.device.queue.submit([encoder.finish()]);
-        let outputs_staged =
-            self.wgsl
-                .bindings
-                .iter()
-                .zip(&launch.staging)
-                .filter_map(|(b, staging)| match (b.role, staging) {
-                    (Role::Output(j), Some(staging)) => Some((j, staging)),
-                    _ => None,
-                });
-        read_staged(&self.device, outputs_staged, outputs)?;
+        let sources = self
+            .wgsl
+            .bindings
+            .iter()
+            .zip(&launch.buffers)
+            .zip(&launch.staging)
+            .filter_map(|((b, buffer), staging)| match b.role {
+                Role::Output(j) => Some((j, read_from(elements(b), buffer, staging.as_ref())?)),
+                _ => None,
+            });
+        read_staged(&self.device, sources, outputs)?;
         self.give_back(launch);
         Ok(())
     }
@@ -195,11 +241,16 @@ impl GpuKernel {
         check_arguments(self.schedule.fusion(), inputs)
             .map_err(|e| RuntimeError::Argument(e.to_string()))?;
         let launch = self.take_launch();
-        for (b, buffer) in self.wgsl.bindings.iter().zip(&launch.buffers) {
-            if let Role::Input(i) = b.role {
-                upload(&self.device.queue, buffer, inputs[i].data);
-            }
-        }
+        let uploads = self
+            .wgsl
+            .bindings
+            .iter()
+            .zip(&launch.buffers)
+            .filter_map(|(b, buffer)| match b.role {
+                Role::Input(i) => Some((buffer, inputs[i].data)),
+                _ => None,
+            });
+        upload(&self.device, uploads)?;
         Ok(launch)
     }
 
@@ -222,12 +273,11 @@ impl GpuKernel {
     }
 
     fn new_launch(&self) -> Launch {
-        let device = &self.device.device;
         let buffers: Vec<wgpu::Buffer> = self
             .wgsl
             .bindings
             .iter()
-            .map(|b| storage_buffer(device, &b.name, elements(b)))
+            .map(|b| storage_buffer(&self.device, &b.name, elements(b), host_of(b.role)))
             .collect();
         let staging = self
             .wgsl
@@ -236,7 +286,7 @@ impl GpuKernel {
             .map(|b| {
                 let output = matches!(b.role, Role::Output(_));
                 output
-                    .then(|| staging_buffer(device, elements(b)))
+                    .then(|| staging_buffer(&self.device, elements(b), true))
                     .flatten()
             })
             .collect();

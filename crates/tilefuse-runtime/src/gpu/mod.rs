@@ -28,6 +28,10 @@ pub struct GpuDevice {
     queue: wgpu::Queue,
     info: DeviceInfo,
     timestamps: bool,
+    /// Kernel inputs and outputs are mapped by the host where they lie (a
+    /// CPU adapter such as lavapipe, whose device memory is host memory):
+    /// one copy up and one down per call, no staging buffers.
+    host_mapped: bool,
     /// The first wgpu error no scope caught (wgpu would panic otherwise);
     /// taken and reported by the next `wait`.
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -92,8 +96,15 @@ impl GpuDevice {
             ..Default::default()
         }))
         .map_err(|e| RuntimeError::Gpu(format!("no GPU adapter: {e}")))?;
-        let features =
+        let host_mapped = adapter.get_info().device_type == wgpu::DeviceType::Cpu
+            && adapter
+                .features()
+                .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
+        let mut features =
             adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP);
+        if host_mapped {
+            features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+        }
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("tilefuse"),
@@ -132,7 +143,7 @@ impl GpuDevice {
                     .contains("llvmpipe")
                     .then_some(LLVMPIPE_LOOP_LIMIT),
             },
-            features: features
+            features: (features - wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
                 .iter_names()
                 .map(|(n, _)| n.to_lowercase())
                 .collect(),
@@ -154,6 +165,7 @@ impl GpuDevice {
             queue,
             uncaptured,
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            host_mapped,
             info,
             pipelines: Mutex::default(),
         })

@@ -12,7 +12,9 @@ use tilefuse_sched::ir::Role;
 
 use super::GpuDevice;
 use super::buffers::upload;
-use super::kernel::{GpuKernel, elements, read_staged, staging_buffer, storage_buffer};
+use super::kernel::{
+    GpuKernel, Host, elements, read_from, read_staged, staging_buffer, storage_buffer,
+};
 use crate::device::Kernel;
 use crate::error::{Result, RuntimeError};
 
@@ -128,9 +130,8 @@ impl GpuSequence {
         check_arguments(&self.fusion, inputs).map_err(arg)?;
         check_outputs(&self.fusion, &self.results, outputs).map_err(arg)?;
         let launch = self.take_launch()?;
-        for (id, input) in self.fusion.inputs().iter().zip(inputs) {
-            upload(&self.device.queue, &launch.tensors[id], input.data);
-        }
+        let uploads = self.fusion.inputs().iter().map(|id| &launch.tensors[id]);
+        upload(&self.device, uploads.zip(inputs.iter().map(|t| t.data)))?;
         let mut encoder = self
             .device
             .device
@@ -144,12 +145,14 @@ impl GpuSequence {
             }
         }
         self.device.queue.submit([encoder.finish()]);
-        let staged = launch.staging.iter().enumerate();
-        read_staged(
-            &self.device,
-            staged.filter_map(|(j, s)| Some((j, s.as_ref()?))),
-            outputs,
-        )?;
+        let mut sources = Vec::new();
+        for (j, (id, staging)) in self.results.iter().zip(&launch.staging).enumerate() {
+            let elements = self.elements(*id)?;
+            if let Some(from) = read_from(elements, &launch.tensors[id], staging.as_ref()) {
+                sources.push((j, from));
+            }
+        }
+        read_staged(&self.device, sources.into_iter(), outputs)?;
         self.give_back(launch);
         Ok(())
     }
@@ -177,6 +180,18 @@ impl GpuSequence {
         self.launches.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Parent inputs are written by the host, results (that are not also
+    /// inputs) read by it.
+    fn host(&self, id: TensorId) -> Host {
+        if self.fusion.inputs().contains(&id) {
+            Host::Writes
+        } else if self.results.contains(&id) {
+            Host::Reads
+        } else {
+            Host::Nothing
+        }
+    }
+
     fn elements(&self, id: TensorId) -> Result<u64> {
         let ty = self
             .fusion
@@ -186,7 +201,6 @@ impl GpuSequence {
     }
 
     fn new_launch(&self) -> Result<SequenceLaunch> {
-        let device = &self.device.device;
         let mut tensors = HashMap::new();
         let crossing = self
             .wiring
@@ -199,10 +213,10 @@ impl GpuSequence {
             .chain(&self.results)
             .chain(crossing)
         {
-            let elements = self.elements(id)?;
-            tensors
-                .entry(id)
-                .or_insert_with(|| storage_buffer(device, &format!("t{}", id.0), elements));
+            let (elements, host) = (self.elements(id)?, self.host(id));
+            tensors.entry(id).or_insert_with(|| {
+                storage_buffer(&self.device, &format!("t{}", id.0), elements, host)
+            });
         }
         let mut temps = Vec::new();
         let mut groups = Vec::new();
@@ -212,7 +226,8 @@ impl GpuSequence {
                 .bindings
                 .iter()
                 .map(|b| {
-                    (b.role == Role::Temp).then(|| storage_buffer(device, &b.name, elements(b)))
+                    let temp = b.role == Role::Temp;
+                    temp.then(|| storage_buffer(&self.device, &b.name, elements(b), Host::Nothing))
                 })
                 .collect();
             let buffers: Vec<&wgpu::Buffer> = g
@@ -232,7 +247,10 @@ impl GpuSequence {
         let staging = self
             .results
             .iter()
-            .map(|&id| Ok(staging_buffer(device, self.elements(id)?)))
+            .map(|&id| {
+                let host_reads = self.host(id) == Host::Reads;
+                Ok(staging_buffer(&self.device, self.elements(id)?, host_reads))
+            })
             .collect::<Result<_>>()?;
         Ok(SequenceLaunch {
             tensors,
