@@ -25,6 +25,26 @@ fn words(data: DataRef<'_>) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
+/// Maps every buffer (after the work submitted before), waiting once.
+pub fn map_all<'a>(
+    device: &GpuDevice,
+    buffers: impl Iterator<Item = &'a wgpu::Buffer>,
+    mode: wgpu::MapMode,
+) -> Result<()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut pending = 0;
+    for buffer in buffers {
+        let tx = tx.clone();
+        buffer.map_async(mode, .., move |r| drop(tx.send(r)));
+        pending += 1;
+    }
+    device.wait()?;
+    for _ in 0..pending {
+        rx.recv().map_err(gpu_err)?.map_err(gpu_err)?;
+    }
+    Ok(())
+}
+
 /// Copies each input into its buffer: through the queue's staging, or
 /// (`host_mapped` buffers) straight into the mapped buffer, waiting once.
 pub fn upload<'a>(
@@ -38,15 +58,7 @@ pub fn upload<'a>(
         }
         return Ok(());
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    for (buffer, _) in &inputs {
-        let tx = tx.clone();
-        buffer.map_async(wgpu::MapMode::Write, .., move |r| drop(tx.send(r)));
-    }
-    device.wait()?;
-    for _ in &inputs {
-        rx.recv().map_err(gpu_err)?.map_err(gpu_err)?;
-    }
+    map_all(device, inputs.iter().map(|(b, _)| *b), wgpu::MapMode::Write)?;
     for (buffer, data) in inputs {
         let bytes = words(data);
         let mut view = buffer
@@ -97,10 +109,7 @@ fn read_back(device: &GpuDevice, buffer: &wgpu::Buffer, size: u64) -> Result<Vec
     let mut encoder = device.device.create_command_encoder(&Default::default());
     encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
     device.queue.submit([encoder.finish()]);
-    let (tx, rx) = std::sync::mpsc::channel();
-    staging.map_async(wgpu::MapMode::Read, .., move |r| drop(tx.send(r)));
-    device.wait()?;
-    rx.recv().map_err(gpu_err)?.map_err(gpu_err)?;
+    map_all(device, std::iter::once(&staging), wgpu::MapMode::Read)?;
     let bytes = staging.get_mapped_range(..).map_err(gpu_err)?.to_vec();
     staging.unmap();
     Ok(bytes)

@@ -11,7 +11,7 @@ use tilefuse_sched::Schedule;
 use tilefuse_sched::codegen::{BindingInfo, WgslKernel};
 use tilefuse_sched::ir::Role;
 
-use super::buffers::{self, buffer_size, read_into, upload};
+use super::buffers::{self, buffer_size, map_all, read_into, upload};
 use super::{GpuDevice, Pipelines, WARM_UP, gpu_err};
 use crate::error::{Result, RuntimeError};
 
@@ -95,15 +95,7 @@ pub(super) fn read_staged<'a>(
     outputs: &mut [TensorMut<'_>],
 ) -> Result<()> {
     let staged: Vec<_> = staged.collect();
-    let (tx, rx) = std::sync::mpsc::channel();
-    for (_, staging) in &staged {
-        let tx = tx.clone();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| drop(tx.send(r)));
-    }
-    device.wait()?;
-    for _ in &staged {
-        rx.recv().map_err(gpu_err)?.map_err(gpu_err)?;
-    }
+    map_all(device, staged.iter().map(|(_, b)| *b), wgpu::MapMode::Read)?;
     for (j, staging) in staged {
         let bytes = staging.get_mapped_range(..).map_err(gpu_err)?;
         read_into(&bytes, &mut outputs[j].data);
