@@ -518,3 +518,26 @@ def test_compute_inline_all_keeps_what_it_is_told(rng: np.random.Generator) -> N
     assert "e" in names and "y" in names  # kept, and the output stays
     assert len(json.loads(s.trace)) == len(inlined)  # one compute_inline each
     assert_close(s.build(tf.Device.cpu())(*inputs), want)
+
+
+def test_the_cpu_runs_schedules_wgsl_cannot_express(gpu: tf.Device) -> None:
+    # A workgroup loop below a loop with two children: no WGSL form (the
+    # workgroups would have to synchronize), but a loop nest the CPU runs.
+    f = tf.Fusion()
+    x = f.input((8, 64), "f32", name="x")
+    m = x.max(axis=1, keepdims=True)
+    m.name = "m"
+    y = x - m
+    y.name = "y"
+    f.output(y)
+    s = f.create_schedule()
+    i, j = s.get_loops("y")
+    s.compute_at("m", i)
+    s.bind(j, "workgroup.x")
+    k = s.build(tf.Device.cpu())
+    a = np.random.default_rng(3).standard_normal((8, 64)).astype(np.float32)
+    np.testing.assert_array_equal(k(a), f.evaluate(a))
+    with pytest.raises(tf.ScheduleError, match="below a loop with several children"):
+        _ = k.wgsl
+    with pytest.raises(tf.ScheduleError, match="below a loop with several children"):
+        s.build(gpu)

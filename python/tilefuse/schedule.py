@@ -379,6 +379,9 @@ class Kernel:
 
     @property
     def wgsl(self) -> str:
+        """The kernel as a WGSL module. A CPU kernel makes it on first use
+        and raises ``ScheduleError`` when its schedule has no WGSL form
+        (the CPU runs nests WGSL cannot express)."""
         return self._native.wgsl
 
     @property

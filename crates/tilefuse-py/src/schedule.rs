@@ -454,8 +454,8 @@ impl PyKernel {
     }
 
     #[getter]
-    fn wgsl(&self) -> PyResult<String> {
-        guard(|| Ok(self.inner.wgsl().source.clone()))
+    fn wgsl(&self, py: Python<'_>) -> PyResult<String> {
+        guard(|| Ok(self.inner.wgsl().or_raise(py)?.source.clone()))
     }
 
     /// Binding index → buffer name, dtype, shape, access and role.
@@ -464,6 +464,7 @@ impl PyKernel {
         guard(|| {
             self.inner
                 .wgsl()
+                .or_raise(py)?
                 .bindings
                 .iter()
                 .map(|b| {
@@ -501,6 +502,7 @@ impl PyKernel {
         guard(|| {
             self.inner
                 .wgsl()
+                .or_raise(py)?
                 .stages
                 .iter()
                 .map(|s| {

@@ -1,13 +1,13 @@
 //! `Device` picks the GPU when there is one and the CPU otherwise;
 //! `Kernel` is a schedule compiled for one of them.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
 use tilefuse_ir::shape::numel;
 use tilefuse_ir::{AsTensorRef, Fusion, Tensor, TensorMut, TensorRef};
-use tilefuse_sched::Schedule;
 use tilefuse_sched::codegen::{WgslKernel, generate};
+use tilefuse_sched::{Schedule, ScheduleError};
 
 use crate::cpu::{CpuDevice, CpuKernel, Storage};
 use crate::error::{Result, RuntimeError};
@@ -67,17 +67,19 @@ impl Device {
         }
     }
 
-    /// Compiles a schedule for this device.
+    /// Compiles a schedule for this device. A GPU kernel is compiled from
+    /// its WGSL; a CPU kernel makes its WGSL only when asked
+    /// ([`Kernel::wgsl`]), so the CPU runs schedules WGSL cannot express.
     pub fn build(&self, schedule: &Schedule) -> Result<Kernel> {
         Ok(match self {
             Device::Cpu(c) => Kernel {
-                wgsl: generate(schedule.kernel())?,
+                wgsl: OnceLock::new(),
                 exec: Exec::Cpu(c.build(schedule)?),
             },
             Device::Gpu(g) => {
                 let k = g.build(schedule)?;
                 Kernel {
-                    wgsl: k.wgsl.clone(),
+                    wgsl: OnceLock::from(Ok(k.wgsl.clone())),
                     exec: Exec::Gpu(k),
                 }
             }
@@ -129,7 +131,8 @@ enum Exec {
 
 /// A compiled kernel: run it, time it, or read its WGSL.
 pub struct Kernel {
-    wgsl: WgslKernel,
+    /// Made at build on a GPU, on first request on the CPU.
+    wgsl: OnceLock<std::result::Result<WgslKernel, ScheduleError>>,
     exec: Exec,
 }
 
@@ -167,8 +170,15 @@ impl Timing {
 impl Kernel {
     /// The kernel as WGSL, with its bindings and dispatches (also for
     /// kernels built for the CPU, so any WebGPU host can run them).
-    pub fn wgsl(&self) -> &WgslKernel {
-        &self.wgsl
+    ///
+    /// A `Schedule` error when the schedule has no WGSL form (a workgroup
+    /// loop below a loop with several children, which only the CPU runs).
+    pub fn wgsl(&self) -> Result<&WgslKernel> {
+        let made = self.wgsl.get_or_init(|| match &self.exec {
+            Exec::Cpu(k) => generate(k.schedule().kernel()),
+            Exec::Gpu(k) => Ok(k.wgsl.clone()),
+        });
+        made.as_ref().map_err(|e| RuntimeError::Schedule(e.clone()))
     }
 
     /// Runs the kernel on `inputs` (one per fusion input) into new

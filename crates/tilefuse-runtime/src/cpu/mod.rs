@@ -133,6 +133,10 @@ impl CpuKernel {
     pub fn fusion(&self) -> &tilefuse_ir::Fusion {
         self.schedule.fusion()
     }
+
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
 }
 
 #[cfg(test)]
