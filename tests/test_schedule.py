@@ -541,3 +541,30 @@ def test_the_cpu_runs_schedules_wgsl_cannot_express(gpu: tf.Device) -> None:
         _ = k.wgsl
     with pytest.raises(tf.ScheduleError, match="below a loop with several children"):
         s.build(gpu)
+
+
+def test_compute_inline_all_equals_inlining_one_by_one(rng: np.random.Generator) -> None:
+    # compute_inline_all substitutes in one pass; replaying its trace
+    # inlines block by block: the same nest and the same results.
+    from test_schedulers import FAMILIES
+
+    f = tf.Fusion()
+    x = f.input((6, 10), "f32", name="x")
+    a = (x * 2.0).tanh()  # read twice below: copied, not moved
+    b = a + a.exp()
+    f.output(b * (x - b.max(axis=1, keepdims=True)), a.sum(axis=0))
+    fusions = [f] + [build(rng)[0] for build, _ in FAMILIES.values()]
+    for fusion in fusions:
+        s = fusion.create_schedule()
+        keep = s.get_blocks()[1:2]
+        s.compute_inline_all(keep=[b.name for b in keep])
+        again = tf.Schedule.replay(fusion, s.trace)
+        assert str(again) == str(s)
+        k = s.build(tf.Device.cpu())
+        inputs = [rng.standard_normal(i.shape).astype(np.float32) for i in fusion.inputs]
+        for got, want in zip(_tuple(k(*inputs)), _tuple(fusion.evaluate(*inputs)), strict=True):
+            assert_close(got, want)
+
+
+def _tuple(x: Any) -> tuple[Any, ...]:
+    return x if isinstance(x, tuple) else (x,)
