@@ -383,3 +383,13 @@ def test_any_params_run_right_or_name_the_field(
 
     run()
     assert outcomes["ran"] >= 3, outcomes
+
+
+def test_schedule_without_params_takes_the_devices_heuristics(device: tf.Device) -> None:
+    f, inputs, want = softmax(np.random.default_rng(2))
+    k = f.schedule(device=device)
+    assert isinstance(k, tf.Kernel) and k.device is device
+    assert k.schedule is not None
+    again = f.schedule(f.heuristics(device=device), device)
+    assert again.schedule is not None and k.schedule.trace == again.schedule.trace
+    check(k(*inputs), want)

@@ -408,19 +408,27 @@ class Fusion:
 
     def schedule(
         self,
-        params: HeuristicParams | dict[str, Any] | Sequence[HeuristicParams | dict[str, Any]],
+        params: HeuristicParams
+        | dict[str, Any]
+        | Sequence[HeuristicParams | dict[str, Any]]
+        | None = None,
         device: Device | None = None,
     ) -> Kernel | SegmentedKernel:
         """Schedules with ``params`` and compiles for ``device``; the kernel's
         ``.schedule`` shows the loop nest and trace the scheduler made. A
         list (one params object per segment) schedules each segment and
         returns a :class:`SegmentedKernel`. A dict (``to_dict()``'s form,
-        with its ``"scheduler"`` tag) works wherever a params object does."""
+        with its ``"scheduler"`` tag) works wherever a params object does.
+        Without ``params``, the default heuristic's for ``device`` (params
+        picked for one device kind run anywhere, but are tuned for theirs:
+        ``f.heuristics()`` without a device picks the default device's)."""
         from .params import HeuristicParams
         from .schedule import Device, Schedule
         from .segments import SegmentedKernel
 
         device = device or Device.default()
+        if params is None:
+            params = self.heuristics(device=device)
         if isinstance(params, dict):
             params = cast("HeuristicParams", HeuristicParams.from_dict(params))
         if isinstance(params, Sequence):
@@ -450,8 +458,7 @@ class Fusion:
         omitted) on ``device``; numpy arrays in, numpy arrays out."""
         from .schedule import Device
 
-        device = device or Device.default()
-        return self.schedule(params or self.heuristics(device=device), device)(*arrays)
+        return self.schedule(params, device or Device.default())(*arrays)
 
     def create_schedule(self) -> Schedule:
         """The initial schedule: one block per op in its own loop nest."""
