@@ -335,3 +335,19 @@ def test_a_gpu_sequence_checks_its_wiring(gpu: tf.Device, rng: np.random.Generat
     )
     with pytest.raises(tf.FusionError, match="not built for the same GPU"):
         tf._native.KernelSequence(f._native, [natives[0], cpu_kernel._native], wiring, results)
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_column_reductions_of_expressions(
+    op: str, device: tf.Device, rng: np.random.Generator
+) -> None:
+    # The reduced value is an expression: a load that moves with the rows
+    # and one that does not (a bias broadcast down the rows).
+    f = tf.Fusion()
+    x = f.input((257, 300), "f32", name="x")
+    bias = f.input((300,), "f32", name="bias")
+    f.output(getattr((x * 2.0 + bias).tanh(), op)(axis=0))
+    a = rng.standard_normal((257, 300)).astype(f32)
+    b = rng.standard_normal(300).astype(f32)
+    got = f.schedule(device=device)(a, b)
+    assert_close(got, f.evaluate(a, b))

@@ -19,7 +19,7 @@ use tilefuse_sched::ir::{
 
 use super::lanes::Column;
 use super::memory::{RawBuf, Storage};
-use super::tape::{Registers, Sink, Tape};
+use super::tape::{Registers, Rows, Sink, Tape};
 
 /// Lanes per chunk: small enough that a block's columns stay in L1.
 pub const CHUNK: usize = 512;
@@ -900,15 +900,21 @@ impl Ctx<'_> {
         for lo in (0..n as usize).step_by(ROW_LANES) {
             let len = ROW_LANES.min(n as usize - lo);
             let mut offsets = first_row;
-            for r in 0..rows {
-                if r % INTERRUPT_ROWS == INTERRUPT_ROWS - 1 && self.interrupted() {
+            for from in (0..rows).step_by(INTERRUPT_ROWS as usize) {
+                if from > 0 && self.interrupted() {
                     return;
                 }
-                let dst = buf.slice_mut::<f32>(base + lo, len);
-                let sink = Sink::Combine(dst, op, first && r == 0);
-                t.tape
-                    .run_from(self.buffers, &offsets, (lo, len), &mut registers, sink);
-                offsets.advance(&stride);
+                let mut chunk = Rows {
+                    offsets,
+                    stride,
+                    start: lo,
+                    rows: INTERRUPT_ROWS.min(rows - from),
+                    dst: buf.slice_mut::<f32>(base + lo, len),
+                    op,
+                    first: first && from == 0,
+                };
+                t.tape.run_rows(self.buffers, &mut registers, &mut chunk);
+                offsets = chunk.offsets;
             }
         }
     }

@@ -238,6 +238,73 @@ impl Tape {
     }
 }
 
+/// Rows of an outer reduction combined in one call: `rows` rows of lanes
+/// `start..start + dst.len()`, the loads moving by `stride` per row.
+pub struct Rows<'a> {
+    pub offsets: Offsets,
+    pub stride: Offsets,
+    pub start: usize,
+    pub rows: i64,
+    pub dst: &'a mut [f32],
+    pub op: ReduceOp,
+    /// The first row is the elements' first visit.
+    pub first: bool,
+}
+
+impl Tape {
+    /// Combines `rows` rows into `dst` (see [`Rows`]) and leaves
+    /// `rows.offsets` at the next row. A tape that is one load is summed
+    /// straight from it in one call; others run row by row.
+    pub fn run_rows(&self, buffers: &[RawBuf], regs: &mut Registers, rows: &mut Rows<'_>) {
+        let n = rows.dst.len();
+        if let (
+            [
+                Op::Set {
+                    dst: 0,
+                    src: Operand::Load(0),
+                },
+            ],
+            [(buffer, _)],
+        ) = (self.ops.as_slice(), self.loads.as_slice())
+        {
+            let (at, step) = (rows.offsets.loads[0], rows.stride.loads[0]);
+            let last = at + step * (rows.rows - 1) + (rows.start + n) as i64;
+            let lo = at.min(at + step * (rows.rows - 1)) + rows.start as i64;
+            let src = buffers[*buffer].slice::<f32>(lo as usize, (last - lo) as usize);
+            let from = (at + rows.start as i64 - lo) as usize;
+            combine_rows(rows.dst, src, from, step, rows.rows, rows.op, rows.first);
+            rows.offsets.advance_times(&rows.stride, rows.rows);
+            return;
+        }
+        for r in 0..rows.rows {
+            let first = rows.first && r == 0;
+            let sink = Sink::Combine(&mut *rows.dst, rows.op, first);
+            self.run_from(buffers, &rows.offsets, (rows.start, n), regs, sink);
+            rows.offsets.advance(&rows.stride);
+        }
+    }
+}
+
+multiversion!(
+    /// `dst` combined with `rows` rows of `src`, row `r` starting at
+    /// `from + r * stride`.
+    fn combine_rows(
+        dst: &mut [f32],
+        src: &[f32],
+        from: usize,
+        stride: i64,
+        rows: i64,
+        op: ReduceOp,
+        first: bool,
+    ) {
+        let n = dst.len();
+        for r in 0..rows {
+            let at = (from as i64 + r * stride) as usize;
+            combine_into(dst, &src[at..at + n], op, first && r == 0);
+        }
+    }
+);
+
 /// Where a tape's loads read (lane 0 of each contiguous load, and each
 /// uniform load) at one point of the loops.
 #[derive(Clone, Copy, Debug, Default)]
@@ -260,11 +327,16 @@ impl Offsets {
     }
 
     pub fn advance(&mut self, by: &Offsets) {
+        self.advance_times(by, 1);
+    }
+
+    /// `times` steps of `by` at once.
+    pub fn advance_times(&mut self, by: &Offsets, times: i64) {
         for (x, d) in self.loads.iter_mut().zip(&by.loads) {
-            *x += d;
+            *x += d * times;
         }
         for (x, d) in self.uniforms.iter_mut().zip(&by.uniforms) {
-            *x += d;
+            *x += d * times;
         }
     }
 }
