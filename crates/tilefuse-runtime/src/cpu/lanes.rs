@@ -73,23 +73,46 @@ pub enum Rhs<'a> {
 /// op; one monomorphized, vectorizable loop per op and operand kind.
 #[inline(always)]
 pub fn arith(op: BinaryOp, a: &mut [f32], b: Rhs<'_>, swap: bool) {
+    arith_from(op, a, None, b, swap);
+}
+
+/// As [`arith`], with the left operand read from `from` where given
+/// (`a[i] = from[i] op b[i]`): no copy of it into `a` first.
+#[inline(always)]
+pub fn arith_from(op: BinaryOp, a: &mut [f32], from: Option<Rhs<'_>>, b: Rhs<'_>, swap: bool) {
     #[inline(always)]
-    fn apply(a: &mut [f32], b: Rhs<'_>, swap: bool, f: impl Fn(f32, f32) -> f32) {
-        match (b, swap) {
-            (Rhs::Each(b), false) => a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y)),
-            (Rhs::Each(b), true) => a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(y, *x)),
-            (Rhs::Same(c), false) => a.iter_mut().for_each(|x| *x = f(*x, c)),
-            (Rhs::Same(c), true) => a.iter_mut().for_each(|x| *x = f(c, *x)),
+    fn apply(
+        a: &mut [f32],
+        from: Option<Rhs<'_>>,
+        b: Rhs<'_>,
+        swap: bool,
+        f: impl Fn(f32, f32) -> f32,
+    ) {
+        match (from, b, swap) {
+            (None, Rhs::Each(b), false) => a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y)),
+            (None, Rhs::Each(b), true) => a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(y, *x)),
+            (None, Rhs::Same(c), false) => a.iter_mut().for_each(|x| *x = f(*x, c)),
+            (None, Rhs::Same(c), true) => a.iter_mut().for_each(|x| *x = f(c, *x)),
+            (Some(Rhs::Each(l)), Rhs::Each(r), _) => {
+                (a.iter_mut().zip(l).zip(r)).for_each(|((x, &p), &q)| *x = f(p, q));
+            }
+            (Some(Rhs::Each(l)), Rhs::Same(c), _) => {
+                a.iter_mut().zip(l).for_each(|(x, &p)| *x = f(p, c));
+            }
+            (Some(Rhs::Same(c)), Rhs::Each(r), _) => {
+                a.iter_mut().zip(r).for_each(|(x, &q)| *x = f(c, q));
+            }
+            (Some(Rhs::Same(p)), Rhs::Same(q), _) => a.fill(f(p, q)),
         }
     }
     match op {
-        BinaryOp::Add => apply(a, b, swap, |x, y| x + y),
-        BinaryOp::Sub => apply(a, b, swap, |x, y| x - y),
-        BinaryOp::Mul => apply(a, b, swap, |x, y| x * y),
-        BinaryOp::Div => apply(a, b, swap, |x, y| x / y),
-        BinaryOp::Max => apply(a, b, swap, |x, y| extreme(x, y, true)),
-        BinaryOp::Min => apply(a, b, swap, |x, y| extreme(x, y, false)),
-        BinaryOp::Pow => apply(a, b, swap, f32::powf),
+        BinaryOp::Add => apply(a, from, b, swap, |x, y| x + y),
+        BinaryOp::Sub => apply(a, from, b, swap, |x, y| x - y),
+        BinaryOp::Mul => apply(a, from, b, swap, |x, y| x * y),
+        BinaryOp::Div => apply(a, from, b, swap, |x, y| x / y),
+        BinaryOp::Max => apply(a, from, b, swap, |x, y| extreme(x, y, true)),
+        BinaryOp::Min => apply(a, from, b, swap, |x, y| extreme(x, y, false)),
+        BinaryOp::Pow => apply(a, from, b, swap, f32::powf),
         _ => unreachable!("comparisons are not arithmetic"),
     }
 }

@@ -8,7 +8,7 @@
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, UnaryOp, reduce_identity};
 use tilefuse_sched::ir::{Index, Var};
 
-use super::lanes::{Rhs, arith, combine_into, fold_f32, unary_f32};
+use super::lanes::{Rhs, arith, arith_from, combine_into, fold_f32, unary_f32};
 use super::memory::RawBuf;
 use super::program::{Access, Value};
 use super::simd_math::multiversion;
@@ -47,6 +47,14 @@ enum Op {
         dst: u8,
         rhs: Operand,
         swap: bool,
+    },
+    /// `dst = lhs op rhs` for two operands read where they are (no
+    /// register copy of `lhs` first).
+    Apply {
+        op: BinaryOp,
+        dst: u8,
+        lhs: Operand,
+        rhs: Operand,
     },
 }
 
@@ -150,6 +158,18 @@ impl Tape {
                 let is_leaf = |v: &Value| matches!(v, Value::Const(..) | Value::Load(_));
                 let swap = is_leaf(x) && !is_leaf(y);
                 let (first, second) = if swap { (y, x) } else { (x, y) };
+                if let (Some(lhs), Some(rhs)) = (
+                    self.leaf(first, store, dtypes)?,
+                    self.leaf(second, store, dtypes)?,
+                ) {
+                    self.ops.push(Op::Apply {
+                        op: *op,
+                        dst,
+                        lhs,
+                        rhs,
+                    });
+                    return Some(());
+                }
                 self.emit(first, dst, store, dtypes)?;
                 let rhs = match self.leaf(second, store, dtypes)? {
                     Some(leaf) => leaf,
@@ -413,10 +433,18 @@ fn step(
 ) {
     let len = reg0.len();
     let (dst, d, rest): (u8, &mut [f32], &[[f32; TILE]]) = match *op {
-        Op::Set { dst, .. } | Op::Unary { dst, .. } | Op::Binary { dst, .. } if dst == 0 => {
+        Op::Set { dst, .. }
+        | Op::Unary { dst, .. }
+        | Op::Binary { dst, .. }
+        | Op::Apply { dst, .. }
+            if dst == 0 =>
+        {
             (0, reg0, above)
         }
-        Op::Set { dst, .. } | Op::Unary { dst, .. } | Op::Binary { dst, .. } => {
+        Op::Set { dst, .. }
+        | Op::Unary { dst, .. }
+        | Op::Binary { dst, .. }
+        | Op::Apply { dst, .. } => {
             let (d, rest) = above[usize::from(dst) - 1..]
                 .split_first_mut()
                 .expect("register exists");
@@ -431,6 +459,10 @@ fn step(
         Op::Unary { op, .. } => unary_f32(op, d),
         Op::Binary { op, rhs, swap, .. } => {
             arith(op, d, read(rhs, dst, rest, loads, uniforms, lo, len), swap)
+        }
+        Op::Apply { op, lhs, rhs, .. } => {
+            let operand = |x| read(x, dst, rest, loads, uniforms, lo, len);
+            arith_from(op, d, Some(operand(lhs)), operand(rhs), false);
         }
     }
 }
