@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -351,3 +352,38 @@ def test_column_reductions_of_expressions(
     b = rng.standard_normal(300).astype(f32)
     got = f.schedule(device=device)(a, b)
     assert_close(got, f.evaluate(a, b))
+
+
+def test_the_gil_is_released_while_a_kernel_runs(device: tf.Device) -> None:
+    # Python keeps running in this thread while another one's calls are
+    # native. Held, the GIL would let this loop run only until the worker
+    # takes it (a 5 ms switch interval) of the calls' ~100 ms.
+    f = tf.Fusion()
+    x = f.input((1 << 20,), "f32")
+    y = x
+    for _ in range(60):
+        y = (y * 1.0001).tanh()
+    f.output(y)
+    k = f.schedule(device=device)
+    a = np.ones(1 << 20, f32)
+    k(a)
+
+    def loop_rate(seconds: float) -> float:
+        steps, end = 0, time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            steps += 1
+        return steps / seconds
+
+    rate = loop_rate(0.02)
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: ([k(a) for _ in range(4)], done.set()))
+    steps, start = 0, time.perf_counter()
+    worker.start()
+    while not done.is_set():
+        time.perf_counter()  # the same work per step as in loop_rate
+        steps += 1
+    elapsed = time.perf_counter() - start
+    worker.join()
+    # The kernel's threads share the cores with this one: a fraction of
+    # the rate, far above what a held GIL would leave.
+    assert steps > 0.1 * rate * elapsed, (steps, rate, elapsed)
