@@ -4,7 +4,7 @@
 use tilefuse_ir::{Data, Fusion, Tensor, evaluate};
 use tilefuse_runtime::Device;
 use tilefuse_sched::Schedule;
-use tilefuse_sched::fixtures::{compare, fusions, inputs, recipes};
+use tilefuse_testing::{compare, fusions, inputs, recipes};
 
 fn check(name: &str, f: &Fusion, schedule: &Schedule) {
     let x = inputs(f, 7);

@@ -7,7 +7,7 @@ use common::gpu;
 use tilefuse_ir::{Fusion, evaluate};
 use tilefuse_runtime::Device;
 use tilefuse_sched::Schedule;
-use tilefuse_sched::fixtures::{compare, fusions, inputs, recipes};
+use tilefuse_testing::{compare, fusions, inputs, recipes};
 
 fn check(name: &str, f: &Fusion, s: &Schedule, device: &Device) {
     let x = inputs(f, 3);

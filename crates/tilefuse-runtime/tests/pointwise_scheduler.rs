@@ -8,8 +8,8 @@ use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
 use tilefuse_params::{HeuristicParams, ParamsStruct, PointwiseParams};
 use tilefuse_runtime::Device;
 use tilefuse_sched::codegen::generate;
-use tilefuse_sched::fixtures::fusions;
 use tilefuse_sched::schedulers::{can_schedule, heuristics, schedule};
+use tilefuse_testing::fusions;
 
 /// `tanh(a * b + 1) * 0.5 + exp(-a)` over `[rows, cols]`, `b` broadcast.
 fn chain(rows: usize, cols: usize) -> Fusion {

@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use tilefuse_ir::evaluate;
 use tilefuse_runtime::Device;
 use tilefuse_sched::Schedule;
-use tilefuse_sched::fixtures::{compare, fusions, inputs};
 use tilefuse_sched::ir::{BlockId, LoopId, Scope, ThreadAxis};
+use tilefuse_testing::{compare, fusions, inputs};
 
 #[derive(Clone, Debug)]
 enum Call {

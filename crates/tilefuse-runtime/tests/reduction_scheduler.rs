@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, ParamsStruct, ReductionParams};
 use tilefuse_runtime::Device;
-use tilefuse_sched::fixtures::reduction_fusions;
 use tilefuse_sched::schedulers::{heuristics, schedule};
+use tilefuse_testing::reduction_fusions;
 
 fn fusion(name: &str) -> Fusion {
     reduction_fusions()

@@ -3,7 +3,7 @@
 
 use tilefuse_sched::Schedule;
 use tilefuse_sched::codegen::generate;
-use tilefuse_sched::fixtures::{fusions, recipes};
+use tilefuse_testing::{fusions, recipes};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

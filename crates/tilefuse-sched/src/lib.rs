@@ -2,7 +2,6 @@
 //! recorded traces, and WGSL code generation.
 
 pub mod codegen;
-pub mod fixtures;
 pub mod ir;
 mod lower;
 mod realize;

@@ -118,7 +118,7 @@ fn preconditions_give_typed_errors() {
 
 #[test]
 fn compute_at_family_preconditions_and_effect() {
-    use tilefuse_sched::fixtures::{fusions, reverse_compute_at_epilogue};
+    use tilefuse_testing::{fusions, reverse_compute_at_epilogue};
     let (_, mm) = fusions()
         .into_iter()
         .find(|(n, _)| *n == "matmul_bias_relu")

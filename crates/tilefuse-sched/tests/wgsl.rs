@@ -3,7 +3,7 @@
 
 use tilefuse_sched::Schedule;
 use tilefuse_sched::codegen::generate;
-use tilefuse_sched::fixtures::{fusions, recipes};
+use tilefuse_testing::{fusions, recipes};
 
 fn validate(source: &str, what: &str) {
     let module = naga::front::wgsl::parse_str(source)
@@ -52,7 +52,7 @@ fn aligned_vectorized_loops_use_vec4() {
         .find(|(n, _)| *n == "layernorm")
         .unwrap();
     let mut s = Schedule::new(&f);
-    tilefuse_sched::fixtures::vectorize_unroll(&mut s);
+    tilefuse_testing::vectorize_unroll(&mut s);
     let wgsl = generate(s.kernel()).unwrap().source;
     assert!(wgsl.contains("array<vec4<f32>>"), "{wgsl}");
     assert!(wgsl.contains("4 lanes of loop"), "{wgsl}");
@@ -62,7 +62,7 @@ fn aligned_vectorized_loops_use_vec4() {
         .find(|(n, _)| *n == "softmax")
         .unwrap();
     let mut s = Schedule::new(&f);
-    tilefuse_sched::fixtures::vectorize_unroll(&mut s);
+    tilefuse_testing::vectorize_unroll(&mut s);
     assert!(
         !generate(s.kernel())
             .unwrap()

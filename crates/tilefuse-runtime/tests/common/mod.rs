@@ -4,8 +4,8 @@
 use tilefuse_ir::{Fusion, evaluate};
 use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::Device;
-use tilefuse_sched::fixtures::{compare, inputs};
 use tilefuse_sched::schedulers::schedule;
+use tilefuse_testing::{compare, inputs};
 
 /// The GPU device; in CI (`CI=true`) a missing adapter is a failure, not a
 /// skip: CI runs these on Mesa's lavapipe.

@@ -111,7 +111,7 @@ mod tests {
     use tilefuse_ir::{DType, ReduceOp, evaluate};
 
     use super::*;
-    use crate::fixtures::{compare, inputs};
+    use tilefuse_testing::{compare, inputs};
 
     /// The canonical fusion computes exactly what the original does.
     fn same_meaning(f: &Fusion, c: &Fusion) {

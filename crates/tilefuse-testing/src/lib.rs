@@ -1,10 +1,11 @@
-//! Standard fusions and hand schedules: the matrix that tests of every
-//! device run, and that benchmarks and examples start from.
+//! Test support (a dev-dependency, never published): standard fusions and
+//! hand schedules, the matrix that tests of every device run and that
+//! examples start from; random inputs; the comparison with the reference.
 
 use tilefuse_ir::{BinaryOp, DType, Data, Fusion, ReduceOp, Tensor, UnaryOp};
 
-use crate::Schedule;
-use crate::ir::{IterKind, LoopId, Scope, ThreadAxis};
+use tilefuse_sched::Schedule;
+use tilefuse_sched::ir::{IterKind, LoopId, Scope, ThreadAxis};
 
 /// A named schedule recipe.
 pub type Recipe = (&'static str, fn(&mut Schedule));
@@ -348,7 +349,7 @@ fn stage_first_input(s: &mut Schedule, row: LoopId) -> bool {
     let Some(input) = loads
         .iter()
         .map(|(b, _)| s.kernel().buffer(*b))
-        .find(|b| matches!(b.role, crate::ir::Role::Input(_)))
+        .find(|b| matches!(b.role, tilefuse_sched::ir::Role::Input(_)))
         .map(|b| b.name.clone())
     else {
         return false;
