@@ -118,30 +118,38 @@ impl TensorMut<'_> {
     }
 }
 
-impl Tensor {
-    pub fn view(&self) -> TensorRef<'_> {
-        let data = match &self.data {
+impl Data {
+    pub fn view(&self) -> DataRef<'_> {
+        match self {
             Data::F32(v) => DataRef::F32(v),
             Data::I32(v) => DataRef::I32(v),
             Data::U32(v) => DataRef::U32(v),
             Data::Bool(v) => DataRef::Bool(v),
-        };
-        TensorRef {
-            shape: &self.shape,
-            data,
         }
     }
 
-    pub fn view_mut(&mut self) -> TensorMut<'_> {
-        let data = match &mut self.data {
+    pub fn view_mut(&mut self) -> DataMut<'_> {
+        match self {
             Data::F32(v) => DataMut::F32(v),
             Data::I32(v) => DataMut::I32(v),
             Data::U32(v) => DataMut::U32(v),
             Data::Bool(v) => DataMut::Bool(v),
-        };
+        }
+    }
+}
+
+impl Tensor {
+    pub fn view(&self) -> TensorRef<'_> {
+        TensorRef {
+            shape: &self.shape,
+            data: self.data.view(),
+        }
+    }
+
+    pub fn view_mut(&mut self) -> TensorMut<'_> {
         TensorMut {
             shape: &self.shape,
-            data,
+            data: self.data.view_mut(),
         }
     }
 }

@@ -21,7 +21,7 @@ use tilefuse::{
     TensorRef,
 };
 
-use crate::errors::OrRaise;
+use crate::errors::{OrRaise, ToPyErr};
 
 /// One input of a call, borrowed from numpy.
 pub enum Input<'py> {
@@ -30,7 +30,7 @@ pub enum Input<'py> {
     U32(PyReadonlyArrayDyn<'py, u32>),
     /// numpy's bool is a byte that may hold any value (`.view(bool)` of
     /// other bytes); reading it as Rust's `bool` would be undefined, so the
-    /// bytes are copied and any nonzero byte is true.
+    /// bytes are copied (once, in any layout) and any nonzero byte is true.
     Bool(Vec<usize>, Vec<bool>),
 }
 
@@ -89,6 +89,13 @@ fn input<'py>(obj: &Bound<'py, PyAny>, index: usize, label: &str) -> PyResult<In
             obj.get_type().name()?.to_string(),
         ));
     };
+    if obj.cast::<PyArrayDyn<bool>>().is_ok() {
+        // Read as bytes in any layout: the one copy is the normalization.
+        let bytes = obj.call_method1("view", ("u1",))?;
+        let bytes = bytes.cast::<PyArrayDyn<u8>>()?.try_readonly()?;
+        let v = bytes.as_array().iter().map(|&b| b != 0).collect();
+        return Ok(Input::Bool(bytes.shape().to_vec(), v));
+    }
     let obj = &if in_place(untyped) {
         obj.clone()
     } else {
@@ -100,11 +107,6 @@ fn input<'py>(obj: &Bound<'py, PyAny>, index: usize, label: &str) -> PyResult<In
         Ok(Input::I32(a.try_readonly()?))
     } else if let Ok(a) = obj.cast::<PyArrayDyn<u32>>() {
         Ok(Input::U32(a.try_readonly()?))
-    } else if obj.cast::<PyArrayDyn<bool>>().is_ok() {
-        let bytes = obj.call_method1("view", ("u1",))?;
-        let bytes = bytes.cast::<PyArrayDyn<u8>>()?.try_readonly()?;
-        let v = bytes.as_slice()?.iter().map(|&b| b != 0).collect();
-        Ok(Input::Bool(bytes.shape().to_vec(), v))
     } else {
         let dtype = format!("an array of {}", untyped.dtype().str()?);
         Err(wrong_input(obj, index, label, dtype))
@@ -115,7 +117,7 @@ fn wrong_input(obj: &Bound<'_, PyAny>, index: usize, label: &str, got: String) -
     let e = FusionError::Argument(format!(
         "input {index} ({label}): expected a numpy array of float32, int32, uint32 or bool, got {got}"
     ));
-    Err::<(), _>(e).or_raise(obj.py()).unwrap_err()
+    e.to_py_err(obj.py())
 }
 
 /// One call of a kernel (or a sequence of them) on numpy arrays: borrows

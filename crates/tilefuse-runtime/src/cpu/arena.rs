@@ -18,12 +18,6 @@ pub struct Arena {
     keep: usize,
 }
 
-impl std::fmt::Debug for Storage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} × {}", self.0.len(), self.0.dtype())
-    }
-}
-
 impl Arena {
     pub fn new(layout: Vec<(DType, usize)>, keep: usize) -> Arena {
         Arena {

@@ -61,17 +61,13 @@ impl Storage {
     }
 
     pub fn view(&mut self) -> RawBuf {
-        let (ptr, len) = match &mut self.0 {
-            Data::F32(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
-            Data::I32(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
-            Data::U32(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
-            Data::Bool(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
-        };
-        RawBuf {
-            ptr,
-            len,
-            dtype: self.0.dtype(),
-        }
+        RawBuf::of_output(&mut self.0.view_mut())
+    }
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} × {}", self.0.len(), self.0.dtype())
     }
 }
 
@@ -92,7 +88,7 @@ impl RawBuf {
         }
     }
 
-    /// A view of a caller's output.
+    /// A view of a caller's output (or of storage).
     pub fn of_output(data: &mut DataMut<'_>) -> RawBuf {
         let dtype = data.dtype();
         let (ptr, len) = match data {

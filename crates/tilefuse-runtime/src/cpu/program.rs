@@ -109,8 +109,9 @@ enum Step {
     Gemm(Box<GemmCode>),
     /// A serial loop over `r` around a lane step whose tape combines into
     /// elements that stay put as `r` moves (an outer reduction, such as
-    /// column sums): each tile of lanes accumulates every `r` in registers
-    /// and is stored once, instead of one lane step per `r`.
+    /// column sums): run row by row over blocks of lanes that stay in L1,
+    /// the loads advancing by a stride per row, instead of one lane step
+    /// (with its index evaluation) per `r`.
     Rows(Box<RowsCode>),
     Block(BlockCode),
 }
@@ -874,7 +875,7 @@ impl Ctx<'_> {
     /// Runs a whole lane loop (its variable at 0 in `env`) through the
     /// block's tape, [`TAPE_CHUNK`] lanes at a time between interrupt
     /// checks; a multiply-add goes the one-pass axpy way instead.
-    /// Runs an outer-reduction nest (see [`Step::Rows`]) tile by tile.
+    /// Runs an outer-reduction nest (see [`Step::Rows`]).
     fn rows(&self, g: &RowsCode, env: &mut [i64]) {
         let ((rv, rows), (jv, n)) = (g.r, g.lanes);
         let (b, t) = (&g.block, g.block.tape.as_ref().expect("rows_code checked"));

@@ -277,20 +277,14 @@ impl Tape {
     /// straight from it in one call; others run row by row.
     pub fn run_rows(&self, buffers: &[RawBuf], regs: &mut Registers, rows: &mut Rows<'_>) {
         let n = rows.dst.len();
-        if let (
-            [
-                Op::Set {
-                    dst: 0,
-                    src: Operand::Load(0),
-                },
-            ],
-            [(buffer, _)],
-        ) = (self.ops.as_slice(), self.loads.as_slice())
-        {
-            let (at, step) = (rows.offsets.loads[0], rows.stride.loads[0]);
-            let last = at + step * (rows.rows - 1) + (rows.start + n) as i64;
-            let lo = at.min(at + step * (rows.rows - 1)) + rows.start as i64;
-            let src = buffers[*buffer].slice::<f32>(lo as usize, (last - lo) as usize);
+        if let Some(i) = single_load(&self.ops) {
+            let (buffer, _) = self.loads[i];
+            let (at, step) = (rows.offsets.loads[i], rows.stride.loads[i]);
+            // The span of every row, whichever way the rows step.
+            let final_row = at + step * (rows.rows - 1);
+            let lo = at.min(final_row) + rows.start as i64;
+            let hi = at.max(final_row) + (rows.start + n) as i64;
+            let src = buffers[buffer].slice::<f32>(lo as usize, (hi - lo) as usize);
             let from = (at + rows.start as i64 - lo) as usize;
             combine_rows(rows.dst, src, from, step, rows.rows, rows.op, rows.first);
             rows.offsets.advance_times(&rows.stride, rows.rows);
@@ -302,6 +296,19 @@ impl Tape {
             self.run_from(buffers, &rows.offsets, (rows.start, n), regs, sink);
             rows.offsets.advance(&rows.stride);
         }
+    }
+}
+
+/// The load a tape is, when it is nothing but one load (a sum of rows).
+fn single_load(ops: &[Op]) -> Option<usize> {
+    match ops {
+        [
+            Op::Set {
+                dst: 0,
+                src: Operand::Load(i),
+            },
+        ] => Some(usize::from(*i)),
+        _ => None,
     }
 }
 
@@ -376,18 +383,9 @@ multiversion!(
             Sink::Fold(op) => Some([reduce_identity(*op, DType::F32).as_f64() as f32; TILE]),
             _ => None,
         };
-        if let (
-            [
-                Op::Set {
-                    dst: 0,
-                    src: Operand::Load(i),
-                },
-            ],
-            Sink::Combine(dst, op, first),
-        ) = (ops, &mut *sink)
-        {
+        if let (Some(i), Sink::Combine(dst, op, first)) = (single_load(ops), &mut *sink) {
             // A load combined as it is (a sum of rows): straight from it.
-            combine_into(dst, &loads[usize::from(*i)][..n], *op, *first);
+            combine_into(dst, &loads[i][..n], *op, *first);
             return None;
         }
         let (scratch, above) = regs.0.split_first_mut().expect("registers exist");

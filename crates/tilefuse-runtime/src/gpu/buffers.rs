@@ -18,10 +18,11 @@ fn words(data: DataRef<'_>) -> std::borrow::Cow<'_, [u8]> {
         DataRef::F32(v) => bytemuck::cast_slice(v).into(),
         DataRef::I32(v) => bytemuck::cast_slice(v).into(),
         DataRef::U32(v) => bytemuck::cast_slice(v).into(),
-        DataRef::Bool(v) => {
-            let words: Vec<u32> = v.iter().map(|&b| u32::from(b)).collect();
-            bytemuck::cast_slice(&words).to_vec().into()
-        }
+        DataRef::Bool(v) => v
+            .iter()
+            .flat_map(|&b| u32::from(b).to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into(),
     }
 }
 
@@ -98,14 +99,20 @@ fn copy_words<T: bytemuck::Pod>(bytes: &[u8], out: &mut [T]) {
     }
 }
 
-/// Copies `size` bytes of `buffer` to the host.
-fn read_back(device: &GpuDevice, buffer: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
-    let staging = device.device.create_buffer(&wgpu::BufferDescriptor {
+/// A buffer of `size` bytes that a device buffer is copied into for the
+/// host to read.
+pub fn readback_buffer(device: &GpuDevice, size: u64) -> wgpu::Buffer {
+    device.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("tilefuse readback"),
         size,
         usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
-    });
+    })
+}
+
+/// Copies `size` bytes of `buffer` to the host.
+fn read_back(device: &GpuDevice, buffer: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+    let staging = readback_buffer(device, size);
     let mut encoder = device.device.create_command_encoder(&Default::default());
     encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
     device.queue.submit([encoder.finish()]);

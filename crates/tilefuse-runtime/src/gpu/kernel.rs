@@ -11,7 +11,7 @@ use tilefuse_sched::Schedule;
 use tilefuse_sched::codegen::{BindingInfo, WgslKernel};
 use tilefuse_sched::ir::Role;
 
-use super::buffers::{self, buffer_size, map_all, read_into, upload};
+use super::buffers::{self, buffer_size, map_all, read_into, readback_buffer, upload};
 use super::{GpuDevice, Pipelines, WARM_UP, gpu_err};
 use crate::error::{Result, RuntimeError};
 
@@ -54,14 +54,8 @@ pub(super) fn staging_buffer(
     elements: u64,
     host_reads: bool,
 ) -> Option<wgpu::Buffer> {
-    (elements > 0 && !(host_reads && device.host_mapped)).then(|| {
-        device.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("tilefuse readback"),
-            size: 4 * elements,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        })
-    })
+    (elements > 0 && !(host_reads && device.host_mapped))
+        .then(|| readback_buffer(device, 4 * elements))
 }
 
 /// The buffer an output is read from: its staging buffer, or itself when
