@@ -5,6 +5,9 @@ another WebGPU host (wgpu-py)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -539,8 +542,79 @@ def test_the_cpu_runs_schedules_wgsl_cannot_express(gpu: tf.Device) -> None:
     np.testing.assert_array_equal(k(a), f.evaluate(a))
     with pytest.raises(tf.ScheduleError, match="below a loop with several children"):
         _ = k.wgsl
-    with pytest.raises(tf.ScheduleError, match="below a loop with several children"):
+    with pytest.raises(tf.ScheduleError, match="below a loop with several children") as err:
         s.build(gpu)
+    assert err.value.lowering_pass == "verify_workgroup_spine"
+    assert err.value.primitive is None
+    # The CPU lowering has no WGSL-only pass, so nothing in it objects.
+    assert [name for name, _ in s.lower(tf.Device.cpu())] == CPU_PASSES
+
+
+CPU_PASSES = ["realize_buffers", "software_pipeline", "launch"]
+WGSL_PASSES = [
+    "realize_buffers",
+    "software_pipeline",
+    "verify_workgroup_spine",
+    "vectorize",
+    "launch",
+    "cross_invocation",
+    "place_barriers",
+    "localize_indices",
+]
+
+
+def _row_sum_schedule() -> tf.Schedule:
+    """exp then a row sum, its reduction split and cached in workgroup
+    memory: every pass has something to do."""
+    f = tf.Fusion()
+    x = f.input((16, 64), "f32", name="x")
+    y = x.exp().sum(axis=1)
+    y.name = "y"
+    f.output(y)
+    return f.schedule(device=tf.Device.cpu()).schedule
+
+
+def test_lower_lists_every_pass_with_the_ir_after_it(gpu: tf.Device) -> None:
+    s = _row_sum_schedule()
+    cpu_steps = s.lower(tf.Device.cpu())
+    assert [name for name, _ in cpu_steps] == CPU_PASSES
+    assert all("buffer x: f32[16, 64] global input(0)" in text for _, text in cpu_steps)
+    assert "# stage0:" in cpu_steps[-1][1]
+    gpu_steps = s.lower(gpu)
+    assert [name for name, _ in gpu_steps] == WGSL_PASSES
+    assert "workgroups of" in dict(gpu_steps)["launch"]
+
+
+def test_precondition_errors_name_their_primitive() -> None:
+    s = _row_sum_schedule()
+    loop = s.get_loops("y")[-1]
+    with pytest.raises(tf.ScheduleError) as err:
+        s.fuse(loop, loop)
+    assert err.value.primitive == "fuse"
+    assert err.value.lowering_pass is None
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_a_build_lowers_once_and_dumps_each_pass(kind: str, request: pytest.FixtureRequest) -> None:
+    # TILEFUSE_DUMP=lower prints every pass of every lowering: a build by
+    # hand (no scheduler's limit check) shows each pass exactly once, and
+    # a CPU build none of the WGSL-only ones.
+    if kind == "gpu":
+        request.getfixturevalue("gpu")  # fails in CI, skips elsewhere, without one
+    script = (
+        "import tilefuse as tf\n"
+        "f = tf.Fusion()\n"
+        "x = f.input((4, 32), 'f32')\n"
+        "f.output(x.exp())\n"
+        f"f.create_schedule().build(tf.Device.{kind}())\n"
+    )
+    env = {**os.environ, "TILEFUSE_DUMP": "lower"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    ).stderr
+    passes = [line[len("[lower] ") :] for line in out.splitlines() if line.startswith("[lower]")]
+    assert passes == (CPU_PASSES if kind == "cpu" else WGSL_PASSES), out
+    assert "(unchanged)" in out  # nothing to realize or pipeline here
 
 
 def test_compute_inline_all_equals_inlining_one_by_one(rng: np.random.Generator) -> None:

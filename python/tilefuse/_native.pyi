@@ -48,7 +48,12 @@ class ParamsError(TilefuseError, ValueError):
     message: str
 
 class ScheduleError(TilefuseError, ValueError):
-    """A schedule primitive whose precondition fails, naming the block or loop and the condition."""
+    """A schedule primitive whose precondition fails, naming the block or
+    loop and the condition (`.primitive` names the primitive), or a schedule
+    the device's lowering cannot take (`.lowering_pass` names the pass)."""
+
+    primitive: str | None
+    lowering_pass: str | None
 
 class DeviceError(TilefuseError, RuntimeError):
     """A kernel the device cannot run (the message names the limit), or a device failure."""
@@ -135,6 +140,7 @@ class Schedule:
     def reverse_compute_inline(self, block: int) -> None: ...
     def fusion(self) -> Fusion: ...
     def trace(self) -> str: ...
+    def lower(self, device: Device) -> list[tuple[str, str]]: ...
     def build(self, device: Device) -> Kernel: ...
 
 @final

@@ -239,6 +239,17 @@ class Schedule:
         """Every applied primitive, as JSON."""
         return self._native.trace()
 
+    def lower(self, device: Device | None = None) -> list[tuple[str, str]]:
+        """Every lowering pass ``device`` (``Device.default()`` when
+        omitted) runs on this schedule before code generation, in order:
+        ``[(pass name, the kernel and what the analyses found after it),
+        ...]``. For reading what happens between scheduling and code; a
+        pass that cannot lower the schedule raises ``ScheduleError`` with
+        ``.lowering_pass`` set. ``TILEFUSE_DUMP=lower`` prints the same to
+        stderr on every build."""
+        device = device or Device.default()
+        return self._native.lower(device._native)
+
     def build(self, device: Device | None = None) -> Kernel:
         """Compiles for ``device`` (``Device.default()`` when omitted)."""
         device = device or Device.default()

@@ -5,7 +5,8 @@
 //! TilefuseError(Exception)
 //! ├── FusionError(TilefuseError, ValueError)    ← FusionError, RuntimeError::Argument
 //! ├── ParamsError(TilefuseError, ValueError)    ← ParamsError (.path, .message)
-//! ├── ScheduleError(TilefuseError, ValueError)  ← ScheduleError
+//! ├── ScheduleError(TilefuseError, ValueError)  ← ScheduleError (.primitive),
+//! │                                                LowerError (.lowering_pass)
 //! ├── DeviceError(TilefuseError, RuntimeError)  ← RuntimeError::{Limit, Gpu, OutOfMemory}
 //! └── InternalError(TilefuseError, RuntimeError) ← RuntimeError::Internal, and any Rust panic
 //! KeyboardInterrupt ← Interrupted (Ctrl-C during native work; see `interrupt`)
@@ -27,7 +28,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
-use tilefuse::{FusionError, ParamsError, RuntimeError, ScheduleError};
+use tilefuse::{FusionError, LowerError, ParamsError, RuntimeError, ScheduleError};
 
 create_exception!(
     tilefuse,
@@ -60,7 +61,7 @@ static PARAMS: Class = Class {
 static SCHEDULE: Class = Class {
     name: "ScheduleError",
     std_base: |py| py.get_type::<PyValueError>(),
-    doc: "A schedule primitive whose precondition fails, naming the block or loop and the condition.",
+    doc: "A schedule primitive whose precondition fails, naming the block or loop and the condition (`.primitive` names the primitive), or a schedule the device's lowering cannot take (`.lowering_pass` names the pass); both attributes are None where they do not apply.",
     cell: PyOnceLock::new(),
 };
 static DEVICE: Class = Class {
@@ -116,9 +117,36 @@ impl ToPyErr for FusionError {
     }
 }
 
+/// A `ScheduleError` with its `.primitive` and `.lowering_pass` (`None`
+/// where they do not apply).
+fn schedule_err(
+    py: Python<'_>,
+    message: String,
+    primitive: Option<&str>,
+    pass: Option<&str>,
+) -> PyErr {
+    let make = || -> PyResult<PyErr> {
+        let err = SCHEDULE.get(py)?.call1((message,))?;
+        err.setattr("primitive", primitive)?;
+        err.setattr("lowering_pass", pass)?;
+        Ok(PyErr::from_value(err))
+    };
+    make().unwrap_or_else(|e| e)
+}
+
 impl ToPyErr for ScheduleError {
     fn to_py_err(self, py: Python<'_>) -> PyErr {
-        SCHEDULE.err(py, self.to_string())
+        let primitive = match &self {
+            ScheduleError::Precondition { primitive, .. } => Some(*primitive),
+            _ => None,
+        };
+        schedule_err(py, self.to_string(), primitive, None)
+    }
+}
+
+impl ToPyErr for LowerError {
+    fn to_py_err(self, py: Python<'_>) -> PyErr {
+        schedule_err(py, self.to_string(), None, Some(self.pass))
     }
 }
 
@@ -127,6 +155,7 @@ impl ToPyErr for RuntimeError {
         match self {
             RuntimeError::Argument(m) => FUSION.err(py, m),
             RuntimeError::Schedule(e) => e.to_py_err(py),
+            RuntimeError::Lower(e) => e.to_py_err(py),
             RuntimeError::Interrupted => PyKeyboardInterrupt::new_err(()),
             RuntimeError::OutOfMemory { .. } => PyMemoryError::new_err(self.to_string()),
             RuntimeError::Internal(m) => INTERNAL.err(py, m),

@@ -7,7 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use tilefuse::Device;
 use tilefuse::sched::ir::{BlockId, LoopId, Role, Scope, ThreadAxis};
-use tilefuse::{Fusion, Kernel, Schedule, ScheduleError};
+use tilefuse::sched::lowering::lower_steps;
+use tilefuse::{Fusion, Kernel, Schedule, ScheduleError, Target};
 
 use crate::arrays::{self, Input};
 use crate::errors::{OrRaise, guard};
@@ -270,6 +271,16 @@ impl PySchedule {
 
     fn __str__(&self) -> PyResult<String> {
         guard(|| Ok(self.inner.to_string()))
+    }
+
+    /// `[(pass, state after it), ...]` for every lowering pass `device`
+    /// runs.
+    fn lower(&self, py: Python<'_>, device: &PyDevice) -> PyResult<Vec<(&'static str, String)>> {
+        guard(|| {
+            let target = Target::of(&device.inner.info());
+            let steps = lower_steps(self.inner.kernel(), target).or_raise(py)?;
+            Ok(steps.into_iter().map(|s| (s.pass, s.text)).collect())
+        })
     }
 
     /// Compiles the schedule for `device`.

@@ -7,7 +7,7 @@ use std::time::Instant;
 use tilefuse_ir::shape::numel;
 use tilefuse_ir::{AsTensorRef, Fusion, Tensor, TensorMut, TensorRef};
 use tilefuse_sched::codegen::{WgslKernel, generate};
-use tilefuse_sched::{Schedule, ScheduleError};
+use tilefuse_sched::{LowerError, Schedule};
 
 use crate::cpu::{CpuDevice, CpuKernel, Storage};
 use crate::error::{Result, RuntimeError};
@@ -132,7 +132,7 @@ enum Exec {
 /// A compiled kernel: run it, time it, or read its WGSL.
 pub struct Kernel {
     /// Made at build on a GPU, on first request on the CPU.
-    wgsl: OnceLock<std::result::Result<WgslKernel, ScheduleError>>,
+    wgsl: OnceLock<std::result::Result<WgslKernel, LowerError>>,
     exec: Exec,
 }
 
@@ -171,14 +171,14 @@ impl Kernel {
     /// The kernel as WGSL, with its bindings and dispatches (also for
     /// kernels built for the CPU, so any WebGPU host can run them).
     ///
-    /// A `Schedule` error when the schedule has no WGSL form (a workgroup
+    /// A `Lower` error when the schedule has no WGSL form (a workgroup
     /// loop below a loop with several children, which only the CPU runs).
     pub fn wgsl(&self) -> Result<&WgslKernel> {
         let made = self.wgsl.get_or_init(|| match &self.exec {
             Exec::Cpu(k) => generate(k.schedule().kernel()),
             Exec::Gpu(k) => Ok(k.wgsl.clone()),
         });
-        made.as_ref().map_err(|e| RuntimeError::Schedule(e.clone()))
+        made.as_ref().map_err(|e| RuntimeError::Lower(e.clone()))
     }
 
     /// Runs the kernel on `inputs` (one per fusion input) into new

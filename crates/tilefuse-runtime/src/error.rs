@@ -5,6 +5,9 @@ pub enum RuntimeError {
     /// A schedule that cannot become a kernel (see the message).
     #[error(transparent)]
     Schedule(#[from] tilefuse_sched::ScheduleError),
+    /// A schedule the device's lowering cannot take (the pass and why).
+    #[error(transparent)]
+    Lower(#[from] tilefuse_sched::LowerError),
     /// Arguments that do not match the kernel's inputs.
     #[error("{0}")]
     Argument(String),

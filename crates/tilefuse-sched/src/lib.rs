@@ -1,16 +1,15 @@
 //! tilefuse scheduling: the loop-nest kernel IR, schedule primitives with
-//! recorded traces, and WGSL code generation.
+//! recorded traces, the lowering passes after scheduling, and WGSL code
+//! generation.
 
 pub mod codegen;
+mod initial;
 pub mod ir;
-mod lower;
-mod realize;
+pub mod lowering;
 pub mod schedule;
 pub mod schedulers;
-mod software_pipeline;
 mod target;
 
-pub use lower::lower;
-pub use realize::{PrivateMemory, realize};
+pub use lowering::{LowerError, Lowered, Target, lower};
 pub use schedule::{Instruction, Schedule, ScheduleError};
 pub use target::{DeviceInfo, DeviceLimits};

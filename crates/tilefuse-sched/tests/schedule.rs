@@ -369,9 +369,10 @@ fn pipeline_preconditions_and_replay() {
     assert!(wgsl.contains(&format!("let {row_var} = 7u;")), "{wgsl}");
     let replayed = Schedule::replay_json(&f, &s.trace_json()).unwrap();
     assert_eq!(replayed.to_string(), text);
-    // After realization the copy fills row + 1's stage, the prologue row 0's.
-    let k =
-        tilefuse_sched::realize(s.kernel(), tilefuse_sched::PrivateMemory::PerInvocation).unwrap();
+    // After lowering the copy fills row + 1's stage, the prologue row 0's.
+    let k = tilefuse_sched::lower(s.kernel(), tilefuse_sched::Target::Wgsl)
+        .unwrap()
+        .kernel;
     let staged = k.buffers.iter().find(|b| b.name == "x_wg").unwrap();
     assert_eq!(staged.shape, [3, 1, 64]);
     assert_eq!(k.to_string().matches("block x_wg").count(), 2, "{k}");

@@ -25,4 +25,4 @@ pub use tilefuse_params::{
 pub use tilefuse_runtime as runtime;
 pub use tilefuse_runtime::{Device, DeviceInfo, Kernel, RuntimeError, Timing};
 pub use tilefuse_sched as sched;
-pub use tilefuse_sched::{Schedule, ScheduleError};
+pub use tilefuse_sched::{LowerError, Lowered, Schedule, ScheduleError, Target, lower};

@@ -13,7 +13,7 @@ mod tape;
 
 use tilefuse_ir::{TensorMut, TensorRef, check_arguments, check_outputs};
 use tilefuse_sched::ir::Role;
-use tilefuse_sched::{PrivateMemory, Schedule};
+use tilefuse_sched::{Schedule, Target, lower};
 
 use crate::error::{Result, RuntimeError};
 use arena::Arena;
@@ -51,7 +51,7 @@ impl Default for CpuDevice {
 #[derive(Debug)]
 pub struct CpuKernel {
     schedule: Schedule,
-    /// The schedule's kernel with workgroup / private buffers realized.
+    /// The schedule's kernel lowered for the CPU.
     kernel: tilefuse_sched::ir::Kernel,
     program: Program,
     threads: usize,
@@ -59,9 +59,9 @@ pub struct CpuKernel {
 }
 
 impl CpuDevice {
-    /// Realizes the schedule's buffers and compiles it.
+    /// Lowers the schedule for the CPU and compiles it.
     pub fn build(&self, schedule: &Schedule) -> Result<CpuKernel> {
-        let kernel = tilefuse_sched::realize(schedule.kernel(), PrivateMemory::PerWorkgroup)?;
+        let kernel = lower(schedule.kernel(), Target::Cpu)?.kernel;
         if let Some(b) = kernel
             .blocks_in_order()
             .into_iter()

@@ -12,8 +12,9 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
-use tilefuse_sched::Schedule;
-use tilefuse_sched::codegen::{WgslKernel, generate};
+use tilefuse_sched::codegen::{WgslKernel, emit};
+use tilefuse_sched::lowering::verify_launch;
+use tilefuse_sched::{Schedule, Target, lower};
 
 use crate::error::{Result, RuntimeError};
 use tilefuse_sched::{DeviceInfo, DeviceLimits};
@@ -185,10 +186,12 @@ impl GpuDevice {
         &self.info
     }
 
-    /// Generates, checks against the device limits and compiles a kernel.
+    /// Lowers the schedule once, checks its launches against the device
+    /// limits, generates its WGSL and compiles it.
     pub fn build(self: &Arc<Self>, schedule: &Schedule) -> Result<GpuKernel> {
-        let wgsl = generate(schedule.kernel())?;
-        self.check_limits(&wgsl)?;
+        let lowered = lower(schedule.kernel(), Target::Wgsl)?;
+        verify_launch(&lowered, &self.info).map_err(|e| RuntimeError::Limit(e.to_string()))?;
+        let wgsl = emit(&lowered);
         let pipelines = self.pipelines(&wgsl)?;
         Ok(GpuKernel::new(
             Arc::clone(self),
@@ -196,78 +199,6 @@ impl GpuDevice {
             wgsl,
             pipelines,
         ))
-    }
-
-    fn check_limits(&self, wgsl: &WgslKernel) -> Result<()> {
-        let l = &self.info.limits;
-        for stage in &wgsl.stages {
-            let name = &stage.entry_point;
-            for (d, axis) in ["x", "y", "z"].iter().enumerate() {
-                if stage.workgroup_size[d] > l.max_workgroup_size[d] {
-                    return Err(RuntimeError::Limit(format!(
-                        "{name}: invocation.{axis} extent {} exceeds the device's max_compute_workgroup_size_{axis} ({})",
-                        stage.workgroup_size[d], l.max_workgroup_size[d]
-                    )));
-                }
-                if stage.workgroups[d] > l.max_workgroups_per_dimension {
-                    return Err(RuntimeError::Limit(format!(
-                        "{name}: workgroup.{axis} extent {} exceeds the device's max_compute_workgroups_per_dimension ({})",
-                        stage.workgroups[d], l.max_workgroups_per_dimension
-                    )));
-                }
-            }
-            if let Some(limit) = l.max_loop_iterations_per_invocation
-                && stage.loop_iterations > limit
-            {
-                return Err(RuntimeError::Limit(format!(
-                    "{name}: one invocation runs {} loop iterations, more than this driver ({}) runs \
-                     before it silently stops loops ({limit}); bind more loops to workgroups or invocations",
-                    stage.loop_iterations, self.info.name
-                )));
-            }
-            if stage.workgroup_bytes > u64::from(l.max_workgroup_storage_bytes) {
-                return Err(RuntimeError::Limit(format!(
-                    "{name}: {} bytes of workgroup memory exceed the device's max_compute_workgroup_storage_size ({})",
-                    stage.workgroup_bytes, l.max_workgroup_storage_bytes
-                )));
-            }
-            if stage.subgroup_lanes > 0 {
-                let smallest = self.info.subgroup_sizes.map(|(min, _)| u64::from(min));
-                if smallest.is_none_or(|min| stage.subgroup_lanes > min) {
-                    return Err(RuntimeError::Limit(format!(
-                        "{name}: a subgroup reduction spans {} invocations, but {}",
-                        stage.subgroup_lanes,
-                        smallest.map_or("this adapter has no subgroups".into(), |min| format!(
-                            "the device's smallest subgroup has {min}"
-                        ))
-                    )));
-                }
-            }
-            let invocations: u32 = stage.workgroup_size.iter().product();
-            if invocations > l.max_invocations_per_workgroup {
-                return Err(RuntimeError::Limit(format!(
-                    "{name}: {invocations} invocations per workgroup exceed the device's max_compute_invocations_per_workgroup ({})",
-                    l.max_invocations_per_workgroup
-                )));
-            }
-            if stage.bindings.len() as u32 > l.max_storage_buffers_per_stage {
-                return Err(RuntimeError::Limit(format!(
-                    "{name}: {} storage buffers exceed the device's max_storage_buffers_per_shader_stage ({})",
-                    stage.bindings.len(),
-                    l.max_storage_buffers_per_stage
-                )));
-            }
-        }
-        for b in &wgsl.bindings {
-            let bytes = 4 * b.shape.iter().product::<u64>();
-            if bytes > l.max_storage_buffer_binding_size {
-                return Err(RuntimeError::Limit(format!(
-                    "buffer {}: {bytes} bytes exceed the device's max_storage_buffer_binding_size ({})",
-                    b.name, l.max_storage_buffer_binding_size
-                )));
-            }
-        }
-        Ok(())
     }
 
     fn pipelines(&self, wgsl: &WgslKernel) -> Result<Pipelines> {

@@ -1,8 +1,7 @@
-//! WGSL code generation.
+//! WGSL code generation from a lowered kernel.
 
 mod ast;
 mod depth;
-mod sync;
 mod wgsl;
 
-pub use wgsl::{BindingInfo, StageInfo, WgslKernel, generate, stages};
+pub use wgsl::{BindingInfo, StageInfo, WgslKernel, emit, generate};

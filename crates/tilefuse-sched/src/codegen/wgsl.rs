@@ -1,25 +1,22 @@
-//! Kernel IR → WGSL. Each root loop nest of the kernel becomes one entry
-//! point (`stage0`, `stage1`, ...) dispatched in order; global buffers are
-//! storage bindings numbered once for the whole module.
+//! Kernel IR → WGSL, from a kernel lowered for [`Target::Wgsl`]. Each root
+//! loop nest becomes one entry point (`stage0`, `stage1`, ...) dispatched
+//! in order; global buffers are storage bindings numbered once for the
+//! whole module.
 //!
 //! Loops bound to `workgroup.*` / `invocation.*` read `workgroup_id` /
 //! `local_invocation_id` (guarded when their extent is less than the
 //! dispatch or workgroup size); other loops are `for` loops, unrolled ones
-//! are repeated. Where sibling subtrees hand data to each other across
-//! invocations, a barrier of the memory they share separates them (`sync`).
-
-use std::collections::{HashMap, HashSet};
+//! are repeated. Lowering decided the rest: which loops are `vec4` steps,
+//! the launch of each stage and where barriers go.
 
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar as Value, UnaryOp, reduce_identity};
 
 use super::ast::{Access, EntryPoint, Expr, Module, Scalar, Stmt, StorageBinding, WorkgroupArray};
-use super::sync;
-use crate::PrivateMemory;
 use crate::ir::{
     self, BlockId, BufferId, CrossInvocation, Index, Kernel, LoopId, LoopKind, Node, Role, Scope,
     Var, flat_offset,
 };
-use crate::schedule::ScheduleError;
+use crate::lowering::{Barrier, Launch, LowerError, Lowered, Target, lane_step, lower};
 
 const MATH: &str = include_str!("../../../../shaders/math.wgsl");
 
@@ -60,21 +57,15 @@ pub struct WgslKernel {
     pub stages: Vec<StageInfo>,
 }
 
-/// Generates the WGSL module of `kernel`.
-pub fn generate(kernel: &Kernel) -> Result<WgslKernel, ScheduleError> {
-    emit(kernel, true)
+/// Lowers a scheduled kernel for WGSL and generates its module.
+pub fn generate(kernel: &Kernel) -> Result<WgslKernel, LowerError> {
+    Ok(emit(&lower(kernel, Target::Wgsl)?))
 }
 
-/// What each dispatch of `kernel` needs (grid, workgroup size, loop
-/// iterations, workgroup memory) without writing the WGSL: for limit checks
-/// before a kernel is built.
-pub fn stages(kernel: &Kernel) -> Result<Vec<StageInfo>, ScheduleError> {
-    emit(kernel, false).map(|k| k.stages)
-}
-
-/// The module, or with `bodies` off only its bindings and stage infos.
-fn emit(kernel: &Kernel, bodies: bool) -> Result<WgslKernel, ScheduleError> {
-    let kernel = &crate::realize(kernel, PrivateMemory::PerInvocation)?;
+/// The WGSL module of a kernel lowered for [`Target::Wgsl`].
+pub fn emit(lowered: &Lowered) -> WgslKernel {
+    assert_eq!(lowered.target, Target::Wgsl, "WGSL needs a WGSL lowering");
+    let kernel = &lowered.kernel;
     let live = kernel.live_buffers();
     let globals: Vec<BufferId> = live
         .iter()
@@ -102,20 +93,18 @@ fn emit(kernel: &Kernel, bodies: bool) -> Result<WgslKernel, ScheduleError> {
             }
         })
         .collect();
-    let (vec_loops, vec_buffers) = vectorized_loops(kernel);
     let emitter = Gen {
+        l: lowered,
         kernel,
         bindings: &bindings,
-        vec_loops,
-        vec_buffers,
     };
-    let mut entry_points = Vec::new();
-    let mut stages = Vec::new();
-    for (i, root) in kernel.body.iter().enumerate() {
-        let (entry, stage) = emitter.stage(i, root, bodies)?;
-        entry_points.push(entry);
-        stages.push(stage);
-    }
+    let (entry_points, stages) = kernel
+        .body
+        .iter()
+        .zip(&lowered.launches)
+        .enumerate()
+        .map(|(i, (root, launch))| emitter.stage(i, root, launch))
+        .unzip();
     let module = Module {
         prelude: vec![MATH],
         bindings: bindings
@@ -129,7 +118,7 @@ fn emit(kernel: &Kernel, bodies: bool) -> Result<WgslKernel, ScheduleError> {
                     Access::Read
                 },
                 elem: storage_scalar(b.dtype),
-                vec4: emitter.vec_buffers.contains(&b.buffer),
+                vec4: lowered.vectors.buffers.contains(&b.buffer),
             })
             .collect(),
         workgroup_arrays: live
@@ -143,15 +132,11 @@ fn emit(kernel: &Kernel, bodies: bool) -> Result<WgslKernel, ScheduleError> {
             .collect(),
         entry_points,
     };
-    Ok(WgslKernel {
-        source: if bodies {
-            module.to_string()
-        } else {
-            String::new()
-        },
+    WgslKernel {
+        source: module.to_string(),
         bindings,
         stages,
-    })
+    }
 }
 
 fn buffer_ident(name: &str, id: BufferId) -> String {
@@ -228,51 +213,31 @@ fn index_expr(ix: &Index) -> Expr {
 }
 
 struct Gen<'a> {
+    l: &'a Lowered,
     kernel: &'a Kernel,
     bindings: &'a [BindingInfo],
-    /// Vectorized loops emitted as one `vec4<f32>` step, with their block.
-    vec_loops: HashMap<LoopId, BlockId>,
-    /// Buffers declared `array<vec4<f32>>`; their scalar accesses pick a
-    /// component.
-    vec_buffers: HashSet<BufferId>,
+}
+
+fn barrier_stmts(barrier: Barrier) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    if barrier.storage {
+        out.push(Stmt::Call("storageBarrier".into()));
+    }
+    if barrier.workgroup {
+        out.push(Stmt::Call("workgroupBarrier".into()));
+    }
+    out
 }
 
 impl Gen<'_> {
-    fn stage(
-        &self,
-        i: usize,
-        root: &Node,
-        body_too: bool,
-    ) -> Result<(EntryPoint, StageInfo), ScheduleError> {
-        let mut sizes = [1u64; 6];
-        self.bound_extents(root, &mut sizes);
-        self.check_spine(root, true)?;
-        let narrow = |d: u64, what: &str| {
-            u32::try_from(d).map_err(|_| {
-                ScheduleError::Codegen(format!("stage{i}: {what} extent {d} does not fit in u32"))
-            })
-        };
-        let workgroups = [
-            narrow(sizes[0], "workgroup")?,
-            narrow(sizes[1], "workgroup")?,
-            narrow(sizes[2], "workgroup")?,
-        ];
-        let workgroup_size = [
-            narrow(sizes[3], "invocation")?,
-            narrow(sizes[4], "invocation")?,
-            narrow(sizes[5], "invocation")?,
-        ];
-        let subgroup_lanes = self.subgroup_lanes(root, &sizes)?;
-        let mut used = Vec::new();
-        self.buffers_in(root, &mut used);
-        used.sort_unstable();
-        used.dedup();
+    fn stage(&self, i: usize, root: &Node, launch: &Launch) -> (EntryPoint, StageInfo) {
+        let used = &launch.buffers;
         let mut body: Vec<Stmt> = used
             .iter()
             .filter(|&&b| self.kernel.buffer(b).scope == Scope::Private)
             .map(|&b| {
                 let buf = self.kernel.buffer(b);
-                let (elem, len) = if self.vec_buffers.contains(&b) {
+                let (elem, len) = if self.l.vectors.buffers.contains(&b) {
                     (
                         format!("vec4<{}>", storage_scalar(buf.dtype)),
                         buf.numel() / 4,
@@ -283,19 +248,19 @@ impl Gen<'_> {
                 Stmt::VarArray(buffer_ident(&buf.name, b), elem, len)
             })
             .collect();
-        if body_too {
-            body.extend(self.node(root, &sizes));
-        }
-        let mut bindings: Vec<u32> = self
+        body.extend(self.node(root, launch));
+        let bindings: Vec<u32> = self
             .bindings
             .iter()
             .filter(|b| used.contains(&b.buffer))
             .map(|b| b.binding)
             .collect();
-        bindings.sort_unstable();
         let name = format!("stage{i}");
         super::depth::bound_depth(&mut body);
-        Ok((
+        // Lowering checked that the launch fits in u32 (`launch`).
+        let narrow = |d: [u64; 3]| d.map(|x| x as u32);
+        let workgroup_size = narrow(launch.workgroup_size);
+        (
             EntryPoint {
                 name: name.clone(),
                 workgroup_size,
@@ -303,152 +268,35 @@ impl Gen<'_> {
             },
             StageInfo {
                 entry_point: name,
-                workgroups,
+                workgroups: narrow(launch.workgroups),
                 workgroup_size,
                 bindings,
-                loop_iterations: self.loop_iterations(root),
-                subgroup_lanes,
-                workgroup_bytes: used
-                    .iter()
-                    .filter(|&&b| self.kernel.buffer(b).scope == Scope::Workgroup)
-                    .map(|&b| 4 * self.kernel.buffer(b).numel().max(1))
-                    .sum(),
+                loop_iterations: launch.loop_iterations,
+                subgroup_lanes: launch.subgroup_lanes,
+                workgroup_bytes: launch.workgroup_bytes,
             },
-        ))
+        )
     }
 
-    /// Largest extent bound to each axis: workgroup x, y, z, invocation x, y, z.
-    fn bound_extents(&self, node: &Node, sizes: &mut [u64; 6]) {
-        if let Node::Loop(l, body) = node {
-            let lp = self.kernel.loop_(*l);
-            if let LoopKind::Bound(axis) = lp.kind {
-                let slot = axis.dim() + if axis.is_workgroup() { 0 } else { 3 };
-                sizes[slot] = sizes[slot].max(lp.extent);
-            }
-            body.iter().for_each(|n| self.bound_extents(n, sizes));
-        }
-    }
-
-    /// The lanes of the widest subgroup reduction in `node` (0 for none).
-    /// Every cross-invocation reduction must span its axis (invocation.x
-    /// for shuffles), since every lane takes part.
-    fn subgroup_lanes(&self, node: &Node, sizes: &[u64; 6]) -> Result<u64, ScheduleError> {
-        let Node::Loop(l, body) = node else {
-            return Ok(0);
-        };
-        let mut lanes = 0;
-        for n in body {
-            lanes = lanes.max(self.subgroup_lanes(n, sizes)?);
-        }
-        let lp = self.kernel.loop_(*l);
-        if let (Some((b, how)), LoopKind::Bound(axis)) =
-            (self.kernel.cross_invocation_reduction(*l), lp.kind)
-        {
-            let size = sizes[3 + axis.dim()];
-            if lp.extent != size {
-                return Err(ScheduleError::Codegen(format!(
-                    "loop {} reduces across {} invocations of {}, but the workgroup has {size} \
-                     along that axis; every invocation of the axis must take part",
-                    lp.name,
-                    lp.extent,
-                    axis.name()
-                )));
-            }
-            match how {
-                CrossInvocation::Shuffles => lanes = lanes.max(lp.extent),
-                // The tree folds every lane's term; none may be missing
-                // (guards of the rows are kept by the update).
-                CrossInvocation::Tree if self.lane_guarded(*l, b) => {
-                    return Err(ScheduleError::Codegen(format!(
-                        "loop {} folds block {} in a tree, whose terms must all exist (a guard \
-                         depends on the lane)",
-                        lp.name,
-                        self.kernel.block(b).name
-                    )));
-                }
-                CrossInvocation::Tree => {}
-            }
-        }
-        Ok(lanes)
-    }
-
-    /// Workgroups cannot wait for each other inside one dispatch, so every
-    /// loop above a workgroup-bound loop must have that loop's subtree as
-    /// its only child.
-    fn check_spine(&self, node: &Node, on_spine: bool) -> Result<(), ScheduleError> {
-        let Node::Loop(l, body) = node else {
-            return Ok(());
-        };
-        if let LoopKind::Bound(axis) = self.kernel.loop_(*l).kind
-            && axis.is_workgroup()
-            && !on_spine
-        {
-            return Err(ScheduleError::Codegen(format!(
-                "loop {} is bound to {} below a loop with several children; workgroups cannot \
-                 synchronize within one kernel (give each such nest its own root loop)",
-                self.kernel.loop_(*l).name,
-                axis.name()
-            )));
-        }
-        let single = body.len() == 1;
-        body.iter()
-            .try_for_each(|n| self.check_spine(n, on_spine && single))
-    }
-
-    /// `for`-loop iterations one invocation runs in `node`: bound loops
-    /// run one iteration per invocation; unrolled ones, loops of one
-    /// iteration and `vec4` steps are not loops.
-    fn loop_iterations(&self, node: &Node) -> u64 {
-        let Node::Loop(l, body) = node else { return 0 };
-        let inner: u64 = body.iter().map(|n| self.loop_iterations(n)).sum();
-        let lp = self.kernel.loop_(*l);
-        match lp.kind {
-            LoopKind::Bound(_) => inner,
-            LoopKind::Vectorized if self.vec_loops.contains_key(l) => 0,
-            LoopKind::Unrolled | LoopKind::Pipelined { unrolled: true, .. } => {
-                lp.extent.saturating_mul(inner)
-            }
-            _ if lp.extent == 1 => inner,
-            _ => lp.extent.saturating_mul(1 + inner),
-        }
-    }
-
-    fn buffers_in(&self, node: &Node, out: &mut Vec<BufferId>) {
-        match node {
-            Node::Block(b) => {
-                let block = self.kernel.block(*b);
-                out.push(block.buffer);
-                let mut loads = Vec::new();
-                block.value.loads(&mut loads);
-                out.extend(loads.into_iter().map(|(buf, _)| buf));
-            }
-            Node::Loop(_, body) => body.iter().for_each(|n| self.buffers_in(n, out)),
-        }
-    }
-
-    /// Siblings, with a barrier wherever invocations hand data to each other.
-    fn nodes(&self, nodes: &[Node], sizes: &[u64; 6]) -> Vec<Stmt> {
+    /// Loop `l`'s body, with the barriers lowering placed between its
+    /// children.
+    fn nodes(&self, l: LoopId, body: &[Node], launch: &Launch) -> Vec<Stmt> {
         let mut out = Vec::new();
-        for (n, barrier) in nodes.iter().zip(sync::before_each(self.kernel, nodes)) {
-            out.extend(barrier.stmts());
-            out.extend(self.node(n, sizes));
+        for (i, n) in body.iter().enumerate() {
+            out.extend(barrier_stmts(self.l.barriers.before(l, i)));
+            out.extend(self.node(n, launch));
         }
         out
     }
 
-    /// One iteration of loop `l`'s body, with the barrier its end needs
-    /// when it holds one at any depth, or when `l` is pipelined (its
-    /// copies hand data to later iterations) (`sync::wrap_around`).
-    fn iteration(&self, l: LoopId, body: &[Node], sizes: &[u64; 6]) -> Vec<Stmt> {
-        let mut stmts = self.nodes(body, sizes);
-        let pipelined = matches!(self.kernel.loop_(l).kind, LoopKind::Pipelined { .. });
-        if pipelined || sync::holds_barrier(&stmts) {
-            stmts.extend(sync::wrap_around(self.kernel, l, body).stmts());
-        }
+    /// One iteration of loop `l`'s body, with the barrier its end needs.
+    fn iteration(&self, l: LoopId, body: &[Node], launch: &Launch) -> Vec<Stmt> {
+        let mut stmts = self.nodes(l, body, launch);
+        stmts.extend(barrier_stmts(self.l.barriers.end_of_iteration(l)));
         stmts
     }
 
-    fn node(&self, node: &Node, sizes: &[u64; 6]) -> Vec<Stmt> {
+    fn node(&self, node: &Node, launch: &Launch) -> Vec<Stmt> {
         match node {
             Node::Block(b) => vec![self.block(*b)],
             Node::Loop(l, body) => {
@@ -457,24 +305,23 @@ impl Gen<'_> {
                 let end = Expr::raw(format!("{}u", lp.extent));
                 match lp.kind {
                     LoopKind::Bound(axis) => {
-                        let slot = axis.dim() + if axis.is_workgroup() { 0 } else { 3 };
                         let source = if axis.is_workgroup() { "wg" } else { "lid" };
                         let comp = ["x", "y", "z"][axis.dim()];
                         if let Some((b, how)) = self.kernel.cross_invocation_reduction(*l) {
-                            // `subgroup_lanes` checked that the loop spans
-                            // its axis (invocation.x for shuffles, `bind`).
+                            // Lowering checked that the loop spans its
+                            // axis (`cross_invocation`).
                             let lane = format!("lid.{comp}");
                             return vec![Stmt::Scope(vec![
                                 Stmt::Let(var, Expr::raw(lane.clone())),
                                 self.cross_invocation_block(*l, b, how, &lane),
                             ])];
                         }
-                        let inner = self.nodes(body, sizes);
+                        let inner = self.nodes(*l, body, launch);
                         let mut stmts = vec![Stmt::Let(
                             var.clone(),
                             Expr::raw(format!("{source}.{comp}")),
                         )];
-                        if lp.extent < sizes[slot] {
+                        if lp.extent < launch.extent(axis) {
                             stmts.push(Stmt::If(Expr::bin("<", Expr::raw(var), end), inner));
                         } else {
                             stmts.extend(inner);
@@ -487,7 +334,7 @@ impl Gen<'_> {
                         if lp.extent == 1 =>
                     {
                         let mut stmts = vec![Stmt::Let(var, Expr::raw("0u"))];
-                        stmts.extend(self.nodes(body, sizes));
+                        stmts.extend(self.nodes(*l, body, launch));
                         vec![Stmt::Scope(stmts)]
                     }
                     LoopKind::Unrolled | LoopKind::Pipelined { unrolled: true, .. } => (0..lp
@@ -495,12 +342,12 @@ impl Gen<'_> {
                         .map(|k| {
                             let mut stmts =
                                 vec![Stmt::Let(var.clone(), Expr::raw(format!("{k}u")))];
-                            stmts.extend(self.iteration(*l, body, sizes));
+                            stmts.extend(self.iteration(*l, body, launch));
                             Stmt::Scope(stmts)
                         })
                         .collect(),
-                    LoopKind::Vectorized if self.vec_loops.contains_key(l) => {
-                        vec![self.vector_block(*l, self.vec_loops[l])]
+                    LoopKind::Vectorized if self.l.vectors.loops.contains_key(l) => {
+                        vec![self.vector_block(*l, self.l.vectors.loops[l])]
                     }
                     LoopKind::Serial
                     | LoopKind::Parallel
@@ -509,7 +356,7 @@ impl Gen<'_> {
                         vec![Stmt::For {
                             var,
                             end,
-                            body: self.iteration(*l, body, sizes),
+                            body: self.iteration(*l, body, launch),
                         }]
                     }
                 }
@@ -528,7 +375,7 @@ impl Gen<'_> {
     /// One element: `b[o]`, or `b[o / 4u][o % 4u]` in a vec4 buffer.
     fn element(&self, b: BufferId, indices: &[Index]) -> Expr {
         let o = self.offset(b, indices);
-        if self.vec_buffers.contains(&b) {
+        if self.l.vectors.buffers.contains(&b) {
             let vec = Expr::index(self.buffer(b), Expr::bin("/", o.clone(), Expr::raw("4u")));
             Expr::index(vec, Expr::bin("%", o, Expr::raw("4u")))
         } else {
@@ -538,7 +385,7 @@ impl Gen<'_> {
 
     /// A vectorized loop: lane 0's iterators, then all four lanes at once.
     fn vector_block(&self, l: LoopId, id: BlockId) -> Stmt {
-        let b = &self.localized(id);
+        let b = self.kernel.block(id);
         let mut stmts = vec![
             Stmt::Comment(format!(
                 "block {}, 4 lanes of loop {} at once",
@@ -585,7 +432,7 @@ impl Gen<'_> {
     }
 
     fn block(&self, id: BlockId) -> Stmt {
-        let b = &self.localized(id);
+        let b = self.kernel.block(id);
         let mut stmts = vec![Stmt::Comment(format!("block {}", b.name))];
         stmts.extend(iter_lets(b));
         stmts.extend(self.update(id, b, self.value(&b.value)));
@@ -630,21 +477,6 @@ impl Gen<'_> {
         }
     }
 
-    /// Whether some guard of block `b` depends on loop `l`.
-    fn lane_guarded(&self, l: LoopId, b: BlockId) -> bool {
-        let lane = Var::Loop(l);
-        let block = self.kernel.block(b);
-        self.kernel
-            .needs_guard(b)
-            .iter()
-            .any(|&g| block.bindings[g].mentions(lane))
-            || self
-                .kernel
-                .live_predicates(b)
-                .iter()
-                .any(|(e, _)| e.mentions(lane))
-    }
-
     /// Whether the block's iteration exists: tails of uneven splits and
     /// predicates; `None` when it always does.
     fn guard(&self, id: BlockId, b: &ir::Block) -> Option<Expr> {
@@ -685,7 +517,7 @@ impl Gen<'_> {
         how: CrossInvocation,
         lane: &str,
     ) -> Stmt {
-        let b = &self.localized(id);
+        let b = self.kernel.block(id);
         let op = b.reduce.expect("a reducing block");
         let dtype = self.kernel.buffer(b.buffer).dtype;
         let extent = self.kernel.loop_(l).extent;
@@ -762,31 +594,6 @@ impl Gen<'_> {
             ));
         }
         Stmt::Scope(stmts)
-    }
-
-    /// The block with its accesses to workgroup and private buffers
-    /// written over loop variables and simplified: realization rebased them
-    /// to their region, and `(start + i) - start` should read `i`, which
-    /// lets private arrays stay in registers.
-    fn localized(&self, id: BlockId) -> ir::Block {
-        let mut b = self.kernel.block(id).clone();
-        let local = |buf: BufferId| self.kernel.buffer(buf).scope != Scope::Global;
-        let over = |b: &ir::Block, ix: &[Index]| -> Vec<Index> {
-            b.over_loops(ix).iter().map(Index::simplified).collect()
-        };
-        let original = b.clone();
-        b.value = b.value.map_loads(&mut |buffer, indices| ir::Expr::Load {
-            buffer,
-            indices: if local(buffer) {
-                over(&original, indices)
-            } else {
-                indices.to_vec()
-            },
-        });
-        if local(b.buffer) {
-            b.indices = over(&original, &original.indices);
-        }
-        b
     }
 
     fn dtype(&self, e: &ir::Expr) -> DType {
@@ -894,115 +701,6 @@ fn extreme(name: &str, x: Expr, y: Expr, dtype: DType, vec4: bool) -> Expr {
         (DType::F32, false) => Expr::call(format!("tf_{name}"), vec![x, y]),
         _ => Expr::call(name, vec![x, y]),
     }
-}
-
-/// How an access's element offset moves with loop `l`: `Some(c)` when it
-/// is `c * l + rest`, where for `c == 1` `rest` is provably a multiple of 4
-/// (lane 0 starts a `vec4`); `None` otherwise.
-fn lane_step(
-    kernel: &Kernel,
-    block: &ir::Block,
-    buffer: BufferId,
-    indices: &[Index],
-    l: LoopId,
-) -> Option<i64> {
-    let offset = block
-        .over_loops(&[flat_offset(indices, &kernel.buffer(buffer).shape)])
-        .remove(0)
-        .simplified();
-    let (c, rest) = offset.linear_in(Var::Loop(l))?;
-    (c == 0 || (c == 1 && multiple_of_4(&rest))).then_some(c)
-}
-
-fn multiple_of_4(ix: &Index) -> bool {
-    match ix {
-        Index::Const(c) => c % 4 == 0,
-        Index::Add(a, b) => multiple_of_4(a) && multiple_of_4(b),
-        Index::Mul(a, c) => c % 4 == 0 || multiple_of_4(a),
-        Index::Var(_) | Index::Div(..) | Index::Mod(..) => false,
-    }
-}
-
-/// Vectorized loops of extent 4 over a single f32 block that can run as
-/// one `vec4<f32>` step (contiguous aligned or uniform loads, a contiguous
-/// aligned store or accumulation into global or private memory, no guard,
-/// no first-iteration start, no cast), and the buffers whose contiguous
-/// accesses need `array<vec4<f32>>`.
-fn vectorized_loops(kernel: &Kernel) -> (HashMap<LoopId, BlockId>, HashSet<BufferId>) {
-    fn walk(
-        k: &Kernel,
-        nodes: &[Node],
-        loops: &mut HashMap<LoopId, BlockId>,
-        buffers: &mut HashSet<BufferId>,
-    ) {
-        for n in nodes {
-            let Node::Loop(l, body) = n else { continue };
-            walk(k, body, loops, buffers);
-            let lp = k.loop_(*l);
-            let [Node::Block(b)] = body.as_slice() else {
-                continue;
-            };
-            if lp.kind != LoopKind::Vectorized || lp.extent != 4 {
-                continue;
-            }
-            let block = k.block(*b);
-            let vec_buffer = |buf: BufferId| {
-                let x = k.buffer(buf);
-                x.dtype == DType::F32 && x.scope != Scope::Workgroup && x.numel().is_multiple_of(4)
-            };
-            let mut contiguous = vec![block.buffer];
-            // A reduction's lanes accumulate independently once it no
-            // longer starts itself (decompose_reduction).
-            let ok = (block.reduce.is_none() || !block.init)
-                && k.needs_guard(*b).is_empty()
-                && k.live_predicates(*b).is_empty()
-                && vec_buffer(block.buffer)
-                && lane_step(k, block, block.buffer, &block.indices, *l) == Some(1)
-                && vector_ok(k, block, &block.value, *l, false, &mut contiguous)
-                && contiguous.iter().all(|&buf| vec_buffer(buf));
-            if ok {
-                loops.insert(*l, *b);
-                buffers.extend(contiguous);
-            }
-        }
-    }
-    /// Whether `e` has a `vec4` form (`cond`: it is a `select` condition,
-    /// the only place a comparison may appear).
-    fn vector_ok(
-        k: &Kernel,
-        b: &ir::Block,
-        e: &ir::Expr,
-        l: LoopId,
-        cond: bool,
-        contiguous: &mut Vec<BufferId>,
-    ) -> bool {
-        match e {
-            ir::Expr::Const { dtype, .. } => *dtype == DType::F32 && !cond,
-            ir::Expr::Load { buffer, indices } => {
-                let step = lane_step(k, b, *buffer, indices, l);
-                if step == Some(1) {
-                    contiguous.push(*buffer);
-                }
-                !cond && k.buffer(*buffer).dtype == DType::F32 && step.is_some()
-            }
-            ir::Expr::Unary(_, a) => !cond && vector_ok(k, b, a, l, false, contiguous),
-            ir::Expr::Binary(op, x, y) => {
-                cond == op.is_comparison()
-                    && vector_ok(k, b, x, l, false, contiguous)
-                    && vector_ok(k, b, y, l, false, contiguous)
-            }
-            ir::Expr::Select(c, x, y) => {
-                !cond
-                    && vector_ok(k, b, c, l, true, contiguous)
-                    && vector_ok(k, b, x, l, false, contiguous)
-                    && vector_ok(k, b, y, l, false, contiguous)
-            }
-            ir::Expr::Cast(..) => false,
-        }
-    }
-    let (mut loops, mut buffers) = (HashMap::new(), HashSet::new());
-    walk(kernel, &kernel.body, &mut loops, &mut buffers);
-    (loops, buffers)
 }
 
 /// `let itN = ...;` for each of the block's iterators.

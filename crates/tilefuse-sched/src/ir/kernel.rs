@@ -406,13 +406,18 @@ impl Kernel {
     /// How loop `l`, which carries block `b`'s reduction, combines its
     /// terms once bound to invocations: a tree where each lane's term is
     /// its entry of a workgroup buffer, else shuffles. `None` when `l`
-    /// carries no reduction of `b`.
+    /// carries no reduction of `b`. (The load's indices are read over
+    /// loops, so this holds before and after lowering localizes them.)
     pub fn combining(&self, l: LoopId, b: BlockId) -> Option<CrossInvocation> {
-        let lane = Var::Iter(self.carried_iter(l, b)? as u32);
-        Some(match &self.block(b).value {
+        self.carried_iter(l, b)?;
+        let block = self.block(b);
+        Some(match &block.value {
             Expr::Load { buffer, indices }
                 if self.buffer(*buffer).scope == Scope::Workgroup
-                    && indices.iter().any(|ix| ix.mentions(lane)) =>
+                    && block
+                        .over_loops(indices)
+                        .iter()
+                        .any(|ix| ix.mentions(Var::Loop(l))) =>
             {
                 CrossInvocation::Tree
             }

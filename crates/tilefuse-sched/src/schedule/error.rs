@@ -14,9 +14,6 @@ pub enum ScheduleError {
         primitive: &'static str,
         message: String,
     },
-    /// A schedule that runs on the CPU but has no WGSL form.
-    #[error("codegen: {0}")]
-    Codegen(String),
     /// A trace that does not parse or does not fit the fusion.
     #[error("invalid trace: {0}")]
     Trace(String),

@@ -18,8 +18,8 @@ pub use error::ScheduleError;
 pub use pipeline::MAX_STAGES;
 pub use trace::Instruction;
 
+use crate::initial::initial_kernel;
 use crate::ir::{BlockId, Kernel, LoopId, Node};
-use crate::lower::lower;
 
 pub type Result<T, E = ScheduleError> = std::result::Result<T, E>;
 
@@ -36,7 +36,7 @@ impl Schedule {
     pub fn new(fusion: &Fusion) -> Self {
         Schedule {
             fusion: fusion.clone(),
-            kernel: lower(fusion),
+            kernel: initial_kernel(fusion),
             trace: Vec::new(),
         }
     }

@@ -44,8 +44,7 @@ impl Schedule {
                 ),
             ));
         }
-        crate::software_pipeline::copies_ahead(&self.kernel, l)
-            .map_err(|why| ScheduleError::pre(P, why))?;
+        crate::lowering::copies_ahead(&self.kernel, l).map_err(|why| ScheduleError::pre(P, why))?;
         let unrolled = self.kernel.loop_(l).kind == LoopKind::Unrolled;
         let kind = LoopKind::Pipelined {
             stages,

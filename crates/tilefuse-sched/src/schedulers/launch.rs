@@ -3,7 +3,8 @@
 use tilefuse_params::{IndexType, ParamsError};
 
 use crate::ir::{LoopId, ThreadAxis};
-use crate::{DeviceInfo, DeviceLimits, Schedule, codegen};
+use crate::lowering::{LaunchLimit, Target, launch_violations, lower};
+use crate::{DeviceInfo, DeviceLimits, Schedule};
 
 pub(super) fn err(path: &str, message: impl Into<String>) -> ParamsError {
     ParamsError::new(path, message)
@@ -79,44 +80,23 @@ pub(super) fn fuse(s: &mut Schedule, loops: &[LoopId]) -> Option<LoopId> {
 pub(super) struct Fix(pub &'static str, pub &'static str);
 
 /// Workgroup memory and the per-invocation loop budget (llvmpipe's), checked
-/// on the WGSL the schedule produces, as `ParamsError`s on the given fields
-/// rather than `DeviceError`s when the kernel is built.
-pub(super) fn check_wgsl_limits(
+/// on the schedule lowered for the device, as `ParamsError`s on the given
+/// fields rather than `DeviceError`s when the kernel is built.
+pub(super) fn check_launch_limits(
     s: &Schedule,
     device: &DeviceInfo,
     storage: Fix,
     loops: Fix,
 ) -> Result<(), ParamsError> {
-    let stages = codegen::stages(s.kernel())
+    let lowered = lower(s.kernel(), Target::of(device))
         .map_err(|e| err("scheduler", format!("the generated kernel is invalid: {e}")))?;
-    let limits = &device.limits;
-    for stage in &stages {
-        if stage.workgroup_bytes > u64::from(limits.max_workgroup_storage_bytes) {
-            return Err(err(
-                storage.0,
-                format!(
-                    "{} needs {} bytes of workgroup memory, over the device's \
-                     max_compute_workgroup_storage_size ({}); {}",
-                    stage.entry_point,
-                    stage.workgroup_bytes,
-                    limits.max_workgroup_storage_bytes,
-                    storage.1
-                ),
-            ));
-        }
-        if let Some(cap) = limits.max_loop_iterations_per_invocation
-            && device.is_gpu()
-            && stage.loop_iterations > cap
-        {
-            return Err(err(
-                loops.0,
-                format!(
-                    "each invocation of {} runs {} loop iterations, over the device's limit of \
-                     {cap}; {}",
-                    stage.entry_point, stage.loop_iterations, loops.1
-                ),
-            ));
-        }
+    for e in launch_violations(&lowered, device) {
+        let fix = match e.limit {
+            LaunchLimit::WorkgroupStorage => storage,
+            LaunchLimit::LoopIterations => loops,
+            _ => continue,
+        };
+        return Err(err(fix.0, format!("{e}; {}", fix.1)));
     }
     Ok(())
 }

@@ -42,7 +42,7 @@ use tilefuse_ir::{Fusion, Op, matmul_dims};
 use tilefuse_params::{CtaOrder, GemmTile, MatmulParams, ParamsError, TilingStrategy};
 
 use super::launch::{
-    Fix, bind_capped, check_index_type, check_wgsl_limits, check_workgroup, err, fuse,
+    Fix, bind_capped, check_index_type, check_launch_limits, check_workgroup, err, fuse,
 };
 use crate::ir::{BlockId, Buffer, IterKind, LoopId, Role, Scope, ThreadAxis};
 use crate::{DeviceInfo, Schedule, ScheduleError};
@@ -438,7 +438,7 @@ pub fn schedule_matmul(
             "use smaller workgroup tiles or async_gmem_load_operands = false",
         )
     };
-    check_wgsl_limits(
+    check_launch_limits(
         &s,
         device,
         storage,

@@ -59,7 +59,7 @@ use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{ParamsError, ReductionParams};
 
 use super::launch::{
-    Fix, bind_capped, check_index_type, check_wgsl_limits, check_workgroup, err, fuse,
+    Fix, bind_capped, check_index_type, check_launch_limits, check_workgroup, err, fuse,
 };
 use crate::ir::{BlockId, IterKind, LoopId, Role, Scope, ThreadAxis};
 use crate::{DeviceInfo, Schedule, ScheduleError};
@@ -935,5 +935,5 @@ fn check_limits(s: &Schedule, kept: bool, device: &DeviceInfo) -> Result<(), Par
         "spread the work over more invocations (cross-invocation reduction, \
          reduction_invocations) or workgroups",
     );
-    check_wgsl_limits(s, device, storage, loops)
+    check_launch_limits(s, device, storage, loops)
 }

@@ -1,5 +1,5 @@
-//! Buffer realization, the lowering pass between scheduling and code: every
-//! workgroup- or private-scope buffer shrinks to the region its users touch
+//! Buffer realization, the first lowering pass: every workgroup- or
+//! private-scope buffer shrinks to the region its users touch
 //! in one iteration of the innermost loop enclosing them all, and its
 //! indices are rebased to that region.
 //!
@@ -14,14 +14,14 @@
 
 use std::collections::HashMap;
 
+use super::{LowerError, Lowered, Target};
 use crate::ir::{
     BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, Region, Scope, ThreadAxis, Var,
 };
-use crate::schedule::ScheduleError;
 
 /// Where private buffers live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PrivateMemory {
+enum PrivateMemory {
     /// One copy per invocation (GPUs).
     PerInvocation,
     /// One copy per thread that runs a workgroup's invocations in turn
@@ -29,19 +29,19 @@ pub enum PrivateMemory {
     PerWorkgroup,
 }
 
-/// The kernel with its non-global buffers realized, then its pipelined
-/// loops lowered (`software_pipeline`, which adds stages to the realized
-/// buffers).
-pub fn realize(kernel: &Kernel, private: PrivateMemory) -> Result<Kernel, ScheduleError> {
-    let mut k = kernel.clone();
-    for buffer in kernel.live_buffers() {
-        let scope = kernel.buffer(buffer).scope;
+/// Realizes every live non-global buffer.
+pub(super) fn run(l: &mut Lowered) -> Result<(), LowerError> {
+    let private = match l.target {
+        Target::Cpu => PrivateMemory::PerWorkgroup,
+        Target::Wgsl => PrivateMemory::PerInvocation,
+    };
+    for buffer in l.kernel.live_buffers() {
+        let scope = l.kernel.buffer(buffer).scope;
         if scope != Scope::Global {
-            realize_one(&mut k, buffer, scope, private)?;
+            realize_one(&mut l.kernel, buffer, scope, private)?;
         }
     }
-    crate::software_pipeline::inject(&mut k)?;
-    Ok(k)
+    Ok(())
 }
 
 fn users(k: &Kernel, buffer: BufferId) -> Vec<BlockId> {
@@ -81,10 +81,12 @@ fn realize_one(
     buffer: BufferId,
     scope: Scope,
     private: PrivateMemory,
-) -> Result<(), ScheduleError> {
+) -> Result<(), LowerError> {
     let name = k.buffer(buffer).name.clone();
-    let fail =
-        |msg: String| ScheduleError::Codegen(format!("buffer {name} ({scope:?} scope): {msg}"));
+    let fail = |msg: String| LowerError {
+        pass: "realize_buffers",
+        message: format!("buffer {name} ({scope:?} scope): {msg}"),
+    };
     let blocks = users(k, buffer);
     let paths: HashMap<BlockId, Vec<LoopId>> = blocks
         .iter()

@@ -1,7 +1,7 @@
-//! Lowering a verified fusion to its initial kernel: one block per op, each
-//! in its own loop nest over its output (plus reduce loops), intermediates
-//! in global buffers. Constants become literals; a `mean` becomes a sum
-//! block and a scaling block.
+//! The initial kernel of a verified fusion, what `Schedule::new` starts
+//! from: one block per op, each in its own loop nest over its output (plus
+//! reduce loops), intermediates in global buffers. Constants become
+//! literals; a `mean` becomes a sum block and a scaling block.
 
 use tilefuse_ir::{BinaryOp, DType, Fusion, Op, ReduceOp, TensorId, matmul_dims};
 
@@ -10,7 +10,7 @@ use crate::ir::{
 };
 
 /// Builds the initial kernel of `fusion`.
-pub fn lower(fusion: &Fusion) -> Kernel {
+pub fn initial_kernel(fusion: &Fusion) -> Kernel {
     let mut l = Lowering {
         fusion,
         kernel: Kernel::default(),

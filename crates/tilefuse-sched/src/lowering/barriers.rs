@@ -1,5 +1,5 @@
-//! Barriers: where the invocations of a workgroup hand data to each other
-//! between sibling subtrees, and through which memory.
+//! Barrier placement: where the invocations of a workgroup hand data to
+//! each other between sibling subtrees, and through which memory.
 //!
 //! Siblings run one after the other on every invocation. A barrier goes
 //! before a sibling that reads what an earlier one (since the last barrier)
@@ -16,29 +16,93 @@
 //! reads of this iteration's stage, nor (with enough stages) with the
 //! next iteration's.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::{self, Display};
 
-use super::ast::Stmt;
-use crate::ir::{Block, BufferId, Index, Kernel, LoopId, LoopKind, Node, Scope, Var};
+use super::{LowerError, Lowered};
+use crate::ir::{
+    Block, BufferId, CrossInvocation, Index, Kernel, LoopId, LoopKind, Node, Scope, Var,
+};
 
 /// The barrier between two parts of a body: which memories it orders.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Barrier {
-    workgroup: bool,
-    storage: bool,
+pub struct Barrier {
+    /// Orders workgroup memory (`workgroupBarrier`).
+    pub workgroup: bool,
+    /// Orders storage buffers (`storageBarrier`).
+    pub storage: bool,
 }
 
 impl Barrier {
-    pub fn stmts(self) -> Vec<Stmt> {
-        let mut out = Vec::new();
-        if self.storage {
-            out.push(Stmt::Call("storageBarrier".into()));
-        }
-        if self.workgroup {
-            out.push(Stmt::Call("workgroupBarrier".into()));
-        }
-        out
+    fn is_empty(self) -> bool {
+        !self.workgroup && !self.storage
     }
+}
+
+/// Every barrier of a kernel: before a child of a loop's body, and at the
+/// end of a loop's iteration (absent: none).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Barriers {
+    /// Before child `i` of loop `l`'s body, keyed `(l, i)`.
+    pub before: BTreeMap<(LoopId, usize), Barrier>,
+    /// After every iteration of the loop's body.
+    pub end_of_iteration: BTreeMap<LoopId, Barrier>,
+}
+
+impl Barriers {
+    pub fn before(&self, l: LoopId, child: usize) -> Barrier {
+        self.before.get(&(l, child)).copied().unwrap_or_default()
+    }
+
+    pub fn end_of_iteration(&self, l: LoopId) -> Barrier {
+        self.end_of_iteration.get(&l).copied().unwrap_or_default()
+    }
+}
+
+pub(super) fn run(l: &mut Lowered) -> Result<(), LowerError> {
+    let mut barriers = Barriers::default();
+    for root in &l.kernel.body {
+        place(&l.kernel, root, &mut barriers);
+    }
+    l.barriers = barriers;
+    Ok(())
+}
+
+/// Places the barriers inside `node`; whether it holds one at any depth.
+/// Mirrors how codegen spells loops: a loop bound to invocations that
+/// reduces across them is one expansion (a tree holds a barrier per
+/// step); a loop that iterates gets the barrier its end needs when it
+/// holds one or is pipelined (its copies hand data to later iterations).
+fn place(k: &Kernel, node: &Node, out: &mut Barriers) -> bool {
+    let Node::Loop(l, body) = node else {
+        return false;
+    };
+    let lp = k.loop_(*l);
+    if let (LoopKind::Bound(_), Some((_, how))) = (lp.kind, k.cross_invocation_reduction(*l)) {
+        return how == CrossInvocation::Tree && lp.extent >= 2;
+    }
+    let mut holds = false;
+    for (i, (n, barrier)) in body.iter().zip(before_each(k, body)).enumerate() {
+        if !barrier.is_empty() {
+            out.before.insert((*l, i), barrier);
+            holds = true;
+        }
+        holds |= place(k, n, out);
+    }
+    let iterates = match lp.kind {
+        LoopKind::Bound(_) => false,
+        LoopKind::Unrolled | LoopKind::Vectorized => true,
+        _ => lp.extent != 1,
+    };
+    let pipelined = matches!(lp.kind, LoopKind::Pipelined { .. });
+    if iterates && (pipelined || holds) {
+        let end = wrap_around(k, *l, body);
+        if !end.is_empty() {
+            out.end_of_iteration.insert(*l, end);
+            holds = true;
+        }
+    }
+    holds
 }
 
 /// A buffer, and for a staged one accessed within one iteration of its
@@ -170,7 +234,7 @@ impl Accesses {
 }
 
 /// The barrier before each of `nodes` (none before the first).
-pub(super) fn before_each(kernel: &Kernel, nodes: &[Node]) -> Vec<Barrier> {
+fn before_each(kernel: &Kernel, nodes: &[Node]) -> Vec<Barrier> {
     scan(kernel, nodes).0
 }
 
@@ -190,7 +254,7 @@ fn scan(kernel: &Kernel, nodes: &[Node]) -> (Vec<Barrier>, Accesses) {
 
 /// The barrier at the end of loop `l`'s body: the next iteration's
 /// accesses against those since the body's last barrier.
-pub(super) fn wrap_around(kernel: &Kernel, l: LoopId, body: &[Node]) -> Barrier {
+fn wrap_around(kernel: &Kernel, l: LoopId, body: &[Node]) -> Barrier {
     let (_, tail) = scan(kernel, body);
     let mut all = Accesses::default();
     for n in body {
@@ -199,13 +263,39 @@ pub(super) fn wrap_around(kernel: &Kernel, l: LoopId, body: &[Node]) -> Barrier 
     tail.barrier_before(&all, kernel, Some(l))
 }
 
-/// Whether emitted statements hold a barrier, at any depth.
-pub(super) fn holds_barrier(stmts: &[Stmt]) -> bool {
-    stmts.iter().any(|s| match s {
-        Stmt::Call(name) => name.ends_with("Barrier"),
-        Stmt::If(_, body) | Stmt::Scope(body) | Stmt::For { body, .. } => holds_barrier(body),
-        _ => false,
-    })
+impl Barriers {
+    /// `# barrier ...` lines, one per barrier (none when there are none).
+    pub fn display<'a>(&'a self, k: &'a Kernel) -> impl Display + 'a {
+        struct Show<'a>(&'a Barriers, &'a Kernel);
+        impl Display for Show<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let Show(b, k) = self;
+                let kinds = |b: &Barrier| match (b.workgroup, b.storage) {
+                    (true, true) => "workgroup + storage",
+                    (true, false) => "workgroup",
+                    _ => "storage",
+                };
+                for ((l, i), b) in &b.before {
+                    let name = &k.loop_(*l).name;
+                    writeln!(
+                        f,
+                        "# barrier ({}) before child {i} of loop {name}",
+                        kinds(b)
+                    )?;
+                }
+                for (l, b) in &b.end_of_iteration {
+                    let name = &k.loop_(*l).name;
+                    writeln!(
+                        f,
+                        "# barrier ({}) after each iteration of loop {name}",
+                        kinds(b)
+                    )?;
+                }
+                Ok(())
+            }
+        }
+        Show(self, k)
+    }
 }
 
 #[cfg(test)]
@@ -228,7 +318,7 @@ mod tests {
         let c = f.binary(BinaryOp::Add, g, x).unwrap();
         f.output(b).unwrap();
         f.output(c).unwrap();
-        let mut k = crate::lower(&f);
+        let mut k = crate::initial::initial_kernel(&f);
         for node in k.body.clone() {
             let Node::Loop(l, _) = node else {
                 unreachable!("root loops")

@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Realization has already sized each buffer to one iteration, so the
-//! stage is a new leading dimension. The barrier pass (`codegen::sync`)
+//! stage is a new leading dimension. The barrier pass (`place_barriers`)
 //! reads the stages: accesses to different stages never conflict, so one
 //! barrier per iteration (at its end) orders both each copy before its use
 //! and each use before the copy that overwrites its stage; unpipelined, a
@@ -21,8 +21,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::{LowerError, Lowered};
 use crate::ir::{BlockId, BufferId, Expr, Index, Kernel, LoopId, LoopKind, Node, Scope, Var};
-use crate::schedule::ScheduleError;
 
 /// How many of loop `l`'s leading children are copies that can run ahead
 /// of the rest of its body: nests of blocks that do not reduce, write
@@ -105,7 +105,8 @@ pub(crate) fn copies_ahead(k: &Kernel, l: LoopId) -> Result<usize, String> {
 }
 
 /// Lowers every pipelined loop of a realized kernel (see the module docs).
-pub fn inject(k: &mut Kernel) -> Result<(), ScheduleError> {
+pub(super) fn run(l: &mut Lowered) -> Result<(), LowerError> {
+    let k = &mut l.kernel;
     let pipelined: Vec<(LoopId, u64, u64)> = (0..k.loops.len())
         .map(|i| LoopId(i as u32))
         .filter(|&l| k.loop_node(l).is_some())
@@ -122,8 +123,11 @@ pub fn inject(k: &mut Kernel) -> Result<(), ScheduleError> {
     Ok(())
 }
 
-fn inject_one(k: &mut Kernel, l: LoopId, stages: u64, prefetch: u64) -> Result<(), ScheduleError> {
-    let n = copies_ahead(k, l).map_err(ScheduleError::Codegen)?;
+fn inject_one(k: &mut Kernel, l: LoopId, stages: u64, prefetch: u64) -> Result<(), LowerError> {
+    let n = copies_ahead(k, l).map_err(|message| LowerError {
+        pass: "software_pipeline",
+        message,
+    })?;
     let Some(Node::Loop(_, body)) = k.loop_node(l).cloned() else {
         unreachable!("a live loop")
     };

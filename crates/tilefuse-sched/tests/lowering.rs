@@ -1,0 +1,112 @@
+//! The lowering pass list: which passes each target runs, what they leave,
+//! and the one launch verification every caller shares.
+
+use tilefuse_ir::{DType, Fusion, UnaryOp};
+use tilefuse_sched::codegen::{emit, generate};
+use tilefuse_sched::ir::ThreadAxis;
+use tilefuse_sched::lowering::{LaunchLimit, PASSES, lower_steps, verify_launch};
+use tilefuse_sched::{DeviceInfo, DeviceLimits, Schedule, Target, lower};
+use tilefuse_testing::{fusions, recipes};
+
+fn gpu_info() -> DeviceInfo {
+    DeviceInfo {
+        backend: "vulkan".into(),
+        vendor: 0,
+        name: "test gpu".into(),
+        adapter_type: "discrete_gpu".into(),
+        driver: String::new(),
+        limits: DeviceLimits {
+            max_workgroup_size: [256, 256, 64],
+            max_invocations_per_workgroup: 256,
+            max_workgroups_per_dimension: 65535,
+            max_workgroup_storage_bytes: 16384,
+            max_storage_buffer_binding_size: 1 << 27,
+            max_storage_buffers_per_stage: 8,
+            max_loop_iterations_per_invocation: None,
+        },
+        features: Vec::new(),
+        subgroup_sizes: Some((32, 32)),
+        cores: 0,
+        simd_width: 0,
+    }
+}
+
+#[test]
+fn each_target_runs_its_passes_in_order() {
+    let (_, f) = fusions().remove(0);
+    let s = Schedule::new(&f);
+    let names = |t| -> Vec<&str> {
+        let steps = lower_steps(s.kernel(), t).unwrap();
+        steps.iter().map(|s| s.pass).collect()
+    };
+    let all: Vec<&str> = PASSES.iter().map(|p| p.name).collect();
+    assert_eq!(names(Target::Wgsl), all);
+    let cpu: Vec<&str> = PASSES
+        .iter()
+        .filter(|p| !p.wgsl_only)
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(names(Target::Cpu), cpu);
+}
+
+#[test]
+fn every_fixture_lowers_for_the_cpu_and_codegen_reads_the_one_lowering() {
+    for (fname, f) in fusions() {
+        for (sname, apply) in recipes() {
+            let mut s = Schedule::new(&f);
+            apply(&mut s);
+            let what = format!("{fname} / {sname}");
+            let cpu = lower(s.kernel(), Target::Cpu).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(cpu.launches.len(), s.kernel().body.len(), "{what}");
+            assert!(cpu.vectors.loops.is_empty(), "{what}: a WGSL-only pass ran");
+            let gpu = lower(s.kernel(), Target::Wgsl).unwrap();
+            assert_eq!(emit(&gpu), generate(s.kernel()).unwrap(), "{what}");
+            let steps = lower_steps(s.kernel(), Target::Wgsl).unwrap();
+            let last = steps.last().unwrap();
+            assert_eq!(last.text, gpu.to_string(), "{what}");
+            // A pass reported unchanged left the text as it found it.
+            for pair in steps.windows(2) {
+                assert_eq!(pair[1].changed, pair[1].text != pair[0].text, "{what}");
+            }
+        }
+    }
+}
+
+/// An element-wise nest over `n` elements, `per_group` invocations a
+/// workgroup, the rest over workgroups.
+fn bound(n: u64, per_group: u64) -> Schedule {
+    let mut f = Fusion::new();
+    let x = f.input(&[n as usize], DType::F32, Some("x")).unwrap();
+    let y = f.unary(UnaryOp::Exp, x).unwrap();
+    f.output(y).unwrap();
+    let mut s = Schedule::new(&f);
+    let b = s.get_block("op_1").unwrap();
+    let l = s.get_loops(b).unwrap()[0];
+    let parts = s.split(l, &[None, Some(per_group)], None).unwrap();
+    s.bind(parts[0], ThreadAxis::WorkgroupX).unwrap();
+    s.bind(parts[1], ThreadAxis::InvocationX).unwrap();
+    s
+}
+
+#[test]
+fn verify_launch_names_the_limit_the_stage_and_the_values() {
+    let info = gpu_info();
+    let fits = lower(bound(1 << 16, 256).kernel(), Target::Wgsl).unwrap();
+    assert_eq!(fits.launches[0].workgroups, [256, 1, 1]);
+    assert_eq!(fits.launches[0].workgroup_size, [256, 1, 1]);
+    verify_launch(&fits, &info).unwrap();
+
+    let wide = lower(bound(1 << 16, 512).kernel(), Target::Wgsl).unwrap();
+    let e = verify_launch(&wide, &info).unwrap_err();
+    assert_eq!(e.limit, LaunchLimit::WorkgroupSize(0));
+    assert_eq!((e.stage, e.value, e.max), (0, 512, 256));
+    assert!(
+        e.to_string().contains("max_compute_workgroup_size_x"),
+        "{e}"
+    );
+
+    let many = lower(bound(1 << 25, 256).kernel(), Target::Wgsl).unwrap();
+    let e = verify_launch(&many, &info).unwrap_err();
+    assert_eq!(e.limit, LaunchLimit::Workgroups(0));
+    assert_eq!((e.value, e.max), (1 << 17, 65535));
+}
