@@ -1,7 +1,5 @@
-//! WGSL code generation from a lowered kernel.
+//! Code generation from a lowered kernel: WGSL for wgpu devices.
 
-mod ast;
-mod depth;
-mod wgsl;
+pub mod wgsl;
 
 pub use wgsl::{BindingInfo, StageInfo, WgslKernel, emit, generate};

@@ -22,8 +22,7 @@ use std::fmt;
 pub use barriers::{Barrier, Barriers};
 pub use launch::{Launch, LaunchError, LaunchLimit, launch_violations, verify_launch};
 pub(crate) use software_pipeline::copies_ahead;
-pub use vectorize::Vectors;
-pub(crate) use vectorize::lane_step;
+pub use vectorize::{VecStep, Vectors};
 
 use crate::DeviceInfo;
 use crate::ir::Kernel;

@@ -11,12 +11,21 @@ use tilefuse_ir::DType;
 use super::{LowerError, Lowered};
 use crate::ir::{self, BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, Scope, Var};
 
-/// The vectorized loops run as one `vec4` step (each with its one block)
-/// and the buffers declared as `vec4` arrays.
+/// The vectorized loops run as one `vec4` step and the buffers declared as
+/// `vec4` arrays.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Vectors {
-    pub loops: BTreeMap<LoopId, BlockId>,
+    pub loops: BTreeMap<LoopId, VecStep>,
     pub buffers: BTreeSet<BufferId>,
+}
+
+/// A loop run as one `vec4` step: its one block, and for each of the
+/// block's loads (in `Expr::loads` order) whether it reads four
+/// contiguous elements (`true`) or one element for all lanes (`false`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VecStep {
+    pub block: BlockId,
+    pub contiguous: Vec<bool>,
 }
 
 pub(super) fn run(l: &mut Lowered) -> Result<(), LowerError> {
@@ -46,7 +55,10 @@ fn walk(k: &Kernel, nodes: &[Node], v: &mut Vectors) {
             let x = k.buffer(buf);
             x.dtype == DType::F32 && x.scope != Scope::Workgroup && x.numel().is_multiple_of(4)
         };
-        let mut contiguous = vec![block.buffer];
+        let mut found = Found {
+            contiguous: vec![block.buffer],
+            steps: Vec::new(),
+        };
         // A reduction's lanes accumulate independently once it no longer
         // starts itself (decompose_reduction).
         let ok = (block.reduce.is_none() || !block.init)
@@ -54,33 +66,46 @@ fn walk(k: &Kernel, nodes: &[Node], v: &mut Vectors) {
             && k.live_predicates(*b).is_empty()
             && vec_buffer(block.buffer)
             && lane_step(k, block, block.buffer, &block.indices, *l) == Some(1)
-            && vector_ok(k, block, &block.value, *l, false, &mut contiguous)
-            && contiguous.iter().all(|&buf| vec_buffer(buf));
+            && vector_ok(k, block, &block.value, *l, false, &mut found)
+            && found.contiguous.iter().all(|&buf| vec_buffer(buf));
         if ok {
-            v.loops.insert(*l, *b);
-            v.buffers.extend(contiguous);
+            let step = VecStep {
+                block: *b,
+                contiguous: found.steps,
+            };
+            v.loops.insert(*l, step);
+            v.buffers.extend(found.contiguous);
         }
     }
 }
 
+/// What [`vector_ok`] found: the buffers accessed contiguously, and each
+/// load's step so far.
+struct Found {
+    contiguous: Vec<BufferId>,
+    steps: Vec<bool>,
+}
+
 /// Whether `e` has a `vec4` form (`cond`: it is a `select` condition, the
-/// only place a comparison may appear).
+/// only place a comparison may appear). Visits loads in `Expr::loads`
+/// order.
 fn vector_ok(
     k: &Kernel,
     b: &ir::Block,
     e: &ir::Expr,
     l: LoopId,
     cond: bool,
-    contiguous: &mut Vec<BufferId>,
+    found: &mut Found,
 ) -> bool {
-    let mut ok = |x: &ir::Expr, cond: bool| vector_ok(k, b, x, l, cond, contiguous);
+    let mut ok = |x: &ir::Expr, cond: bool| vector_ok(k, b, x, l, cond, found);
     match e {
         ir::Expr::Const { dtype, .. } => *dtype == DType::F32 && !cond,
         ir::Expr::Load { buffer, indices } => {
             let step = lane_step(k, b, *buffer, indices, l);
             if step == Some(1) {
-                contiguous.push(*buffer);
+                found.contiguous.push(*buffer);
             }
+            found.steps.push(step == Some(1));
             !cond && k.buffer(*buffer).dtype == DType::F32 && step.is_some()
         }
         ir::Expr::Unary(_, a) => !cond && ok(a, false),
@@ -93,7 +118,7 @@ fn vector_ok(
 /// How an access's element offset moves with loop `l`: `Some(c)` when it
 /// is `c * l + rest`, where for `c == 1` `rest` is provably a multiple of 4
 /// (lane 0 starts a `vec4`); `None` otherwise.
-pub(crate) fn lane_step(
+fn lane_step(
     kernel: &Kernel,
     block: &ir::Block,
     buffer: BufferId,
@@ -124,8 +149,8 @@ impl Vectors {
         impl Display for Show<'_> {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 let Show(v, k) = self;
-                for (l, b) in &v.loops {
-                    let (lp, block) = (k.loop_(*l), k.block(*b));
+                for (l, step) in &v.loops {
+                    let (lp, block) = (k.loop_(*l), k.block(step.block));
                     writeln!(f, "# vec4: loop {} (block {})", lp.name, block.name)?;
                 }
                 if !v.buffers.is_empty() {

@@ -1,0 +1,237 @@
+//! Kernel IR → WGSL, from a kernel lowered for [`Target::Wgsl`]. Each root
+//! loop nest becomes one entry point (`stage0`, `stage1`, ...) dispatched
+//! in order; global buffers are storage bindings numbered once for the
+//! whole module.
+//!
+//! Lowering decided what the code does (which loops are `vec4` steps, each
+//! stage's launch, where barriers go); translation only spells it, split by
+//! family: statements and loops (`stmt`), expressions and ops (`expr`),
+//! reductions across invocations (`reduction`). The AST (`ast`) is the
+//! only place WGSL's syntax is written.
+
+mod ast;
+mod depth;
+mod expr;
+mod reduction;
+mod stmt;
+
+use tilefuse_ir::DType;
+
+use crate::ir::{BufferId, Kernel, Node, Role, Scope};
+use crate::lowering::{Launch, LowerError, Lowered, Target, lower};
+use ast::{Access, EntryPoint, Module, Name, Scalar, Stmt, StorageBinding, Ty, WorkgroupArray};
+
+const MATH: &str = include_str!("../../../../../shaders/math.wgsl");
+
+/// One storage binding of the generated module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindingInfo {
+    pub binding: u32,
+    pub buffer: BufferId,
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    /// `true` when some stage writes the buffer.
+    pub writes: bool,
+    pub role: Role,
+}
+
+/// One dispatch: an entry point, its grid and the bindings it uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageInfo {
+    pub entry_point: String,
+    pub workgroups: [u32; 3],
+    pub workgroup_size: [u32; 3],
+    pub bindings: Vec<u32>,
+    /// Most `for`-loop iterations one invocation runs (some drivers cap it).
+    pub loop_iterations: u64,
+    /// Bytes of `var<workgroup>` arrays the stage uses.
+    pub workgroup_bytes: u64,
+    /// Lanes (invocation.x) of its widest subgroup reduction (0 for none):
+    /// the device needs subgroups at least this large.
+    pub subgroup_lanes: u64,
+}
+
+/// A kernel as WGSL, with what a WebGPU host needs to run it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WgslKernel {
+    pub source: String,
+    pub bindings: Vec<BindingInfo>,
+    pub stages: Vec<StageInfo>,
+}
+
+/// Lowers a scheduled kernel for WGSL and generates its module.
+pub fn generate(kernel: &Kernel) -> Result<WgslKernel, LowerError> {
+    Ok(emit(&lower(kernel, Target::Wgsl)?))
+}
+
+/// The WGSL module of a kernel lowered for [`Target::Wgsl`].
+pub fn emit(lowered: &Lowered) -> WgslKernel {
+    assert_eq!(lowered.target, Target::Wgsl, "WGSL needs a WGSL lowering");
+    let kernel = &lowered.kernel;
+    let live = kernel.live_buffers();
+    let globals: Vec<BufferId> = live
+        .iter()
+        .copied()
+        .filter(|&b| kernel.buffer(b).scope == Scope::Global)
+        .collect();
+    let written: Vec<BufferId> = kernel
+        .blocks_in_order()
+        .iter()
+        .map(|&b| kernel.block(b).buffer)
+        .collect();
+    let bindings: Vec<BindingInfo> = globals
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            let buf = kernel.buffer(b);
+            BindingInfo {
+                binding: i as u32,
+                buffer: b,
+                name: buf.name.clone(),
+                dtype: buf.dtype,
+                shape: buf.shape.clone(),
+                writes: written.contains(&b),
+                role: buf.role,
+            }
+        })
+        .collect();
+    let emitter = Gen {
+        l: lowered,
+        kernel,
+        bindings: &bindings,
+        names: kernel
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Name::Buffer(format!("b{i}_{}", b.name).into()))
+            .collect(),
+    };
+    let (entry_points, stages) = kernel
+        .body
+        .iter()
+        .zip(&lowered.launches)
+        .enumerate()
+        .map(|(i, (root, launch))| emitter.stage(i, root, launch))
+        .unzip();
+    let module = Module {
+        prelude: vec![MATH],
+        bindings: bindings
+            .iter()
+            .map(|b| StorageBinding {
+                binding: b.binding,
+                name: emitter.name(b.buffer),
+                access: if b.writes {
+                    Access::ReadWrite
+                } else {
+                    Access::Read
+                },
+                elem: emitter.element_type(b.buffer),
+            })
+            .collect(),
+        workgroup_arrays: live
+            .iter()
+            .filter(|&&b| kernel.buffer(b).scope == Scope::Workgroup)
+            .map(|&b| WorkgroupArray {
+                name: emitter.name(b),
+                elem: storage_scalar(kernel.buffer(b).dtype),
+                len: kernel.buffer(b).numel().max(1),
+            })
+            .collect(),
+        entry_points,
+    };
+    WgslKernel {
+        source: module.source(),
+        bindings,
+        stages,
+    }
+}
+
+/// WGSL storage has no `bool`: masks are stored as `u32` 0 / 1.
+fn storage_scalar(dtype: DType) -> Scalar {
+    match dtype {
+        DType::F32 => Scalar::F32,
+        DType::I32 => Scalar::I32,
+        DType::U32 | DType::Bool => Scalar::U32,
+    }
+}
+
+fn scalar_of(dtype: DType) -> Scalar {
+    match dtype {
+        DType::F32 => Scalar::F32,
+        DType::I32 => Scalar::I32,
+        DType::U32 => Scalar::U32,
+        DType::Bool => Scalar::Bool,
+    }
+}
+
+/// The translation of one lowered kernel.
+struct Gen<'a> {
+    l: &'a Lowered,
+    kernel: &'a Kernel,
+    bindings: &'a [BindingInfo],
+    /// Each buffer's identifier, by id.
+    names: Vec<Name>,
+}
+
+impl Gen<'_> {
+    fn name(&self, b: BufferId) -> Name {
+        self.names[b.0 as usize].clone()
+    }
+
+    /// The element type of buffer `b`'s array: `vec4` where lowering made
+    /// its accesses `vec4` steps.
+    fn element_type(&self, b: BufferId) -> Ty {
+        let scalar = storage_scalar(self.kernel.buffer(b).dtype);
+        if self.l.vectors.buffers.contains(&b) {
+            Ty::Vec4(scalar)
+        } else {
+            Ty::Scalar(scalar)
+        }
+    }
+
+    fn stage(&self, i: usize, root: &Node, launch: &Launch) -> (EntryPoint, StageInfo) {
+        let used = &launch.buffers;
+        let mut body: Vec<Stmt> = used
+            .iter()
+            .filter(|&&b| self.kernel.buffer(b).scope == Scope::Private)
+            .map(|&b| {
+                let numel = self.kernel.buffer(b).numel();
+                let ty = self.element_type(b);
+                let len = match ty {
+                    Ty::Vec4(_) => numel / 4,
+                    Ty::Scalar(_) => numel.max(1),
+                };
+                Stmt::VarArray(self.name(b), ty, len)
+            })
+            .collect();
+        body.extend(self.node(root, launch));
+        let bindings: Vec<u32> = self
+            .bindings
+            .iter()
+            .filter(|b| used.contains(&b.buffer))
+            .map(|b| b.binding)
+            .collect();
+        let name = format!("stage{i}");
+        depth::bound_depth(&mut body);
+        // Lowering checked that the launch fits in u32 (`launch`).
+        let narrow = |d: [u64; 3]| d.map(|x| x as u32);
+        let workgroup_size = narrow(launch.workgroup_size);
+        (
+            EntryPoint {
+                name: name.clone(),
+                workgroup_size,
+                body,
+            },
+            StageInfo {
+                entry_point: name,
+                workgroups: narrow(launch.workgroups),
+                workgroup_size,
+                bindings,
+                loop_iterations: launch.loop_iterations,
+                subgroup_lanes: launch.subgroup_lanes,
+                workgroup_bytes: launch.workgroup_bytes,
+            },
+        )
+    }
+}
