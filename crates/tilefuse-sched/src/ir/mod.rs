@@ -3,6 +3,7 @@
 mod expr;
 mod index;
 mod kernel;
+mod pipelining;
 mod printer;
 mod region;
 

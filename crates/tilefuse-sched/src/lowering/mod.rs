@@ -21,7 +21,6 @@ use std::fmt;
 
 pub use barriers::{Barrier, Barriers};
 pub use launch::{Launch, LaunchError, LaunchLimit, launch_violations, verify_launch};
-pub(crate) use software_pipeline::copies_ahead;
 pub use vectorize::{VecStep, Vectors};
 
 use crate::DeviceInfo;

@@ -44,7 +44,9 @@ impl Schedule {
                 ),
             ));
         }
-        crate::lowering::copies_ahead(&self.kernel, l).map_err(|why| ScheduleError::pre(P, why))?;
+        self.kernel
+            .copies_ahead(l)
+            .map_err(|why| ScheduleError::pre(P, why))?;
         let unrolled = self.kernel.loop_(l).kind == LoopKind::Unrolled;
         let kind = LoopKind::Pipelined {
             stages,
