@@ -5,8 +5,10 @@ with the field's path), and seed 000's edit-and-schedule flow."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -393,3 +395,40 @@ def test_schedule_without_params_takes_the_devices_heuristics(device: tf.Device)
     again = f.schedule(f.heuristics(device=device), device)
     assert again.schedule is not None and k.schedule.trace == again.schedule.trace
     check(k(*inputs), want)
+
+
+def _with(values: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of ``values`` with the field at the dotted ``path`` set."""
+    out = json.loads(json.dumps(values))
+    *parents, last = path.split(".")
+    node = out
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return out
+
+
+@pytest.mark.parametrize("family", ["softmax", "outer_sum", "linear_relu"])
+def test_every_tunable_value_runs_right_or_is_rejected(
+    family: str, device: tf.Device, rng: np.random.Generator
+) -> None:
+    # What a tuner tries: each declared field, each value of its domain
+    # (its smallest and largest unless TILEFUSE_TUNABLE_VALUES=all: every
+    # lavapipe matmul compiles for ~2 s), on the default params. Every
+    # kernel that builds matches numpy.
+    build, (scheduler,) = FAMILIES[family]
+    f, inputs, want = build(rng)
+    name, fields = f.tunables(device=device)
+    assert name == scheduler and fields
+    base = cast(tf.HeuristicParams, f.heuristics(device=device)).to_dict()
+    outcomes = {"ran": 0, "rejected": 0}
+    for field in fields:
+        values = field["values"]
+        assert values, field
+        if os.environ.get("TILEFUSE_TUNABLE_VALUES") != "all":
+            values = [values[0], values[-1]]
+        for value in values:
+            kernel = schedule_or_reject(f, _with(base, field["path"], value), device, outcomes)
+            if kernel is not None:
+                check(kernel(*inputs), want)
+    assert outcomes["ran"] > len(fields), outcomes

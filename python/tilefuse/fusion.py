@@ -406,6 +406,21 @@ class Fusion:
         data = _native.heuristics(self._native, device._native, scheduler)
         return cast("HeuristicParams", HeuristicParams.from_dict(data))
 
+    def tunables(
+        self, scheduler: str | None = None, device: Device | None = None
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """The params fields a tuner may set when ``scheduler`` (the first
+        that takes this fusion when omitted) schedules it for ``device``
+        (``Device.default()`` when omitted): ``(scheduler, [{"path":
+        "tile_sizes.cta_tile.m", "domain": {...}, "values": [...]}, ...])``.
+        Every value either schedules or is refused with ``ParamsError``
+        (some act only with another field set, as circular buffering needs
+        staged operands)."""
+        from .schedule import Device
+
+        device = device or Device.default()
+        return _native.tunables(self._native, device._native, scheduler)
+
     def schedule(
         self,
         params: HeuristicParams

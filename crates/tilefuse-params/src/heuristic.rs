@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::common::{CompileParams, LaunchParams};
 use crate::convert::ParamsStruct;
 use crate::error::ParamsError;
+use crate::kind::SchedulerKind;
 use crate::matmul::{
     CircularBufferOptions, GemmTile, MatMulTileOptions, MatmulParams, SupportedVecSize,
 };
@@ -24,16 +25,25 @@ pub enum HeuristicParams {
 }
 
 /// The scheduler tags, in the order of [`HeuristicParams`]'s variants.
-pub const SCHEDULERS: [&str; 3] = ["pointwise", "reduction", "matmul"];
+pub const SCHEDULERS: [&str; 3] = [
+    SchedulerKind::Pointwise.as_str(),
+    SchedulerKind::Reduction.as_str(),
+    SchedulerKind::Matmul.as_str(),
+];
 
 impl HeuristicParams {
+    /// The scheduler these params are for.
+    pub fn kind(&self) -> SchedulerKind {
+        match self {
+            HeuristicParams::Pointwise(_) => SchedulerKind::Pointwise,
+            HeuristicParams::Reduction(_) => SchedulerKind::Reduction,
+            HeuristicParams::Matmul(_) => SchedulerKind::Matmul,
+        }
+    }
+
     /// The `"scheduler"` tag of this value.
     pub fn scheduler(&self) -> &'static str {
-        match self {
-            HeuristicParams::Pointwise(_) => "pointwise",
-            HeuristicParams::Reduction(_) => "reduction",
-            HeuristicParams::Matmul(_) => "matmul",
-        }
+        self.kind().as_str()
     }
 
     /// Loads a value whose `"scheduler"` field picks the struct.

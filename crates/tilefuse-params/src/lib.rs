@@ -20,20 +20,24 @@ mod common;
 mod convert;
 mod error;
 mod heuristic;
+mod kind;
 mod matmul;
 mod pointwise;
 mod reduction;
 mod schema_check;
+mod tunable;
 mod version;
 
 pub use common::{CompileParams, IndexType, LaunchParams, MAX_WORKGROUP_INVOCATIONS};
 pub use convert::ParamsStruct;
 pub use error::ParamsError;
 pub use heuristic::{HeuristicParams, SCHEDULERS, StructInfo, structs};
+pub use kind::SchedulerKind;
 pub use matmul::{
     CircularBufferOptions, CtaOrder, GemmTile, MatMulTileOptions, MatmulParams, SupportedVecSize,
     TilingStrategy,
 };
 pub use pointwise::PointwiseParams;
 pub use reduction::ReductionParams;
+pub use tunable::{Domain, Tunable};
 pub use version::PARAMS_VERSION;

@@ -331,7 +331,7 @@ impl PyDevice {
     #[staticmethod]
     fn default(py: Python<'_>) -> PyResult<Self> {
         guard(|| {
-            py.detach(Device::from_env)
+            py.detach(Device::default)
                 .map(|inner| PyDevice { inner })
                 .or_raise(py)
         })

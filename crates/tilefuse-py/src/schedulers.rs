@@ -2,7 +2,7 @@
 //! and scheduling with given params.
 
 use pyo3::prelude::*;
-use tilefuse::params::{HeuristicParams, ParamsError};
+use tilefuse::params::{HeuristicParams, ParamsError, SchedulerKind};
 use tilefuse::sched::schedulers as auto;
 
 use crate::errors::{OrRaise, guard};
@@ -14,9 +14,9 @@ use crate::schedule::{PyDevice, PySchedule};
 #[pyfunction]
 pub fn schedulers(fusion: &PyFusion) -> PyResult<Vec<(&'static str, Option<String>)>> {
     guard(|| {
-        Ok(auto::SCHEDULERS
+        Ok(SchedulerKind::ALL
             .iter()
-            .map(|&s| (s, auto::can_schedule(&fusion.inner, s).err()))
+            .map(|&s| (s.as_str(), auto::can_schedule(&fusion.inner, s).err()))
             .collect())
     })
 }
@@ -32,9 +32,40 @@ pub fn heuristics<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     guard(|| {
         fusion.check_outputs(py)?;
-        let params =
-            auto::heuristics(&fusion.inner, scheduler, &device.inner.info()).or_raise(py)?;
+        let kind = parse_kind(scheduler).or_raise(py)?;
+        let params = auto::heuristics(&fusion.inner, kind, &device.inner.info()).or_raise(py)?;
         to_py(py, &params.to_value())
+    })
+}
+
+/// A scheduler named at the Python edge (`None`: the first that takes the
+/// fusion).
+fn parse_kind(name: Option<&str>) -> Result<Option<SchedulerKind>, ParamsError> {
+    name.map(|n| n.parse().map_err(|e| ParamsError::new("scheduler", e)))
+        .transpose()
+}
+
+/// `(scheduler, [{"path", "domain", "values"}, ...])`: the fields a tuner
+/// may set when `scheduler` (or the first that takes the fusion) schedules
+/// it for `device`.
+#[pyfunction]
+#[pyo3(signature = (fusion, device, scheduler=None))]
+pub fn tunables<'py>(
+    py: Python<'py>,
+    fusion: &PyFusion,
+    device: &PyDevice,
+    scheduler: Option<&str>,
+) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
+    guard(|| {
+        fusion.check_outputs(py)?;
+        let kind = parse_kind(scheduler).or_raise(py)?;
+        let (kind, fields) =
+            auto::tunables(&fusion.inner, kind, &device.inner.info()).or_raise(py)?;
+        let fields: Vec<serde_json::Value> = fields
+            .iter()
+            .map(|t| serde_json::json!({"path": t.path, "domain": t.domain, "values": t.domain.values()}))
+            .collect();
+        Ok((kind.as_str(), to_py(py, &serde_json::Value::from(fields))?))
     })
 }
 
@@ -72,7 +103,7 @@ pub fn segments(
             .map(|s| {
                 (
                     PyFusion::wrap(s.fusion),
-                    s.scheduler,
+                    s.scheduler.as_str(),
                     ids(&s.inputs),
                     ids(&s.outputs),
                 )

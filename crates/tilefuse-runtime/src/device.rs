@@ -22,9 +22,11 @@ pub enum Device {
 }
 
 impl Device {
-    /// The GPU if wgpu finds an adapter, else the CPU. `TILEFUSE_DEVICE=gpu`
-    /// or `=cpu` forces one (`gpu` fails when there is no adapter).
-    pub fn from_env() -> Result<Device> {
+    /// The GPU if wgpu finds an adapter, else the CPU (Python's
+    /// `Device.default()`). `TILEFUSE_DEVICE=gpu` or `=cpu` forces one
+    /// (`gpu` fails when there is no adapter).
+    #[allow(clippy::should_implement_trait)] // fallible: not `Default`
+    pub fn default() -> Result<Device> {
         match std::env::var("TILEFUSE_DEVICE").as_deref() {
             Ok("cpu") => Device::cpu_from_env(),
             Ok("gpu") => Device::gpu(),

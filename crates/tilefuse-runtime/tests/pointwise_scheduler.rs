@@ -5,7 +5,7 @@ mod common;
 use common::{devices, run};
 use serde_json::json;
 use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
-use tilefuse_params::{HeuristicParams, ParamsStruct, PointwiseParams};
+use tilefuse_params::{HeuristicParams, ParamsStruct, PointwiseParams, SchedulerKind};
 use tilefuse_runtime::Device;
 use tilefuse_sched::codegen::generate;
 use tilefuse_sched::schedulers::{can_schedule, heuristics, schedule};
@@ -128,12 +128,12 @@ fn can_schedule_gives_reasons() {
         .find(|(n, _)| *n == "softmax")
         .unwrap();
     assert!(
-        can_schedule(&softmax, "pointwise")
+        can_schedule(&softmax, SchedulerKind::Pointwise)
             .unwrap_err()
             .contains("reduces")
     );
-    assert!(can_schedule(&softmax, "reduction").is_ok());
-    assert!(can_schedule(&chain(2, 2), "pointwise").is_ok());
+    assert!(can_schedule(&softmax, SchedulerKind::Reduction).is_ok());
+    assert!(can_schedule(&chain(2, 2), SchedulerKind::Pointwise).is_ok());
     // Reductions over different axes: no single scheduler takes them.
     let mut f = Fusion::new();
     let x = f.input(&[4, 6], DType::F32, Some("x")).unwrap();
@@ -142,7 +142,7 @@ fn can_schedule_gives_reasons() {
     f.output(rows).unwrap();
     f.output(cols).unwrap();
     assert!(
-        can_schedule(&f, "reduction")
+        can_schedule(&f, SchedulerKind::Reduction)
             .unwrap_err()
             .contains("reductions differ")
     );

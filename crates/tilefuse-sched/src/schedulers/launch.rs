@@ -1,6 +1,7 @@
 //! Launch checks, grid binding and loop helpers shared by the schedulers.
 
-use tilefuse_params::{IndexType, ParamsError};
+use serde_json::{Value, json};
+use tilefuse_params::{IndexType, ParamsError, Tunable};
 
 use crate::ir::{LoopId, ThreadAxis};
 use crate::lowering::{LaunchLimit, Target, launch_violations, lower};
@@ -99,4 +100,20 @@ pub(super) fn check_launch_limits(
         return Err(err(fix.0, format!("{e}; {}", fix.1)));
     }
     Ok(())
+}
+
+/// `launch.workgroup_size` for a tuner: derived (`null`) or `[n, 1, 1]`
+/// for powers of two from 32 to what the device allows.
+pub(super) fn workgroup_sizes(device: &DeviceInfo) -> Tunable {
+    let max = device
+        .limits
+        .max_invocations_per_workgroup
+        .min(device.limits.max_workgroup_size[0]);
+    let sizes = std::iter::successors(Some(32u32), |n| Some(n * 2))
+        .take_while(|&n| n <= max)
+        .map(|n| json!([n, 1, 1]));
+    Tunable::choice(
+        "launch.workgroup_size",
+        std::iter::once(Value::Null).chain(sizes),
+    )
 }

@@ -1,6 +1,9 @@
 //! Automatic schedulers: each reads a params struct and builds a schedule
-//! with the same primitives a user calls by hand. `can_schedule` says which
-//! accept a fusion, `heuristics` picks params for a fusion on a device.
+//! with the same primitives a user calls by hand. Each is a [`Scheduler`]
+//! (which fusions it takes, its default heuristic, the schedule it builds,
+//! the fields a tuner may set), found by its [`SchedulerKind`] in
+//! [`scheduler`]; the functions below dispatch through it on the
+//! canonical form of the fusion, with panics contained.
 
 mod canonical;
 mod launch;
@@ -9,58 +12,129 @@ mod pointwise;
 mod reduction;
 mod segment;
 
-use tilefuse_ir::{Fusion, Op};
-use tilefuse_params::{HeuristicParams, ParamsError};
+use std::borrow::Cow;
 
-pub use matmul::{matmul_heuristics, schedule_matmul};
-pub use pointwise::{pointwise_heuristics, schedule_pointwise};
-pub use reduction::{reduction_heuristics, schedule_reduction};
+use tilefuse_ir::{Fusion, Op};
+use tilefuse_params::{HeuristicParams, ParamsError, SchedulerKind, Tunable};
+
+pub use matmul::{Matmul, matmul_heuristics, schedule_matmul};
+pub use pointwise::{Pointwise, pointwise_heuristics, schedule_pointwise};
+pub use reduction::{Reduction, reduction_heuristics, schedule_reduction};
 pub use segment::{Segment, segments};
 
 use crate::{DeviceInfo, Schedule};
 use canonical::canonical;
 
-/// The scheduler kinds, as their params' `"scheduler"` tags.
-pub const SCHEDULERS: [&str; 3] = tilefuse_params::SCHEDULERS;
+/// An automatic scheduler, over the canonical form of a fusion.
+pub trait Scheduler: Sync {
+    /// Its params struct.
+    type Params: Clone + Into<HeuristicParams>;
+    const KIND: SchedulerKind;
 
-/// `Ok` when `scheduler` accepts `fusion`, else the reason.
-pub fn can_schedule(fusion: &Fusion, scheduler: &str) -> Result<(), String> {
-    let fusion = &*canonical(fusion)?;
-    let has = |pred: fn(&Op) -> bool| fusion.nodes().iter().any(|n| pred(&n.op));
-    match scheduler {
-        "pointwise" => {
-            if fusion.outputs().is_empty() {
-                Err("the fusion has no outputs".into())
-            } else if has(|op| matches!(op, Op::Reduce { .. })) {
-                Err("the fusion reduces; pointwise fusions have no reductions".into())
-            } else if has(|op| matches!(op, Op::Matmul { .. })) {
-                Err("the fusion has a matmul".into())
-            } else {
-                Ok(())
-            }
-        }
-        "reduction" => {
-            if has(|op| matches!(op, Op::Matmul { .. })) {
-                Err("the fusion has a matmul".into())
-            } else {
-                reduction::topology(fusion).map(drop)
-            }
-        }
-        "matmul" => matmul::accepts(fusion),
-        other => Err(format!(
-            "no scheduler {other:?}; expected one of {}",
-            SCHEDULERS.join(", ")
-        )),
+    /// `Ok` when it takes `fusion`, else why not.
+    fn can_schedule(&self, fusion: &Fusion) -> Result<(), String>;
+
+    /// The default heuristic's params for `fusion` on `device`.
+    fn heuristics(&self, fusion: &Fusion, device: &DeviceInfo) -> Self::Params;
+
+    /// The schedule `params` make; params that cannot work for this fusion
+    /// or device are a `ParamsError` naming the field.
+    fn schedule(
+        &self,
+        fusion: &Fusion,
+        params: &Self::Params,
+        device: &DeviceInfo,
+    ) -> Result<Schedule, ParamsError>;
+
+    /// The fields a tuner may set for `fusion` on `device`, with the values
+    /// worth trying.
+    fn tunables(&self, fusion: &Fusion, device: &DeviceInfo) -> Vec<Tunable>;
+
+    /// Its params, out of the tagged union.
+    fn params(params: &HeuristicParams) -> Option<&Self::Params>;
+}
+
+/// A [`Scheduler`] with its params type erased, for the registry.
+pub trait AnyScheduler: Sync {
+    fn kind(&self) -> SchedulerKind;
+    fn can_schedule(&self, fusion: &Fusion) -> Result<(), String>;
+    fn heuristics(&self, fusion: &Fusion, device: &DeviceInfo) -> HeuristicParams;
+    fn schedule(
+        &self,
+        fusion: &Fusion,
+        params: &HeuristicParams,
+        device: &DeviceInfo,
+    ) -> Result<Schedule, ParamsError>;
+    fn tunables(&self, fusion: &Fusion, device: &DeviceInfo) -> Vec<Tunable>;
+}
+
+impl<S: Scheduler> AnyScheduler for S {
+    fn kind(&self) -> SchedulerKind {
+        S::KIND
+    }
+
+    fn can_schedule(&self, fusion: &Fusion) -> Result<(), String> {
+        Scheduler::can_schedule(self, fusion)
+    }
+
+    fn heuristics(&self, fusion: &Fusion, device: &DeviceInfo) -> HeuristicParams {
+        Scheduler::heuristics(self, fusion, device).into()
+    }
+
+    fn schedule(
+        &self,
+        fusion: &Fusion,
+        params: &HeuristicParams,
+        device: &DeviceInfo,
+    ) -> Result<Schedule, ParamsError> {
+        let mine = S::params(params).ok_or_else(|| {
+            let msg = format!(
+                "{} params given to the {} scheduler",
+                params.kind(),
+                S::KIND
+            );
+            ParamsError::new("scheduler", msg)
+        })?;
+        Scheduler::schedule(self, fusion, mine, device)
+    }
+
+    fn tunables(&self, fusion: &Fusion, device: &DeviceInfo) -> Vec<Tunable> {
+        Scheduler::tunables(self, fusion, device)
     }
 }
 
+/// Whether some op of `fusion` satisfies `pred`.
+fn has_op(fusion: &Fusion, pred: fn(&Op) -> bool) -> bool {
+    fusion.nodes().iter().any(|n| pred(&n.op))
+}
+
+/// The scheduler of `kind`.
+pub fn scheduler(kind: SchedulerKind) -> &'static dyn AnyScheduler {
+    match kind {
+        SchedulerKind::Pointwise => &Pointwise,
+        SchedulerKind::Reduction => &Reduction,
+        SchedulerKind::Matmul => &Matmul,
+    }
+}
+
+/// `Ok` when the `kind` scheduler accepts `fusion`, else the reason.
+pub fn can_schedule(fusion: &Fusion, kind: SchedulerKind) -> Result<(), String> {
+    scheduler(kind).can_schedule(&*canonical(fusion)?)
+}
+
 /// The first scheduler that accepts `fusion`.
-pub fn pick(fusion: &Fusion) -> Result<&'static str, String> {
+pub fn pick(fusion: &Fusion) -> Result<SchedulerKind, String> {
+    first_taker(&*canonical(fusion)?)
+}
+
+/// The first scheduler that accepts the canonical `fusion`, or every
+/// scheduler's reason.
+fn first_taker(fusion: &Fusion) -> Result<SchedulerKind, String> {
     let mut reasons = Vec::new();
-    for s in SCHEDULERS {
-        match can_schedule(fusion, s) {
-            Ok(()) => return Ok(s),
-            Err(why) => reasons.push(format!("{s}: {why}")),
+    for kind in SchedulerKind::ALL {
+        match scheduler(kind).can_schedule(fusion) {
+            Ok(()) => return Ok(kind),
+            Err(why) => reasons.push(format!("{kind}: {why}")),
         }
     }
     Err(format!(
@@ -69,26 +143,30 @@ pub fn pick(fusion: &Fusion) -> Result<&'static str, String> {
     ))
 }
 
+/// The canonical form of `fusion` and the scheduler that takes it: `kind`,
+/// or the first that accepts it.
+fn accepted(
+    fusion: &Fusion,
+    kind: Option<SchedulerKind>,
+) -> Result<(SchedulerKind, Cow<'_, Fusion>), ParamsError> {
+    let fail = |e| ParamsError::new("scheduler", e);
+    let canon = canonical(fusion).map_err(fail)?;
+    let kind = match kind {
+        Some(k) => k,
+        None => first_taker(&canon).map_err(fail)?,
+    };
+    scheduler(kind).can_schedule(&canon).map_err(fail)?;
+    Ok((kind, canon))
+}
+
 /// The default heuristic's params for `fusion` on `device`.
 pub fn heuristics(
     fusion: &Fusion,
-    scheduler: Option<&str>,
+    kind: Option<SchedulerKind>,
     device: &DeviceInfo,
 ) -> Result<HeuristicParams, ParamsError> {
-    let scheduler = match scheduler {
-        Some(s) => s,
-        None => pick(fusion).map_err(|e| ParamsError::new("scheduler", e))?,
-    };
-    can_schedule(fusion, scheduler).map_err(|e| ParamsError::new("scheduler", e))?;
-    let fusion = &*canonical(fusion).map_err(|e| ParamsError::new("scheduler", e))?;
-    contained(scheduler, || {
-        Ok(match scheduler {
-            "pointwise" => pointwise_heuristics(fusion, device).into(),
-            "reduction" => reduction_heuristics(fusion, device).into(),
-            "matmul" => matmul_heuristics(fusion, device).into(),
-            _ => unreachable!("can_schedule admits only available schedulers"),
-        })
-    })
+    let (kind, fusion) = accepted(fusion, kind)?;
+    contained(kind, || Ok(scheduler(kind).heuristics(&fusion, device)))
 }
 
 /// Schedules `fusion` with `params` for `device`; params that cannot work
@@ -99,12 +177,20 @@ pub fn schedule(
     device: &DeviceInfo,
 ) -> Result<Schedule, ParamsError> {
     params.validate()?;
-    can_schedule(fusion, params.scheduler()).map_err(|e| ParamsError::new("scheduler", e))?;
-    let fusion = &*canonical(fusion).map_err(|e| ParamsError::new("scheduler", e))?;
-    contained(params.scheduler(), || match params {
-        HeuristicParams::Pointwise(p) => schedule_pointwise(fusion, p, device),
-        HeuristicParams::Reduction(p) => schedule_reduction(fusion, p, device),
-        HeuristicParams::Matmul(p) => schedule_matmul(fusion, p, device),
+    let (kind, fusion) = accepted(fusion, Some(params.kind()))?;
+    contained(kind, || scheduler(kind).schedule(&fusion, params, device))
+}
+
+/// The fields a tuner may set when the `kind` scheduler (or the first that
+/// takes the fusion) schedules `fusion` for `device`.
+pub fn tunables(
+    fusion: &Fusion,
+    kind: Option<SchedulerKind>,
+    device: &DeviceInfo,
+) -> Result<(SchedulerKind, Vec<Tunable>), ParamsError> {
+    let (kind, fusion) = accepted(fusion, kind)?;
+    contained(kind, || {
+        Ok((kind, scheduler(kind).tunables(&fusion, device)))
     })
 }
 
@@ -113,7 +199,7 @@ pub fn schedule(
 /// Python `PanicException` is not even an `Exception`). Params that cannot
 /// work are meant to be rejected before that; this is the safety net.
 fn contained<T>(
-    scheduler: &str,
+    scheduler: SchedulerKind,
     run: impl FnOnce() -> Result<T, ParamsError>,
 ) -> Result<T, ParamsError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|panic| {
@@ -134,13 +220,14 @@ fn contained<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::contained;
+    use super::{SchedulerKind, contained};
 
     #[test]
     fn a_panicking_scheduler_is_a_params_error() {
-        let err = contained::<()>("matmul", || panic!("a loop went missing")).unwrap_err();
+        let err =
+            contained::<()>(SchedulerKind::Matmul, || panic!("a loop went missing")).unwrap_err();
         assert_eq!(err.path, "scheduler");
         assert!(err.to_string().contains("a loop went missing"), "{err}");
-        assert_eq!(contained("matmul", || Ok(7)).unwrap(), 7);
+        assert_eq!(contained(SchedulerKind::Matmul, || Ok(7)).unwrap(), 7);
     }
 }

@@ -19,12 +19,76 @@
 //! and `compile.use_subgroups` have no pointwise variant and are ignored;
 //! `compile.index_type` must be `"u32"` (kernels index with u32).
 
-use tilefuse_ir::Fusion;
-use tilefuse_params::{ParamsError, PointwiseParams};
+use tilefuse_ir::{Fusion, Op};
+use tilefuse_params::{HeuristicParams, ParamsError, PointwiseParams, SchedulerKind, Tunable};
 
-use super::launch::{bind_capped, check_index_type, check_workgroup, err};
+use super::launch::{bind_capped, check_index_type, check_workgroup, err, workgroup_sizes};
+use super::{Scheduler, has_op};
 use crate::ir::{LoopId, ThreadAxis};
 use crate::{DeviceInfo, Schedule};
+
+/// Elementwise and broadcast fusions (nvFuser's pointwise scheduler).
+pub struct Pointwise;
+
+impl Scheduler for Pointwise {
+    type Params = PointwiseParams;
+    const KIND: SchedulerKind = SchedulerKind::Pointwise;
+
+    fn can_schedule(&self, fusion: &Fusion) -> Result<(), String> {
+        if fusion.outputs().is_empty() {
+            Err("the fusion has no outputs".into())
+        } else if has_op(fusion, |op| matches!(op, Op::Reduce { .. })) {
+            Err("the fusion reduces; pointwise fusions have no reductions".into())
+        } else if has_op(fusion, |op| matches!(op, Op::Matmul { .. })) {
+            Err("the fusion has a matmul".into())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn heuristics(&self, fusion: &Fusion, device: &DeviceInfo) -> PointwiseParams {
+        pointwise_heuristics(fusion, device)
+    }
+
+    fn schedule(
+        &self,
+        fusion: &Fusion,
+        params: &PointwiseParams,
+        device: &DeviceInfo,
+    ) -> Result<Schedule, ParamsError> {
+        schedule_pointwise(fusion, params, device)
+    }
+
+    /// The workgroup size, vector width and unrolls; with outputs of rank
+    /// two or more, the break point of a 2D schedule and its block split
+    /// and grid binding.
+    fn tunables(&self, fusion: &Fusion, device: &DeviceInfo) -> Vec<Tunable> {
+        let mut out = vec![
+            workgroup_sizes(device),
+            Tunable::choice("vectorization_factor", [1, 2, 4]),
+            Tunable::pow2("unroll_factor_inner", 1, 8),
+            Tunable::pow2("unroll_factor_outer", 1, 8),
+        ];
+        let rank = output_shapes(fusion)
+            .iter()
+            .map(Vec::len)
+            .min()
+            .unwrap_or(0);
+        if rank >= 2 {
+            out.push(Tunable::int("break_point", 0, rank as u32 - 1));
+            out.push(Tunable::flag("split_block"));
+            out.push(Tunable::flag("flip_grid_binding"));
+        }
+        out
+    }
+
+    fn params(params: &HeuristicParams) -> Option<&PointwiseParams> {
+        match params {
+            HeuristicParams::Pointwise(p) => Some(p),
+            _ => None,
+        }
+    }
+}
 
 /// Default params. On a GPU: a flat schedule, 128 invocations (or the
 /// device's maximum), vec4 where every output's size allows. On the CPU

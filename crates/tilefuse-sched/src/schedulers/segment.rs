@@ -7,7 +7,9 @@ use std::collections::HashMap;
 
 use tilefuse_ir::{Fusion, Op, TensorId};
 
-use super::{SCHEDULERS, can_schedule};
+use tilefuse_params::SchedulerKind;
+
+use super::can_schedule;
 
 /// A part of a fusion that one scheduler accepts.
 #[derive(Clone, Debug)]
@@ -15,7 +17,7 @@ pub struct Segment {
     /// The part as a fusion of its own.
     pub fusion: Fusion,
     /// The first scheduler that accepts it.
-    pub scheduler: &'static str,
+    pub scheduler: SchedulerKind,
     /// The parent fusion's tensors that feed the segment's inputs, in order.
     pub inputs: Vec<TensorId>,
     /// The parent fusion's tensors that the segment's outputs are, in order.
@@ -152,9 +154,9 @@ fn part(fusion: &Fusion, nodes: &[usize]) -> Result<Option<Segment>, String> {
     for &t in &outputs {
         f.output(map[&t.0]).map_err(fail)?;
     }
-    Ok(SCHEDULERS
+    Ok(SchedulerKind::ALL
         .into_iter()
-        .find(|s| can_schedule(&f, s).is_ok())
+        .find(|&s| can_schedule(&f, s).is_ok())
         .map(|scheduler| Segment {
             fusion: f,
             scheduler,

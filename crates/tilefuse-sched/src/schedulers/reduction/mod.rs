@@ -55,6 +55,10 @@
 //! changes nothing; `compile.fast_math` has no reduction variant and is
 //! ignored.
 
+mod scheduler;
+
+pub use scheduler::Reduction;
+
 use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{ParamsError, ReductionParams};
 
@@ -683,6 +687,19 @@ fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) -> Result<Loo
         s.reorder(&chain).expect("one fresh chain");
     }
     if row_loops.is_empty() {
+        if rows.invocations > 1 {
+            // The row loop would be part of the reduction: its invocations
+            // would all reduce one value without combining across them.
+            return Err(err(
+                "launch.workgroup_size",
+                format!(
+                    "the fusion reduces to one value, so its {} row invocations have no rows \
+                     to take; reduce across them (cross_invocation_inner_reduction with \
+                     reduction_invocations equal to the workgroup size) or use one invocation",
+                    rows.invocations
+                ),
+            ));
+        }
         // A full reduction: one row, split off the reduction domain.
         let parts = s.split(r[0], &[Some(1), None], None).expect("valid");
         row_loops.push(parts[0]);

@@ -38,6 +38,10 @@
 //! (`compile.use_subgroups`). Ignored: `promote_prologue_smem_reuse` (WGSL
 //! declares each workgroup array on its own) and `compile.fast_math`.
 
+mod scheduler;
+
+pub use scheduler::Matmul;
+
 use tilefuse_ir::{Fusion, Op, matmul_dims};
 use tilefuse_params::{CtaOrder, GemmTile, MatmulParams, ParamsError, TilingStrategy};
 

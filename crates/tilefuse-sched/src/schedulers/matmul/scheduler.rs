@@ -1,0 +1,77 @@
+//! The matmul scheduler behind the [`Scheduler`] trait: the fusions it
+//! takes, and the fields a tuner may set.
+
+use tilefuse_ir::Fusion;
+use tilefuse_params::{HeuristicParams, MatmulParams, ParamsError, SchedulerKind, Tunable};
+
+use super::{accepts, matmul_heuristics, schedule_matmul};
+use crate::schedulers::Scheduler;
+use crate::{DeviceInfo, Schedule};
+
+/// One matmul with its pointwise prologue and epilogue (nvFuser's matmul
+/// scheduler).
+pub struct Matmul;
+
+impl Scheduler for Matmul {
+    type Params = MatmulParams;
+    const KIND: SchedulerKind = SchedulerKind::Matmul;
+
+    fn can_schedule(&self, fusion: &Fusion) -> Result<(), String> {
+        accepts(fusion)
+    }
+
+    fn heuristics(&self, fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
+        matmul_heuristics(fusion, device)
+    }
+
+    fn schedule(
+        &self,
+        fusion: &Fusion,
+        params: &MatmulParams,
+        device: &DeviceInfo,
+    ) -> Result<Schedule, ParamsError> {
+        schedule_matmul(fusion, params, device)
+    }
+
+    /// The workgroup, invocation and per-invocation tiles, split-k, the
+    /// order and swizzle of workgroups over tiles, vector widths, and
+    /// staging the operands through workgroup memory (then its circular
+    /// buffer's stages and prefetch).
+    fn tunables(&self, _fusion: &Fusion, _device: &DeviceInfo) -> Vec<Tunable> {
+        vec![
+            Tunable::pow2("tile_sizes.cta_tile.m", 16, 128),
+            Tunable::pow2("tile_sizes.cta_tile.n", 16, 128),
+            Tunable::pow2("tile_sizes.cta_tile.k", 8, 64),
+            Tunable::pow2("tile_sizes.warp_tile.m", 8, 64),
+            Tunable::pow2("tile_sizes.warp_tile.n", 8, 64),
+            Tunable::pow2("tile_sizes.instruction_tile.m", 1, 8),
+            Tunable::pow2("tile_sizes.instruction_tile.n", 1, 8),
+            Tunable::pow2("tile_sizes.instruction_tile.k", 1, 8),
+            Tunable::pow2("splitk_factor", 1, 8),
+            Tunable::choice("cta_order", ["row_major", "column_major"]),
+            Tunable::pow2("grid_swizzle_factor", 1, 8),
+            Tunable::choice(
+                "tiling_strategy",
+                [
+                    "one_tile_per_workgroup",
+                    "distribute_tiles_across_workgroups",
+                ],
+            ),
+            Tunable::choice("supported_vec_size.a", [1, 2, 4]),
+            Tunable::choice("supported_vec_size.b", [1, 2, 4]),
+            Tunable::choice("supported_vec_size.epilogue", [1, 2, 4]),
+            Tunable::flag("async_gmem_load_operands"),
+            Tunable::flag("circular_buffer_options.smem_write"),
+            Tunable::int("circular_buffer_options.stages", 1, 4),
+            Tunable::int("circular_buffer_options.prefetch_gap", 0, 3),
+            Tunable::flag("use_smem_epilogue"),
+        ]
+    }
+
+    fn params(params: &HeuristicParams) -> Option<&MatmulParams> {
+        match params {
+            HeuristicParams::Matmul(p) => Some(p),
+            _ => None,
+        }
+    }
+}
