@@ -432,3 +432,21 @@ def test_every_tunable_value_runs_right_or_is_rejected(
             if kernel is not None:
                 check(kernel(*inputs), want)
     assert outcomes["ran"] > len(fields), outcomes
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_trace_as_python_rebuilds_the_schedule(
+    family: str, device: tf.Device, rng: np.random.Generator
+) -> None:
+    # Each scheduler's schedule, printed as Python and run on the fusion it
+    # was recorded on, is the same schedule: the same loop nest and trace.
+    build, _ = FAMILIES[family]
+    f, _, _ = build(rng)
+    for seg in f.segments():
+        s = seg.fusion.schedule(device=device).schedule
+        script = s.trace_as_python()
+        namespace: dict[str, Any] = {"f": s.recorded_fusion}
+        exec(script, namespace)
+        again = namespace["s"]
+        assert str(again) == str(s), script
+        assert again.trace == s.trace

@@ -239,6 +239,22 @@ class Schedule:
         """Every applied primitive, as JSON."""
         return self._native.trace()
 
+    @property
+    def recorded_fusion(self) -> Fusion:
+        """The fusion the trace replays on: ``self.fusion``, or for an
+        automatic scheduler's schedule the canonical form it scheduled
+        (the same inputs and outputs)."""
+        from .fusion import _wrap
+
+        return _wrap(self._native.fusion())
+
+    def trace_as_python(self) -> str:
+        """Every applied primitive as a runnable Python script: run with
+        ``f`` bound to :attr:`recorded_fusion`, it leaves in ``s`` the same
+        schedule. For reading what a scheduler did and editing it by
+        hand."""
+        return self._native.trace_as_python()
+
     def lower(self, device: Device | None = None) -> list[tuple[str, str]]:
         """Every lowering pass ``device`` (``Device.default()`` when
         omitted) runs on this schedule before code generation, in order:
@@ -259,9 +275,7 @@ class Schedule:
         # A schedule is its fusion and its trace: pickling replays the trace
         # on the fusion it was recorded on (an automatic scheduler's may be
         # the canonical form of self.fusion, with the same inputs and outputs).
-        from .fusion import _wrap
-
-        return (Schedule.replay, (_wrap(self._native.fusion()), self.trace))
+        return (Schedule.replay, (self.recorded_fusion, self.trace))
 
     def __str__(self) -> str:
         return str(self._native)

@@ -269,6 +269,11 @@ impl PySchedule {
         guard(|| Ok(self.inner.trace_json()))
     }
 
+    /// The applied primitives as a Python script over `f`.
+    fn trace_as_python(&self, py: Python<'_>) -> PyResult<String> {
+        guard(|| self.inner.trace_as_python().or_raise(py))
+    }
+
     fn __str__(&self) -> PyResult<String> {
         guard(|| Ok(self.inner.to_string()))
     }

@@ -9,6 +9,7 @@ mod error;
 mod inline;
 mod loops;
 mod pipeline;
+mod python;
 mod rfactor;
 mod trace;
 
