@@ -400,8 +400,9 @@ def latency_fusions() -> dict[str, tf.Fusion]:
 
 
 def scheduling_latency(fusion: tf.Fusion, device: tf.Device, repeat: int) -> float:
-    """Median seconds for heuristics + schedule + WGSL (+ the compiled
-    pipeline, from the device's cache after the first call)."""
+    """Median seconds for heuristics + schedule + lowering + WGSL (+ the
+    compiled pipeline, from the device's cache after the first call), as
+    `f.schedule(f.heuristics(device=d), d)` from Python."""
     return median_time(lambda: fusion.schedule(fusion.heuristics(device=device), device), repeat)
 
 
@@ -412,6 +413,9 @@ def main() -> None:
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--plot", help="plot the sweep to this image (needs matplotlib)")
     parser.add_argument("--no-sweep", action="store_true", help="skip the small-size sweep")
+    parser.add_argument(
+        "--latency-only", action="store_true", help="only heuristics + schedule + build latency"
+    )
     args = parser.parse_args()
 
     devices: dict[str, tf.Device] = {"cpu": tf.Device.cpu()}
@@ -426,8 +430,9 @@ def main() -> None:
     except ImportError:
         torch = None
 
-    rows = [run_case(case, devices, torch, args.repeat) for case in cases(args.quick)]
-    swept = {} if args.no_sweep else sweep(devices, torch, args.repeat, args.quick)
+    only = args.latency_only
+    rows = [] if only else [run_case(c, devices, torch, args.repeat) for c in cases(args.quick)]
+    swept = {} if args.no_sweep or only else sweep(devices, torch, args.repeat, args.quick)
     latency = {
         (name, dev): scheduling_latency(f, device, max(args.repeat, 20))
         for name, f in latency_fusions().items()
@@ -461,7 +466,7 @@ def main() -> None:
         if args.plot:
             plot_sweep(swept, args.plot)
     print()
-    print(f"{'heuristics + schedule + WGSL':<36} {'device':<17} {'ms':>9}")
+    print(f"{'heuristics + schedule + build':<36} {'device':<17} {'ms':>9}")
     for (name, dev), t in latency.items():
         print(f"{name:<36} {dev:<17} {t * 1e3:>9.3f}")
     meta = {

@@ -1,0 +1,75 @@
+//! The matmul scheduler's default params per device kind.
+
+use tilefuse_ir::Fusion;
+use tilefuse_params::{GemmTile, MatmulParams};
+
+use super::analysis::problem;
+use crate::DeviceInfo;
+
+/// Default params. The CPU device: invocations of 8 whole rows (the
+/// executor's register-blocked micro-kernel), up to 64 rows a workgroup
+/// that share each k step's rows of B from cache, workgroups in parallel
+/// on threads (at least two per core). A CPU
+/// Vulkan (lavapipe): 8×16 register tiles read straight from global memory,
+/// no workgroup memory (its barriers are costly). Other GPUs: 4×4 register
+/// tiles in a 64×128 workgroup tile, operands read from global memory too:
+/// on an H100, 1024³ took 0.18 ms so and 1.5 ms with this scheduler's
+/// workgroup-memory staging (scalar copies, a barrier pair per k step).
+/// `launch.workgroup_size` stays null: the scheduler derives it from the
+/// tiles, so editing them keeps the params valid.
+pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
+    let (m, n, k) = problem(fusion);
+    let mut p = MatmulParams::default();
+    let pow2_at_most = |x: u64, cap: u64| (1u64 << (63 - x.max(1).leading_zeros())).min(cap) as u32;
+    let (cta, warp, instr) = if !device.is_gpu() {
+        // k in steps of 64, whose rows of B stay in L2 while every
+        // invocation uses them (1024^3 on a 2-core AVX-512 Xeon, 64 rows a
+        // workgroup: 10.0 ms at 64, 10.7 at 32, 11.4 at 128; 8 rows a
+        // workgroup, each streaming all of B: 12.5 ms at 32).
+        let strip = u32::try_from(n.max(1)).unwrap_or(u32::MAX).min(4096);
+        let rows = pow2_at_most(m, 8);
+        let per_core = m.div_ceil(2 * device.cores.max(1) as u64);
+        let tile_rows = rows.max(pow2_at_most(per_core, 64));
+        let kk = pow2_at_most(k, 64);
+        (
+            GemmTile::new(tile_rows, strip, kk),
+            GemmTile::new(tile_rows, strip, kk),
+            GemmTile::new(rows, strip, 1),
+        )
+    } else {
+        let max = device.limits.max_invocations_per_workgroup;
+        let cpu_vulkan = device.adapter_type == "cpu";
+        // lavapipe: 8x16 register tiles (four vec4 accumulators a row) run
+        // 1024^3 in 0.35x the time of the hand-written 4x4 kernel
+        // (BENCHMARKS.md); discrete GPUs keep 4x4 (registers are scarcer).
+        let (ri, rj) = if cpu_vulkan {
+            (pow2_at_most(m, 8), pow2_at_most(n, 16))
+        } else {
+            (pow2_at_most(m, 4), pow2_at_most(n, 4))
+        };
+        let (side_m, side_n) = match (cpu_vulkan, max) {
+            (true, _) | (_, ..=255) => (8, 8),
+            (_, 256..=511) => (16, 16),
+            _ => (16, 32),
+        };
+        let (tm, tn) = (
+            ri * pow2_at_most(m.div_ceil(u64::from(ri)), side_m),
+            rj * pow2_at_most(n.div_ceil(u64::from(rj)), side_n),
+        );
+        let kk = pow2_at_most(k, if cpu_vulkan { 16 } else { 32 });
+        let ik = pow2_at_most(k, if cpu_vulkan { 2 } else { 4 });
+        (
+            GemmTile::new(tm, tn, kk),
+            GemmTile::new((tm / 2).max(ri), (tn / 2).max(rj), kk),
+            GemmTile::new(ri, rj, ik),
+        )
+    };
+    p.tile_sizes.cta_tile = cta;
+    p.tile_sizes.warp_tile = warp;
+    p.tile_sizes.instruction_tile = instr;
+    p.supported_vec_size.epilogue = [4u32, 2, 1]
+        .into_iter()
+        .find(|&v| instr.n.is_multiple_of(v) && n.is_multiple_of(u64::from(v)))
+        .unwrap_or(1);
+    p
+}

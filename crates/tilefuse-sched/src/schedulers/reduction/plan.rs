@@ -1,0 +1,324 @@
+//! Params checked against the fusion and device, and resolved into the
+//! plan the nest is built from: invocations per row and along the
+//! reduction, vector widths, unrolls, grid axes, partials per row.
+
+use tilefuse_ir::Fusion;
+use tilefuse_params::{ParamsError, ReductionParams};
+
+use super::topology::{Topology, topology};
+use crate::DeviceInfo;
+use crate::ir::ThreadAxis;
+use crate::schedulers::launch::{check_index_type, check_workgroup, err};
+
+/// How one nest lays out its rows and reduction.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Rows {
+    pub(super) serial: u64,
+    pub(super) unroll: u64,
+    /// Row invocations.
+    pub(super) invocations: u64,
+    pub(super) vector: u64,
+    /// Invocations per row (1: each invocation reduces whole rows).
+    pub(super) reduction_invocations: u64,
+    /// Workgroups per row (cross-workgroup reductions).
+    pub(super) groups: Option<u64>,
+}
+
+/// What the params say, checked against the fusion and the device.
+pub(super) struct Plan {
+    pub(super) topo: Topology,
+    pub(super) rows: Rows,
+    /// Reduction invocations of the main nests.
+    pub(super) t: u64,
+    /// All invocations of a workgroup.
+    pub(super) invocations: u64,
+    pub(super) unroll_r: u64,
+    pub(super) vec_r: u64,
+    /// Reduction invocations combine their partials with subgroup shuffles.
+    pub(super) subgroup: bool,
+    pub(super) red_axis: ThreadAxis,
+    pub(super) row_axis: ThreadAxis,
+    pub(super) grid_axis: ThreadAxis,
+    /// The second workgroup axis (3D: outer rows; cross-workgroup: groups).
+    pub(super) other_grid_axis: ThreadAxis,
+    pub(super) schedule_3d: bool,
+    pub(super) grid_cap: u64,
+    pub(super) fixed_grid: Option<[u32; 3]>,
+    pub(super) max_row_invocations: u64,
+    /// The CPU device: outer reductions loop over the reduction outside
+    /// their rows (see the module docs).
+    pub(super) reduce_outside_rows: bool,
+}
+
+impl Plan {
+    /// Workgroups along `axis`: a fixed `launch.grid` or the device limit.
+    pub(super) fn grid(&self, axis: ThreadAxis) -> u64 {
+        self.fixed_grid
+            .map_or(self.grid_cap, |g| u64::from(g[axis.dim()]))
+    }
+
+    /// The stage combining cross-workgroup partials: every invocation on
+    /// rows, each reducing its row's partials serially.
+    pub(super) fn combine_rows(&self) -> Rows {
+        Rows {
+            serial: 1,
+            unroll: 1,
+            invocations: self.invocations.min(self.max_row_invocations),
+            vector: 1,
+            reduction_invocations: 1,
+            groups: None,
+        }
+    }
+}
+
+/// `launch.workgroup_size` when not given: 128 invocations (or the device's
+/// maximum), a multiple of `reduction_invocations` when a cross-invocation
+/// flag is on.
+pub(super) fn derived_workgroup(p: &ReductionParams, device: &DeviceInfo) -> [u32; 3] {
+    let cross = p.cross_invocation_inner_reduction || p.cross_invocation_outer_reduction;
+    let t = if cross { p.reduction_invocations } else { 1 };
+    let budget = 128.min(device.limits.max_invocations_per_workgroup);
+    [t * (budget / t).max(1), 1, 1]
+}
+
+pub(super) fn plan(
+    fusion: &Fusion,
+    p: &ReductionParams,
+    device: &DeviceInfo,
+) -> Result<Plan, ParamsError> {
+    let topo = topology(fusion).map_err(|e| err("scheduler", e))?;
+    check_index_type(p.compile.index_type)?;
+    let size = p.launch.workgroup_size_or(|| derived_workgroup(p, device));
+    check_workgroup(size, &device.limits)?;
+    let inner = topo.inner() == 1;
+    if p.fastest_dim != inner {
+        return Err(err(
+            "fastest_dim",
+            format!(
+                "the fusion reduces {} axes {:?} of {:?}; must be {inner}",
+                if inner { "the innermost" } else { "outer" },
+                topo.axes,
+                topo.shape
+            ),
+        ));
+    }
+    let (cross_invocation, cross_workgroup, subgroup, other_cross) = if inner {
+        (
+            p.cross_invocation_inner_reduction,
+            p.cross_workgroup_inner_reduction,
+            p.subgroup_inner_reduction,
+            [
+                (
+                    "cross_invocation_outer_reduction",
+                    p.cross_invocation_outer_reduction,
+                ),
+                (
+                    "cross_workgroup_outer_reduction",
+                    p.cross_workgroup_outer_reduction,
+                ),
+                ("subgroup_outer_reduction", p.subgroup_outer_reduction),
+            ],
+        )
+    } else {
+        (
+            p.cross_invocation_outer_reduction,
+            p.cross_workgroup_outer_reduction,
+            p.subgroup_outer_reduction,
+            [
+                (
+                    "cross_invocation_inner_reduction",
+                    p.cross_invocation_inner_reduction,
+                ),
+                (
+                    "cross_workgroup_inner_reduction",
+                    p.cross_workgroup_inner_reduction,
+                ),
+                ("subgroup_inner_reduction", p.subgroup_inner_reduction),
+            ],
+        )
+    };
+    let kind = if inner { "an inner" } else { "an outer" };
+    if let Some((field, _)) = other_cross.iter().find(|(_, on)| *on) {
+        return Err(err(
+            field,
+            format!("the fusion is {kind} reduction; this flag is for the other kind"),
+        ));
+    }
+    let n: u64 = size.iter().map(|&d| u64::from(d)).product();
+    let t = if cross_invocation {
+        u64::from(p.reduction_invocations)
+    } else {
+        1
+    };
+    let y = n / t;
+    if subgroup {
+        check_subgroups(inner, t, device)?;
+    }
+    let (vec_rows, vec_r) = (
+        u64::from(p.vectorization_factor_iteration),
+        u64::from(p.vectorization_factor_reduction),
+    );
+    let (contiguous, strided) = if inner {
+        (
+            "vectorization_factor_reduction",
+            "vectorization_factor_iteration",
+        )
+    } else {
+        (
+            "vectorization_factor_iteration",
+            "vectorization_factor_reduction",
+        )
+    };
+    if (if inner { vec_rows } else { vec_r }) != 1 {
+        return Err(err(
+            strided,
+            format!(
+                "{kind} reduction vectorizes along its contiguous domain ({contiguous}); must be 1"
+            ),
+        ));
+    }
+    let contiguous_extent = if inner { topo.reduced() } else { topo.inner() };
+    let v = vec_rows.max(vec_r);
+    if !contiguous_extent.is_multiple_of(v) {
+        return Err(err(
+            contiguous,
+            format!("{v} does not divide the contiguous extent {contiguous_extent}"),
+        ));
+    }
+    let unroll_rows = u64::from(p.unroll_factor_iteration);
+    let per_step = y * unroll_rows * vec_rows;
+    let rpw = p.rows_per_workgroup.map_or(per_step, u64::from);
+    if !rpw.is_multiple_of(per_step) {
+        return Err(err(
+            "rows_per_workgroup",
+            format!(
+                "must be a multiple of the {y} row invocations × unroll_factor_iteration ({unroll_rows}) \
+                 × vectorization_factor_iteration ({vec_rows}) = {per_step}, got {rpw}"
+            ),
+        ));
+    }
+    if p.schedule_3d && !topo.three_d() {
+        return Err(err(
+            "schedule_3d",
+            format!(
+                "the reduction over axes {:?} of {:?} has no outer and inner rows both",
+                topo.axes, topo.shape
+            ),
+        ));
+    }
+    let groups_per_row = if cross_workgroup {
+        if p.persistent_kernel {
+            return Err(err(
+                if inner {
+                    "cross_workgroup_inner_reduction"
+                } else {
+                    "cross_workgroup_outer_reduction"
+                },
+                "workgroups cannot share a row within one stage; needs persistent_kernel = false",
+            ));
+        }
+        if p.schedule_3d {
+            return Err(err(
+                "schedule_3d",
+                "both workgroup axes are taken by a cross-workgroup reduction",
+            ));
+        }
+        let per_group = t * u64::from(p.unroll_factor_reduction) * vec_r;
+        let other = if p.flip_grid { 0 } else { 1 };
+        let groups = match p.launch.grid {
+            Some(g) => u64::from(g[other]),
+            None => topo.reduced().div_ceil(per_group * 16).clamp(2, 256),
+        };
+        if groups < 2 || groups > topo.reduced() {
+            return Err(err(
+                &format!("launch.grid[{other}]"),
+                format!(
+                    "a cross-workgroup reduction spreads each row over 2 to {} workgroups \
+                     (its reduction extent) along this axis, got {groups}",
+                    topo.reduced()
+                ),
+            ));
+        }
+        Some(groups)
+    } else {
+        None
+    };
+    // Subgroups are laid out along invocation.x on every driver, so a
+    // subgroup reduction keeps its invocations there, outer ones too.
+    let (red_axis, row_axis) = if inner || subgroup {
+        (ThreadAxis::InvocationX, ThreadAxis::InvocationY)
+    } else {
+        (ThreadAxis::InvocationY, ThreadAxis::InvocationX)
+    };
+    let (grid_axis, other_grid_axis) = if p.flip_grid {
+        (ThreadAxis::WorkgroupY, ThreadAxis::WorkgroupX)
+    } else {
+        (ThreadAxis::WorkgroupX, ThreadAxis::WorkgroupY)
+    };
+    Ok(Plan {
+        topo,
+        rows: Rows {
+            serial: rpw / per_step,
+            unroll: unroll_rows,
+            invocations: y,
+            vector: vec_rows,
+            reduction_invocations: t,
+            groups: groups_per_row,
+        },
+        t,
+        invocations: n,
+        unroll_r: u64::from(p.unroll_factor_reduction),
+        vec_r,
+        subgroup,
+        red_axis,
+        row_axis,
+        grid_axis,
+        other_grid_axis,
+        schedule_3d: p.schedule_3d,
+        grid_cap: u64::from(device.limits.max_workgroups_per_dimension),
+        fixed_grid: p.launch.grid,
+        max_row_invocations: u64::from(device.limits.max_workgroup_size[row_axis.dim()]),
+        reduce_outside_rows: !inner && !device.is_gpu(),
+    })
+}
+
+/// A subgroup reduction combines the partials of the `t` reduction
+/// invocations (on invocation.x) with shuffles, so they must be several, a
+/// power of two, and fit in the device's smallest subgroup.
+pub(super) fn check_subgroups(inner: bool, t: u64, device: &DeviceInfo) -> Result<(), ParamsError> {
+    let (field, cross) = if inner {
+        (
+            "subgroup_inner_reduction",
+            "cross_invocation_inner_reduction",
+        )
+    } else {
+        (
+            "subgroup_outer_reduction",
+            "cross_invocation_outer_reduction",
+        )
+    };
+    let Some((smallest, _)) = device.subgroup_sizes else {
+        return Err(err(
+            field,
+            format!("the device ({}) has no subgroups", device.name),
+        ));
+    };
+    if t < 2 {
+        return Err(err(
+            field,
+            format!(
+                "it combines the partials of several reduction invocations; needs {cross} and reduction_invocations > 1"
+            ),
+        ));
+    }
+    if !t.is_power_of_two() || t > u64::from(smallest) {
+        return Err(err(
+            "reduction_invocations",
+            format!(
+                "a subgroup reduction needs a power of two of at most the device's smallest \
+                 subgroup ({smallest}), got {t}"
+            ),
+        ));
+    }
+    Ok(())
+}
