@@ -1,6 +1,11 @@
 //! Columns of lane values: the CPU executor evaluates a block for a chunk of
 //! consecutive iterations of its innermost loop at once, one op at a time
 //! over short arrays that stay in L1 and that the compiler vectorizes.
+//!
+//! Unsafe code: only the element accesses of `RawBuf` (columns load and store kernel buffers through `RawBuf` views),
+//! under the contract in `memory.rs`: a verified schedule keeps concurrent
+//! writes disjoint and ordered before their reads.
+#![allow(unsafe_code)]
 
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar, UnaryOp, binary_scalar, gelu, unary_scalar};
 
@@ -244,7 +249,7 @@ impl Column {
     /// Reads `n` consecutive elements of `buf` from `start`.
     pub fn read(buf: &RawBuf, start: usize, n: usize) -> Column {
         fn copy<T: Elem>(buf: &RawBuf, start: usize, n: usize) -> Vec<T> {
-            buf.slice::<T>(start, n).to_vec()
+            unsafe { buf.slice::<T>(start, n).to_vec() }
         }
         match buf.dtype {
             DType::F32 => Column::F32(copy(buf, start, n)),
@@ -258,7 +263,7 @@ impl Column {
     /// read element 0, or nothing from an empty buffer).
     pub fn gather(buf: &RawBuf, offsets: &[i64], mask: Option<&[bool]>) -> Column {
         fn pick<T: Elem + Default>(buf: &RawBuf, offsets: &[i64], mask: Option<&[bool]>) -> Vec<T> {
-            let data = buf.slice::<T>(0, buf.len());
+            let data = unsafe { buf.slice::<T>(0, buf.len()) };
             offsets
                 .iter()
                 .enumerate()
@@ -281,13 +286,13 @@ impl Column {
 
     /// Writes the lanes to `n` consecutive elements from `start`.
     pub fn write(&self, buf: &RawBuf, start: usize) {
-        each_column!(self, v => buf.slice_mut(start, v.len()).copy_from_slice(v))
+        each_column!(self, v => unsafe { buf.slice_mut(start, v.len()).copy_from_slice(v) })
     }
 
     /// Writes lane `k` to `buf[offsets[k]]` where `mask` holds.
     pub fn scatter(&self, buf: &RawBuf, offsets: &[i64], mask: Option<&[bool]>) {
         fn put<T: Elem>(v: &[T], buf: &RawBuf, offsets: &[i64], mask: Option<&[bool]>) {
-            let data = buf.slice_mut::<T>(0, buf.len());
+            let data = unsafe { buf.slice_mut::<T>(0, buf.len()) };
             for (k, &o) in offsets.iter().enumerate() {
                 if mask.is_none_or(|m| m[k]) {
                     data[o as usize] = v[k];
@@ -302,7 +307,12 @@ impl Column {
     /// is no typed fast path, for the caller to go lane by lane.
     pub fn reduce_into(&self, buf: &RawBuf, start: usize, op: ReduceOp, first: bool) -> bool {
         let Column::F32(v) = self else { return false };
-        combine_into(buf.slice_mut::<f32>(start, v.len()), v, op, first);
+        combine_into(
+            unsafe { buf.slice_mut::<f32>(start, v.len()) },
+            v,
+            op,
+            first,
+        );
         true
     }
 

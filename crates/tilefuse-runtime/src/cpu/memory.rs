@@ -3,6 +3,17 @@
 //! cannot express; every access here is bounds-checked, and disjointness is
 //! what the schedule primitives guarantee (a loop that carries a reduction
 //! cannot be made parallel).
+//!
+//! # Safety of element access
+//!
+//! [`RawBuf::slice`], [`RawBuf::slice_mut`], [`RawBuf::read`] and
+//! [`RawBuf::write`] are `unsafe fn`s with one contract: while the access
+//! (or the slice it returns) lives, no other thread or slice writes the
+//! elements it reads, and nothing else reads or writes the elements it
+//! writes. The executor upholds it by running programs compiled from a
+//! lowered, verified schedule: steps run in order, a parallel loop's
+//! shares write disjoint elements (no loop carrying a reduction is
+//! parallel), and each thread's workgroup and private buffers are its own.
 #![allow(unsafe_code)]
 
 use tilefuse_ir::{DType, Data, DataMut, DataRef, Scalar};
@@ -176,37 +187,63 @@ impl RawBuf {
         );
     }
 
-    /// `n` elements from `start`.
-    pub fn slice<T: Elem>(&self, start: usize, n: usize) -> &[T] {
+    /// `n` elements from `start` (bounds and element type checked).
+    ///
+    /// # Safety
+    ///
+    /// Nothing writes these elements while the slice lives (module docs).
+    pub unsafe fn slice<T: Elem>(&self, start: usize, n: usize) -> &[T] {
         self.check::<T>(start, n);
-        // SAFETY: bounds and element type checked; the storage is alive.
+        // SAFETY: in bounds of live storage of `T`s; no writer, per the
+        // caller's contract.
         unsafe { std::slice::from_raw_parts(self.ptr.cast::<T>().add(start), n) }
     }
 
-    /// `n` mutable elements from `start`; callers keep concurrent slices
-    /// disjoint and hold no other slice of the same elements meanwhile.
-    #[allow(clippy::mut_from_ref)]
-    pub fn slice_mut<T: Elem>(&self, start: usize, n: usize) -> &mut [T] {
+    /// `n` mutable elements from `start` (bounds and element type checked).
+    ///
+    /// # Safety
+    ///
+    /// Nothing else reads or writes these elements while the slice lives
+    /// (module docs).
+    #[allow(clippy::mut_from_ref)] // the view is shared; exclusivity is the contract
+    pub unsafe fn slice_mut<T: Elem>(&self, start: usize, n: usize) -> &mut [T] {
         self.check::<T>(start, n);
-        // SAFETY: as `slice`; disjointness is the schedule's guarantee.
+        // SAFETY: in bounds of live storage of `T`s; exclusive, per the
+        // caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<T>().add(start), n) }
     }
 
-    pub fn read(&self, i: usize) -> Scalar {
-        match self.dtype {
-            DType::F32 => Scalar::F(f64::from(self.slice::<f32>(i, 1)[0])),
-            DType::I32 => Scalar::I(self.slice::<i32>(i, 1)[0]),
-            DType::U32 => Scalar::U(self.slice::<u32>(i, 1)[0]),
-            DType::Bool => Scalar::B(self.slice::<bool>(i, 1)[0]),
+    /// Element `i` as a scalar.
+    ///
+    /// # Safety
+    ///
+    /// As [`RawBuf::slice`], for that element.
+    pub unsafe fn read(&self, i: usize) -> Scalar {
+        // SAFETY: the caller's contract, for element `i`.
+        unsafe {
+            match self.dtype {
+                DType::F32 => Scalar::F(f64::from(self.slice::<f32>(i, 1)[0])),
+                DType::I32 => Scalar::I(self.slice::<i32>(i, 1)[0]),
+                DType::U32 => Scalar::U(self.slice::<u32>(i, 1)[0]),
+                DType::Bool => Scalar::B(self.slice::<bool>(i, 1)[0]),
+            }
         }
     }
 
-    pub fn write(&self, i: usize, v: Scalar) {
-        match self.dtype {
-            DType::F32 => self.slice_mut::<f32>(i, 1)[0] = v.as_f64() as f32,
-            DType::I32 => self.slice_mut::<i32>(i, 1)[0] = v.as_i32(),
-            DType::U32 => self.slice_mut::<u32>(i, 1)[0] = v.as_u32(),
-            DType::Bool => self.slice_mut::<bool>(i, 1)[0] = v.as_bool(),
+    /// Stores `v` (converted to the buffer's dtype) at element `i`.
+    ///
+    /// # Safety
+    ///
+    /// As [`RawBuf::slice_mut`], for that element.
+    pub unsafe fn write(&self, i: usize, v: Scalar) {
+        // SAFETY: the caller's contract, for element `i`.
+        unsafe {
+            match self.dtype {
+                DType::F32 => self.slice_mut::<f32>(i, 1)[0] = v.as_f64() as f32,
+                DType::I32 => self.slice_mut::<i32>(i, 1)[0] = v.as_i32(),
+                DType::U32 => self.slice_mut::<u32>(i, 1)[0] = v.as_u32(),
+                DType::Bool => self.slice_mut::<bool>(i, 1)[0] = v.as_bool(),
+            }
         }
     }
 }

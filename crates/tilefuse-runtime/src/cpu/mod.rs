@@ -3,13 +3,21 @@
 //! of lanes at a time.
 
 mod arena;
+mod chunk;
+mod code;
+mod compile;
+mod ctx;
 mod gemm;
+mod gemm_match;
+mod interpret;
 mod lanes;
 mod memory;
+mod nest;
 pub mod pool;
 mod program;
 mod simd_math;
 mod tape;
+mod value;
 
 use tilefuse_ir::{TensorMut, TensorRef, check_arguments, check_outputs};
 use tilefuse_sched::ir::Role;

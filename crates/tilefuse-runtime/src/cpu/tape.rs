@@ -4,14 +4,19 @@
 //! run tile by tile. Nothing is allocated per chunk and no load is copied into a
 //! column first: the column-at-a-time path spent a third of a pointwise
 //! chain in `malloc` and copies.
+//!
+//! Unsafe code: only the element accesses of `RawBuf` (tapes load kernel buffers through `RawBuf` views),
+//! under the contract in `memory.rs`: a verified schedule keeps concurrent
+//! writes disjoint and ordered before their reads.
+#![allow(unsafe_code)]
 
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, UnaryOp, reduce_identity};
 use tilefuse_sched::ir::{Index, Var};
 
 use super::lanes::{Rhs, arith, arith_from, combine_into, fold_f32, unary_f32};
 use super::memory::RawBuf;
-use super::program::{Access, Value};
 use super::simd_math::multiversion;
+use super::value::{Access, Value};
 
 /// Lanes per tile: 1 KB per register, so that a tape's registers stay in L1
 /// (measured: 64 lanes made softmax ~10 % slower, 512 gained nothing).
@@ -241,7 +246,7 @@ impl Tape {
     ) -> Option<f32> {
         let mut loads: [&[f32]; SOURCES] = [&[]; SOURCES];
         for ((slot, (buffer, _)), &at) in loads.iter_mut().zip(&self.loads).zip(&offsets.loads) {
-            *slot = buffers[*buffer].slice::<f32>(at as usize + start, n);
+            *slot = unsafe { buffers[*buffer].slice::<f32>(at as usize + start, n) };
         }
         let mut uniforms = [0f32; SOURCES];
         for ((slot, u), &at) in uniforms
@@ -251,7 +256,9 @@ impl Tape {
         {
             *slot = match u {
                 Uniform::Const(c) => *c,
-                Uniform::Load(buffer, _) => buffers[*buffer].slice::<f32>(at as usize, 1)[0],
+                Uniform::Load(buffer, _) => unsafe {
+                    buffers[*buffer].slice::<f32>(at as usize, 1)[0]
+                },
             };
         }
         run_tiles(&self.ops, regs, &loads, &uniforms, n, &mut sink)
@@ -284,7 +291,7 @@ impl Tape {
             let final_row = at + step * (rows.rows - 1);
             let lo = at.min(final_row) + rows.start as i64;
             let hi = at.max(final_row) + (rows.start + n) as i64;
-            let src = buffers[buffer].slice::<f32>(lo as usize, (hi - lo) as usize);
+            let src = unsafe { buffers[buffer].slice::<f32>(lo as usize, (hi - lo) as usize) };
             let from = (at + rows.start as i64 - lo) as usize;
             combine_rows(rows.dst, src, from, step, rows.rows, rows.op, rows.first);
             rows.offsets.advance_times(&rows.stride, rows.rows);

@@ -1,0 +1,129 @@
+//! The compiled program: a tree of steps (loops, lane steps, the GEMM
+//! and row-by-row fast paths, single blocks) over compiled blocks.
+
+use tilefuse_ir::{DType, ReduceOp};
+use tilefuse_sched::ir::{Index, Kernel, LoopId};
+
+use super::tape::Tape;
+use super::value::{Access, Value};
+
+#[derive(Debug)]
+pub(super) struct BlockCode {
+    pub(super) bindings: Vec<Index>,
+    pub(super) extents: Vec<i64>,
+    pub(super) guards: Vec<usize>,
+    /// Split predicates over loop variables: `expr < bound`.
+    pub(super) predicates: Vec<(Index, i64)>,
+    pub(super) reduce_iters: Vec<usize>,
+    pub(super) store: Access,
+    pub(super) value: Value,
+    /// In lane steps, the block as register-resident code where its value
+    /// and store allow (see `tape_code`).
+    pub(super) tape: Option<TapeCode>,
+    pub(super) reduce: Option<ReduceOp>,
+    /// Reductions: start from the identity on the first visit.
+    pub(super) init: bool,
+    pub(super) dtype: DType,
+    /// In lane steps: whether the lane variable drives a reduce iterator
+    /// (else every lane of a chunk is equally first or not).
+    pub(super) lane_reduces: bool,
+    /// In lane steps: whether iterator values are needed lane by lane
+    /// (guards, non-linear offsets); otherwise lane 0's values serve.
+    pub(super) per_lane: bool,
+}
+
+/// A lane step's block run whole-loop through a tape.
+#[derive(Debug)]
+pub(super) struct TapeCode {
+    pub(super) tape: Tape,
+    /// The store's offset in lane 0, over loop variables.
+    pub(super) store: Index,
+    pub(super) into: TapeStore,
+}
+
+/// Where a tape's lanes go.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum TapeStore {
+    /// Consecutive elements.
+    Lanes,
+    /// Combined into consecutive elements (a reduction over an outer loop).
+    Combine(ReduceOp),
+    /// All combined into one element (a reduction over the lanes).
+    Fold(ReduceOp),
+}
+
+#[derive(Debug)]
+pub(super) enum Step {
+    Loop {
+        var: usize,
+        extent: i64,
+        /// A parallel or workgroup loop with enough work to share: smaller
+        /// ones run serially (handing shares to the pool costs more).
+        parallel: bool,
+        body: Vec<Step>,
+    },
+    Lanes {
+        var: usize,
+        extent: i64,
+        block: BlockCode,
+    },
+    /// A loop over `k` around a loop over a few rows `r` around a lane
+    /// loop over `j` whose block is `C[r, j] += A[r, k] * B[k, j]`: run by
+    /// the register-blocked micro-kernel (`gemm.rs`).
+    Gemm(Box<GemmCode>),
+    /// A serial loop over `r` around a lane step whose tape combines into
+    /// elements that stay put as `r` moves (an outer reduction, such as
+    /// column sums): run row by row over blocks of lanes that stay in L1,
+    /// the loads advancing by a stride per row, instead of one lane step
+    /// (with its index evaluation) per `r`.
+    Rows(Box<RowsCode>),
+    Block(BlockCode),
+}
+
+/// A loop the executor counts: its variable's slot and its extent.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Counted {
+    pub(super) var: usize,
+    pub(super) extent: i64,
+}
+
+impl Counted {
+    pub(super) fn of(kernel: &Kernel, l: LoopId) -> Counted {
+        Counted {
+            var: l.0 as usize,
+            extent: kernel.loop_(l).extent as i64,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct RowsCode {
+    pub(super) r: Counted,
+    pub(super) lanes: Counted,
+    /// The lane step's block; its tape combines (`TapeStore::Combine`).
+    pub(super) block: BlockCode,
+}
+
+#[derive(Debug)]
+pub(super) struct GemmCode {
+    pub(super) k: Counted,
+    pub(super) rows: Counted,
+    pub(super) lanes: Counted,
+    /// Loops of one iteration in between (their variables stay 0).
+    pub(super) units: Vec<usize>,
+    /// `C` moves per row (not per `k`), `A` per row and `k`, `B` per `k`
+    /// (not per row); `C` and `B` move one element per lane.
+    pub(super) c: Operand,
+    pub(super) a: Operand,
+    pub(super) b: Operand,
+}
+
+/// One matrix of the micro-kernel: its buffer, its offset at
+/// `k = r = j = 0` (over the loops outside), and its element strides.
+#[derive(Debug)]
+pub(super) struct Operand {
+    pub(super) buffer: usize,
+    pub(super) offset: Index,
+    pub(super) per_row: i64,
+    pub(super) per_k: i64,
+}

@@ -1,0 +1,502 @@
+//! Running a program: steps in order, parallel loops shared over the
+//! pool, lane steps through tapes or chunks, the fast paths.
+//!
+//! Unsafe code: only the element accesses of `RawBuf` (steps read and write kernel buffers through `RawBuf` views),
+//! under the contract in `memory.rs`: a verified schedule keeps concurrent
+//! writes disjoint and ordered before their reads.
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tilefuse_ir::{DType, ReduceOp, Scalar, binary_scalar, reduce_identity, unary_scalar};
+use tilefuse_sched::ir::{Index, Var};
+
+use super::chunk::{CHUNK, Chunk};
+use super::code::{BlockCode, Counted, GemmCode, RowsCode, Step, TapeCode, TapeStore};
+use super::ctx::{Ctx, Lane, lane_values, loop_value};
+use super::memory::{RawBuf, Storage};
+use super::tape::{Rows, Sink};
+use super::value::Value;
+
+/// Lanes a tape runs between interrupt checks: long enough that checking
+/// costs nothing, short enough to answer Ctrl-C at once.
+pub(super) const TAPE_CHUNK: usize = 1 << 16;
+
+/// Lanes of an outer-reduction nest combined row by row: 16 KB, so that
+/// the elements combined into stay in L1 while the rows stream past.
+pub(super) const ROW_LANES: usize = 4096;
+
+/// Rows an outer-reduction nest accumulates between interrupt checks.
+pub(super) const INTERRUPT_ROWS: i64 = 1 << 12;
+
+impl Ctx<'_> {
+    pub(super) fn step(&self, step: &Step, env: &mut Vec<i64>, may_spawn: bool) {
+        match step {
+            Step::Block(b) => self.scalar_block(b, env),
+            Step::Lanes { var, extent, block } => self.lanes(block, *var, *extent, env),
+            Step::Gemm(g) => self.gemm(g, env),
+            Step::Rows(r) => self.rows(r, env),
+            Step::Loop {
+                var,
+                extent,
+                parallel,
+                body,
+            } => {
+                if *parallel && may_spawn && self.threads > 1 && *extent > 1 {
+                    self.parallel_loop(*var, *extent, body, env);
+                } else {
+                    for i in 0..*extent {
+                        if self.interrupted() {
+                            return;
+                        }
+                        env[*var] = i;
+                        body.iter().for_each(|s| self.step(s, env, may_spawn));
+                    }
+                }
+            }
+        }
+    }
+
+    /// True once an interrupt is requested (by any thread of this run).
+    pub(super) fn interrupted(&self) -> bool {
+        if self.stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        let now = tilefuse_ir::interrupt::requested();
+        if now {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        now
+    }
+
+    /// Splits the loop's iterations over the threads; the calling thread
+    /// runs the first share itself, so it keeps answering interrupts.
+    pub(super) fn parallel_loop(&self, var: usize, extent: i64, body: &[Step], env: &[i64]) {
+        let threads = (self.threads as i64).min(extent);
+        let share = |t: i64| (extent * t / threads)..(extent * (t + 1) / threads);
+        let (shared, locals, stop) = (self.buffers, self.locals, self.stop);
+        // The pool's workers take the other shares (no thread spawned per
+        // launch); this thread runs the first in place.
+        super::pool::workers(self.threads).in_place_scope(|scope| {
+            for t in 1..threads {
+                let range = share(t);
+                scope.spawn(move |_| run_share(shared, locals, stop, var, range, body, env));
+            }
+            run_share(shared, locals, stop, var, share(0), body, env);
+        });
+    }
+
+    pub(super) fn gemm(&self, g: &GemmCode, env: &mut [i64]) {
+        for &v in [g.k.var, g.rows.var, g.lanes.var].iter().chain(&g.units) {
+            env[v] = 0;
+        }
+        let at = |ix: &Index| ix.eval(&|v| loop_value(env, v)) as usize;
+        let (rows, k, n) = (
+            g.rows.extent as usize,
+            g.k.extent as usize,
+            g.lanes.extent as usize,
+        );
+        let (c_row, a_row, a_k, b_k) = (
+            g.c.per_row as usize,
+            g.a.per_row as usize,
+            g.a.per_k as usize,
+            g.b.per_k as usize,
+        );
+        let span = |first: usize, strides: &[(usize, usize)]| {
+            first + strides.iter().map(|&(s, n)| s * (n - 1)).sum::<usize>()
+        };
+        let c = unsafe {
+            self.buffers[g.c.buffer].slice_mut::<f32>(at(&g.c.offset), span(n, &[(c_row, rows)]))
+        };
+        let a = unsafe {
+            self.buffers[g.a.buffer]
+                .slice::<f32>(at(&g.a.offset), span(1, &[(a_row, rows), (a_k, k)]))
+        };
+        let b =
+            unsafe { self.buffers[g.b.buffer].slice::<f32>(at(&g.b.offset), span(n, &[(b_k, k)])) };
+        super::gemm::update(&mut super::gemm::Panel {
+            c,
+            c_row,
+            a,
+            a_row,
+            a_k,
+            b,
+            b_k,
+            rows,
+            k,
+            n,
+        });
+    }
+
+    pub(super) fn scalar_block(&self, b: &BlockCode, env: &[i64]) {
+        let iters: Vec<i64> = b
+            .bindings
+            .iter()
+            .map(|x| x.eval(&|v| loop_value(env, v)))
+            .collect();
+        if b.guards.iter().any(|&g| iters[g] >= b.extents[g]) {
+            return;
+        }
+        let at = |v: Var| match v {
+            Var::Iter(i) => iters[i as usize],
+            Var::Loop(l) => env[l.0 as usize],
+        };
+        let v = self.scalar_value(&b.value, &at);
+        let buf = &self.buffers[b.store.buffer];
+        let off = b.store.offset.eval(&at) as usize;
+        match b.reduce {
+            None => unsafe { buf.write(off, v) },
+            Some(op) => {
+                let first = b.init && b.reduce_iters.iter().all(|&r| iters[r] == 0);
+                let acc = if first {
+                    reduce_identity(op, b.dtype)
+                } else {
+                    unsafe { buf.read(off) }
+                };
+                unsafe { buf.write(off, combine(op, acc, v)) };
+            }
+        }
+    }
+
+    pub(super) fn scalar_value(&self, v: &Value, at: &dyn Fn(Var) -> i64) -> Scalar {
+        match v {
+            Value::Const(s, _) => *s,
+            Value::Load(a) => unsafe { self.buffers[a.buffer].read(a.offset.eval(&at) as usize) },
+            Value::Unary(op, x) => unary_scalar(*op, self.scalar_value(x, at)),
+            Value::Binary(op, x, y) => {
+                binary_scalar(*op, self.scalar_value(x, at), self.scalar_value(y, at))
+            }
+            Value::Select(c, x, y) => {
+                if self.scalar_value(c, at).as_bool() {
+                    self.scalar_value(x, at)
+                } else {
+                    self.scalar_value(y, at)
+                }
+            }
+            Value::Cast(d, x) => self.scalar_value(x, at).to(*d),
+        }
+    }
+
+    /// Runs a single-block loop a chunk of lanes at a time, or whole
+    /// through its tape.
+    pub(super) fn lanes(&self, b: &BlockCode, var: usize, extent: i64, env: &mut [i64]) {
+        if let Some(t) = &b.tape {
+            env[var] = 0;
+            return self.tape_loop(b, t, extent as usize, env);
+        }
+        let mut start = 0;
+        while start < extent {
+            if start > 0 && self.interrupted() {
+                return;
+            }
+            let n = (extent - start).min(CHUNK as i64) as usize;
+            env[var] = start;
+            self.chunk(b, var, start, n, env);
+            start += n as i64;
+        }
+    }
+
+    pub(super) fn chunk(&self, b: &BlockCode, var: usize, start: i64, n: usize, env: &[i64]) {
+        // The matmul inner loop first, before anything is allocated: at
+        // a few hundred lanes per chunk, allocation would cost more than
+        // the FMAs (the lane variable is already `start` in `env`).
+        if !b.per_lane
+            && b.guards.is_empty()
+            && b.predicates.is_empty()
+            && self.axpy(b, start, n, env, b.first_in_lane_0(env))
+        {
+            return;
+        }
+        // Iterator values per lane (only lane 0 where that is enough).
+        let lanes = if b.per_lane { n } else { 1 };
+        let iters: Vec<Vec<i64>> = b
+            .bindings
+            .iter()
+            .map(|x| {
+                lane_values(x, lanes, &|v| match v {
+                    Var::Loop(l) if l.0 as usize == var => Lane::From(start),
+                    other => Lane::Same(loop_value(env, other)),
+                })
+            })
+            .collect();
+        let mask: Option<Vec<bool>> =
+            (!b.guards.is_empty() || !b.predicates.is_empty()).then(|| {
+                let mut mask = vec![true; n];
+                for &g in &b.guards {
+                    mask.iter_mut()
+                        .zip(&iters[g])
+                        .for_each(|(m, &v)| *m &= v < b.extents[g]);
+                }
+                for (p, bound) in &b.predicates {
+                    let values = lane_values(p, n, &|v| match v {
+                        Var::Loop(l) if l.0 as usize == var => Lane::From(start),
+                        other => Lane::Same(loop_value(env, other)),
+                    });
+                    mask.iter_mut()
+                        .zip(&values)
+                        .for_each(|(m, &v)| *m &= v < *bound);
+                }
+                mask
+            });
+        let mask = mask.as_deref().filter(|m| m.iter().any(|&x| !x));
+        if mask.is_some_and(|m| m.iter().all(|&x| !x)) {
+            return;
+        }
+        // A tail: the valid lanes come first. Run them as a shorter chunk
+        // without a mask, so contiguous loads and stores stay contiguous.
+        if let Some(m) = mask {
+            let valid = m.iter().take_while(|&&x| x).count();
+            if m[valid..].iter().all(|&x| !x) {
+                return self.chunk(b, var, start, valid, env);
+            }
+        }
+        let chunk = Chunk {
+            ctx: self,
+            iters: &iters,
+            env,
+            start,
+            n,
+            mask,
+        };
+        let first = b.init && b.reduce_iters.iter().all(|&r| iters[r][0] == 0);
+        if chunk.axpy(b, first) {
+            return;
+        }
+        let value = chunk.column(&b.value);
+        let buf = &self.buffers[b.store.buffer];
+        match b.reduce {
+            None => match (&b.store.linear, mask) {
+                (Some((1, rest)), None) => {
+                    value.write(buf, (rest.eval(&|v| loop_value(env, v)) + start) as usize)
+                }
+                _ => value.scatter(buf, &chunk.offsets(&b.store), mask),
+            },
+            Some(op) => {
+                let at = |v| loop_value(env, v);
+                let first_lane =
+                    |k: usize| b.init && b.reduce_iters.iter().all(|&r| iters[r][k] == 0);
+                match (&b.store.linear, mask) {
+                    // Lanes are consecutive elements, equally first or not.
+                    (Some((1, rest)), None) if !b.lane_reduces => {
+                        let start_at = (rest.eval(&at) + start) as usize;
+                        if value.reduce_into(buf, start_at, op, first_lane(0)) {
+                            return;
+                        }
+                    }
+                    // Every lane lands on one element: fold, then combine
+                    // once. Lanes visit the element in order, so only
+                    // lane 0 can be its first visit.
+                    (Some((0, rest)), None) if b.lane_reduces => {
+                        if let Some(folded) = value.fold(op) {
+                            let off = rest.eval(&at) as usize;
+                            return fold_into(buf, off, op, b.dtype, first_lane(0), folded);
+                        }
+                    }
+                    _ => {}
+                }
+                let offsets = chunk.offsets(&b.store);
+                for k in 0..n {
+                    if mask.is_some_and(|m| !m[k]) {
+                        continue;
+                    }
+                    let off = offsets[k] as usize;
+                    let first = match (b.per_lane, b.lane_reduces) {
+                        (true, _) => first_lane(k),
+                        // Only lane 0 can be the first visit (see above).
+                        (false, true) => k == 0 && first_lane(0),
+                        (false, false) => first_lane(0),
+                    };
+                    let acc = if first {
+                        reduce_identity(op, b.dtype)
+                    } else {
+                        unsafe { buf.read(off) }
+                    };
+                    unsafe { buf.write(off, combine(op, acc, value.get(k))) };
+                }
+            }
+        }
+    }
+}
+
+impl BlockCode {
+    /// Whether lane 0 (the lane variable at its value in `env`) is the
+    /// first visit of its element, for lanes that need no iterator values
+    /// of their own: they are equally first or not, or (folds over the
+    /// lanes) only lane 0 can be.
+    pub(super) fn first_in_lane_0(&self, env: &[i64]) -> bool {
+        let at = |v| loop_value(env, v);
+        self.init
+            && self
+                .reduce_iters
+                .iter()
+                .all(|&r| self.bindings[r].eval(&at) == 0)
+    }
+}
+
+impl Ctx<'_> {
+    /// `n` lanes from `start` as one multiply-add pass, where the block is
+    /// one (see `Chunk::axpy`); lanes need no iterator values of their own.
+    pub(super) fn axpy(
+        &self,
+        b: &BlockCode,
+        start: i64,
+        n: usize,
+        env: &[i64],
+        first: bool,
+    ) -> bool {
+        let chunk = Chunk {
+            ctx: self,
+            iters: &[],
+            env,
+            start,
+            n,
+            mask: None,
+        };
+        chunk.axpy(b, first)
+    }
+
+    /// Runs a whole lane loop (its variable at 0 in `env`) through the
+    /// block's tape, [`TAPE_CHUNK`] lanes at a time between interrupt
+    /// checks; a multiply-add goes the one-pass axpy way instead.
+    /// Runs an outer-reduction nest (see [`Step::Rows`]).
+    pub(super) fn rows(&self, g: &RowsCode, env: &mut [i64]) {
+        let (
+            Counted {
+                var: rv,
+                extent: rows,
+            },
+            Counted { var: jv, extent: n },
+        ) = (g.r, g.lanes);
+        let (b, t) = (&g.block, g.block.tape.as_ref().expect("rows_code checked"));
+        let TapeStore::Combine(op) = t.into else {
+            unreachable!("rows_code checked")
+        };
+        if rows == 0 {
+            return;
+        }
+        env[jv] = 0;
+        env[rv] = 1;
+        let second = t.tape.offsets(&|x: &Index| x.eval(&|v| loop_value(env, v)));
+        env[rv] = 0;
+        let at = |x: &Index| x.eval(&|v| loop_value(env, v));
+        let first_row = t.tape.offsets(&at);
+        let stride = first_row.step_to(&second);
+        let first = b.first_in_lane_0(env);
+        let base = at(&t.store) as usize;
+        let buf = &self.buffers[b.store.buffer];
+        let mut registers = self.registers.borrow_mut();
+        // Row by row over up to `ROW_LANES` lanes: each row is read as one
+        // contiguous run and the elements combined into stay in L1.
+        for lo in (0..n as usize).step_by(ROW_LANES) {
+            let len = ROW_LANES.min(n as usize - lo);
+            let mut offsets = first_row;
+            for from in (0..rows).step_by(INTERRUPT_ROWS as usize) {
+                if from > 0 && self.interrupted() {
+                    return;
+                }
+                let mut chunk = Rows {
+                    offsets,
+                    stride,
+                    start: lo,
+                    rows: INTERRUPT_ROWS.min(rows - from),
+                    dst: unsafe { buf.slice_mut::<f32>(base + lo, len) },
+                    op,
+                    first: first && from == 0,
+                };
+                t.tape.run_rows(self.buffers, &mut registers, &mut chunk);
+                offsets = chunk.offsets;
+            }
+        }
+    }
+
+    pub(super) fn tape_loop(&self, b: &BlockCode, t: &TapeCode, n: usize, env: &[i64]) {
+        let first = b.first_in_lane_0(env);
+        if self.axpy(b, 0, n, env, first) {
+            return;
+        }
+        let at = |x: &Index| x.eval(&|v| loop_value(env, v));
+        let buf = &self.buffers[b.store.buffer];
+        let base = at(&t.store) as usize;
+        let mut registers = self.registers.borrow_mut();
+        for start in (0..n).step_by(TAPE_CHUNK) {
+            if start > 0 && self.interrupted() {
+                return;
+            }
+            let lanes = (start, TAPE_CHUNK.min(n - start));
+            let mut run = |sink| t.tape.run(self.buffers, &at, lanes, &mut registers, sink);
+            let stored = || unsafe { buf.slice_mut::<f32>(base + lanes.0, lanes.1) };
+            match t.into {
+                TapeStore::Lanes => run(Sink::Store(stored())),
+                TapeStore::Combine(op) => run(Sink::Combine(stored(), op, first)),
+                TapeStore::Fold(op) => {
+                    // Every chunk folds into the one element: only the
+                    // first chunk may find it unvisited.
+                    let folded = run(Sink::Fold(op)).expect("a fold returns its value");
+                    fold_into(buf, base, op, b.dtype, first && start == 0, folded);
+                    None
+                }
+            };
+        }
+    }
+}
+
+/// Iterations `range` of a parallel loop, with this thread's own
+/// workgroup / private buffers.
+pub(super) fn run_share(
+    shared: &[RawBuf],
+    locals: &[(usize, DType, usize)],
+    stop: &AtomicBool,
+    var: usize,
+    range: std::ops::Range<i64>,
+    body: &[Step],
+    env: &[i64],
+) {
+    let mut own: Vec<Storage> = locals.iter().map(|&(_, d, n)| Storage::new(d, n)).collect();
+    let mut buffers = shared.to_vec();
+    for (&(id, ..), s) in locals.iter().zip(&mut own) {
+        buffers[id] = s.view();
+    }
+    let ctx = Ctx {
+        buffers: &buffers,
+        threads: 1,
+        locals,
+        registers: RefCell::default(),
+        stop,
+    };
+    let mut env = env.to_vec();
+    for i in range {
+        if ctx.interrupted() {
+            return;
+        }
+        env[var] = i;
+        body.iter().for_each(|s| ctx.step(s, &mut env, false));
+    }
+}
+
+/// Combines a folded chunk of lanes into element `off` (or stores it, on
+/// the element's first visit).
+pub(super) fn fold_into(
+    buf: &RawBuf,
+    off: usize,
+    op: ReduceOp,
+    dtype: DType,
+    first: bool,
+    folded: f32,
+) {
+    let acc = if first {
+        reduce_identity(op, dtype)
+    } else {
+        unsafe { buf.read(off) }
+    };
+    unsafe { buf.write(off, combine(op, acc, Scalar::F(f64::from(folded)))) };
+}
+
+pub(super) fn combine(op: ReduceOp, acc: Scalar, v: Scalar) -> Scalar {
+    let f = match op {
+        ReduceOp::Sum | ReduceOp::Mean => tilefuse_ir::BinaryOp::Add,
+        ReduceOp::Max => tilefuse_ir::BinaryOp::Max,
+        ReduceOp::Min => tilefuse_ir::BinaryOp::Min,
+    };
+    binary_scalar(f, acc, v)
+}

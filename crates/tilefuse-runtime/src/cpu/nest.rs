@@ -1,0 +1,49 @@
+//! Reading loop nests: loops of one iteration looked through, loops run
+//! in order on one thread.
+
+use tilefuse_sched::ir::{BlockId, Kernel, LoopId, LoopKind, Node};
+
+/// Looks through loops of one iteration to the single node of a body,
+/// collecting their variables.
+pub(super) fn through_units<'a>(
+    kernel: &Kernel,
+    body: &'a [Node],
+    units: &mut Vec<usize>,
+) -> Option<&'a Node> {
+    match body {
+        [Node::Loop(l, inner)] if kernel.loop_(*l).extent == 1 => {
+            units.push(l.0 as usize);
+            through_units(kernel, inner, units)
+        }
+        [node] => Some(node),
+        _ => None,
+    }
+}
+
+/// A loop the executor runs in order on one thread: neither parallel nor
+/// bound to workgroups (invocation loops run as serial loops).
+pub(super) fn in_one_thread(kernel: &Kernel, l: LoopId) -> bool {
+    match kernel.loop_(l).kind {
+        LoopKind::Parallel => false,
+        LoopKind::Bound(axis) => !axis.is_workgroup(),
+        _ => true,
+    }
+}
+
+pub(super) fn is_serial(kernel: &Kernel, l: LoopId) -> bool {
+    !matches!(
+        kernel.loop_(l).kind,
+        LoopKind::Parallel | LoopKind::Bound(_)
+    )
+}
+
+/// The block a loop body consists of, looking through loops of extent 1
+/// (their variable stays 0), so that e.g. a vector loop of width 1 under an
+/// invocation loop does not turn every lane into a chunk of its own.
+pub(super) fn single_block(kernel: &Kernel, body: &[Node]) -> Option<BlockId> {
+    match body {
+        [Node::Block(b)] => Some(*b),
+        [Node::Loop(l, inner)] if kernel.loop_(*l).extent == 1 => single_block(kernel, inner),
+        _ => None,
+    }
+}
