@@ -1,0 +1,109 @@
+//! What a cached winner is the winner for: the fusion's structure, the
+//! scheduler, the device (with its limits and, on the CPU, its threads),
+//! the params format and the scheduler/codegen version. Any of these
+//! changing makes a different key (TVM's database once ignored the target:
+//! a winner for one device must never serve another).
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tilefuse_ir::Fusion;
+use tilefuse_params::{PARAMS_VERSION, SchedulerKind};
+use tilefuse_sched::DeviceInfo;
+
+/// Bumped when a scheduler or codegen change can change the kernel a
+/// params value makes: entries of older versions are not served.
+pub const CODEGEN_VERSION: u32 = 1;
+
+/// A device as a cache key sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DeviceKey {
+    pub backend: String,
+    pub vendor: u32,
+    pub name: String,
+    pub adapter_type: String,
+    pub driver: String,
+    /// A digest of the device limits.
+    pub limits: String,
+    /// Threads of the CPU device (0 on GPUs).
+    pub cores: usize,
+}
+
+impl DeviceKey {
+    pub fn of(info: &DeviceInfo) -> DeviceKey {
+        DeviceKey {
+            backend: info.backend.clone(),
+            vendor: info.vendor,
+            name: info.name.clone(),
+            adapter_type: info.adapter_type.clone(),
+            driver: info.driver.clone(),
+            limits: digest(&format!("{:?}", info.limits))[..16].to_owned(),
+            cores: info.cores,
+        }
+    }
+}
+
+/// The key of one cache entry.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CacheKey {
+    /// `Fusion::fingerprint`: the structure, not the names.
+    pub fusion: String,
+    pub scheduler: SchedulerKind,
+    pub device: DeviceKey,
+    pub params_version: u32,
+    pub codegen_version: u32,
+}
+
+impl CacheKey {
+    pub fn new(fusion: &Fusion, scheduler: SchedulerKind, device: &DeviceInfo) -> CacheKey {
+        CacheKey {
+            fusion: fusion.fingerprint(),
+            scheduler,
+            device: DeviceKey::of(device),
+            params_version: PARAMS_VERSION,
+            codegen_version: CODEGEN_VERSION,
+        }
+    }
+
+    /// The entry's file name, without extension: a digest of the key.
+    pub fn file_stem(&self) -> String {
+        let json = serde_json::to_string(self).expect("a key serializes");
+        digest(&json)[..32].to_owned()
+    }
+
+    /// The fields in which `self` and `other` differ (for explaining a
+    /// miss), device fields as `device.name` and so on.
+    pub fn differences(&self, other: &CacheKey) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut check = |name: &str, differ: bool| {
+            if differ {
+                out.push(name.to_owned());
+            }
+        };
+        check("fusion", self.fusion != other.fusion);
+        check("scheduler", self.scheduler != other.scheduler);
+        let (a, b) = (&self.device, &other.device);
+        check("device.backend", a.backend != b.backend);
+        check("device.vendor", a.vendor != b.vendor);
+        check("device.name", a.name != b.name);
+        check("device.adapter_type", a.adapter_type != b.adapter_type);
+        check("device.driver", a.driver != b.driver);
+        check("device.limits", a.limits != b.limits);
+        check("device.cores", a.cores != b.cores);
+        check(
+            "params_version",
+            self.params_version != other.params_version,
+        );
+        check(
+            "codegen_version",
+            self.codegen_version != other.codegen_version,
+        );
+        out
+    }
+}
+
+fn digest(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -1,0 +1,94 @@
+//! Checking and timing a candidate: fresh random inputs (fixed by the
+//! seed), the reference evaluator's outputs computed once, every
+//! candidate's outputs compared with them before its time counts, and a
+//! short timing first so that a candidate far slower than the best is cut
+//! before its full measurement (tinygrad's BEAM, CubeCL).
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tilefuse_ir::{DType, Data, Fusion, Tensor, evaluate};
+use tilefuse_runtime::Kernel;
+
+/// Relative error a candidate's f32 outputs may have against the
+/// reference, scaled by the largest finite value: reductions reassociate.
+const RTOL: f64 = 1e-3;
+
+/// Candidates whose short timing is this much slower than the best are cut.
+pub const CUT_RATIO: f64 = 3.0;
+
+/// The inputs every candidate runs on and the outputs it must match.
+pub struct Problem {
+    pub inputs: Vec<Tensor>,
+    pub want: Vec<Tensor>,
+}
+
+impl Problem {
+    /// Random inputs for `fusion` (values in [-1, 1], small integers,
+    /// random masks) and the reference's outputs.
+    pub fn new(fusion: &Fusion, seed: u64) -> Result<Problem, String> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut inputs = Vec::new();
+        for &t in fusion.inputs() {
+            let ty = fusion.ty(t).map_err(|e| e.to_string())?;
+            let n: usize = ty.shape.iter().product();
+            let data = match ty.dtype {
+                DType::F32 => Data::F32((0..n).map(|_| rng.random_range(-1.0..1.0)).collect()),
+                DType::I32 => Data::I32((0..n).map(|_| rng.random_range(-8..8)).collect()),
+                DType::U32 => Data::U32((0..n).map(|_| rng.random_range(0..16)).collect()),
+                DType::Bool => Data::Bool((0..n).map(|_| rng.random_bool(0.5)).collect()),
+            };
+            inputs.push(Tensor::new(ty.shape.clone(), data)?);
+        }
+        let want = evaluate(fusion, &inputs).map_err(|e| e.to_string())?;
+        Ok(Problem { inputs, want })
+    }
+
+    /// Runs `kernel` and compares its outputs with the reference: `Err`
+    /// names the first output and element that differ.
+    pub fn check(&self, kernel: &Kernel) -> Result<(), String> {
+        let got = kernel.run(&self.inputs).map_err(|e| e.to_string())?;
+        for (o, (w, g)) in self.want.iter().zip(&got).enumerate() {
+            compare(&w.data, &g.data).map_err(|e| format!("output {o}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Median seconds of `repeat` launches after `warmup`.
+    pub fn time(&self, kernel: &Kernel, warmup: usize, repeat: usize) -> Result<f64, String> {
+        let t = kernel
+            .benchmark(&self.inputs, warmup, repeat)
+            .map_err(|e| e.to_string())?;
+        Ok(t.median)
+    }
+}
+
+fn compare(want: &Data, got: &Data) -> Result<(), String> {
+    if want.len() != got.len() || want.dtype() != got.dtype() {
+        return Err(format!(
+            "{} {} elements, want {} {}",
+            got.len(),
+            got.dtype().name(),
+            want.len(),
+            want.dtype().name()
+        ));
+    }
+    let scale = (0..want.len())
+        .map(|i| want.get(i).as_f64().abs())
+        .filter(|x| x.is_finite())
+        .fold(0.0, f64::max);
+    for i in 0..want.len() {
+        let (w, g) = (want.get(i).as_f64(), got.get(i).as_f64());
+        let close = match (w.is_nan(), g.is_nan()) {
+            (true, true) => true,
+            (false, false) if want.dtype() == DType::F32 => {
+                w == g || (w - g).abs() <= RTOL * (scale + w.abs())
+            }
+            (false, false) => w == g,
+            _ => false,
+        };
+        if !close {
+            return Err(format!("element {i} is {g}, want {w}"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! The cache keeps what was saved: round trips, the faster of two
+//! measurements, corrupt files set aside, concurrent writers.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+use tilefuse_ir::{DType, Fusion, UnaryOp};
+use tilefuse_params::SchedulerKind;
+use tilefuse_runtime::Device;
+use tilefuse_tune::{Cache, CacheKey, Entry, Written};
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tilefuse-cache-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn key(n: usize) -> CacheKey {
+    let mut f = Fusion::new();
+    let x = f.input(&[n], DType::F32, Some("x")).unwrap();
+    let y = f.unary(UnaryOp::Exp, x).unwrap();
+    f.output(y).unwrap();
+    CacheKey::new(&f, SchedulerKind::Pointwise, &Device::cpu().info())
+}
+
+#[test]
+fn an_entry_round_trips_and_the_faster_measurement_stays() {
+    let cache = Cache::open(temp_dir("roundtrip")).unwrap();
+    let k = key(64);
+    assert!(cache.get(&k).entry.is_none());
+    let slow = Entry::measured(k.clone(), json!({"scheduler": "pointwise"}), 2e-3);
+    assert_eq!(cache.put(&slow).unwrap().0, Written::Stored);
+    let fast = Entry::measured(
+        k.clone(),
+        json!({"scheduler": "pointwise", "unroll_factor_inner": 2}),
+        1e-3,
+    );
+    assert_eq!(cache.put(&fast).unwrap().0, Written::Stored);
+    assert_eq!(cache.put(&slow).unwrap().0, Written::KeptFaster);
+    assert_eq!(cache.get(&k).entry.unwrap(), fast);
+    // Another key is another entry; a different device never matches.
+    assert!(cache.get(&key(128)).entry.is_none());
+    let mut other = k.clone();
+    other.device.name = "another device".into();
+    assert!(cache.get(&other).entry.is_none());
+    assert_eq!(other.differences(&k), ["device.name"]);
+    assert_eq!(cache.clear().unwrap(), 1);
+}
+
+#[test]
+fn a_corrupt_entry_is_set_aside_with_a_warning() {
+    let dir = temp_dir("corrupt");
+    let cache = Cache::open(&dir).unwrap();
+    let k = key(64);
+    let path = dir.join(format!("{}.json", k.file_stem()));
+    std::fs::write(&path, "{ not json").unwrap();
+    let lookup = cache.get(&k);
+    assert!(lookup.entry.is_none());
+    assert!(
+        lookup.warnings[0].contains("not a valid entry"),
+        "{:?}",
+        lookup.warnings
+    );
+    assert!(!path.exists(), "the corrupt file is moved aside");
+    // The cache goes on working.
+    let e = Entry::measured(k.clone(), json!({"scheduler": "pointwise"}), 1e-3);
+    cache.put(&e).unwrap();
+    assert_eq!(cache.get(&k).entry.unwrap(), e);
+}
+
+#[test]
+fn entries_from_an_older_version_load_with_defaults() {
+    let dir = temp_dir("old");
+    let cache = Cache::open(&dir).unwrap();
+    let k = key(64);
+    let minimal = json!({"key": k, "params": {"scheduler": "pointwise"}, "best_time": 1e-3});
+    std::fs::write(
+        dir.join(format!("{}.json", k.file_stem())),
+        minimal.to_string(),
+    )
+    .unwrap();
+    let e = cache.get(&k).entry.unwrap();
+    assert_eq!((e.trials, e.samples.len()), (0, 0));
+}
+
+#[test]
+fn concurrent_writers_keep_every_entry_and_the_fastest_of_each() {
+    let cache = Cache::open(temp_dir("threads")).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let cache = cache.clone();
+            s.spawn(move || {
+                for n in 1..=16 {
+                    let time = 1e-3 * (1.0 + ((t * 7 + n) % 8) as f64);
+                    let e = Entry::measured(key(n), json!({"scheduler": "pointwise"}), time);
+                    cache.put(&e).unwrap();
+                }
+            });
+        }
+    });
+    let (entries, warnings) = cache.entries().unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(entries.len(), 16);
+    assert!(
+        entries.iter().all(|e| e.best_time == 1e-3),
+        "the fastest stays"
+    );
+}

@@ -1,0 +1,91 @@
+//! Tuning on the CPU device: the default enters first, every trial is
+//! recorded, duplicates are not measured twice, the winner is never slower
+//! than the default in the final run, and a wrong kernel is caught.
+
+use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
+use tilefuse_runtime::Device;
+use tilefuse_sched::schedulers::{heuristics, schedule};
+use tilefuse_tune::{Effort, Options, Problem, Status, Strategy, tune};
+
+fn softmax(rows: usize, cols: usize) -> Fusion {
+    let mut f = Fusion::new();
+    let x = f.input(&[rows, cols], DType::F32, Some("x")).unwrap();
+    let m = f.reduce(ReduceOp::Max, x, Some(&[-1]), true).unwrap();
+    let d = f.binary(BinaryOp::Sub, x, m).unwrap();
+    let e = f.unary(UnaryOp::Exp, d).unwrap();
+    let s = f.reduce(ReduceOp::Sum, e, Some(&[-1]), true).unwrap();
+    let y = f.binary(BinaryOp::Div, e, s).unwrap();
+    f.output(y).unwrap();
+    f
+}
+
+#[test]
+fn tuning_records_every_trial_and_never_loses_to_the_default() {
+    let f = softmax(64, 256);
+    let options = Options {
+        effort: Effort::Quick,
+        trials: Some(10),
+        seed: 3,
+        repeat: 3,
+        ..Options::default()
+    };
+    let mut seen = 0;
+    let r = tune(&f, &Device::cpu(), &options, &mut |_, _| seen += 1).unwrap();
+    assert_eq!(seen, r.trials.len());
+    assert_eq!(r.trials[0].origin, "default");
+    assert_eq!(r.trials[0].status, Status::Ok);
+    assert_eq!(r.strategy, Strategy::Pattern);
+    let measured = r
+        .trials
+        .iter()
+        .filter(|t| t.status != Status::Duplicate)
+        .count();
+    assert!(measured >= 10, "{measured} measured");
+    assert!(r.best_time <= r.default_time.unwrap());
+    // The winner's params load and schedule again.
+    let p = tilefuse_params::HeuristicParams::from_value(r.best_params).unwrap();
+    schedule(&f, &p, &Device::cpu().info()).unwrap();
+}
+
+#[test]
+fn the_same_seed_proposes_the_same_candidates() {
+    let f = softmax(16, 64);
+    let options = Options {
+        strategy: Some(Strategy::Random),
+        trials: Some(6),
+        seed: 11,
+        repeat: 1,
+        ..Options::default()
+    };
+    let params = |r: tilefuse_tune::TuneResult| -> Vec<serde_json::Value> {
+        r.trials.into_iter().map(|t| t.params).collect()
+    };
+    let a = params(tune(&f, &Device::cpu(), &options, &mut |_, _| {}).unwrap());
+    let b = params(tune(&f, &Device::cpu(), &options, &mut |_, _| {}).unwrap());
+    assert_eq!(a, b);
+}
+
+#[test]
+fn a_kernel_with_wrong_results_is_disqualified() {
+    // The check every candidate passes before its time counts: a kernel of
+    // another fusion with the same signature (exp for tanh) is caught.
+    let unary = |op| {
+        let mut f = Fusion::new();
+        let x = f.input(&[8, 32], DType::F32, Some("x")).unwrap();
+        let y = f.unary(op, x).unwrap();
+        f.output(y).unwrap();
+        f
+    };
+    let (right, wrong) = (unary(UnaryOp::Tanh), unary(UnaryOp::Exp));
+    let problem = Problem::new(&right, 5).unwrap();
+    let device = Device::cpu();
+    let build = |f: &Fusion| {
+        let p = heuristics(f, None, &device.info()).unwrap();
+        device
+            .build(&schedule(f, &p, &device.info()).unwrap())
+            .unwrap()
+    };
+    problem.check(&build(&right)).unwrap();
+    let err = problem.check(&build(&wrong)).unwrap_err();
+    assert!(err.contains("output 0: element"), "{err}");
+}
