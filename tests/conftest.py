@@ -107,3 +107,10 @@ def schedule_or_reject(
         return None
     outcomes["ran"] += 1
     return kernel
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every test session tunes into its own heuristic cache, never the
+    user's (and never finds a stale winner there)."""
+    os.environ["TILEFUSE_CACHE"] = str(tmp_path_factory.mktemp("tilefuse-cache"))

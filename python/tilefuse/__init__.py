@@ -1,6 +1,7 @@
 """tilefuse: a tensor-fusion compiler whose automatic schedulers are driven
 by plain-data heuristic params that you can read, edit, save and tune."""
 
+from . import cache
 from ._native import (
     FUSION_SCHEMA_VERSION,
     PARAMS_VERSION,
@@ -48,6 +49,7 @@ from .params import (
 )
 from .schedule import Block, Device, Kernel, Loop, Schedule, Timing
 from .segments import Segment, SegmentedKernel
+from .tune import TuneResult, tune
 
 __all__ = [
     "FUSION_SCHEMA_VERSION",
@@ -80,8 +82,10 @@ __all__ = [
     "Tensor",
     "TilefuseError",
     "Timing",
+    "TuneResult",
     "__version__",
     "abs",
+    "cache",
     "cos",
     "exp",
     "gelu",
@@ -96,5 +100,6 @@ __all__ = [
     "sin",
     "sqrt",
     "tanh",
+    "tune",
     "where",
 ]

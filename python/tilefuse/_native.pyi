@@ -1,6 +1,7 @@
 """Type stubs of the compiled module ``tilefuse._native`` (checked against
 the module by ``tests/test_stubs.py`` with mypy's stubtest)."""
 
+from collections.abc import Callable
 from typing import Any, final
 
 import numpy as np
@@ -21,6 +22,12 @@ __all__ = [
     "ScheduleError",
     "TilefuseError",
     "__version__",
+    "cache_clear",
+    "cache_dir",
+    "cache_entries",
+    "cache_explain",
+    "cache_get",
+    "cache_put",
     "heuristics",
     "params_from_json",
     "params_normalize",
@@ -30,6 +37,7 @@ __all__ = [
     "schedulers",
     "segments",
     "tunables",
+    "tune",
 ]
 
 __version__: str
@@ -106,6 +114,32 @@ def schedule(fusion: Fusion, params: Any, device: Device) -> Schedule: ...
 def tunables(
     fusion: Fusion, device: Device, scheduler: str | None = None
 ) -> tuple[str, list[dict[str, Any]]]: ...
+def tune(
+    fusion: Fusion,
+    device: Device,
+    options: dict[str, Any],
+    progress: Callable[[dict[str, Any], float | None], Any] | None = None,
+) -> dict[str, Any]: ...
+def cache_get(
+    fusion: Fusion, device: Device, scheduler: str | None = None, directory: str | None = None
+) -> tuple[dict[str, Any] | None, list[str]]: ...
+def cache_put(
+    fusion: Fusion,
+    device: Device,
+    params: Any,
+    best_time: float,
+    default_time: float | None = None,
+    trials: int = 0,
+    strategy: str = "",
+    heuristics: list[str] = ...,
+    directory: str | None = None,
+) -> tuple[bool, list[str]]: ...
+def cache_entries(directory: str | None = None) -> tuple[list[dict[str, Any]], list[str]]: ...
+def cache_clear(directory: str | None = None) -> int: ...
+def cache_dir() -> str | None: ...
+def cache_explain(
+    fusion: Fusion, device: Device, scheduler: str | None = None, directory: str | None = None
+) -> list[tuple[dict[str, Any], list[str]]]: ...
 def segments(fusion: Fusion) -> list[tuple[Fusion, str, list[int], list[int]]]: ...
 def params_structs() -> list[tuple[str, str | None]]: ...
 def params_schema(name: str) -> dict[str, Any]: ...

@@ -388,23 +388,52 @@ class Fusion:
         ]
 
     def heuristics(
-        self, scheduler: str | None = None, device: Device | None = None
+        self, scheduler: str | None = None, device: Device | None = None, cache: bool = True
     ) -> HeuristicParams | list[HeuristicParams]:
-        """The params the default heuristic picks for this fusion on
-        ``device`` (``Device.default()`` when omitted): one params object,
-        or one per segment (see :meth:`segments`) when no scheduler takes
-        the whole fusion."""
+        """The params for this fusion on ``device`` (``Device.default()``
+        when omitted): a tuned winner from the heuristic cache when it has
+        one (unless ``cache=False``), else the default heuristic's (see
+        :meth:`params_source`). One params object, or one per segment (see
+        :meth:`segments`) when no scheduler takes the whole fusion."""
+        from . import cache as _cache
         from .params import HeuristicParams
         from .schedule import Device
 
         device = device or Device.default()
         if scheduler is None and not any(r is None for r in self.schedulers().values()):
             return [
-                cast("HeuristicParams", seg.fusion.heuristics(seg.scheduler, device))
+                cast("HeuristicParams", seg.fusion.heuristics(seg.scheduler, device, cache))
                 for seg in self.segments()
             ]
+        entry = _cache.lookup(self, device, scheduler) if cache else None
+        if entry is not None:
+            return cast("HeuristicParams", HeuristicParams.from_dict(entry["params"]))
         data = _native.heuristics(self._native, device._native, scheduler)
         return cast("HeuristicParams", HeuristicParams.from_dict(data))
+
+    def params_source(self, device: Device | None = None, scheduler: str | None = None) -> str:
+        """Where :meth:`heuristics` takes this fusion's params from on
+        ``device``: ``"cache: ..."`` (with the tuning that made them) or
+        ``"default heuristic"``; per segment, joined by ``"; "``."""
+        from . import cache as _cache
+        from .schedule import Device
+
+        device = device or Device.default()
+        if scheduler is None and not any(r is None for r in self.schedulers().values()):
+            return "; ".join(
+                seg.fusion.params_source(device, seg.scheduler) for seg in self.segments()
+            )
+        entry = _cache.lookup(self, device, scheduler)
+        if entry is None:
+            return "default heuristic"
+        speedup = (
+            f", {entry['default_time'] / entry['best_time']:.2f}x the default"
+            if entry.get("default_time")
+            else ""
+        )
+        return (
+            f"cache: {_cache.directory()} ({entry['trials']} trials, {entry['strategy']}{speedup})"
+        )
 
     def tunables(
         self, scheduler: str | None = None, device: Device | None = None

@@ -12,6 +12,7 @@ mod params;
 mod schedule;
 mod schedulers;
 mod sequence;
+mod tune;
 
 use pyo3::prelude::*;
 
@@ -36,5 +37,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(params::params_schema, m)?)?;
     m.add_function(wrap_pyfunction!(params::params_normalize, m)?)?;
     m.add_function(wrap_pyfunction!(params::params_from_json, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::tune, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::cache_get, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::cache_put, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::cache_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::cache_clear, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::cache_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::cache_explain, m)?)?;
     Ok(())
 }

@@ -16,5 +16,5 @@ mod space;
 pub use cache::{Cache, CacheError, Entry, Lookup, Origin, Written};
 pub use key::{CODEGEN_VERSION, CacheKey, DeviceKey};
 pub use measure::Problem;
-pub use search::{Effort, Options, Status, Strategy, Trial, TuneResult, tune};
+pub use search::{Effort, Options, Status, Strategy, Trial, TuneError, TuneResult, tune};
 pub use space::{Point, Space};

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, SchedulerKind};
 use tilefuse_runtime::{Device, Kernel};
@@ -19,10 +19,13 @@ use tilefuse_sched::Schedule;
 use tilefuse_sched::schedulers::{heuristics, pick, schedule, tunables};
 
 use crate::measure::{CUT_RATIO, Problem};
+
+/// How a runtime error reads when Ctrl-C interrupted the work.
+const INTERRUPTED: &str = "interrupted";
 use crate::space::{Point, Space};
 
 /// How the next candidates are chosen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Uniformly random points.
@@ -35,7 +38,7 @@ pub enum Strategy {
 }
 
 /// How much tuning to do when no budget is given.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Effort {
     /// The default heuristic (or the cache) only.
@@ -142,18 +145,30 @@ struct Finalist {
 /// Finalists re-measured at the end.
 const FINALISTS: usize = 4;
 
+/// Why tuning ended without a result.
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    /// The observer asked to stop, or Ctrl-C interrupted a measurement.
+    #[error("tuning was stopped")]
+    Stopped,
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// Tunes `fusion` (one scheduler must take it whole) on `device`;
-/// `observe` sees each trial and the best time so far.
+/// `observe` sees each trial and the best time so far, and stops tuning by
+/// returning false.
 pub fn tune(
     fusion: &Fusion,
     device: &Device,
     options: &Options,
-    observe: &mut dyn FnMut(&Trial, Option<f64>),
-) -> Result<TuneResult, String> {
+    observe: &mut dyn FnMut(&Trial, Option<f64>) -> bool,
+) -> Result<TuneResult, TuneError> {
+    let failed = |e: String| TuneError::Failed(e);
     let info = device.info();
-    let kind = pick(fusion)?;
-    let base = heuristics(fusion, Some(kind), &info).map_err(|e| e.to_string())?;
-    let (_, fields) = tunables(fusion, Some(kind), &info).map_err(|e| e.to_string())?;
+    let kind = pick(fusion).map_err(failed)?;
+    let base = heuristics(fusion, Some(kind), &info).map_err(|e| failed(e.to_string()))?;
+    let (_, fields) = tunables(fusion, Some(kind), &info).map_err(|e| failed(e.to_string()))?;
     let space = Space::new(base.clone(), fields);
     let budget = options.trials.unwrap_or(options.effort.trials());
     let strategy = options
@@ -167,14 +182,18 @@ pub fn tune(
         fusion,
         device,
         options,
-        problem: Problem::new(fusion, options.seed)?,
+        problem: Problem::new(fusion, options.seed).map_err(failed)?,
         start: Instant::now(),
+        stopped: false,
         seen: HashSet::new(),
         trials: Vec::new(),
         finalists: Vec::new(),
         observe,
     };
     let default_ok = run.try_params(base.clone(), "default");
+    if run.stopped {
+        return Err(TuneError::Stopped);
+    }
     let mut points = Points::new(&space, strategy, options.seed);
     let seconds = options.seconds.unwrap_or(options.effort.seconds());
     let mut measured = 0;
@@ -186,6 +205,9 @@ pub fn tune(
         if run.try_point(&space, point, origin) != Status::Duplicate {
             measured += 1;
         }
+        if run.stopped {
+            return Err(TuneError::Stopped);
+        }
     }
     run.finish(kind, strategy, &base, default_ok)
 }
@@ -196,11 +218,13 @@ struct Run<'a> {
     options: &'a Options,
     problem: Problem,
     start: Instant,
+    /// The observer asked to stop, or a measurement was interrupted.
+    stopped: bool,
     /// Scheduled kernels already measured (their printed IR).
     seen: HashSet<String>,
     trials: Vec<Trial>,
     finalists: Vec<Finalist>,
-    observe: &'a mut dyn FnMut(&Trial, Option<f64>),
+    observe: &'a mut dyn FnMut(&Trial, Option<f64>) -> bool,
 }
 
 impl Run<'_> {
@@ -234,7 +258,8 @@ impl Run<'_> {
             at: self.start.elapsed().as_secs_f64(),
         };
         let best = self.best_time();
-        (self.observe)(&trial, best);
+        let interrupted = trial.error.as_deref() == Some(INTERRUPTED);
+        self.stopped |= interrupted || !(self.observe)(&trial, best);
         self.trials.push(trial);
     }
 
@@ -349,15 +374,20 @@ impl Run<'_> {
         strategy: Strategy,
         base: &HeuristicParams,
         default_ok: Status,
-    ) -> Result<TuneResult, String> {
+    ) -> Result<TuneResult, TuneError> {
         if self.finalists.is_empty() {
-            return Err("no candidate ran correctly, not even the default heuristic's".into());
+            let why = "no candidate ran correctly, not even the default heuristic's";
+            return Err(TuneError::Failed(why.into()));
         }
         let rounds = 3;
         let mut times = vec![Vec::new(); self.finalists.len()];
         for _ in 0..rounds {
             for (f, t) in self.finalists.iter().zip(&mut times) {
-                t.push(self.problem.time(&f.kernel, 1, self.options.repeat)?);
+                let time = self.problem.time(&f.kernel, 1, self.options.repeat);
+                t.push(time.map_err(|e| match e.as_str() {
+                    INTERRUPTED => TuneError::Stopped,
+                    _ => TuneError::Failed(e),
+                })?);
             }
         }
         let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();

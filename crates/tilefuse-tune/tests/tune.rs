@@ -30,7 +30,11 @@ fn tuning_records_every_trial_and_never_loses_to_the_default() {
         ..Options::default()
     };
     let mut seen = 0;
-    let r = tune(&f, &Device::cpu(), &options, &mut |_, _| seen += 1).unwrap();
+    let r = tune(&f, &Device::cpu(), &options, &mut |_, _| {
+        seen += 1;
+        true
+    })
+    .unwrap();
     assert_eq!(seen, r.trials.len());
     assert_eq!(r.trials[0].origin, "default");
     assert_eq!(r.trials[0].status, Status::Ok);
@@ -60,8 +64,8 @@ fn the_same_seed_proposes_the_same_candidates() {
     let params = |r: tilefuse_tune::TuneResult| -> Vec<serde_json::Value> {
         r.trials.into_iter().map(|t| t.params).collect()
     };
-    let a = params(tune(&f, &Device::cpu(), &options, &mut |_, _| {}).unwrap());
-    let b = params(tune(&f, &Device::cpu(), &options, &mut |_, _| {}).unwrap());
+    let a = params(tune(&f, &Device::cpu(), &options, &mut |_, _| true).unwrap());
+    let b = params(tune(&f, &Device::cpu(), &options, &mut |_, _| true).unwrap());
     assert_eq!(a, b);
 }
 

@@ -71,3 +71,4 @@ pub use tilefuse_sched::schedulers::{
     Scheduler, Segment, can_schedule, heuristics, pick, schedule, segments, tunables,
 };
 pub use tilefuse_sched::{LowerError, Lowered, Schedule, ScheduleError, Target, lower};
+pub use tilefuse_tune as tune;

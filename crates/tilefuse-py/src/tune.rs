@@ -1,0 +1,234 @@
+//! The autotuner and the heuristic cache, for `tilefuse.tune` and
+//! `tilefuse.cache`. Results and entries cross as JSON-shaped dicts.
+
+use std::path::PathBuf;
+
+use pyo3::exceptions::PyKeyboardInterrupt;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use serde_json::Value;
+use tilefuse::params::{HeuristicParams, ParamsError};
+use tilefuse::sched::schedulers::pick;
+use tilefuse::tune::{Cache, CacheKey, Effort, Entry, Options, Strategy, TuneError, Written};
+
+use crate::errors::{OrRaise, guard, params_error};
+use crate::fusion::PyFusion;
+use crate::json_value::{to_py, to_value};
+use crate::schedule::PyDevice;
+
+fn field<T: serde::de::DeserializeOwned>(
+    options: &Value,
+    name: &str,
+) -> Result<Option<T>, ParamsError> {
+    match options.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v.clone())
+            .map(Some)
+            .map_err(|e| ParamsError::new(name, e.to_string())),
+    }
+}
+
+/// Tuning options from `{"effort", "strategy", "trials", "seconds",
+/// "seed", "warmup", "repeat"}` (missing or `None`: the defaults).
+fn options(value: &Value) -> Result<Options, ParamsError> {
+    let mut o = Options::default();
+    if let Some(e) = field::<Effort>(value, "effort")? {
+        o.effort = e;
+    }
+    o.strategy = field::<Strategy>(value, "strategy")?;
+    o.trials = field(value, "trials")?;
+    o.seconds = field(value, "seconds")?;
+    o.seed = field(value, "seed")?.unwrap_or(0);
+    o.warmup = field(value, "warmup")?.unwrap_or(o.warmup);
+    o.repeat = field(value, "repeat")?.unwrap_or(o.repeat).max(1);
+    Ok(o)
+}
+
+/// Tunes `fusion` on `device`; `progress(trial, best_time)` is called after
+/// each trial. Returns the result as a dict.
+#[pyfunction]
+#[pyo3(signature = (fusion, device, options, progress=None))]
+pub fn tune<'py>(
+    py: Python<'py>,
+    fusion: &PyFusion,
+    device: &PyDevice,
+    options: &Bound<'py, PyDict>,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    guard(|| {
+        fusion.check_outputs(py)?;
+        let opts = self::options(&to_value(options.as_any())?).or_raise(py)?;
+        let mut raised: Option<PyErr> = None;
+        let mut observe = |trial: &tilefuse::tune::Trial, best: Option<f64>| {
+            let Some(cb) = &progress else { return true };
+            let call = serde_json::to_value(trial)
+                .map_err(|e| params_error(py, "trial", e.to_string()))
+                .and_then(|t| to_py(py, &t))
+                .and_then(|t| cb.call1((t, best)));
+            match call {
+                Ok(_) => true,
+                Err(e) => {
+                    raised = Some(e);
+                    false
+                }
+            }
+        };
+        let result = tilefuse::tune::tune(&fusion.inner, &device.inner, &opts, &mut observe);
+        match result {
+            Ok(r) => to_py(py, &serde_json::to_value(&r).expect("a result serializes")),
+            Err(TuneError::Stopped) => {
+                Err(raised.unwrap_or_else(|| PyKeyboardInterrupt::new_err(())))
+            }
+            Err(TuneError::Failed(e)) => Err(params_error(py, "scheduler", e)),
+        }
+    })
+}
+
+fn open(directory: Option<String>) -> Result<Cache, ParamsError> {
+    let dir = directory
+        .map(PathBuf::from)
+        .or_else(Cache::default_dir)
+        .ok_or_else(|| ParamsError::new("cache", "no cache directory (set TILEFUSE_CACHE)"))?;
+    Cache::open(dir).map_err(|e| ParamsError::new("cache", e.to_string()))
+}
+
+fn key(
+    fusion: &PyFusion,
+    device: &PyDevice,
+    scheduler: Option<&str>,
+) -> Result<CacheKey, ParamsError> {
+    let kind = match scheduler {
+        Some(s) => s.parse().map_err(|e| ParamsError::new("scheduler", e))?,
+        None => pick(&fusion.inner).map_err(|e| ParamsError::new("scheduler", e))?,
+    };
+    Ok(CacheKey::new(&fusion.inner, kind, &device.inner.info()))
+}
+
+fn entry_to_py<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyAny>> {
+    to_py(py, &serde_json::to_value(e).expect("an entry serializes"))
+}
+
+/// `(entry or None, warnings)`: the cached winner for `fusion` on `device`.
+#[pyfunction]
+#[pyo3(signature = (fusion, device, scheduler=None, directory=None))]
+pub fn cache_get<'py>(
+    py: Python<'py>,
+    fusion: &PyFusion,
+    device: &PyDevice,
+    scheduler: Option<&str>,
+    directory: Option<String>,
+) -> PyResult<(Option<Bound<'py, PyAny>>, Vec<String>)> {
+    guard(|| {
+        let cache = open(directory).or_raise(py)?;
+        let lookup = cache.get(&key(fusion, device, scheduler).or_raise(py)?);
+        let entry = lookup
+            .entry
+            .as_ref()
+            .map(|e| entry_to_py(py, e))
+            .transpose()?;
+        Ok((entry, lookup.warnings))
+    })
+}
+
+/// Stores a tuning winner as the entry of its key; `(stored, warnings)`,
+/// `stored` false when a faster entry was there.
+#[pyfunction]
+#[pyo3(signature = (fusion, device, params, best_time, default_time=None, trials=0, strategy=String::new(), heuristics=Vec::new(), directory=None))]
+#[allow(clippy::too_many_arguments)] // keyword arguments from Python
+pub fn cache_put(
+    py: Python<'_>,
+    fusion: &PyFusion,
+    device: &PyDevice,
+    params: &Bound<'_, PyAny>,
+    best_time: f64,
+    default_time: Option<f64>,
+    trials: usize,
+    strategy: String,
+    heuristics: Vec<String>,
+    directory: Option<String>,
+) -> PyResult<(bool, Vec<String>)> {
+    guard(|| {
+        let params = HeuristicParams::from_value(to_value(params)?).or_raise(py)?;
+        let key = CacheKey::new(&fusion.inner, params.kind(), &device.inner.info());
+        let mut entry = Entry::measured(key, params.to_value(), best_time);
+        entry.default_time = default_time;
+        entry.trials = trials;
+        entry.strategy = strategy;
+        entry.heuristics = heuristics;
+        let cache = open(directory).or_raise(py)?;
+        let (written, warnings) = cache
+            .put(&entry)
+            .map_err(|e| params_error(py, "cache", e.to_string()))?;
+        Ok((written == Written::Stored, warnings))
+    })
+}
+
+/// `(entries, warnings)`: every whole entry of the cache.
+#[pyfunction]
+#[pyo3(signature = (directory=None))]
+pub fn cache_entries<'py>(
+    py: Python<'py>,
+    directory: Option<String>,
+) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<String>)> {
+    guard(|| {
+        let cache = open(directory).or_raise(py)?;
+        let (entries, warnings) = cache
+            .entries()
+            .map_err(|e| params_error(py, "cache", e.to_string()))?;
+        let entries = entries
+            .iter()
+            .map(|e| entry_to_py(py, e))
+            .collect::<PyResult<_>>()?;
+        Ok((entries, warnings))
+    })
+}
+
+/// Removes every entry; how many there were.
+#[pyfunction]
+#[pyo3(signature = (directory=None))]
+pub fn cache_clear(py: Python<'_>, directory: Option<String>) -> PyResult<usize> {
+    guard(|| {
+        let cache = open(directory).or_raise(py)?;
+        cache
+            .clear()
+            .map_err(|e| params_error(py, "cache", e.to_string()))
+    })
+}
+
+/// The cache directory in use (`TILEFUSE_CACHE` or the user cache).
+#[pyfunction]
+pub fn cache_dir() -> Option<String> {
+    Cache::default_dir().map(|d| d.display().to_string())
+}
+
+/// `[(entry, differing key fields), ...]`: the entries nearest the key of
+/// `fusion` on `device`, fewest differences first.
+#[pyfunction]
+#[pyo3(signature = (fusion, device, scheduler=None, directory=None))]
+pub fn cache_explain<'py>(
+    py: Python<'py>,
+    fusion: &PyFusion,
+    device: &PyDevice,
+    scheduler: Option<&str>,
+    directory: Option<String>,
+) -> PyResult<Vec<(Bound<'py, PyAny>, Vec<String>)>> {
+    guard(|| {
+        let want = key(fusion, device, scheduler).or_raise(py)?;
+        let cache = open(directory).or_raise(py)?;
+        let (entries, _) = cache
+            .entries()
+            .map_err(|e| params_error(py, "cache", e.to_string()))?;
+        let mut near: Vec<(Entry, Vec<String>)> = entries
+            .into_iter()
+            .map(|e| {
+                let d = want.differences(&e.key);
+                (e, d)
+            })
+            .collect();
+        near.sort_by_key(|(_, d)| d.len());
+        near.iter()
+            .take(5)
+            .map(|(e, d)| Ok((entry_to_py(py, e)?, d.clone())))
+            .collect()
+    })
+}

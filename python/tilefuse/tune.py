@@ -1,0 +1,178 @@
+"""The autotuner: search a scheduler's params space for one fusion on one
+device, every candidate checked against the reference and timed, the
+winner kept in the heuristic cache (see :mod:`tilefuse.cache`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import _native
+from . import cache as _cache
+from .params import HeuristicParams
+
+if TYPE_CHECKING:
+    from .fusion import Fusion
+    from .schedule import Device
+
+__all__ = ["TuneResult", "tune"]
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What :func:`tune` found. Times are medians in seconds, from the final
+    interleaved run of the best candidates and the default heuristic's."""
+
+    #: The winner: one params object, or one per segment.
+    best_params: HeuristicParams | list[HeuristicParams]
+    best_time: float
+    default_time: float | None
+    #: Every candidate: ``params``, ``origin``, ``status`` (``ok``,
+    #: ``failed``, ``wrong``, ``duplicate``, ``cut``), ``time``, ``error``,
+    #: ``at`` (seconds since tuning started).
+    trials: list[dict[str, Any]] = field(repr=False)
+    scheduler: str | list[str] = ""
+    strategy: str = ""
+    elapsed: float = 0.0
+
+    @property
+    def speedup(self) -> float | None:
+        """The default heuristic's time over the winner's."""
+        return None if self.default_time is None else self.default_time / self.best_time
+
+    def to_json(self) -> str:
+        best = self.best_params
+        return json.dumps(
+            {
+                "best_params": [p.to_dict() for p in best]
+                if isinstance(best, list)
+                else best.to_dict(),
+                "best_time": self.best_time,
+                "default_time": self.default_time,
+                "speedup": self.speedup,
+                "scheduler": self.scheduler,
+                "strategy": self.strategy,
+                "elapsed": self.elapsed,
+                "trials": self.trials,
+            },
+            indent=2,
+        )
+
+    def plot(self, path: str) -> None:
+        """Best time so far against trials and against seconds (needs
+        matplotlib: ``pip install tilefuse[bench]``)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        best, xs, ts = float("inf"), [], []
+        for t in self.trials:
+            if t["status"] == "ok" and t["time"] is not None:
+                best = min(best, t["time"])
+            if best < float("inf"):
+                xs.append(t["at"])
+                ts.append(best * 1e3)
+        fig, (by_trial, by_time) = plt.subplots(1, 2, figsize=(10, 4))
+        by_trial.plot(range(1, len(ts) + 1), ts, marker=".")
+        by_trial.set_xlabel("trial")
+        by_time.plot(xs, ts, marker=".")
+        by_time.set_xlabel("seconds")
+        for ax in (by_trial, by_time):
+            ax.set_ylabel("best ms so far")
+            ax.grid(alpha=0.3)
+        fig.suptitle(f"tilefuse tune: {self.scheduler}, {self.strategy}")
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+
+
+class _Progress:
+    """One status line on stderr: trials, trials/s, best so far, failures."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.n = self.failed = 0
+
+    def __call__(self, trial: dict[str, Any], best: float | None) -> None:
+        self.n += 1
+        self.failed += trial["status"] in ("failed", "wrong")
+        if self.enabled:
+            rate = self.n / max(trial["at"], 1e-9)
+            best_ms = "-" if best is None else f"{best * 1e3:.3f} ms"
+            print(
+                f"\rtuning: {self.n} trials ({rate:.1f}/s), best {best_ms}, {self.failed} failed",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self.enabled and self.n:
+            print(file=sys.stderr)
+
+
+def tune(
+    fusion: Fusion,
+    device: Device | None = None,
+    effort: str = "quick",
+    strategy: str | None = None,
+    trials: int | None = None,
+    seconds: float | None = None,
+    seed: int | None = None,
+    cache: bool = True,
+    progress: bool | None = None,
+) -> TuneResult:
+    """Searches the params space of the scheduler that takes ``fusion`` (of
+    each segment's, for fusions that run as several kernels) on ``device``
+    (``Device.default()`` when omitted), starting from the default
+    heuristic. ``effort`` is ``"none"``, ``"quick"`` or ``"full"`` unless
+    ``trials`` / ``seconds`` bound it; ``strategy`` is ``"random"``,
+    ``"pattern"`` or ``"exhaustive"`` (by default exhaustive when the space
+    fits the budget, else pattern); ``seed`` makes a run reproducible. With
+    ``cache`` the winner is stored for :meth:`Fusion.heuristics` to find.
+    ``progress`` shows a status line (by default when stderr is a
+    terminal)."""
+    from .schedule import Device
+
+    device = device or Device.default()
+    options = {
+        "effort": effort,
+        "strategy": strategy,
+        "trials": trials,
+        "seconds": seconds,
+        "seed": seed,
+    }
+    show = _Progress(sys.stderr.isatty() if progress is None else progress)
+    segments = ([fusion] if any(r is None for r in fusion.schedulers().values()) else None) or [
+        seg.fusion for seg in fusion.segments()
+    ]
+    try:
+        results = [_native.tune(f._native, device._native, options, show) for f in segments]
+    finally:
+        show.close()
+    if cache:
+        for f, r in zip(segments, results, strict=True):
+            _cache.store(
+                f,
+                device,
+                r["best_params"],
+                r["best_time"],
+                r["default_time"],
+                len(r["trials"]),
+                r["strategy"],
+            )
+    params = [HeuristicParams.from_dict(r["best_params"]) for r in results]
+    defaults = [r["default_time"] for r in results]
+    one = len(results) == 1
+    return TuneResult(
+        best_params=params[0] if one else params,  # type: ignore[arg-type]
+        best_time=sum(r["best_time"] for r in results),
+        default_time=None if None in defaults else sum(defaults),
+        trials=[t for r in results for t in r["trials"]],
+        scheduler=results[0]["scheduler"] if one else [r["scheduler"] for r in results],
+        strategy=results[0]["strategy"],
+        elapsed=sum(r["elapsed"] for r in results),
+    )

@@ -1,0 +1,174 @@
+"""The autotuner and the heuristic cache from Python: tuning writes an
+entry that a fresh process's heuristics() returns (and another device
+does not), concurrent and killed writers lose nothing, a corrupt entry is
+a warning, and a tuned kernel still matches numpy."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tilefuse as tf
+from conftest import assert_close
+
+
+def softmax(rows: int = 32, cols: int = 128) -> tf.Fusion:
+    f = tf.Fusion()
+    x = f.input((rows, cols), "f32", name="x")
+    e = (x - x.max(axis=1, keepdims=True)).exp()
+    f.output(e / e.sum(axis=1, keepdims=True))
+    return f
+
+
+def _run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
+def test_tuning_finds_params_that_run_right_and_never_lose(
+    device: tf.Device, rng: np.random.Generator, tmp_path: Path
+) -> None:
+    f = softmax()
+    r = tf.tune(f, device, trials=8, seed=1, cache=False, progress=False)
+    assert r.default_time is not None and r.best_time <= r.default_time
+    assert r.speedup is not None and r.speedup >= 1.0
+    assert r.trials[0]["origin"] == "default"
+    statuses = {t["status"] for t in r.trials}
+    assert statuses <= {"ok", "failed", "wrong", "duplicate", "cut"}
+    assert "wrong" not in statuses, [t for t in r.trials if t["status"] == "wrong"]
+    x = rng.standard_normal((32, 128)).astype(np.float32)
+    assert isinstance(r.best_params, tf.HeuristicParams)
+    assert_close(f.schedule(r.best_params, device)(x), f.evaluate(x))
+    assert json.loads(r.to_json())["best_time"] == r.best_time
+    r.plot(str(tmp_path / "tune.png"))
+    assert (tmp_path / "tune.png").stat().st_size > 0
+
+
+def test_a_tuned_entry_serves_a_fresh_process_and_only_its_device(tmp_path: Path) -> None:
+    env = {"TILEFUSE_CACHE": str(tmp_path)}
+    script = """
+        import tilefuse as tf
+        f = tf.Fusion()
+        x = f.input((32, 128), "f32", name="x")
+        e = (x - x.max(axis=1, keepdims=True)).exp()
+        f.output(e / e.sum(axis=1, keepdims=True))
+        d = tf.Device.cpu()
+        {body}
+    """
+    tuned = _run(
+        script.format(
+            body="r = tf.tune(f, d, trials=6, seed=2, progress=False)\n"
+            "        print(r.best_params.to_json())"
+        ),
+        env,
+    ).stdout
+    fresh = _run(
+        script.format(body="print(f.heuristics(device=d).to_json()); print(f.params_source(d))"),
+        env,
+    ).stdout
+    assert json.loads(tuned) == json.loads(fresh.split("\n}")[0] + "\n}")
+    assert "cache: " in fresh
+    # Another device fingerprint (here: another thread count) misses.
+    other = _run(
+        script.format(body="print(f.params_source(d)); print(tf.cache.explain(f, d))"),
+        {**env, "TILEFUSE_NUM_THREADS": "1"},
+    ).stdout
+    assert other.startswith("default heuristic"), other
+    assert "device.cores" in other
+
+
+def test_eight_processes_writing_one_cache_keep_every_entry(tmp_path: Path) -> None:
+    writer = """
+        import sys, tilefuse as tf
+        d = tf.Device.cpu()
+        me = int(sys.argv[1])
+        for n in range(1, 13):
+            f = tf.Fusion()
+            x = f.input((n * 8,), "f32")
+            f.output(x.exp())
+            p = f.heuristics(device=d, cache=False).to_dict()
+            tf.cache.store(f, d, p, 1e-3 * (1 + (me * 5 + n) % 8), trials=1)
+    """
+    env = {**os.environ, "TILEFUSE_CACHE": str(tmp_path)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", textwrap.dedent(writer), str(i)], env=env)
+        for i in range(8)
+    ]
+    assert all(p.wait() == 0 for p in procs)
+    entries, warnings = tf._native.cache_entries(str(tmp_path))
+    assert not warnings
+    assert len(entries) == 12
+    assert all(e["best_time"] == pytest.approx(1e-3) for e in entries), "the fastest stays"
+
+
+def test_writers_killed_mid_write_leave_no_corrupt_or_lost_entry(tmp_path: Path) -> None:
+    writer = """
+        import tilefuse as tf
+        d = tf.Device.cpu()
+        f = tf.Fusion()
+        x = f.input((64,), "f32")
+        f.output(x.exp())
+        p = f.heuristics(device=d, cache=False).to_dict()
+        t = 1.0
+        while True:
+            t *= 0.999
+            tf.cache.store(f, d, p, t, trials=1)
+    """
+    env = {**os.environ, "TILEFUSE_CACHE": str(tmp_path)}
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(writer)], env=env)
+        try:
+            p.wait(timeout=0.3 + 0.5 * float(rng.random()))
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        entries, warnings = tf._native.cache_entries(str(tmp_path))
+        assert not warnings, warnings
+        assert len(entries) <= 1
+    assert len(tf._native.cache_entries(str(tmp_path))[0]) == 1
+
+
+def test_a_corrupt_entry_is_a_warning_and_tuning_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = softmax(8, 64)
+    d = tf.Device.cpu()
+    monkeypatch.setenv("TILEFUSE_CACHE", str(tmp_path))
+    tf.tune(f, d, trials=2, seed=3, progress=False)
+    (entry,) = list(tmp_path.glob("*.json"))
+    entry.write_text("{ this is not json")
+    with pytest.warns(RuntimeWarning, match="not a valid entry"):
+        source = f.params_source(d)
+    assert source == "default heuristic"
+    assert list(tmp_path.glob("*.corrupt-*")), "the file is set aside"
+    tf.tune(f, d, trials=2, seed=3, progress=False)
+    assert f.params_source(d).startswith("cache: ")
+
+
+def test_progress_shows_a_status_line(capsys: pytest.CaptureFixture[str]) -> None:
+    tf.tune(softmax(8, 64), tf.Device.cpu(), trials=3, cache=False, progress=True)
+    err = capsys.readouterr().err
+    assert "tuning: " in err and "best " in err
+
+
+def test_a_raising_progress_callback_stops_tuning() -> None:
+    def stop(trial: dict[str, Any], best: float | None) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tf._native.tune(softmax(8, 64)._native, tf.Device.cpu()._native, {"trials": 5}, stop)
