@@ -167,7 +167,7 @@ pub fn matmul_fusions() -> Vec<(&'static str, Fusion)> {
 }
 
 /// Softmax of a tensor of `shape` over `axis`.
-fn softmax(shape: &[usize], axis: i64) -> Fusion {
+pub fn softmax(shape: &[usize], axis: i64) -> Fusion {
     let mut f = Fusion::new();
     let x = f.input(shape, DType::F32, Some("x")).unwrap();
     let m = f.reduce(ReduceOp::Max, x, Some(&[axis]), true).unwrap();

@@ -2,26 +2,15 @@
 //! recorded, duplicates are not measured twice, the winner is never slower
 //! than the default in the final run, and a wrong kernel is caught.
 
-use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
+use tilefuse_ir::{DType, Fusion, UnaryOp};
 use tilefuse_runtime::Device;
 use tilefuse_sched::schedulers::{heuristics, schedule};
+use tilefuse_testing::softmax;
 use tilefuse_tune::{Effort, Options, Problem, Status, Strategy, tune};
-
-fn softmax(rows: usize, cols: usize) -> Fusion {
-    let mut f = Fusion::new();
-    let x = f.input(&[rows, cols], DType::F32, Some("x")).unwrap();
-    let m = f.reduce(ReduceOp::Max, x, Some(&[-1]), true).unwrap();
-    let d = f.binary(BinaryOp::Sub, x, m).unwrap();
-    let e = f.unary(UnaryOp::Exp, d).unwrap();
-    let s = f.reduce(ReduceOp::Sum, e, Some(&[-1]), true).unwrap();
-    let y = f.binary(BinaryOp::Div, e, s).unwrap();
-    f.output(y).unwrap();
-    f
-}
 
 #[test]
 fn tuning_records_every_trial_and_never_loses_to_the_default() {
-    let f = softmax(64, 256);
+    let f = softmax(&[64, 256], -1);
     let options = Options {
         effort: Effort::Quick,
         trials: Some(10),
@@ -53,7 +42,7 @@ fn tuning_records_every_trial_and_never_loses_to_the_default() {
 
 #[test]
 fn the_same_seed_proposes_the_same_candidates() {
-    let f = softmax(16, 64);
+    let f = softmax(&[16, 64], -1);
     let options = Options {
         strategy: Some(Strategy::Random),
         trials: Some(6),
