@@ -1,7 +1,7 @@
 """tilefuse: a tensor-fusion compiler whose automatic schedulers are driven
 by plain-data heuristic params that you can read, edit, save and tune."""
 
-from . import cache
+from . import cache as cache  # tf.cache: the heuristic cache (a module)
 from ._native import (
     FUSION_SCHEMA_VERSION,
     PARAMS_VERSION,
@@ -85,7 +85,6 @@ __all__ = [
     "TuneResult",
     "__version__",
     "abs",
-    "cache",
     "cos",
     "exp",
     "gelu",

@@ -130,7 +130,7 @@ def cache_put(
     best_time: float,
     default_time: float | None = None,
     trials: int = 0,
-    strategy: str = "",
+    strategy: str = ...,
     heuristics: list[str] = ...,
     directory: str | None = None,
 ) -> tuple[bool, list[str]]: ...
