@@ -146,9 +146,8 @@ def tune(
         "seed": seed,
     }
     show = _Progress(sys.stderr.isatty() if progress is None else progress)
-    segments = ([fusion] if any(r is None for r in fusion.schedulers().values()) else None) or [
-        seg.fusion for seg in fusion.segments()
-    ]
+    whole = any(r is None for r in fusion.schedulers().values())
+    segments = [fusion] if whole else [seg.fusion for seg in fusion.segments()]
     try:
         results = [_native.tune(f._native, device._native, options, show) for f in segments]
     finally:
