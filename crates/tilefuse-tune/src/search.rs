@@ -237,8 +237,7 @@ impl Run<'_> {
             .finalists
             .iter()
             .min_by(|a, b| a.time.total_cmp(&b.time))?;
-        let inner = Space::new(best.params.clone(), space.fields.clone());
-        Some(inner.base_point())
+        Some(space.point_of(&best.params))
     }
 
     fn record(

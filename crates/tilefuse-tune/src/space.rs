@@ -66,9 +66,9 @@ impl Space {
         Value::Object(map)
     }
 
-    /// The point nearest the base params: each field's own value where its
-    /// domain has it, else the closest number, else the first value.
-    pub fn base_point(&self) -> Point {
+    /// The point nearest `params`: each field's own value where its domain
+    /// has it, else the closest number, else the first value.
+    pub fn point_of(&self, params: &HeuristicParams) -> Point {
         let near = |values: &[Value], v: Option<Value>| {
             let exact = v.as_ref().and_then(|v| values.iter().position(|x| x == v));
             let num = v.as_ref().and_then(Value::as_f64);
@@ -81,8 +81,13 @@ impl Space {
                 .unwrap_or(0)
         };
         (self.fields.iter().zip(&self.values))
-            .map(|(f, values)| near(values, self.base.get(f.path)))
+            .map(|(f, values)| near(values, params.get(f.path)))
             .collect()
+    }
+
+    /// The base params' point (every field's base value is in its domain).
+    pub fn base_point(&self) -> Point {
+        self.point_of(&self.base)
     }
 
     pub fn random(&self, rng: &mut StdRng) -> Point {

@@ -120,8 +120,11 @@ pub fn lower(kernel: &Kernel, target: Target) -> Result<Lowered, LowerError> {
     run_passes(
         kernel,
         target,
-        Some(&mut |name, text| {
-            eprintln!("[lower] {name}\n{}", text.unwrap_or("(unchanged)\n"));
+        Some(&mut |name, text, changed| {
+            eprintln!(
+                "[lower] {name}\n{}",
+                if changed { text } else { "(unchanged)\n" }
+            );
         }),
     )
 }
@@ -139,20 +142,14 @@ pub struct LowerStep {
 /// Each pass `target` runs with the state it leaves: for reading what
 /// lowering does (Python's `Schedule.lower()`).
 pub fn lower_steps(kernel: &Kernel, target: Target) -> Result<Vec<LowerStep>, LowerError> {
-    let mut steps: Vec<LowerStep> = Vec::new();
-    let before = kernel.to_string();
+    let mut steps = Vec::new();
     run_passes(
         kernel,
         target,
-        Some(&mut |pass, text| {
-            let last = steps.last().map_or(&before, |s| &s.text);
-            let (text, changed) = match text {
-                Some(t) => (t.to_owned(), true),
-                None => (last.clone(), false),
-            };
+        Some(&mut |pass, text, changed| {
             steps.push(LowerStep {
                 pass,
-                text,
+                text: text.to_owned(),
                 changed,
             });
         }),
@@ -160,9 +157,9 @@ pub fn lower_steps(kernel: &Kernel, target: Target) -> Result<Vec<LowerStep>, Lo
     Ok(steps)
 }
 
-/// Told each pass's name and the state it left, printed (`None` when
-/// unchanged).
-type Observer<'a> = &'a mut dyn FnMut(&'static str, Option<&str>);
+/// Told each pass's name, the state it left (printed) and whether that
+/// differs from the state before it.
+type Observer<'a> = &'a mut dyn FnMut(&'static str, &str, bool);
 
 /// Runs the passes `target` needs; the state is printed only for an
 /// observer.
@@ -186,7 +183,7 @@ fn run_passes(
         (p.run)(&mut l)?;
         if let (Some(after), Some(last)) = (observer.as_mut(), last.as_mut()) {
             let now = l.to_string();
-            after(p.name, (now != *last).then_some(now.as_str()));
+            after(p.name, &now, now != *last);
             *last = now;
         }
     }
