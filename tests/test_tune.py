@@ -172,3 +172,127 @@ def test_a_raising_progress_callback_stops_tuning() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         tf._native.tune(softmax(8, 64)._native, tf.Device.cpu()._native, {"trials": 5}, stop)
+
+
+def _pointwise_chain() -> tf.Fusion:
+    f = tf.Fusion()
+    x = f.input((64, 256), "f32", name="x")
+    f.output(((x * 0.5).tanh() + 1.0).exp())
+    return f
+
+
+@pytest.fixture
+def registry() -> Any:
+    """Removes the heuristics a test registers."""
+    before = {h.name for h in tf.heuristic.registered()}
+    yield
+    for h in tf.heuristic.registered():
+        if h.name not in before:
+            tf.heuristic.unregister(h)
+
+
+def test_a_registered_seed_heuristic_is_used_and_recorded(registry: Any, tmp_path: Path) -> None:
+    asked: list[dict[str, Any]] = []
+
+    class Unrolled(tf.AutotunerHeuristic):
+        name = "test_unrolled"
+        schedulers = ("pointwise",)
+
+        @classmethod
+        def is_eligible(cls, fusion: tf.Fusion, device: tf.Device) -> bool:
+            return bool(fusion.features()["compute_ops"] >= 3)
+
+        @classmethod
+        def seed_configs(cls, fusion: tf.Fusion, device: tf.Device) -> list[Any]:
+            p = fusion.heuristics(device=device, cache=False)
+            assert isinstance(p, tf.HeuristicParams)
+            p.unroll_factor_outer = 4
+            return [p]
+
+        @classmethod
+        def neighbors(cls, params: Any, fusion: tf.Fusion, device: tf.Device) -> list[Any]:
+            asked.append(params.to_dict())
+            return [{**params.to_dict(), "unroll_factor_inner": 2}]
+
+    class NotForMatmuls(tf.AutotunerHeuristic):
+        name = "test_matmul_only"
+        schedulers = ("matmul",)
+
+        @classmethod
+        def is_eligible(cls, fusion: tf.Fusion, device: tf.Device) -> bool:
+            raise AssertionError("never asked: the fusion is not a matmul")
+
+    f = _pointwise_chain()
+    d = tf.Device.cpu()
+    r = tf.tune(f, d, trials=4, strategy="random", seed=0, progress=False)
+    assert [(t["origin"], t["heuristic"]) for t in r.trials[:3]] == [
+        ("default", None),
+        ("seed", "test_unrolled"),
+        ("heuristic_neighbor", "test_unrolled"),
+    ]
+    assert asked, "neighbors() was asked about the best params"
+    mine = next(h for h in r.heuristics if h["name"] == "test_unrolled")
+    assert mine["seeds"] == [r.trials[1]["params"]]
+    assert mine["won"] == (r.best_params.to_dict() == r.trials[1]["params"])
+    entry = tf.cache.lookup(f, d)
+    assert entry is not None and "test_unrolled" in entry["heuristics"]
+    assert "test_unrolled" in json.loads(r.to_json())["heuristics"][0]["name"]
+
+
+def test_a_raising_seed_heuristic_is_skipped_with_a_warning(registry: Any) -> None:
+    class Raises(tf.AutotunerHeuristic):
+        name = "test_raises"
+
+        @classmethod
+        def is_eligible(cls, fusion: tf.Fusion, device: tf.Device) -> bool:
+            return True
+
+        @classmethod
+        def seed_configs(cls, fusion: tf.Fusion, device: tf.Device) -> list[Any]:
+            raise ValueError("out of ideas")
+
+    class BadSeed(tf.AutotunerHeuristic):
+        name = "test_bad_seed"
+
+        @classmethod
+        def is_eligible(cls, fusion: tf.Fusion, device: tf.Device) -> bool:
+            return True
+
+        @classmethod
+        def seed_configs(cls, fusion: tf.Fusion, device: tf.Device) -> list[Any]:
+            return [{"scheduler": "pointwise", "vectorization_factor": 3}]
+
+    with pytest.warns(RuntimeWarning) as caught:
+        r = tf.tune(_pointwise_chain(), tf.Device.cpu(), trials=2, cache=False, progress=False)
+    messages = [str(w.message) for w in caught]
+    assert any("'test_raises'" in m and "out of ideas" in m for m in messages), messages
+    assert any("'test_bad_seed'" in m and "vectorization_factor" in m for m in messages), messages
+    assert r.default_time is not None
+    assert not {h["name"] for h in r.heuristics} & {"test_raises", "test_bad_seed"}
+
+
+def test_a_heuristic_needs_a_name() -> None:
+    with pytest.raises(TypeError, match="needs a class attribute `name`"):
+
+        class Nameless(tf.AutotunerHeuristic):
+            pass
+
+
+def test_builtin_heuristics_seed_short_rows_on_the_gpu(device: tf.Device) -> None:
+    f = softmax(256, 128)
+    r = tf.tune(f, device, trials=6, seed=0, cache=False, progress=False)
+    names = {h["name"] for h in r.heuristics}
+    assert ("short_rows" in names) == device.is_gpu
+    seeds = [t for t in r.trials if t["origin"] == "seed"]
+    assert all(t["status"] in ("ok", "duplicate", "cut") for t in seeds), seeds
+    plain = tf.tune(f, device, trials=2, cache=False, progress=False, builtin_heuristics=False)
+    assert plain.heuristics == []
+
+
+def test_an_injected_wrong_candidate_is_disqualified(device: tf.Device) -> None:
+    f = softmax()
+    options = {"trials": 3, "repeat": 1, "corrupt_trial": 1, "strategy": "random"}
+    r = tf._native.tune(f._native, device._native, options)
+    wrong = r["trials"][1]
+    assert wrong["status"] == "wrong" and "output 0: element" in wrong["error"]
+    assert r["best_params"] != wrong["params"] or r["trials"][0]["params"] == wrong["params"]

@@ -34,6 +34,7 @@ from .fusion import (
     tanh,
     where,
 )
+from .heuristic import AutotunerHeuristic
 from .params import (
     CircularBufferOptions,
     CompileParams,
@@ -54,6 +55,7 @@ from .tune import TuneResult, tune
 __all__ = [
     "FUSION_SCHEMA_VERSION",
     "PARAMS_VERSION",
+    "AutotunerHeuristic",
     "Block",
     "CircularBufferOptions",
     "CompileParams",

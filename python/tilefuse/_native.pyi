@@ -28,6 +28,7 @@ __all__ = [
     "cache_explain",
     "cache_get",
     "cache_put",
+    "features",
     "heuristics",
     "params_from_json",
     "params_normalize",
@@ -114,11 +115,16 @@ def schedule(fusion: Fusion, params: Any, device: Device) -> Schedule: ...
 def tunables(
     fusion: Fusion, device: Device, scheduler: str | None = None
 ) -> tuple[str, list[dict[str, Any]]]: ...
+def features(fusion: Fusion) -> dict[str, Any]: ...
 def tune(
     fusion: Fusion,
     device: Device,
     options: dict[str, Any],
     progress: Callable[[dict[str, Any], float | None], Any] | None = None,
+    heuristics: list[
+        tuple[str, list[dict[str, Any]], Callable[[dict[str, Any]], list[dict[str, Any]]] | None]
+    ] = ...,
+    builtin_heuristics: bool = True,
 ) -> dict[str, Any]: ...
 def cache_get(
     fusion: Fusion, device: Device, scheduler: str | None = None, directory: str | None = None

@@ -435,6 +435,13 @@ class Fusion:
             f"cache: {_cache.directory()} ({entry['trials']} trials, {entry['strategy']}{speedup})"
         )
 
+    def features(self) -> dict[str, Any]:
+        """What seed heuristics decide on, as the scheduler that takes the
+        fusion sees it: ``{"scheduler", "compute_ops", "matmul": [m, n, k]
+        or None, "reduction": {"outer", "reduced", "inner"} or None}``
+        (``inner == 1`` for a reduction along the fastest axis)."""
+        return _native.features(self._native)
+
     def tunables(
         self, scheduler: str | None = None, device: Device | None = None
     ) -> tuple[str, list[dict[str, Any]]]:

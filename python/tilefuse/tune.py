@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import _native
 from . import cache as _cache
+from . import heuristic as _heuristic
 from .params import HeuristicParams
 
 if TYPE_CHECKING:
@@ -29,10 +31,15 @@ class TuneResult:
     best_params: HeuristicParams | list[HeuristicParams]
     best_time: float
     default_time: float | None
-    #: Every candidate: ``params``, ``origin``, ``status`` (``ok``,
+    #: Every candidate: ``params``, ``origin`` (``default``, ``seed``,
+    #: ``heuristic_neighbor``, ``random``, ``neighbor``, ``exhaustive``),
+    #: ``heuristic`` (of a seed or its neighbour), ``status`` (``ok``,
     #: ``failed``, ``wrong``, ``duplicate``, ``cut``), ``time``, ``error``,
     #: ``at`` (seconds since tuning started).
     trials: list[dict[str, Any]] = field(repr=False)
+    #: The seed heuristics that applied: ``name``, ``seeds`` (params
+    #: dicts), ``won`` (whether one of its seeds won).
+    heuristics: list[dict[str, Any]] = field(default_factory=list, repr=False)
     scheduler: str | list[str] = ""
     strategy: str = ""
     elapsed: float = 0.0
@@ -55,6 +62,7 @@ class TuneResult:
                 "scheduler": self.scheduler,
                 "strategy": self.strategy,
                 "elapsed": self.elapsed,
+                "heuristics": self.heuristics,
                 "trials": self.trials,
             },
             indent=2,
@@ -124,11 +132,14 @@ def tune(
     seed: int | None = None,
     cache: bool = True,
     progress: bool | None = None,
+    builtin_heuristics: bool = True,
 ) -> TuneResult:
     """Searches the params space of the scheduler that takes ``fusion`` (of
     each segment's, for fusions that run as several kernels) on ``device``
     (``Device.default()`` when omitted), starting from the default
-    heuristic. ``effort`` is ``"none"``, ``"quick"`` or ``"full"`` unless
+    heuristic and the seeds of the seed heuristics that apply (the built-in
+    ones unless ``builtin_heuristics`` is false, and every registered
+    :class:`AutotunerHeuristic`). ``effort`` is ``"none"``, ``"quick"`` or ``"full"`` unless
     ``trials`` / ``seconds`` bound it; ``strategy`` is ``"random"``,
     ``"pattern"`` or ``"exhaustive"`` (by default exhaustive when the space
     fits the budget, else pattern); ``seed`` makes a run reproducible. With
@@ -148,8 +159,15 @@ def tune(
     show = _Progress(sys.stderr.isatty() if progress is None else progress)
     whole = any(r is None for r in fusion.schedulers().values())
     segments = [fusion] if whole else [seg.fusion for seg in fusion.segments()]
+    results = []
     try:
-        results = [_native.tune(f._native, device._native, options, show) for f in segments]
+        for f in segments:
+            kind = f.features()["scheduler"]
+            seeders = _heuristic.for_tuning(f, device, kind)
+            r = _native.tune(f._native, device._native, options, show, seeders, builtin_heuristics)
+            for message in r["warnings"]:
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+            results.append(r)
     finally:
         show.close()
     if cache:
@@ -162,6 +180,7 @@ def tune(
                 r["default_time"],
                 len(r["trials"]),
                 r["strategy"],
+                [h["name"] for h in r["heuristics"]],
             )
     params = [HeuristicParams.from_dict(r["best_params"]) for r in results]
     defaults = [r["default_time"] for r in results]
@@ -171,6 +190,7 @@ def tune(
         best_time=sum(r["best_time"] for r in results),
         default_time=None if None in defaults else sum(defaults),
         trials=[t for r in results for t in r["trials"]],
+        heuristics=[h for r in results for h in r["heuristics"]],
         scheduler=results[0]["scheduler"] if one else [r["scheduler"] for r in results],
         strategy=results[0]["strategy"],
         elapsed=sum(r["elapsed"] for r in results),

@@ -94,14 +94,26 @@ impl HeuristicParams {
     /// These params with the field at `path` set to `value`, loaded and
     /// checked as edited params are (a `ParamsError` names the field).
     pub fn with(&self, path: &str, value: Value) -> Result<HeuristicParams, ParamsError> {
+        self.with_all([(path, value)])
+    }
+
+    /// These params with several fields set at once, checked once at the
+    /// end (fields that constrain each other, such as nested tile sizes,
+    /// change together).
+    pub fn with_all<'p>(
+        &self,
+        edits: impl IntoIterator<Item = (&'p str, Value)>,
+    ) -> Result<HeuristicParams, ParamsError> {
         let mut root = self.to_value();
-        let mut slot = &mut root;
-        for key in path.split('.') {
-            slot = slot
-                .get_mut(key)
-                .ok_or_else(|| ParamsError::new(path, "no such field"))?;
+        for (path, value) in edits {
+            let mut slot = &mut root;
+            for key in path.split('.') {
+                slot = slot
+                    .get_mut(key)
+                    .ok_or_else(|| ParamsError::new(path, "no such field"))?;
+            }
+            *slot = value;
         }
-        *slot = value;
         HeuristicParams::from_value(root)
     }
 }

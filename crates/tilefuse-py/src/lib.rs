@@ -38,6 +38,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(params::params_normalize, m)?)?;
     m.add_function(wrap_pyfunction!(params::params_from_json, m)?)?;
     m.add_function(wrap_pyfunction!(tune::tune, m)?)?;
+    m.add_function(wrap_pyfunction!(schedulers::features, m)?)?;
     m.add_function(wrap_pyfunction!(tune::cache_get, m)?)?;
     m.add_function(wrap_pyfunction!(tune::cache_put, m)?)?;
     m.add_function(wrap_pyfunction!(tune::cache_entries, m)?)?;

@@ -69,6 +69,19 @@ pub fn tunables<'py>(
     })
 }
 
+/// What seed heuristics decide on: the scheduler that takes `fusion`, its
+/// compute ops, the matmul's `[m, n, k]`, the reduction's shape.
+#[pyfunction]
+pub fn features<'py>(py: Python<'py>, fusion: &PyFusion) -> PyResult<Bound<'py, PyAny>> {
+    guard(|| {
+        fusion.check_outputs(py)?;
+        let f = auto::features(&fusion.inner)
+            .map_err(|e| ParamsError::new("scheduler", e))
+            .or_raise(py)?;
+        to_py(py, &serde_json::to_value(f).expect("features serialize"))
+    })
+}
+
 /// Schedules `fusion` with params given as a dict.
 #[pyfunction]
 pub fn schedule(

@@ -9,7 +9,11 @@ use pyo3::types::PyDict;
 use serde_json::Value;
 use tilefuse::params::{HeuristicParams, ParamsError};
 use tilefuse::sched::schedulers::pick;
-use tilefuse::tune::{Cache, CacheKey, Effort, Entry, Options, Strategy, TuneError, Written};
+use tilefuse::tune::seeds::builtin;
+use tilefuse::tune::{
+    AutotunerHeuristic, Cache, CacheKey, Effort, Entry, Options, SeedContext, Strategy, TuneError,
+    Written,
+};
 
 use crate::errors::{OrRaise, guard, params_error};
 use crate::fusion::PyFusion;
@@ -41,23 +45,104 @@ fn options(value: &Value) -> Result<Options, ParamsError> {
     o.seed = field(value, "seed")?.unwrap_or(0);
     o.warmup = field(value, "warmup")?.unwrap_or(o.warmup);
     o.repeat = field(value, "repeat")?.unwrap_or(o.repeat).max(1);
+    o.corrupt_trial = field(value, "corrupt_trial")?;
     Ok(o)
 }
 
-/// Tunes `fusion` on `device`; `progress(trial, best_time)` is called after
-/// each trial. Returns the result as a dict.
+/// A Python seed heuristic, already found eligible by the Python side:
+/// its seeds, and its `neighbors(params_dict)` if it has one.
+struct PyHeuristic<'py> {
+    name: String,
+    seeds: Vec<HeuristicParams>,
+    neighbors: Option<Bound<'py, PyAny>>,
+}
+
+impl<'py> PyHeuristic<'py> {
+    fn new(item: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let (name, seeds, neighbors): (String, Vec<Bound<'py, PyAny>>, Option<Bound<'py, PyAny>>) =
+            item.extract()?;
+        let seeds = seeds
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let value = to_value(s)?;
+                HeuristicParams::from_value(value)
+                    .map_err(|e| e.within(&format!("{name}.seed_configs[{i}]")))
+                    .or_raise(item.py())
+            })
+            .collect::<PyResult<_>>()?;
+        Ok(PyHeuristic {
+            name,
+            seeds,
+            neighbors,
+        })
+    }
+}
+
+impl AutotunerHeuristic for PyHeuristic<'_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn is_eligible(&self, _: &SeedContext) -> Result<bool, String> {
+        Ok(true)
+    }
+
+    fn seed_configs(&self, _: &SeedContext) -> Result<Vec<HeuristicParams>, String> {
+        Ok(self.seeds.clone())
+    }
+
+    fn neighbors(
+        &self,
+        params: &HeuristicParams,
+        _: &SeedContext,
+    ) -> Result<Vec<HeuristicParams>, String> {
+        let Some(f) = &self.neighbors else {
+            return Ok(Vec::new());
+        };
+        let py = f.py();
+        let near = to_py(py, &params.to_value())
+            .and_then(|p| f.call1((p,)))
+            .and_then(|r| r.extract::<Vec<Bound<'_, PyAny>>>())
+            .map_err(|e| format!("neighbors raised {e}"))?;
+        near.iter()
+            .map(|p| {
+                let value = to_value(p).map_err(|e| e.to_string())?;
+                HeuristicParams::from_value(value).map_err(|e| e.to_string())
+            })
+            .collect()
+    }
+}
+
+/// Tunes `fusion` on `device`, seeded by the built-in heuristics (unless
+/// `builtin_heuristics` is false) and by `heuristics`, `(name, seeds,
+/// neighbors or None)` of the Python ones that apply; `progress(trial,
+/// best_time)` is called after each trial. Returns the result as a dict.
 #[pyfunction]
-#[pyo3(signature = (fusion, device, options, progress=None))]
+#[pyo3(signature = (fusion, device, options, progress=None, heuristics=Vec::new(), builtin_heuristics=true))]
 pub fn tune<'py>(
     py: Python<'py>,
     fusion: &PyFusion,
     device: &PyDevice,
     options: &Bound<'py, PyDict>,
     progress: Option<Bound<'py, PyAny>>,
+    heuristics: Vec<Bound<'py, PyAny>>,
+    builtin_heuristics: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     guard(|| {
         fusion.check_outputs(py)?;
         let opts = self::options(&to_value(options.as_any())?).or_raise(py)?;
+        let ours = if builtin_heuristics {
+            builtin()
+        } else {
+            Vec::new()
+        };
+        let theirs = (heuristics.iter())
+            .map(PyHeuristic::new)
+            .collect::<PyResult<Vec<_>>>()?;
+        let seeders: Vec<&dyn AutotunerHeuristic> = (ours.iter().map(|h| h.as_ref()))
+            .chain(theirs.iter().map(|h| h as &dyn AutotunerHeuristic))
+            .collect();
         let mut raised: Option<PyErr> = None;
         let mut observe = |trial: &tilefuse::tune::Trial, best: Option<f64>| {
             let Some(cb) = &progress else { return true };
@@ -73,7 +158,8 @@ pub fn tune<'py>(
                 }
             }
         };
-        let result = tilefuse::tune::tune(&fusion.inner, &device.inner, &opts, &mut observe);
+        let result =
+            tilefuse::tune::tune(&fusion.inner, &device.inner, &opts, &seeders, &mut observe);
         match result {
             Ok(r) => to_py(py, &serde_json::to_value(&r).expect("a result serializes")),
             Err(TuneError::Stopped) => {

@@ -11,10 +11,16 @@ mod cache;
 mod key;
 mod measure;
 mod search;
+mod seeding;
+pub mod seeds;
 mod space;
+mod strategy;
 
 pub use cache::{Cache, CacheError, Entry, Lookup, Origin, Written};
 pub use key::{CODEGEN_VERSION, CacheKey, DeviceKey};
 pub use measure::Problem;
-pub use search::{Effort, Options, Status, Strategy, Trial, TuneError, TuneResult, tune};
+pub use search::{Effort, Options, Source, Status, Trial, TuneError, TuneResult, tune};
+pub use seeding::HeuristicReport;
+pub use seeds::{AutotunerHeuristic, DeviceKind, SeedContext};
 pub use space::{Point, Space};
+pub use strategy::Strategy;

@@ -46,7 +46,17 @@ impl Problem {
     /// Runs `kernel` and compares its outputs with the reference: `Err`
     /// names the first output and element that differ.
     pub fn check(&self, kernel: &Kernel) -> Result<(), String> {
-        let got = kernel.run(&self.inputs).map_err(|e| e.to_string())?;
+        self.check_with(kernel, false)
+    }
+
+    /// [`Problem::check`], with the kernel's first output element changed
+    /// first when `corrupt` (a fault injected by tests: the check must
+    /// disqualify it).
+    pub(crate) fn check_with(&self, kernel: &Kernel, corrupt: bool) -> Result<(), String> {
+        let mut got = kernel.run(&self.inputs).map_err(|e| e.to_string())?;
+        if corrupt && let Some(out) = got.first_mut() {
+            corrupt_first(&mut out.data);
+        }
         for (o, (w, g)) in self.want.iter().zip(&got).enumerate() {
             compare(&w.data, &g.data).map_err(|e| format!("output {o}: {e}"))?;
         }
@@ -59,6 +69,15 @@ impl Problem {
             .benchmark(&self.inputs, warmup, repeat)
             .map_err(|e| e.to_string())?;
         Ok(t.median)
+    }
+}
+
+fn corrupt_first(data: &mut Data) {
+    match data {
+        Data::F32(v) => v.iter_mut().take(1).for_each(|x| *x = *x * 2.0 + 1.0),
+        Data::I32(v) => v.iter_mut().take(1).for_each(|x| *x = x.wrapping_add(1)),
+        Data::U32(v) => v.iter_mut().take(1).for_each(|x| *x = x.wrapping_add(1)),
+        Data::Bool(v) => v.iter_mut().take(1).for_each(|x| *x = !*x),
     }
 }
 

@@ -1,7 +1,9 @@
 //! The tuning loop: candidates from a strategy over the space, each
 //! scheduled, built, checked against the reference and timed; one that
 //! fails anywhere is recorded with its error and skipped. The default
-//! heuristic's params always enter first; at the end the best few (the
+//! heuristic's params always enter first, then the seed heuristics' seeds
+//! (their neighbours of each new best go before the strategy's next
+//! point); at the end the best few (the
 //! default among them) are re-measured interleaved and the winner is the
 //! best of that paired run, so a tuned result is never slower than the
 //! default on the measurement that picked it.
@@ -9,33 +11,21 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, SchedulerKind};
 use tilefuse_runtime::{Device, Kernel};
 use tilefuse_sched::Schedule;
-use tilefuse_sched::schedulers::{heuristics, pick, schedule, tunables};
+use tilefuse_sched::schedulers::{features, heuristics, schedule, tunables};
 
 use crate::measure::{CUT_RATIO, Problem};
+use crate::seeding::{HeuristicReport, Proposal, Seeding};
+use crate::seeds::{AutotunerHeuristic, SeedContext};
+use crate::space::{Point, Space};
+use crate::strategy::{Points, Strategy};
 
 /// How a runtime error reads when Ctrl-C interrupted the work.
 const INTERRUPTED: &str = "interrupted";
-use crate::space::{Point, Space};
-
-/// How the next candidates are chosen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Strategy {
-    /// Uniformly random points.
-    Random,
-    /// Neighbour descent from the best point, random restarts when every
-    /// neighbour was tried.
-    Pattern,
-    /// Every point, in order (small spaces).
-    Exhaustive,
-}
 
 /// How much tuning to do when no budget is given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +66,9 @@ pub struct Options {
     pub seed: u64,
     pub warmup: usize,
     pub repeat: usize,
+    /// Fault injection for tests: the outputs of the trial with this index
+    /// are corrupted before the reference check, which must disqualify it.
+    pub corrupt_trial: Option<usize>,
 }
 
 impl Default for Options {
@@ -88,6 +81,7 @@ impl Default for Options {
             seed: 0,
             warmup: 2,
             repeat: 10,
+            corrupt_trial: None,
         }
     }
 }
@@ -107,12 +101,31 @@ pub enum Status {
     Cut,
 }
 
+/// Where a candidate came from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Source {
+    /// `"default"`, `"seed"`, `"heuristic_neighbor"`, `"random"`,
+    /// `"neighbor"` or `"exhaustive"`.
+    pub origin: &'static str,
+    /// The seed heuristic of a seed or its neighbour.
+    pub heuristic: Option<String>,
+}
+
+impl Source {
+    fn of(origin: &'static str) -> Source {
+        Source {
+            origin,
+            heuristic: None,
+        }
+    }
+}
+
 /// One candidate.
 #[derive(Clone, Debug, Serialize)]
 pub struct Trial {
     pub params: serde_json::Value,
-    /// `"default"`, `"random"`, `"neighbor"` or `"exhaustive"`.
-    pub origin: &'static str,
+    #[serde(flatten)]
+    pub source: Source,
     pub status: Status,
     /// Median seconds (short timing for cut candidates).
     pub time: Option<f64>,
@@ -132,12 +145,17 @@ pub struct TuneResult {
     /// The default heuristic's median in the same run (`None` if it failed).
     pub default_time: Option<f64>,
     pub trials: Vec<Trial>,
+    /// The seed heuristics that applied.
+    pub heuristics: Vec<HeuristicReport>,
+    /// Seed heuristics that failed and were skipped.
+    pub warnings: Vec<String>,
     pub elapsed: f64,
 }
 
 /// A measured candidate kept for the final run.
 struct Finalist {
     params: HeuristicParams,
+    source: Source,
     kernel: Kernel,
     time: f64,
 }
@@ -155,19 +173,22 @@ pub enum TuneError {
     Failed(String),
 }
 
-/// Tunes `fusion` (one scheduler must take it whole) on `device`;
+/// Tunes `fusion` (one scheduler must take it whole) on `device`, seeded
+/// by the `heuristics` that apply (`seeds::builtin()` and any others);
 /// `observe` sees each trial and the best time so far, and stops tuning by
 /// returning false.
 pub fn tune(
     fusion: &Fusion,
     device: &Device,
     options: &Options,
+    heuristics: &[&dyn AutotunerHeuristic],
     observe: &mut dyn FnMut(&Trial, Option<f64>) -> bool,
 ) -> Result<TuneResult, TuneError> {
     let failed = |e: String| TuneError::Failed(e);
     let info = device.info();
-    let kind = pick(fusion).map_err(failed)?;
-    let base = heuristics(fusion, Some(kind), &info).map_err(|e| failed(e.to_string()))?;
+    let features = features(fusion).map_err(failed)?;
+    let kind = features.scheduler;
+    let base = self::heuristics(fusion, Some(kind), &info).map_err(|e| failed(e.to_string()))?;
     let (_, fields) = tunables(fusion, Some(kind), &info).map_err(|e| failed(e.to_string()))?;
     let space = Space::new(base.clone(), fields);
     let budget = options.trials.unwrap_or(options.effort.trials());
@@ -178,6 +199,13 @@ pub fn tune(
         } else {
             Strategy::Pattern
         });
+    let cx = SeedContext {
+        fusion,
+        device: &info,
+        features: &features,
+        default: &base,
+    };
+    let mut seeding = Seeding::new(heuristics, &cx);
     let mut run = Run {
         fusion,
         device,
@@ -190,26 +218,37 @@ pub fn tune(
         finalists: Vec::new(),
         observe,
     };
-    let default_ok = run.try_params(base.clone(), "default");
-    if run.stopped {
-        return Err(TuneError::Stopped);
-    }
+    let default_ok = run.try_params(base.clone(), Source::of("default"));
     let mut points = Points::new(&space, strategy, options.seed);
     let seconds = options.seconds.unwrap_or(options.effort.seconds());
     let mut measured = 0;
-    while measured < budget && run.start.elapsed().as_secs_f64() < seconds {
-        let best = run.best_point(&space);
-        let Some((point, origin)) = points.next(&space, best.as_ref()) else {
-            break;
+    while !run.stopped && measured < budget && run.start.elapsed().as_secs_f64() < seconds {
+        let status = match seeding.next(run.best_params(), &cx) {
+            Some(Proposal {
+                params,
+                heuristic,
+                origin,
+            }) => run.try_params(
+                params,
+                Source {
+                    origin,
+                    heuristic: Some(heuristic),
+                },
+            ),
+            None => {
+                let best = run.best_params().map(|p| space.point_of(p));
+                let Some((point, origin)) = points.next(&space, best.as_ref()) else {
+                    break;
+                };
+                run.try_point(&space, point, Source::of(origin))
+            }
         };
-        if run.try_point(&space, point, origin) != Status::Duplicate {
-            measured += 1;
-        }
-        if run.stopped {
-            return Err(TuneError::Stopped);
-        }
+        measured += usize::from(status != Status::Duplicate);
     }
-    run.finish(kind, strategy, &base, default_ok)
+    if run.stopped {
+        return Err(TuneError::Stopped);
+    }
+    run.finish(kind, strategy, &base, default_ok, seeding)
 }
 
 struct Run<'a> {
@@ -232,25 +271,25 @@ impl Run<'_> {
         self.finalists.iter().map(|f| f.time).min_by(f64::total_cmp)
     }
 
-    fn best_point(&self, space: &Space) -> Option<Point> {
+    fn best_params(&self) -> Option<&HeuristicParams> {
         let best = self
             .finalists
             .iter()
             .min_by(|a, b| a.time.total_cmp(&b.time))?;
-        Some(space.point_of(&best.params))
+        Some(&best.params)
     }
 
     fn record(
         &mut self,
         params: serde_json::Value,
-        origin: &'static str,
+        source: Source,
         status: Status,
         time: Option<f64>,
         error: Option<String>,
     ) {
         let trial = Trial {
             params,
-            origin,
+            source,
             status,
             time,
             error,
@@ -265,7 +304,7 @@ impl Run<'_> {
     /// Tries the params of `point`, repaired first: a field the scheduler
     /// refuses (by its error's path) goes back to the base's value, until
     /// the params schedule or the refused field is at its base value.
-    fn try_point(&mut self, space: &Space, mut point: Point, origin: &'static str) -> Status {
+    fn try_point(&mut self, space: &Space, mut point: Point, source: Source) -> Status {
         let base = space.base_point();
         let info = self.device.info();
         let refused = loop {
@@ -273,7 +312,7 @@ impl Run<'_> {
                 .params(&point)
                 .and_then(|p| schedule(self.fusion, &p, &info).map(|s| (p, s)));
             let e = match attempt {
-                Ok((p, s)) => return self.try_scheduled(p, Ok(s), origin),
+                Ok((p, s)) => return self.try_scheduled(p, Ok(s), source),
                 Err(e) => e,
             };
             let culprit = space.fields.iter().position(|f| {
@@ -289,7 +328,7 @@ impl Run<'_> {
         let tried = space.describe(&point);
         self.record(
             tried,
-            origin,
+            source,
             Status::Failed,
             None,
             Some(refused.to_string()),
@@ -298,10 +337,10 @@ impl Run<'_> {
     }
 
     /// Schedules, builds, checks and times one candidate; its status.
-    fn try_params(&mut self, params: HeuristicParams, origin: &'static str) -> Status {
+    fn try_params(&mut self, params: HeuristicParams, source: Source) -> Status {
         let info = self.device.info();
         let scheduled = schedule(self.fusion, &params, &info);
-        self.try_scheduled(params, scheduled.map_err(|e| e.to_string()), origin)
+        self.try_scheduled(params, scheduled.map_err(|e| e.to_string()), source)
     }
 
     /// Builds, checks and times a scheduled candidate; its status.
@@ -309,21 +348,21 @@ impl Run<'_> {
         &mut self,
         params: HeuristicParams,
         scheduled: Result<Schedule, String>,
-        origin: &'static str,
+        source: Source,
     ) -> Status {
         let value = params.to_value();
         let (status, time, error) = match scheduled.map(|s| self.measure(&s)) {
             Err(e) => (Status::Failed, None, Some(e)),
             Ok(measured) => match measured {
                 Ok(Some((kernel, time))) => {
-                    self.keep(params, kernel, time);
+                    self.keep(params, source.clone(), kernel, time);
                     (Status::Ok, Some(time), None)
                 }
                 Ok(None) => (Status::Duplicate, None, None),
                 Err((status, time, e)) => (status, time, Some(e)),
             },
         };
-        self.record(value, origin, status, time, error);
+        self.record(value, source, status, time, error);
         status
     }
 
@@ -338,8 +377,9 @@ impl Run<'_> {
             return Ok(None);
         }
         let kernel = self.device.build(s).map_err(|e| failed(e.to_string()))?;
+        let corrupt = self.options.corrupt_trial == Some(self.trials.len());
         self.problem
-            .check(&kernel)
+            .check_with(&kernel, corrupt)
             .map_err(|e| (Status::Wrong, None, e))?;
         let (warmup, repeat) = (self.options.warmup, self.options.repeat);
         let short = self.problem.time(&kernel, 1, 3).map_err(failed)?;
@@ -354,9 +394,10 @@ impl Run<'_> {
     }
 
     /// Keeps the fastest few for the final run.
-    fn keep(&mut self, params: HeuristicParams, kernel: Kernel, time: f64) {
+    fn keep(&mut self, params: HeuristicParams, source: Source, kernel: Kernel, time: f64) {
         self.finalists.push(Finalist {
             params,
+            source,
             kernel,
             time,
         });
@@ -373,6 +414,7 @@ impl Run<'_> {
         strategy: Strategy,
         base: &HeuristicParams,
         default_ok: Status,
+        mut seeding: Seeding,
     ) -> Result<TuneResult, TuneError> {
         if self.finalists.is_empty() {
             let why = "no candidate ran correctly, not even the default heuristic's";
@@ -395,6 +437,10 @@ impl Run<'_> {
             .expect("finalists");
         let default_time =
             (default_ok == Status::Ok && self.finalists[0].params == *base).then(|| medians[0]);
+        let winner = &self.finalists[win].source;
+        if let (Some(name), "seed") = (&winner.heuristic, winner.origin) {
+            seeding.won(name);
+        }
         Ok(TuneResult {
             scheduler: kind,
             strategy,
@@ -403,6 +449,8 @@ impl Run<'_> {
             default_params: base.to_value(),
             default_time,
             trials: std::mem::take(&mut self.trials),
+            heuristics: seeding.reports,
+            warnings: seeding.warnings,
             elapsed: self.start.elapsed().as_secs_f64(),
         })
     }
@@ -411,60 +459,4 @@ impl Run<'_> {
 fn median(samples: &mut [f64]) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
-}
-
-/// The candidates a strategy proposes, in order, without repeats.
-struct Points {
-    strategy: Strategy,
-    rng: StdRng,
-    tried: HashSet<Point>,
-    queue: Vec<(Point, &'static str)>,
-}
-
-impl Points {
-    fn new(space: &Space, strategy: Strategy, seed: u64) -> Points {
-        let mut tried = HashSet::new();
-        tried.insert(space.base_point());
-        let queue = match strategy {
-            Strategy::Exhaustive => space
-                .all()
-                .into_iter()
-                .rev()
-                .map(|p| (p, "exhaustive"))
-                .collect(),
-            _ => Vec::new(),
-        };
-        Points {
-            strategy,
-            rng: StdRng::seed_from_u64(seed),
-            tried,
-            queue,
-        }
-    }
-
-    fn next(&mut self, space: &Space, best: Option<&Point>) -> Option<(Point, &'static str)> {
-        loop {
-            let candidate = match self.strategy {
-                Strategy::Exhaustive => self.queue.pop()?,
-                Strategy::Random => (space.random(&mut self.rng), "random"),
-                Strategy::Pattern => {
-                    let base = space.base_point();
-                    let fresh = space
-                        .neighbors(best.unwrap_or(&base))
-                        .into_iter()
-                        .find(|p| !self.tried.contains(p));
-                    match fresh {
-                        Some(p) => (p, "neighbor"),
-                        None => (space.random(&mut self.rng), "random"),
-                    }
-                }
-            };
-            if self.tried.len() as u64 >= space.size() {
-                return None;
-            }
-            if self.tried.insert(candidate.0.clone()) {
-                return Some(candidate);
-            }
-        }
-    }
 }

@@ -19,13 +19,13 @@ fn tuning_records_every_trial_and_never_loses_to_the_default() {
         ..Options::default()
     };
     let mut seen = 0;
-    let r = tune(&f, &Device::cpu(), &options, &mut |_, _| {
+    let r = tune(&f, &Device::cpu(), &options, &[], &mut |_, _| {
         seen += 1;
         true
     })
     .unwrap();
     assert_eq!(seen, r.trials.len());
-    assert_eq!(r.trials[0].origin, "default");
+    assert_eq!(r.trials[0].source.origin, "default");
     assert_eq!(r.trials[0].status, Status::Ok);
     assert_eq!(r.strategy, Strategy::Pattern);
     let measured = r
@@ -53,8 +53,8 @@ fn the_same_seed_proposes_the_same_candidates() {
     let params = |r: tilefuse_tune::TuneResult| -> Vec<serde_json::Value> {
         r.trials.into_iter().map(|t| t.params).collect()
     };
-    let a = params(tune(&f, &Device::cpu(), &options, &mut |_, _| true).unwrap());
-    let b = params(tune(&f, &Device::cpu(), &options, &mut |_, _| true).unwrap());
+    let a = params(tune(&f, &Device::cpu(), &options, &[], &mut |_, _| true).unwrap());
+    let b = params(tune(&f, &Device::cpu(), &options, &[], &mut |_, _| true).unwrap());
     assert_eq!(a, b);
 }
 
@@ -81,4 +81,31 @@ fn a_kernel_with_wrong_results_is_disqualified() {
     problem.check(&build(&right)).unwrap();
     let err = problem.check(&build(&wrong)).unwrap_err();
     assert!(err.contains("output 0: element"), "{err}");
+}
+
+#[test]
+fn an_injected_wrong_candidate_is_disqualified_and_reported() {
+    let f = softmax(&[32, 128], -1);
+    let options = Options {
+        strategy: Some(Strategy::Random),
+        trials: Some(6),
+        seed: 1,
+        repeat: 1,
+        corrupt_trial: Some(0),
+        ..Options::default()
+    };
+    let r = tune(&f, &Device::cpu(), &options, &[], &mut |_, _| true).unwrap();
+    let wrong = &r.trials[0];
+    assert_eq!(wrong.status, Status::Wrong);
+    assert!(
+        wrong
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("output 0: element")
+    );
+    // The default's params were the wrong candidate: no default time, and
+    // the winner is another candidate that passed the check.
+    assert_eq!(r.default_time, None);
+    assert!(r.trials[1..].iter().any(|t| t.status == Status::Ok));
 }

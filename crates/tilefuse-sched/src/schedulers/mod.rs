@@ -6,6 +6,7 @@
 //! canonical form of the fusion, with panics contained.
 
 mod canonical;
+mod features;
 mod launch;
 mod matmul;
 mod pointwise;
@@ -17,6 +18,7 @@ use std::borrow::Cow;
 use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{HeuristicParams, ParamsError, SchedulerKind, Tunable};
 
+pub use features::{Features, ReductionShape, features};
 pub use matmul::{Matmul, matmul_heuristics, schedule_matmul};
 pub use pointwise::{Pointwise, pointwise_heuristics, schedule_pointwise};
 pub use reduction::{Reduction, reduction_heuristics, schedule_reduction};

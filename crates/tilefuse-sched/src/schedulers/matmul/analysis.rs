@@ -38,7 +38,7 @@ pub(super) fn accepts(fusion: &Fusion) -> Result<(), String> {
 }
 
 /// `(m, n, k)` of the fusion's matmul.
-pub(super) fn problem(fusion: &Fusion) -> (u64, u64, u64) {
+pub(crate) fn problem(fusion: &Fusion) -> (u64, u64, u64) {
     let node = fusion
         .nodes()
         .iter()

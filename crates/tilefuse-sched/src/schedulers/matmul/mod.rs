@@ -48,6 +48,7 @@ pub use heuristics::matmul_heuristics;
 pub use scheduler::Matmul;
 
 use analysis::accepts;
+pub(super) use analysis::problem;
 use staging::{
     bind_invocations, bind_tiles, cooperative, flat, own_loops, per_invocation, pipeline_operands,
     stage_operands, store_rows,

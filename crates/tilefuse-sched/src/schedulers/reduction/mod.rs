@@ -67,6 +67,17 @@ pub use scheduler::Reduction;
 use nest::{full_shape, is_reduction, own_nest, shared_rows, under_row};
 use topology::topology;
 
+/// The reference shape's `outer × reduced × inner` of the canonical
+/// `fusion`'s reductions.
+pub(super) fn shape(fusion: &Fusion) -> Result<super::ReductionShape, String> {
+    let t = topology(fusion)?;
+    Ok(super::ReductionShape {
+        outer: t.outer(),
+        reduced: t.reduced(),
+        inner: t.inner(),
+    })
+}
+
 use tilefuse_ir::Fusion;
 use tilefuse_params::{ParamsError, ReductionParams};
 

@@ -1,0 +1,227 @@
+//! Seed heuristics: every built-in one applies to the fusions it is for
+//! and its seeds schedule on each kind of device it is for; a heuristic's
+//! seeds and neighbours enter the search and are recorded; one that fails
+//! is skipped with a warning.
+
+use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
+use tilefuse_params::HeuristicParams;
+use tilefuse_runtime::Device;
+use tilefuse_sched::schedulers::{features, heuristics, schedule};
+use tilefuse_sched::{DeviceInfo, DeviceLimits};
+use tilefuse_testing::softmax;
+use tilefuse_tune::seeds::{applies, builtin};
+use tilefuse_tune::{AutotunerHeuristic, Options, SeedContext, Status, Strategy, tune};
+
+fn gpu(adapter_type: &str, invocations: u32) -> DeviceInfo {
+    DeviceInfo {
+        backend: "vulkan".into(),
+        vendor: 0,
+        name: format!("test {adapter_type}"),
+        adapter_type: adapter_type.into(),
+        driver: String::new(),
+        limits: DeviceLimits {
+            max_workgroup_size: [invocations, invocations, 64],
+            max_invocations_per_workgroup: invocations,
+            max_workgroups_per_dimension: 65535,
+            max_workgroup_storage_bytes: 32768,
+            max_storage_buffer_binding_size: 1 << 30,
+            max_storage_buffers_per_stage: 8,
+            max_loop_iterations_per_invocation: None,
+        },
+        features: Vec::new(),
+        subgroup_sizes: Some((8, 32)),
+        cores: 0,
+        simd_width: 0,
+    }
+}
+
+fn matmul(m: usize, n: usize, k: usize) -> Fusion {
+    let mut f = Fusion::new();
+    let a = f.input(&[m, k], DType::F32, Some("a")).unwrap();
+    let b = f.input(&[k, n], DType::F32, Some("b")).unwrap();
+    let c = f.matmul(a, b, false, false).unwrap();
+    f.output(c).unwrap();
+    f
+}
+
+fn chain(ops: usize) -> Fusion {
+    let mut f = Fusion::new();
+    let mut x = f.input(&[64, 256], DType::F32, Some("x")).unwrap();
+    let half = f.constant(0.5, DType::F32).unwrap();
+    for i in 0..ops {
+        x = match i % 2 {
+            0 => f.unary(UnaryOp::Tanh, x).unwrap(),
+            _ => f.binary(BinaryOp::Mul, x, half).unwrap(),
+        };
+    }
+    f.output(x).unwrap();
+    f
+}
+
+fn column_sum(rows: usize, columns: usize) -> Fusion {
+    let mut f = Fusion::new();
+    let x = f.input(&[rows, columns], DType::F32, Some("x")).unwrap();
+    let s = f.reduce(ReduceOp::Sum, x, Some(&[0]), false).unwrap();
+    f.output(s).unwrap();
+    f
+}
+
+/// `(name, fusion, the built-in heuristic made for it)`.
+fn cases() -> Vec<(&'static str, Fusion, &'static str)> {
+    vec![
+        ("gemv-like 4x512x256", matmul(4, 512, 256), "skinny_matmul"),
+        ("tall 1024x8x2048", matmul(1024, 8, 2048), "skinny_matmul"),
+        ("softmax 512x128", softmax(&[512, 128], -1), "short_rows"),
+        ("softmax 64x1000", softmax(&[64, 1000], -1), "short_rows"),
+        ("chain of 16", chain(16), "long_chain"),
+        (
+            "column sum 1024x256",
+            column_sum(1024, 256),
+            "outer_reduction",
+        ),
+        ("column sum 96x18", column_sum(96, 18), "outer_reduction"),
+    ]
+}
+
+#[test]
+fn every_builtin_applies_where_meant_and_its_seeds_schedule() {
+    let devices = [
+        Device::cpu().info(),
+        gpu("cpu", 256),
+        gpu("discrete_gpu", 1024),
+        gpu("integrated_gpu", 128),
+    ];
+    let builtin = builtin();
+    for (case, f, meant) in cases() {
+        let feats = features(&f).unwrap();
+        let mut applied_somewhere = false;
+        for info in &devices {
+            let default = heuristics(&f, None, info).unwrap();
+            let cx = SeedContext {
+                fusion: &f,
+                device: info,
+                features: &feats,
+                default: &default,
+            };
+            for h in &builtin {
+                if !applies(h.as_ref(), &cx).unwrap() {
+                    continue;
+                }
+                applied_somewhere |= h.name() == meant;
+                let seeds = h.seed_configs(&cx).unwrap();
+                assert!(!seeds.is_empty(), "{} gave no seed for {case}", h.name());
+                for p in seeds {
+                    assert_ne!(p, default, "{} seeds the default for {case}", h.name());
+                    if let Err(e) = schedule(&f, &p, info) {
+                        panic!(
+                            "{} on {case} for {}: {e}\n{}",
+                            h.name(),
+                            info.name,
+                            p.to_value()
+                        );
+                    }
+                }
+            }
+        }
+        assert!(applied_somewhere, "{meant} never applied to {case}");
+    }
+}
+
+#[test]
+fn builtins_stay_out_of_fusions_not_theirs() {
+    let square = matmul(256, 256, 256);
+    let long_rows = softmax(&[16, 4096], -1);
+    let info = gpu("discrete_gpu", 1024);
+    for f in [square, long_rows, chain(3)] {
+        let feats = features(&f).unwrap();
+        let default = heuristics(&f, None, &info).unwrap();
+        let cx = SeedContext {
+            fusion: &f,
+            device: &info,
+            features: &feats,
+            default: &default,
+        };
+        for h in builtin() {
+            assert!(!applies(h.as_ref(), &cx).unwrap(), "{}", h.name());
+        }
+    }
+}
+
+/// A heuristic that seeds one pointwise config and proposes one neighbour
+/// of whatever is best.
+struct Wide;
+
+impl AutotunerHeuristic for Wide {
+    fn name(&self) -> &str {
+        "wide"
+    }
+
+    fn is_eligible(&self, _: &SeedContext) -> Result<bool, String> {
+        Ok(true)
+    }
+
+    fn seed_configs(&self, cx: &SeedContext) -> Result<Vec<HeuristicParams>, String> {
+        let p = cx.default.with("unroll_factor_outer", 4.into());
+        Ok(vec![p.map_err(|e| e.to_string())?])
+    }
+
+    fn neighbors(
+        &self,
+        params: &HeuristicParams,
+        _: &SeedContext,
+    ) -> Result<Vec<HeuristicParams>, String> {
+        let p = params.with("unroll_factor_inner", 2.into());
+        Ok(vec![p.map_err(|e| e.to_string())?])
+    }
+}
+
+struct Broken;
+
+impl AutotunerHeuristic for Broken {
+    fn name(&self) -> &str {
+        "broken"
+    }
+
+    fn is_eligible(&self, _: &SeedContext) -> Result<bool, String> {
+        Err("no idea".into())
+    }
+
+    fn seed_configs(&self, _: &SeedContext) -> Result<Vec<HeuristicParams>, String> {
+        unreachable!("never eligible")
+    }
+}
+
+#[test]
+fn seeds_and_neighbours_enter_the_search_and_a_broken_heuristic_is_skipped() {
+    let f = chain(4);
+    let options = Options {
+        strategy: Some(Strategy::Random),
+        trials: Some(4),
+        repeat: 1,
+        ..Options::default()
+    };
+    let r = tune(
+        &f,
+        &Device::cpu(),
+        &options,
+        &[&Broken, &Wide],
+        &mut |_, _| true,
+    )
+    .unwrap();
+    let origins: Vec<_> = r
+        .trials
+        .iter()
+        .map(|t| (t.source.origin, t.source.heuristic.as_deref()))
+        .collect();
+    assert_eq!(origins[0], ("default", None));
+    assert_eq!(origins[1], ("seed", Some("wide")));
+    assert_eq!(origins[2], ("heuristic_neighbor", Some("wide")));
+    assert_eq!(r.trials[1].status, Status::Ok);
+    assert_eq!(r.heuristics.len(), 1);
+    assert_eq!(r.heuristics[0].name, "wide");
+    assert_eq!(r.heuristics[0].seeds, vec![r.trials[1].params.clone()]);
+    let won = r.best_params == r.trials[1].params;
+    assert_eq!(r.heuristics[0].won, won);
+    assert_eq!(r.warnings.len(), 1);
+    assert!(r.warnings[0].contains("'broken'") && r.warnings[0].contains("no idea"));
+}
