@@ -22,6 +22,10 @@ __all__ = [
     "ScheduleError",
     "TilefuseError",
     "__version__",
+    "bundle_entries",
+    "bundle_export",
+    "bundle_import",
+    "bundle_merge",
     "cache_clear",
     "cache_dir",
     "cache_entries",
@@ -127,8 +131,16 @@ def tune(
     builtin_heuristics: bool = True,
 ) -> dict[str, Any]: ...
 def cache_get(
-    fusion: Fusion, device: Device, scheduler: str | None = None, directory: str | None = None
-) -> tuple[dict[str, Any] | None, list[str]]: ...
+    fusion: Fusion,
+    device: Device,
+    scheduler: str | None = None,
+    directory: str | None = None,
+    bundles: list[str] = ...,
+) -> tuple[dict[str, Any] | None, str | None, list[str]]: ...
+def bundle_export(path: str, directory: str | None = None) -> tuple[int, list[str]]: ...
+def bundle_entries(path: str) -> list[dict[str, Any]]: ...
+def bundle_merge(output: str, inputs: list[str]) -> int: ...
+def bundle_import(path: str, directory: str | None = None) -> tuple[int, int, list[str]]: ...
 def cache_put(
     fusion: Fusion,
     device: Device,

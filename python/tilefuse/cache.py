@@ -3,11 +3,21 @@ and device, consulted by :meth:`Fusion.heuristics` before the default
 heuristic. One JSON file per entry in :func:`directory` (``TILEFUSE_CACHE``
 or the user's cache directory), written atomically; the faster of two
 measurements of one key stays; a corrupt file is set aside with a warning.
+
+Bundles are whole caches in one JSON file (:func:`export`, :func:`merge`),
+to ship with a package or share between machines. A registered bundle
+(:func:`register_bundle`, or listed in ``TILEFUSE_BUNDLES``, separated by
+``os.pathsep``) is a read-only layer under the user's cache: lookups try the
+cache, then each bundle in order, then fall back to the default heuristic.
+:func:`import_bundle` copies a bundle's entries into the cache, marked
+``imported``: served, but a winner measured here always replaces them.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import _native
@@ -16,7 +26,23 @@ if TYPE_CHECKING:
     from .fusion import Fusion
     from .schedule import Device
 
-__all__ = ["clear", "directory", "entries", "explain", "lookup", "store"]
+__all__ = [
+    "bundle_entries",
+    "bundles",
+    "clear",
+    "directory",
+    "entries",
+    "explain",
+    "export",
+    "import_bundle",
+    "lookup",
+    "merge",
+    "register_bundle",
+    "store",
+    "unregister_bundle",
+]
+
+_registered: list[str] = []
 
 
 def _warn(messages: list[str]) -> None:
@@ -29,11 +55,39 @@ def directory() -> str | None:
     return _native.cache_dir()
 
 
+def bundles() -> list[str]:
+    """The bundles lookups fall through to, in order: those registered, then
+    those in ``TILEFUSE_BUNDLES``."""
+    listed = [p for p in os.environ.get("TILEFUSE_BUNDLES", "").split(os.pathsep) if p]
+    return [*_registered, *listed]
+
+
+def register_bundle(path: str | os.PathLike[str]) -> None:
+    """Adds a read-only bundle layer (a package registers the bundle it
+    ships); it must load now, so a wrong path fails here."""
+    path = str(Path(path).resolve())
+    bundle_entries(path)
+    if path not in _registered:
+        _registered.append(path)
+
+
+def unregister_bundle(path: str | os.PathLike[str]) -> None:
+    """Removes a registered bundle layer."""
+    resolved = str(Path(path).resolve())
+    if resolved in _registered:
+        _registered.remove(resolved)
+
+
 def lookup(fusion: Fusion, device: Device, scheduler: str | None = None) -> dict[str, Any] | None:
-    """The cached entry for ``fusion`` on ``device`` (its ``"params"``,
-    ``"best_time"``, ...), or ``None``."""
-    entry, messages = _native.cache_get(fusion._native, device._native, scheduler)
+    """The entry for ``fusion`` on ``device`` (its ``"params"``,
+    ``"best_time"``, ...) from the cache or a bundle, with ``"layer"``:
+    ``"cache"`` or the bundle's path; ``None`` when neither has one."""
+    entry, layer, messages = _native.cache_get(
+        fusion._native, device._native, scheduler, None, bundles()
+    )
     _warn(messages)
+    if entry is not None:
+        entry["layer"] = layer
     return entry
 
 
@@ -67,6 +121,35 @@ def entries() -> list[dict[str, Any]]:
     found, messages = _native.cache_entries()
     _warn(messages)
     return found
+
+
+def bundle_entries(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every entry of the bundle file ``path``."""
+    return _native.bundle_entries(os.fspath(path))
+
+
+def export(path: str | os.PathLike[str]) -> int:
+    """Writes every entry of the cache to the bundle file ``path``; how
+    many."""
+    n, messages = _native.bundle_export(os.fspath(path))
+    _warn(messages)
+    return n
+
+
+def merge(output: str | os.PathLike[str], *inputs: str | os.PathLike[str]) -> int:
+    """Merges bundle files into ``output``, keeping the faster entry of
+    each key (an entry measured where it was exported beats an imported
+    one); how many entries ``output`` has."""
+    return _native.bundle_merge(os.fspath(output), [os.fspath(p) for p in inputs])
+
+
+def import_bundle(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """Copies a bundle's entries into the cache, marked ``imported``:
+    ``(stored, in the bundle)`` (entries measured here, or faster ones,
+    stay)."""
+    stored, total, messages = _native.bundle_import(os.fspath(path))
+    _warn(messages)
+    return stored, total
 
 
 def clear() -> int:

@@ -413,8 +413,9 @@ class Fusion:
 
     def params_source(self, device: Device | None = None, scheduler: str | None = None) -> str:
         """Where :meth:`heuristics` takes this fusion's params from on
-        ``device``: ``"cache: ..."`` (with the tuning that made them) or
-        ``"default heuristic"``; per segment, joined by ``"; "``."""
+        ``device``: ``"cache: ..."`` or ``"bundle: ..."`` (with the tuning
+        that made them) or ``"default heuristic"``; per segment, joined by
+        ``"; "``."""
         from . import cache as _cache
         from .schedule import Device
 
@@ -431,9 +432,13 @@ class Fusion:
             if entry.get("default_time")
             else ""
         )
-        return (
-            f"cache: {_cache.directory()} ({entry['trials']} trials, {entry['strategy']}{speedup})"
+        layer = (
+            f"cache: {_cache.directory()}"
+            if entry["layer"] == "cache"
+            else (f"bundle: {entry['layer']}")
         )
+        imported = ", imported" if entry.get("origin") == "imported" else ""
+        return f"{layer} ({entry['trials']} trials, {entry['strategy']}{speedup}{imported})"
 
     def features(self) -> dict[str, Any]:
         """What seed heuristics decide on, as the scheduler that takes the

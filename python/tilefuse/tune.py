@@ -10,6 +10,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
 from . import _native
 from . import cache as _cache
 from . import heuristic as _heuristic
@@ -70,7 +73,7 @@ class TuneResult:
 
     def plot(self, path: str) -> None:
         """Best time so far against trials and against seconds (needs
-        matplotlib: ``pip install tilefuse[bench]``)."""
+        matplotlib: ``pip install tilefuse[plot]``)."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -98,28 +101,38 @@ class TuneResult:
 
 
 class _Progress:
-    """One status line on stderr: trials, trials/s, best so far, failures."""
+    """A live status line on stderr while tuning (rich): trials, trials/s,
+    the best time so far, failures, elapsed time."""
 
     def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
         self.n = self.failed = 0
+        self.bar: Progress | None = None
+        if enabled:
+            self.bar = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self.task = self.bar.add_task("tuning")
+            self.bar.start()
 
     def __call__(self, trial: dict[str, Any], best: float | None) -> None:
         self.n += 1
         self.failed += trial["status"] in ("failed", "wrong")
-        if self.enabled:
+        if self.bar is not None:
             rate = self.n / max(trial["at"], 1e-9)
             best_ms = "-" if best is None else f"{best * 1e3:.3f} ms"
-            print(
-                f"\rtuning: {self.n} trials ({rate:.1f}/s), best {best_ms}, {self.failed} failed",
-                end="",
-                file=sys.stderr,
-                flush=True,
+            self.bar.update(
+                self.task,
+                description=f"tuning: {self.n} trials ({rate:.1f}/s), best {best_ms}, "
+                f"{self.failed} failed",
             )
 
     def close(self) -> None:
-        if self.enabled and self.n:
-            print(file=sys.stderr)
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def tune(

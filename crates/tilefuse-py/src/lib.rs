@@ -40,6 +40,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tune::tune, m)?)?;
     m.add_function(wrap_pyfunction!(schedulers::features, m)?)?;
     m.add_function(wrap_pyfunction!(tune::cache_get, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::bundle_export, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::bundle_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::bundle_merge, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::bundle_import, m)?)?;
     m.add_function(wrap_pyfunction!(tune::cache_put, m)?)?;
     m.add_function(wrap_pyfunction!(tune::cache_entries, m)?)?;
     m.add_function(wrap_pyfunction!(tune::cache_clear, m)?)?;

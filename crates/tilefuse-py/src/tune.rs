@@ -1,7 +1,10 @@
 //! The autotuner and the heuristic cache, for `tilefuse.tune` and
 //! `tilefuse.cache`. Results and entries cross as JSON-shaped dicts.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
@@ -11,8 +14,8 @@ use tilefuse::params::{HeuristicParams, ParamsError};
 use tilefuse::sched::schedulers::pick;
 use tilefuse::tune::seeds::builtin;
 use tilefuse::tune::{
-    AutotunerHeuristic, Cache, CacheKey, Effort, Entry, Options, SeedContext, Strategy, TuneError,
-    Written,
+    AutotunerHeuristic, Bundle, Cache, CacheError, CacheKey, Effort, Entry, Options, SeedContext,
+    Strategy, TuneError, Written,
 };
 
 use crate::errors::{OrRaise, guard, params_error};
@@ -190,29 +193,132 @@ fn key(
     Ok(CacheKey::new(&fusion.inner, kind, &device.inner.info()))
 }
 
+/// An entry as a dict, with its `id` (the digest of its key, its file's
+/// name in the cache).
 fn entry_to_py<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyAny>> {
-    to_py(py, &serde_json::to_value(e).expect("an entry serializes"))
+    let mut value = serde_json::to_value(e).expect("an entry serializes");
+    value["id"] = e.key.file_stem().into();
+    to_py(py, &value)
 }
 
-/// `(entry or None, warnings)`: the cached winner for `fusion` on `device`.
+/// Bundles already read, by path, with the modification time they had.
+type Loaded = HashMap<PathBuf, (Option<SystemTime>, Arc<Bundle>)>;
+static BUNDLES: Mutex<Option<Loaded>> = Mutex::new(None);
+
+/// The bundle at `path`, read again only when the file changed.
+fn bundle(path: &Path) -> Result<Arc<Bundle>, CacheError> {
+    let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let mut loaded = BUNDLES.lock().unwrap_or_else(|e| e.into_inner());
+    let loaded = loaded.get_or_insert_default();
+    if let Some((seen, b)) = loaded.get(path)
+        && *seen == mtime
+    {
+        return Ok(b.clone());
+    }
+    let b = Arc::new(Bundle::load(path)?);
+    loaded.insert(path.to_owned(), (mtime, b.clone()));
+    Ok(b)
+}
+
+/// `(entry or None, layer, warnings)`: the winner for `fusion` on
+/// `device` from the user's cache, else from the first of `bundles` that
+/// has one; `layer` is `"cache"` or the bundle's path. A bundle that does
+/// not load is a warning.
 #[pyfunction]
-#[pyo3(signature = (fusion, device, scheduler=None, directory=None))]
+#[pyo3(signature = (fusion, device, scheduler=None, directory=None, bundles=Vec::new()))]
 pub fn cache_get<'py>(
     py: Python<'py>,
     fusion: &PyFusion,
     device: &PyDevice,
     scheduler: Option<&str>,
     directory: Option<String>,
-) -> PyResult<(Option<Bound<'py, PyAny>>, Vec<String>)> {
+    bundles: Vec<String>,
+) -> PyResult<(Option<Bound<'py, PyAny>>, Option<String>, Vec<String>)> {
+    guard(|| {
+        let key = key(fusion, device, scheduler).or_raise(py)?;
+        let cache = open(directory).or_raise(py)?;
+        let mut lookup = cache.get(&key);
+        if let Some(e) = &lookup.entry {
+            return Ok((
+                Some(entry_to_py(py, e)?),
+                Some("cache".into()),
+                lookup.warnings,
+            ));
+        }
+        for path in bundles {
+            match bundle(Path::new(&path)) {
+                Ok(b) => {
+                    if let Some(e) = b.get(&key) {
+                        return Ok((Some(entry_to_py(py, e)?), Some(path), lookup.warnings));
+                    }
+                }
+                Err(e) => lookup
+                    .warnings
+                    .push(format!("tilefuse bundle skipped: {e}")),
+            }
+        }
+        Ok((None, None, lookup.warnings))
+    })
+}
+
+fn cache_failed(py: Python<'_>) -> impl Fn(CacheError) -> PyErr + '_ {
+    move |e| params_error(py, "cache", e.to_string())
+}
+
+/// Writes every entry of the cache to the bundle file `path`;
+/// `(entries, warnings)`.
+#[pyfunction]
+#[pyo3(signature = (path, directory=None))]
+pub fn bundle_export(
+    py: Python<'_>,
+    path: PathBuf,
+    directory: Option<String>,
+) -> PyResult<(usize, Vec<String>)> {
     guard(|| {
         let cache = open(directory).or_raise(py)?;
-        let lookup = cache.get(&key(fusion, device, scheduler).or_raise(py)?);
-        let entry = lookup
-            .entry
-            .as_ref()
-            .map(|e| entry_to_py(py, e))
-            .transpose()?;
-        Ok((entry, lookup.warnings))
+        let (b, warnings) = Bundle::export(&cache).map_err(cache_failed(py))?;
+        b.save(&path).map_err(cache_failed(py))?;
+        Ok((b.len(), warnings))
+    })
+}
+
+/// Every entry of the bundle file `path`.
+#[pyfunction]
+pub fn bundle_entries<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    guard(|| {
+        let b = bundle(&path).map_err(cache_failed(py))?;
+        b.entries().map(|e| entry_to_py(py, e)).collect()
+    })
+}
+
+/// Merges the bundle files `inputs` into `output` (the faster entry per
+/// key); how many entries it has.
+#[pyfunction]
+pub fn bundle_merge(py: Python<'_>, output: PathBuf, inputs: Vec<PathBuf>) -> PyResult<usize> {
+    guard(|| {
+        let mut merged = Bundle::default();
+        for p in &inputs {
+            merged.merge(Bundle::load(p).map_err(cache_failed(py))?);
+        }
+        merged.save(&output).map_err(cache_failed(py))?;
+        Ok(merged.len())
+    })
+}
+
+/// Imports the bundle file `path` into the cache; `(stored, entries,
+/// warnings)`.
+#[pyfunction]
+#[pyo3(signature = (path, directory=None))]
+pub fn bundle_import(
+    py: Python<'_>,
+    path: PathBuf,
+    directory: Option<String>,
+) -> PyResult<(usize, usize, Vec<String>)> {
+    guard(|| {
+        let cache = open(directory).or_raise(py)?;
+        let b = Bundle::load(&path).map_err(cache_failed(py))?;
+        let (stored, warnings) = b.import_into(&cache).map_err(cache_failed(py))?;
+        Ok((stored, b.len(), warnings))
     })
 }
 
@@ -242,9 +348,7 @@ pub fn cache_put(
         entry.strategy = strategy;
         entry.heuristics = heuristics;
         let cache = open(directory).or_raise(py)?;
-        let (written, warnings) = cache
-            .put(&entry)
-            .map_err(|e| params_error(py, "cache", e.to_string()))?;
+        let (written, warnings) = cache.put(&entry).map_err(cache_failed(py))?;
         Ok((written == Written::Stored, warnings))
     })
 }
@@ -258,9 +362,7 @@ pub fn cache_entries<'py>(
 ) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<String>)> {
     guard(|| {
         let cache = open(directory).or_raise(py)?;
-        let (entries, warnings) = cache
-            .entries()
-            .map_err(|e| params_error(py, "cache", e.to_string()))?;
+        let (entries, warnings) = cache.entries().map_err(cache_failed(py))?;
         let entries = entries
             .iter()
             .map(|e| entry_to_py(py, e))
@@ -275,9 +377,7 @@ pub fn cache_entries<'py>(
 pub fn cache_clear(py: Python<'_>, directory: Option<String>) -> PyResult<usize> {
     guard(|| {
         let cache = open(directory).or_raise(py)?;
-        cache
-            .clear()
-            .map_err(|e| params_error(py, "cache", e.to_string()))
+        cache.clear().map_err(cache_failed(py))
     })
 }
 
@@ -301,9 +401,7 @@ pub fn cache_explain<'py>(
     guard(|| {
         let want = key(fusion, device, scheduler).or_raise(py)?;
         let cache = open(directory).or_raise(py)?;
-        let (entries, _) = cache
-            .entries()
-            .map_err(|e| params_error(py, "cache", e.to_string()))?;
+        let (entries, _) = cache.entries().map_err(cache_failed(py))?;
         let mut near: Vec<(Entry, Vec<String>)> = entries
             .into_iter()
             .map(|e| {

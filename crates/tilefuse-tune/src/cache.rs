@@ -16,6 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::bundle::replaces;
 use crate::key::CacheKey;
 
 /// Where an entry's measurement was made.
@@ -88,9 +89,11 @@ pub enum CacheError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CacheError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CacheError + '_ {
     move |source| CacheError::Io {
         path: path.to_owned(),
         source,
@@ -109,7 +112,8 @@ pub struct Lookup {
 pub enum Written {
     /// The entry is stored.
     Stored,
-    /// A faster measurement of the same key was there already and stays.
+    /// A faster measurement of the same key (or one measured here, when
+    /// the new one is imported) was there already and stays.
     KeptFaster,
 }
 
@@ -175,7 +179,8 @@ impl Cache {
         }
     }
 
-    /// Stores `entry` unless a faster measurement of its key is there.
+    /// Stores `entry` unless a faster measurement of its key is there (or
+    /// one measured here, when `entry` is imported).
     pub fn put(&self, entry: &Entry) -> Result<(Written, Vec<String>), CacheError> {
         let path = self.path(&entry.key);
         let tmp = self.dir.join(format!(
@@ -202,7 +207,7 @@ impl Cache {
         let mut warnings = Vec::new();
         let existing = self.read(&path, &mut warnings);
         let written = match existing {
-            Some(old) if old.key == entry.key && old.best_time <= entry.best_time => {
+            Some(old) if old.key == entry.key && !replaces(entry, &old) => {
                 let _ = fs::remove_file(&tmp);
                 Written::KeptFaster
             }

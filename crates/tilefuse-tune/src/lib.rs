@@ -7,6 +7,7 @@
 //! structure, the scheduler, the device and the versions that could change
 //! the kernel.
 
+mod bundle;
 mod cache;
 mod key;
 mod measure;
@@ -16,6 +17,7 @@ pub mod seeds;
 mod space;
 mod strategy;
 
+pub use bundle::Bundle;
 pub use cache::{Cache, CacheError, Entry, Lookup, Origin, Written};
 pub use key::{CODEGEN_VERSION, CacheKey, DeviceKey};
 pub use measure::Problem;

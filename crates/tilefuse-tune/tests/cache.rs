@@ -7,7 +7,7 @@ use serde_json::json;
 use tilefuse_ir::{DType, Fusion, UnaryOp};
 use tilefuse_params::SchedulerKind;
 use tilefuse_runtime::Device;
-use tilefuse_tune::{Cache, CacheKey, Entry, Written};
+use tilefuse_tune::{Bundle, Cache, CacheKey, Entry, Origin, Written};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tilefuse-cache-{name}-{}", std::process::id()));
@@ -105,4 +105,61 @@ fn concurrent_writers_keep_every_entry_and_the_fastest_of_each() {
         entries.iter().all(|e| e.best_time == 1e-3),
         "the fastest stays"
     );
+}
+
+#[test]
+fn bundles_export_merge_and_import_keeping_the_right_entry() {
+    let dir = temp_dir("bundle");
+    let cache = Cache::open(dir.join("a")).unwrap();
+    let params = json!({"scheduler": "pointwise"});
+    cache
+        .put(&Entry::measured(key(1), params.clone(), 3e-3))
+        .unwrap();
+    cache
+        .put(&Entry::measured(key(2), params.clone(), 1e-3))
+        .unwrap();
+    let (mut a, warnings) = Bundle::export(&cache).unwrap();
+    assert!(warnings.is_empty());
+    let path = dir.join("a.json");
+    a.save(&path).unwrap();
+    let loaded = Bundle::load(&path).unwrap();
+    assert_eq!(loaded.len(), 2);
+    assert_eq!(loaded.get(&key(1)), cache.get(&key(1)).entry.as_ref());
+
+    // Merging keeps the faster entry of each key, and adds new keys.
+    let mut b = Bundle::default();
+    b.add(Entry::measured(key(1), params.clone(), 2e-3));
+    b.add(Entry::measured(key(2), params.clone(), 5e-3));
+    b.add(Entry::measured(key(3), params.clone(), 1e-3));
+    a.merge(b);
+    let times: Vec<f64> = [1, 2, 3].map(|n| a.get(&key(n)).unwrap().best_time).into();
+    assert_eq!(times, [2e-3, 1e-3, 1e-3]);
+
+    // Importing marks entries imported; a measurement made here stays
+    // whatever its time, and replaces an imported one even when slower.
+    let (stored, _) = a.import_into(&cache).unwrap();
+    assert_eq!(stored, 1, "only key 3 was new");
+    let got = cache.get(&key(3)).entry.unwrap();
+    assert_eq!(got.origin, Origin::Imported);
+    assert_eq!(cache.get(&key(1)).entry.unwrap().origin, Origin::Measured);
+    let slower_here = Entry::measured(key(3), params, 9e-3);
+    assert_eq!(cache.put(&slower_here).unwrap().0, Written::Stored);
+    assert_eq!(cache.get(&key(3)).entry.unwrap().origin, Origin::Measured);
+}
+
+#[test]
+fn a_file_that_is_not_a_bundle_is_a_clear_error() {
+    let dir = temp_dir("notbundle");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("x.json");
+    std::fs::write(
+        &path,
+        r#"{"format": "something else", "version": 1, "entries": []}"#,
+    )
+    .unwrap();
+    let err = Bundle::load(&path).unwrap_err().to_string();
+    assert!(err.contains("not a tilefuse-cache-bundle"), "{err}");
+    std::fs::write(&path, "[1, 2").unwrap();
+    let err = Bundle::load(&path).unwrap_err().to_string();
+    assert!(err.contains("x.json"), "{err}");
 }

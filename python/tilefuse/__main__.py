@@ -1,0 +1,7 @@
+"""``python -m tilefuse``: the ``tilefuse`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,188 @@
+"""The ``tilefuse`` command (also ``python -m tilefuse``): tune a fusion
+saved as JSON (``Fusion.to_json()``) and manage the heuristic cache.
+
+    tilefuse tune FUSION.json [--device cpu|gpu] [--effort quick] [--trials N]
+                              [--seconds S] [--strategy NAME] [--seed N]
+                              [--no-cache] [--json OUT] [--plot PNG]
+    tilefuse cache list | show ID | explain FUSION.json | export OUT
+                 | merge OUT IN... | import BUNDLE | clear | dir
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from . import cache
+from ._native import TilefuseError
+from .fusion import Fusion
+from .schedule import Device
+from .tune import TuneResult, tune
+
+__all__ = ["main"]
+
+_out = Console()
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.4g} ms"
+
+
+def _device(name: str) -> Device:
+    return {"cpu": Device.cpu, "gpu": Device.gpu, "default": Device.default}[name]()
+
+
+def _fusion(path: str) -> Fusion:
+    return Fusion.from_json(Path(path).read_text())
+
+
+def _tune(args: argparse.Namespace) -> int:
+    f = _fusion(args.fusion)
+    device = _device(args.device)
+    r = tune(
+        f,
+        device,
+        effort=args.effort,
+        strategy=args.strategy,
+        trials=args.trials,
+        seconds=args.seconds,
+        seed=args.seed,
+        cache=not args.no_cache,
+        progress=None if not args.quiet else False,
+        builtin_heuristics=not args.no_builtin_heuristics,
+    )
+    if args.json:
+        Path(args.json).write_text(r.to_json())
+    if args.plot:
+        r.plot(args.plot)
+    if not args.quiet:
+        _out.print(_result_table(r, f"{Path(args.fusion).name} on {device.info['name']}"))
+    return 0
+
+
+def _result_table(r: TuneResult, title: str) -> Table:
+    statuses = Counter(t["status"] for t in r.trials)
+    applied = [f"{h['name']}{' (won)' if h['won'] else ''}" for h in r.heuristics]
+    t = Table(title=title, show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    for name, value in [
+        ("scheduler", str(r.scheduler)),
+        ("strategy", r.strategy),
+        ("trials", ", ".join(f"{n} {s}" for s, n in statuses.most_common())),
+        ("default heuristic", _ms(r.default_time)),
+        ("best", _ms(r.best_time)),
+        ("speedup", "-" if r.speedup is None else f"{r.speedup:.2f}x"),
+        ("seed heuristics", ", ".join(applied) or "none applied"),
+        ("tuning time", f"{r.elapsed:.1f} s"),
+    ]:
+        t.add_row(name, value)
+    return t
+
+
+def _entries_table(entries: list[dict[str, Any]], title: str) -> Table:
+    t = Table(title=title)
+    t.add_column("id", no_wrap=True)
+    for column in ("scheduler", "device", "best", "speedup", "trials", "origin"):
+        t.add_column(column)
+    for e in entries:
+        key = e["key"]
+        speedup = e["default_time"] / e["best_time"] if e.get("default_time") else None
+        t.add_row(
+            e["id"][:10],
+            key["scheduler"],
+            key["device"]["name"],
+            _ms(e["best_time"]),
+            "-" if speedup is None else f"{speedup:.2f}x",
+            str(e["trials"]),
+            e["origin"],
+        )
+    return t
+
+
+def _cache(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        found = cache.bundle_entries(args.bundle) if args.bundle else cache.entries()
+        _out.print(_entries_table(found, args.bundle or str(cache.directory())))
+    elif args.action == "show":
+        matches = [e for e in cache.entries() if e["id"].startswith(args.id)]
+        if len(matches) != 1:
+            what = "no entry" if not matches else f"{len(matches)} entries"
+            raise SystemExit(f"tilefuse cache show: {what} with an id starting {args.id!r}")
+        _out.print_json(json.dumps(matches[0]))
+    elif args.action == "explain":
+        _out.print(cache.explain(_fusion(args.fusion), _device(args.device)))
+    elif args.action == "export":
+        _out.print(f"exported {cache.export(args.output)} entries to {args.output}")
+    elif args.action == "merge":
+        n = cache.merge(args.output, *args.inputs)
+        _out.print(f"merged {len(args.inputs)} bundles into {args.output}: {n} entries")
+    elif args.action == "import":
+        stored, total = cache.import_bundle(args.bundle)
+        _out.print(f"imported {stored} of {total} entries (the rest were here, measured or faster)")
+    elif args.action == "clear":
+        _out.print(f"removed {cache.clear()} entries from {cache.directory()}")
+    else:
+        _out.print(cache.directory())
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tilefuse", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("tune", help="tune a fusion saved as JSON and cache the winner")
+    t.add_argument("fusion", help="a file written by Fusion.to_json()")
+    t.add_argument("--device", choices=("cpu", "gpu", "default"), default="default")
+    t.add_argument("--effort", choices=("none", "quick", "full"), default="quick")
+    t.add_argument("--strategy", choices=("random", "pattern", "exhaustive"))
+    t.add_argument("--trials", type=int)
+    t.add_argument("--seconds", type=float)
+    t.add_argument("--seed", type=int)
+    t.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    t.add_argument("--no-builtin-heuristics", action="store_true")
+    t.add_argument("--json", metavar="OUT", help="write the whole result, every trial, as JSON")
+    t.add_argument("--plot", metavar="PNG", help="plot the best time against trials and seconds")
+    t.add_argument("--quiet", action="store_true", help="no progress and no table")
+    t.set_defaults(run=_tune)
+
+    c = sub.add_parser("cache", help="the heuristic cache and bundles")
+    actions = c.add_subparsers(dest="action", required=True)
+    ls = actions.add_parser("list", help="every entry (of the cache, or of --bundle)")
+    ls.add_argument("--bundle")
+    actions.add_parser("show", help="one entry as JSON").add_argument("id")
+    ex = actions.add_parser("explain", help="why a lookup for a fusion hits or misses")
+    ex.add_argument("fusion")
+    ex.add_argument("--device", choices=("cpu", "gpu", "default"), default="default")
+    actions.add_parser("export", help="write the cache as a bundle").add_argument("output")
+    mg = actions.add_parser("merge", help="merge bundles (the faster entry per key)")
+    mg.add_argument("output")
+    mg.add_argument("inputs", nargs="+")
+    actions.add_parser("import", help="copy a bundle into the cache").add_argument("bundle")
+    actions.add_parser("clear", help="remove every entry")
+    actions.add_parser("dir", help="print the cache directory")
+    c.set_defaults(run=_cache)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except (TilefuseError, OSError) as e:
+        Console(stderr=True).print(f"[red]tilefuse {args.command}:[/red] {e}")
+        return 1
+    except KeyboardInterrupt:
+        Console(stderr=True).print(f"tilefuse {args.command}: interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The ``tilefuse`` command: tune a fusion file into the cache and manage
+the cache and its bundles, as a user at a terminal would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tilefuse as tf
+from tilefuse.cli import main
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own cache: these tests clear and import."""
+    monkeypatch.setenv("TILEFUSE_CACHE", str(tmp_path / "cache"))
+
+
+def _softmax_file(tmp_path: Path) -> Path:
+    f = tf.Fusion()
+    x = f.input((64, 128), "f32", name="x")
+    e = (x - x.max(axis=1, keepdims=True)).exp()
+    f.output(e / e.sum(axis=1, keepdims=True))
+    path = tmp_path / "softmax.json"
+    path.write_text(f.to_json())
+    return path
+
+
+def test_tune_prints_a_table_and_caches_the_winner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fusion = _softmax_file(tmp_path)
+    out_json, png = tmp_path / "r.json", tmp_path / "r.png"
+    argv = ["tune", str(fusion), "--device", "cpu", "--trials", "4", "--seed", "1"]
+    assert main([*argv, "--json", str(out_json), "--plot", str(png)]) == 0
+    table = capsys.readouterr().out
+    for row in ("default heuristic", "best", "speedup", "seed heuristics"):
+        assert row in table, table
+    result = json.loads(out_json.read_text())
+    assert result["best_time"] > 0 and png.stat().st_size > 0
+    f = tf.Fusion.from_json(fusion.read_text())
+    entry = tf.cache.lookup(f, tf.Device.cpu())
+    assert entry is not None and entry["params"] == result["best_params"]
+
+    assert main(["cache", "list"]) == 0
+    assert entry["id"][:10] in capsys.readouterr().out
+    assert main(["cache", "show", entry["id"][:8]]) == 0
+    assert json.loads(capsys.readouterr().out)["params"] == entry["params"]
+    assert main(["cache", "explain", str(fusion), "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.startswith("hit:")
+
+
+def test_bundles_export_merge_import_and_serve_as_a_layer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fusion = _softmax_file(tmp_path)
+    f = tf.Fusion.from_json(fusion.read_text())
+    cpu = tf.Device.cpu()
+    assert main(["tune", str(fusion), "--device", "cpu", "--trials", "2", "--quiet"]) == 0
+    bundle, merged = tmp_path / "b.json", tmp_path / "m.json"
+    assert main(["cache", "export", str(bundle)]) == 0
+    assert main(["cache", "merge", str(merged), str(bundle), str(bundle)]) == 0
+    assert "1 entries" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert tf.cache.lookup(f, cpu) is None
+    assert f.params_source(cpu) == "default heuristic"
+
+    # A registered bundle is a read-only layer under the cache.
+    tf.cache.register_bundle(merged)
+    try:
+        entry = tf.cache.lookup(f, cpu)
+        assert entry is not None and entry["layer"] == str(merged.resolve())
+        assert f.params_source(cpu).startswith("bundle: ")
+        assert f.heuristics(device=cpu).to_dict() == entry["params"]
+    finally:
+        tf.cache.unregister_bundle(merged)
+    assert tf.cache.lookup(f, cpu) is None
+
+    # Imported entries are served from the cache, marked imported.
+    assert main(["cache", "import", str(bundle)]) == 0
+    entry = tf.cache.lookup(f, cpu)
+    assert entry is not None and entry["origin"] == "imported" and entry["layer"] == "cache"
+    assert "imported" in f.params_source(cpu)
+
+
+def test_a_bundle_that_does_not_load_is_refused_or_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something else", "version": 1, "entries": []}')
+    with pytest.raises(tf.ParamsError, match="not a tilefuse-cache-bundle"):
+        tf.cache.register_bundle(bad)
+    f = tf.Fusion.from_json(_softmax_file(tmp_path).read_text())
+    monkeypatch.setenv("TILEFUSE_BUNDLES", str(bad))
+    with pytest.warns(RuntimeWarning, match="bundle skipped"):
+        assert tf.cache.lookup(f, tf.Device.cpu()) is None
+
+
+def test_errors_are_one_line_and_a_nonzero_exit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tune", str(tmp_path / "missing.json")]) == 1
+    assert "missing.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="no entry with an id starting"):
+        main(["cache", "show", "ffffffffffff"])
+
+
+def test_the_console_script_and_python_m_run() -> None:
+    for cmd in (["tilefuse"], [sys.executable, "-m", "tilefuse"]):
+        if cmd == ["tilefuse"]:
+            cmd = [str(Path(sys.executable).with_name("tilefuse"))]
+        done = subprocess.run([*cmd, "cache", "dir"], capture_output=True, text=True, check=True)
+        assert done.stdout.strip() == tf.cache.directory()
