@@ -220,6 +220,9 @@ fn bundle(path: &Path) -> Result<Arc<Bundle>, CacheError> {
     Ok(b)
 }
 
+/// `(entry or None, layer, warnings)` of a lookup.
+type Found<'py> = (Option<Bound<'py, PyAny>>, Option<String>, Vec<String>);
+
 /// `(entry or None, layer, warnings)`: the winner for `fusion` on
 /// `device` from the user's cache, else from the first of `bundles` that
 /// has one; `layer` is `"cache"` or the bundle's path. A bundle that does
@@ -233,7 +236,7 @@ pub fn cache_get<'py>(
     scheduler: Option<&str>,
     directory: Option<String>,
     bundles: Vec<String>,
-) -> PyResult<(Option<Bound<'py, PyAny>>, Option<String>, Vec<String>)> {
+) -> PyResult<Found<'py>> {
     guard(|| {
         let key = key(fusion, device, scheduler).or_raise(py)?;
         let cache = open(directory).or_raise(py)?;
