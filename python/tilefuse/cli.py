@@ -142,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("fusion", help="a file written by Fusion.to_json()")
     t.add_argument("--device", choices=("cpu", "gpu", "default"), default="default")
     t.add_argument("--effort", choices=("none", "quick", "full"), default="quick")
-    t.add_argument("--strategy", choices=("random", "pattern", "exhaustive"))
+    t.add_argument("--strategy", choices=("random", "pattern", "surrogate", "exhaustive"))
     t.add_argument("--trials", type=int)
     t.add_argument("--seconds", type=float)
     t.add_argument("--seed", type=int)

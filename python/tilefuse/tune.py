@@ -154,8 +154,9 @@ def tune(
     ones unless ``builtin_heuristics`` is false, and every registered
     :class:`AutotunerHeuristic`). ``effort`` is ``"none"``, ``"quick"`` or ``"full"`` unless
     ``trials`` / ``seconds`` bound it; ``strategy`` is ``"random"``,
-    ``"pattern"`` or ``"exhaustive"`` (by default exhaustive when the space
-    fits the budget, else pattern); ``seed`` makes a run reproducible. With
+    ``"pattern"``, ``"surrogate"`` (a random forest's likeliest-good points,
+    learning from failures too) or ``"exhaustive"`` (by default exhaustive
+    when the space fits the budget, else pattern); ``seed`` makes a run reproducible. With
     ``cache`` the winner is stored for :meth:`Fusion.heuristics` to find.
     ``progress`` shows a status line (by default when stderr is a
     terminal)."""

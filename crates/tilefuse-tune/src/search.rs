@@ -8,7 +8,7 @@
 //! best of that paired run, so a tuned result is never slower than the
 //! default on the measurement that picked it.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -22,7 +22,7 @@ use crate::measure::{CUT_RATIO, Problem};
 use crate::seeding::{HeuristicReport, Proposal, Seeding};
 use crate::seeds::{AutotunerHeuristic, SeedContext};
 use crate::space::{Point, Space};
-use crate::strategy::{Points, Strategy};
+use crate::strategy::{Observation, Points, Strategy};
 
 /// How a runtime error reads when Ctrl-C interrupted the work.
 const INTERRUPTED: &str = "interrupted";
@@ -66,6 +66,9 @@ pub struct Options {
     pub seed: u64,
     pub warmup: usize,
     pub repeat: usize,
+    /// Tune only these fields (paths of the scheduler's tunable fields);
+    /// every one when `None`.
+    pub fields: Option<Vec<String>>,
     /// Fault injection for tests: the outputs of the trial with this index
     /// are corrupted before the reference check, which must disqualify it.
     pub corrupt_trial: Option<usize>,
@@ -81,6 +84,7 @@ impl Default for Options {
             seed: 0,
             warmup: 2,
             repeat: 10,
+            fields: None,
             corrupt_trial: None,
         }
     }
@@ -95,7 +99,8 @@ pub enum Status {
     Failed,
     /// Ran, but its outputs differ from the reference: disqualified.
     Wrong,
-    /// The same kernel as an earlier candidate: not measured again.
+    /// The same kernel as an earlier candidate: not measured again (its
+    /// time is the earlier one's).
     Duplicate,
     /// Much slower than the best in a short timing: not measured in full.
     Cut,
@@ -124,6 +129,8 @@ impl Source {
 #[derive(Clone, Debug, Serialize)]
 pub struct Trial {
     pub params: serde_json::Value,
+    /// Its point in the space (the nearest, for seeds).
+    pub point: Point,
     #[serde(flatten)]
     pub source: Source,
     pub status: Status,
@@ -138,6 +145,9 @@ pub struct Trial {
 pub struct TuneResult {
     pub scheduler: SchedulerKind,
     pub strategy: Strategy,
+    /// The tuned fields and their number of values: the space's shape.
+    pub fields: Vec<String>,
+    pub sizes: Vec<usize>,
     pub best_params: serde_json::Value,
     /// Median seconds of the winner in the final interleaved run.
     pub best_time: f64,
@@ -189,12 +199,22 @@ pub fn tune(
     let features = features(fusion).map_err(failed)?;
     let kind = features.scheduler;
     let base = self::heuristics(fusion, Some(kind), &info).map_err(|e| failed(e.to_string()))?;
-    let (_, fields) = tunables(fusion, Some(kind), &info).map_err(|e| failed(e.to_string()))?;
+    let (_, mut fields) = tunables(fusion, Some(kind), &info).map_err(|e| failed(e.to_string()))?;
+    if let Some(only) = &options.fields {
+        if let Some(unknown) = only.iter().find(|p| !fields.iter().any(|f| f.path == *p)) {
+            let known: Vec<_> = fields.iter().map(|f| f.path).collect();
+            return Err(failed(format!(
+                "{unknown} is not a tunable field of the {kind} scheduler here (those are {})",
+                known.join(", ")
+            )));
+        }
+        fields.retain(|f| only.iter().any(|p| p == f.path));
+    }
     let space = Space::new(base.clone(), fields);
     let budget = options.trials.unwrap_or(options.effort.trials());
     let strategy = options
         .strategy
-        .unwrap_or(if space.size() <= budget as u64 {
+        .unwrap_or(if space.grid.size() <= budget as u64 {
             Strategy::Exhaustive
         } else {
             Strategy::Pattern
@@ -210,16 +230,18 @@ pub fn tune(
         fusion,
         device,
         options,
+        space: &space,
         problem: Problem::new(fusion, options.seed).map_err(failed)?,
         start: Instant::now(),
         stopped: false,
-        seen: HashSet::new(),
+        seen: HashMap::new(),
         trials: Vec::new(),
+        history: Vec::new(),
         finalists: Vec::new(),
         observe,
     };
     let default_ok = run.try_params(base.clone(), Source::of("default"));
-    let mut points = Points::new(&space, strategy, options.seed);
+    let mut points = Points::new(&space.grid, &space.base_point(), strategy, options.seed);
     let seconds = options.seconds.unwrap_or(options.effort.seconds());
     let mut measured = 0;
     while !run.stopped && measured < budget && run.start.elapsed().as_secs_f64() < seconds {
@@ -236,11 +258,10 @@ pub fn tune(
                 },
             ),
             None => {
-                let best = run.best_params().map(|p| space.point_of(p));
-                let Some((point, origin)) = points.next(&space, best.as_ref()) else {
+                let Some((point, origin)) = points.next(&space.grid, &run.history) else {
                     break;
                 };
-                run.try_point(&space, point, Source::of(origin))
+                run.try_point(point, Source::of(origin))
             }
         };
         measured += usize::from(status != Status::Duplicate);
@@ -255,13 +276,17 @@ struct Run<'a> {
     fusion: &'a Fusion,
     device: &'a Device,
     options: &'a Options,
+    space: &'a Space,
     problem: Problem,
     start: Instant,
     /// The observer asked to stop, or a measurement was interrupted.
     stopped: bool,
-    /// Scheduled kernels already measured (their printed IR).
-    seen: HashSet<String>,
+    /// Scheduled kernels already measured (their printed IR) and the
+    /// trial that measured each.
+    seen: HashMap<String, usize>,
     trials: Vec<Trial>,
+    /// What the strategy learns from: each trial's point and time.
+    history: Vec<Observation>,
     finalists: Vec<Finalist>,
     observe: &'a mut dyn FnMut(&Trial, Option<f64>) -> bool,
 }
@@ -279,16 +304,24 @@ impl Run<'_> {
         Some(&best.params)
     }
 
+    #[allow(clippy::too_many_arguments)] // one trial's fields
     fn record(
         &mut self,
         params: serde_json::Value,
+        point: Point,
         source: Source,
         status: Status,
         time: Option<f64>,
         error: Option<String>,
     ) {
+        let counts = matches!(status, Status::Ok | Status::Duplicate | Status::Cut);
+        self.history.push(Observation {
+            point: point.clone(),
+            time: time.filter(|_| counts),
+        });
         let trial = Trial {
             params,
+            point,
             source,
             status,
             time,
@@ -304,15 +337,17 @@ impl Run<'_> {
     /// Tries the params of `point`, repaired first: a field the scheduler
     /// refuses (by its error's path) goes back to the base's value, until
     /// the params schedule or the refused field is at its base value.
-    fn try_point(&mut self, space: &Space, mut point: Point, source: Source) -> Status {
+    fn try_point(&mut self, proposed: Point, source: Source) -> Status {
+        let space = self.space;
         let base = space.base_point();
+        let mut point = proposed.clone();
         let info = self.device.info();
         let refused = loop {
             let attempt = space
                 .params(&point)
                 .and_then(|p| schedule(self.fusion, &p, &info).map(|s| (p, s)));
             let e = match attempt {
-                Ok((p, s)) => return self.try_scheduled(p, Ok(s), source),
+                Ok((p, s)) => return self.try_scheduled(p, proposed, Ok(s), source),
                 Err(e) => e,
             };
             let culprit = space.fields.iter().position(|f| {
@@ -328,6 +363,7 @@ impl Run<'_> {
         let tried = space.describe(&point);
         self.record(
             tried,
+            proposed,
             source,
             Status::Failed,
             None,
@@ -340,13 +376,15 @@ impl Run<'_> {
     fn try_params(&mut self, params: HeuristicParams, source: Source) -> Status {
         let info = self.device.info();
         let scheduled = schedule(self.fusion, &params, &info);
-        self.try_scheduled(params, scheduled.map_err(|e| e.to_string()), source)
+        let point = self.space.point_of(&params);
+        self.try_scheduled(params, point, scheduled.map_err(|e| e.to_string()), source)
     }
 
     /// Builds, checks and times a scheduled candidate; its status.
     fn try_scheduled(
         &mut self,
         params: HeuristicParams,
+        point: Point,
         scheduled: Result<Schedule, String>,
         source: Source,
     ) -> Status {
@@ -354,28 +392,28 @@ impl Run<'_> {
         let (status, time, error) = match scheduled.map(|s| self.measure(&s)) {
             Err(e) => (Status::Failed, None, Some(e)),
             Ok(measured) => match measured {
-                Ok(Some((kernel, time))) => {
+                Ok((kernel, time)) => {
                     self.keep(params, source.clone(), kernel, time);
                     (Status::Ok, Some(time), None)
                 }
-                Ok(None) => (Status::Duplicate, None, None),
                 Err((status, time, e)) => (status, time, Some(e)),
             },
         };
-        self.record(value, source, status, time, error);
+        self.record(value, point, source, status, time, error);
         status
     }
 
-    /// The kernel and its median, `None` for a duplicate, or why not.
+    /// The kernel and its median, or why not (a duplicate with the
+    /// time of the trial it duplicates).
     #[allow(clippy::type_complexity)]
-    fn measure(
-        &mut self,
-        s: &Schedule,
-    ) -> Result<Option<(Kernel, f64)>, (Status, Option<f64>, String)> {
+    fn measure(&mut self, s: &Schedule) -> Result<(Kernel, f64), (Status, Option<f64>, String)> {
         let failed = |e: String| (Status::Failed, None, e);
-        if !self.seen.insert(s.kernel().to_string()) {
-            return Ok(None);
+        let text = s.kernel().to_string();
+        if let Some(&i) = self.seen.get(&text) {
+            let why = format!("the same kernel as trial {i}");
+            return Err((Status::Duplicate, self.trials[i].time, why));
         }
+        self.seen.insert(text, self.trials.len());
         let kernel = self.device.build(s).map_err(|e| failed(e.to_string()))?;
         let corrupt = self.options.corrupt_trial == Some(self.trials.len());
         self.problem
@@ -390,7 +428,7 @@ impl Run<'_> {
             return Err((Status::Cut, Some(short), "over 3x the best".into()));
         }
         let time = self.problem.time(&kernel, warmup, repeat).map_err(failed)?;
-        Ok(Some((kernel, time)))
+        Ok((kernel, time))
     }
 
     /// Keeps the fastest few for the final run.
@@ -444,6 +482,13 @@ impl Run<'_> {
         Ok(TuneResult {
             scheduler: kind,
             strategy,
+            fields: self
+                .space
+                .fields
+                .iter()
+                .map(|f| f.path.to_owned())
+                .collect(),
+            sizes: self.space.grid.sizes.clone(),
             best_params: self.finalists[win].params.to_value(),
             best_time: medians[win],
             default_params: base.to_value(),

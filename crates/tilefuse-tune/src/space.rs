@@ -10,9 +10,63 @@ use tilefuse_params::{HeuristicParams, ParamsError, Tunable};
 /// One value index per field.
 pub type Point = Vec<usize>;
 
+/// The shape of a space, all a strategy needs: each field's number of
+/// values (so strategies also run on recorded spaces, see `replay`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grid {
+    pub sizes: Vec<usize>,
+}
+
+impl Grid {
+    /// Points in the grid (saturating).
+    pub fn size(&self) -> u64 {
+        (self.sizes.iter()).fold(1u64, |n, &v| n.saturating_mul(v as u64))
+    }
+
+    pub fn random(&self, rng: &mut StdRng) -> Point {
+        self.sizes.iter().map(|&n| rng.random_range(0..n)).collect()
+    }
+
+    /// The points one step from `point` along one field (Helion's pattern
+    /// neighbours: the next value up or down).
+    pub fn neighbors(&self, point: &[usize]) -> Vec<Point> {
+        let mut out = Vec::new();
+        for (f, &n) in self.sizes.iter().enumerate() {
+            for step in [-1i64, 1] {
+                let i = point[f] as i64 + step;
+                if (0..n as i64).contains(&i) {
+                    let mut next = point.to_vec();
+                    next[f] = i as usize;
+                    out.push(next);
+                }
+            }
+        }
+        out
+    }
+
+    /// Every point, in order (for small grids).
+    pub fn all(&self) -> Vec<Point> {
+        let mut out = vec![Vec::new()];
+        for &n in &self.sizes {
+            out = out
+                .into_iter()
+                .flat_map(|p: Point| {
+                    (0..n).map(move |i| {
+                        let mut q = p.clone();
+                        q.push(i);
+                        q
+                    })
+                })
+                .collect();
+        }
+        out
+    }
+}
+
 pub struct Space {
     pub base: HeuristicParams,
     pub fields: Vec<Tunable>,
+    pub grid: Grid,
     values: Vec<Vec<Value>>,
 }
 
@@ -21,7 +75,7 @@ impl Space {
     /// domain (first) when the domain lacks it, so the base is a point and
     /// a refused field can always go back to it.
     pub fn new(base: HeuristicParams, fields: Vec<Tunable>) -> Space {
-        let values = fields
+        let values: Vec<Vec<Value>> = fields
             .iter()
             .map(|t| {
                 let mut values = t.domain.values();
@@ -36,13 +90,11 @@ impl Space {
         Space {
             base,
             fields,
+            grid: Grid {
+                sizes: values.iter().map(Vec::len).collect(),
+            },
             values,
         }
-    }
-
-    /// Points in the space (saturating).
-    pub fn size(&self) -> u64 {
-        (self.values.iter()).fold(1u64, |n, v| n.saturating_mul(v.len() as u64))
     }
 
     /// The params of `point`: the base with every field set, checked as
@@ -88,47 +140,5 @@ impl Space {
     /// The base params' point (every field's base value is in its domain).
     pub fn base_point(&self) -> Point {
         self.point_of(&self.base)
-    }
-
-    pub fn random(&self, rng: &mut StdRng) -> Point {
-        self.values
-            .iter()
-            .map(|v| rng.random_range(0..v.len()))
-            .collect()
-    }
-
-    /// The points one step from `point` along one field (Helion's pattern
-    /// neighbours: the next value up or down).
-    pub fn neighbors(&self, point: &[usize]) -> Vec<Point> {
-        let mut out = Vec::new();
-        for (f, values) in self.values.iter().enumerate() {
-            for step in [-1i64, 1] {
-                let i = point[f] as i64 + step;
-                if (0..values.len() as i64).contains(&i) {
-                    let mut next = point.to_vec();
-                    next[f] = i as usize;
-                    out.push(next);
-                }
-            }
-        }
-        out
-    }
-
-    /// Every point, in order (for small spaces).
-    pub fn all(&self) -> Vec<Point> {
-        let mut out = vec![Vec::new()];
-        for values in &self.values {
-            out = out
-                .into_iter()
-                .flat_map(|p: Point| {
-                    (0..values.len()).map(move |i| {
-                        let mut q = p.clone();
-                        q.push(i);
-                        q
-                    })
-                })
-                .collect();
-        }
-        out
     }
 }

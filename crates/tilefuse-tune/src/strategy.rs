@@ -1,4 +1,5 @@
-//! Search strategies: which point of the space to try next.
+//! Search strategies: which point of the space to try next, from what was
+//! observed so far.
 
 use std::collections::HashSet;
 
@@ -6,7 +7,8 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
-use crate::space::{Point, Space};
+use crate::space::{Grid, Point};
+use crate::surrogate;
 
 /// How the next candidates are chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,8 +19,19 @@ pub enum Strategy {
     /// Neighbour descent from the best point, random restarts when every
     /// neighbour was tried.
     Pattern,
+    /// A random forest's likeliest-good points near the best, in diverse
+    /// batches (see `surrogate`).
+    Surrogate,
     /// Every point, in order (small spaces).
     Exhaustive,
+}
+
+/// What a strategy learns from one candidate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    pub point: Point,
+    /// Its time; `None` when it failed or computed wrong results.
+    pub time: Option<f64>,
 }
 
 /// The candidates a strategy proposes, in order, without repeats.
@@ -26,18 +39,15 @@ pub(crate) struct Points {
     strategy: Strategy,
     rng: StdRng,
     tried: HashSet<Point>,
+    /// Proposed and not yet handed out (popped from the end).
     queue: Vec<(Point, &'static str)>,
 }
 
 impl Points {
-    pub(crate) fn new(space: &Space, strategy: Strategy, seed: u64) -> Points {
-        let mut tried = HashSet::new();
-        tried.insert(space.base_point());
+    /// Proposals over `grid`, whose `base` point is measured already.
+    pub(crate) fn new(grid: &Grid, base: &Point, strategy: Strategy, seed: u64) -> Points {
         let queue = match strategy {
-            Strategy::Exhaustive => space
-                .all()
-                .into_iter()
-                .rev()
+            Strategy::Exhaustive => (grid.all().into_iter().rev())
                 .map(|p| (p, "exhaustive"))
                 .collect(),
             _ => Vec::new(),
@@ -45,38 +55,63 @@ impl Points {
         Points {
             strategy,
             rng: StdRng::seed_from_u64(seed),
-            tried,
+            tried: HashSet::from([base.clone()]),
             queue,
         }
     }
 
+    /// The next untried point and what proposed it; `None` when every
+    /// point was tried.
     pub(crate) fn next(
         &mut self,
-        space: &Space,
-        best: Option<&Point>,
+        grid: &Grid,
+        history: &[Observation],
     ) -> Option<(Point, &'static str)> {
         loop {
-            let candidate = match self.strategy {
-                Strategy::Exhaustive => self.queue.pop()?,
-                Strategy::Random => (space.random(&mut self.rng), "random"),
-                Strategy::Pattern => {
-                    let base = space.base_point();
-                    let fresh = space
-                        .neighbors(best.unwrap_or(&base))
-                        .into_iter()
-                        .find(|p| !self.tried.contains(p));
-                    match fresh {
-                        Some(p) => (p, "neighbor"),
-                        None => (space.random(&mut self.rng), "random"),
-                    }
-                }
-            };
-            if self.tried.len() as u64 >= space.size() {
+            if self.tried.len() as u64 >= grid.size() {
                 return None;
             }
+            let candidate = match self.queue.pop() {
+                Some(c) => c,
+                None => self.propose(grid, history)?,
+            };
             if self.tried.insert(candidate.0.clone()) {
                 return Some(candidate);
             }
         }
     }
+
+    fn propose(&mut self, grid: &Grid, history: &[Observation]) -> Option<(Point, &'static str)> {
+        let random = |rng: &mut StdRng| (grid.random(rng), "random");
+        Some(match self.strategy {
+            Strategy::Exhaustive => return None,
+            Strategy::Random => random(&mut self.rng),
+            Strategy::Pattern => {
+                let best = best_point(history);
+                let fresh = best
+                    .map(|b| grid.neighbors(b))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|p| !self.tried.contains(p));
+                match fresh {
+                    Some(p) => (p, "neighbor"),
+                    None => random(&mut self.rng),
+                }
+            }
+            Strategy::Surrogate => {
+                let batch = surrogate::propose(grid, history, &self.tried, &mut self.rng);
+                self.queue
+                    .extend(batch.into_iter().rev().map(|p| (p, "surrogate")));
+                self.queue.pop().unwrap_or_else(|| random(&mut self.rng))
+            }
+        })
+    }
+}
+
+/// The point of the fastest observation.
+fn best_point(history: &[Observation]) -> Option<&Point> {
+    (history.iter())
+        .filter_map(|o| o.time.map(|t| (t, &o.point)))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, p)| p)
 }

@@ -1,0 +1,132 @@
+//! Strategy replay (Kernel Tuner's simulation mode): a space's timings
+//! recorded once by an exhaustive run, then any strategy run against the
+//! recording instead of a device, so that search logic is compared and
+//! tested deterministically, in milliseconds, with no device.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use tilefuse_ir::Fusion;
+use tilefuse_runtime::Device;
+
+use crate::search::{Options, Status, TuneError, tune};
+use crate::space::{Grid, Point};
+use crate::strategy::{Observation, Points, Strategy};
+
+/// Every point of a space with its time (`None`: it failed).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Recording {
+    /// What was recorded, for people reading the file.
+    pub description: String,
+    /// The tuned fields' paths and their number of values.
+    pub fields: Vec<String>,
+    pub sizes: Vec<usize>,
+    /// The default heuristic's point, where every search starts.
+    pub base: Point,
+    pub times: Vec<(Point, Option<f64>)>,
+}
+
+impl Recording {
+    /// Records every point of the space of `fusion` on `device` (over
+    /// `options.fields` when given): an exhaustive tuning run.
+    pub fn record(
+        fusion: &Fusion,
+        device: &Device,
+        options: &Options,
+        description: &str,
+    ) -> Result<Recording, TuneError> {
+        let options = Options {
+            strategy: Some(Strategy::Exhaustive),
+            trials: Some(usize::MAX),
+            seconds: Some(f64::INFINITY),
+            ..options.clone()
+        };
+        let r = tune(fusion, device, &options, &[], &mut |_, _| true)?;
+        let times = (r.trials.iter())
+            .map(|t| (t.point.clone(), ok_time(t.status, t.time)))
+            .collect::<Vec<_>>();
+        Ok(Recording {
+            description: description.to_owned(),
+            fields: r.fields,
+            sizes: r.sizes,
+            base: times[0].0.clone(),
+            times,
+        })
+    }
+
+    /// The fastest recorded time.
+    pub fn best(&self) -> f64 {
+        (self.times.iter())
+            .filter_map(|(_, t)| *t)
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    pub fn size(&self) -> usize {
+        self.times.len()
+    }
+
+    /// The observations `strategy` makes with `budget` points (the base
+    /// first), reading times from the recording.
+    pub fn replay(&self, strategy: Strategy, budget: usize, seed: u64) -> Vec<Observation> {
+        self.replay_until(strategy, budget, seed, |_| false)
+    }
+
+    /// [`Recording::replay`], ending early after the first observation
+    /// `done` accepts.
+    pub fn replay_until(
+        &self,
+        strategy: Strategy,
+        budget: usize,
+        seed: u64,
+        mut done: impl FnMut(&Observation) -> bool,
+    ) -> Vec<Observation> {
+        let table: HashMap<&Point, Option<f64>> = self.times.iter().map(|(p, t)| (p, *t)).collect();
+        let grid = Grid {
+            sizes: self.sizes.clone(),
+        };
+        let observe = |point: Point| Observation {
+            time: table.get(&point).copied().flatten(),
+            point,
+        };
+        let mut history = vec![observe(self.base.clone())];
+        let mut points = Points::new(&grid, &self.base, strategy, seed);
+        while history.len() < budget && !done(&history[history.len() - 1]) {
+            let Some((p, _)) = points.next(&grid, &history) else {
+                break;
+            };
+            history.push(observe(p));
+        }
+        history
+    }
+}
+
+/// A trial's time when it counts as a measurement of its point: a
+/// duplicate has its original's time, a failed or wrong one none.
+fn ok_time(status: Status, time: Option<f64>) -> Option<f64> {
+    match status {
+        Status::Ok | Status::Duplicate | Status::Cut => time,
+        Status::Failed | Status::Wrong => None,
+    }
+}
+
+/// The best time among `history` (infinite when none ran).
+pub fn best_of(history: &[Observation]) -> f64 {
+    (history.iter())
+        .filter_map(|o| o.time)
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Trials `strategy` takes (with `seed`) to find a point within
+/// `tolerance` of the recording's best; `None` when `budget` trials do not.
+pub fn trials_to_within(
+    recording: &Recording,
+    strategy: Strategy,
+    tolerance: f64,
+    seed: u64,
+    budget: usize,
+) -> Option<usize> {
+    let target = recording.best() * (1.0 + tolerance);
+    let near = |o: &Observation| o.time.is_some_and(|t| t <= target);
+    let history = recording.replay_until(strategy, budget, seed, near);
+    history.last().filter(|o| near(o)).map(|_| history.len())
+}

@@ -1,0 +1,177 @@
+//! The surrogate-guided strategy (Helion's LFBO search). It first steps to
+//! the neighbours of the best point (the default heuristic's), then a random forest
+//! learns which points are "good" (in the fastest quarter measured so
+//! far) from every observation, failures included (a failed, wrong or cut
+//! candidate is a "not good" example, so the model learns to avoid its
+//! region); each round scores a pool of unseen points (neighbours of the
+//! best few, one and two steps away, and random ones) and proposes a batch
+//! of the likeliest-good that differ from each other in at least two
+//! fields, so one round does not spend its trials on near-copies.
+
+use std::collections::HashSet;
+
+use rand::Rng;
+use rand::rngs::StdRng;
+use smartcore::ensemble::random_forest_regressor::{
+    RandomForestRegressor, RandomForestRegressorParameters,
+};
+use smartcore::linalg::basic::matrix::DenseMatrix;
+
+use crate::space::{Grid, Point};
+use crate::strategy::Observation;
+
+/// Random points measured before the model is trusted.
+const INITIAL: usize = 8;
+/// Points proposed per round.
+const BATCH: usize = 4;
+/// Observed points whose neighbourhoods join the pool.
+const TOP: usize = 3;
+/// Random points in the pool.
+const RANDOM_POOL: usize = 96;
+/// The fraction of measured times counted as good.
+const GOOD: f64 = 0.35;
+
+/// The next batch of points, none of them in `tried`.
+pub(crate) fn propose(
+    grid: &Grid,
+    history: &[Observation],
+    tried: &HashSet<Point>,
+    rng: &mut StdRng,
+) -> Vec<Point> {
+    let labels = labels(history);
+    let informative = labels.iter().any(|&y| y > 0.5) && labels.iter().any(|&y| y < 0.5);
+    if history.len() < INITIAL || !informative {
+        return first_steps(grid, history, tried, rng);
+    }
+    let pool = pool(grid, history, tried, rng);
+    if pool.is_empty() {
+        return vec![grid.random(rng)];
+    }
+    let scores = match fit_and_score(grid, history, &labels, &pool, rng.next_u64()) {
+        Some(s) => s,
+        None => return vec![grid.random(rng)],
+    };
+    let mut batch = diverse_batch(&pool, &scores);
+    // One slot explores: the model only knows where it has looked.
+    batch.truncate(BATCH - 1);
+    batch.push(grid.random(rng));
+    batch
+}
+
+/// Before the model has data: the untried neighbours of the best point
+/// (the default heuristic's, at first), else a random point.
+fn first_steps(
+    grid: &Grid,
+    history: &[Observation],
+    tried: &HashSet<Point>,
+    rng: &mut StdRng,
+) -> Vec<Point> {
+    let best = (history.iter())
+        .filter_map(|o| o.time.map(|t| (t, &o.point)))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    let near = best.map(|(_, p)| grid.neighbors(p)).unwrap_or_default();
+    let fresh: Vec<Point> = near.into_iter().filter(|p| !tried.contains(p)).collect();
+    if fresh.is_empty() {
+        vec![grid.random(rng)]
+    } else {
+        fresh
+    }
+}
+
+/// 1 for the good observations, 0 for the rest (failures included).
+fn labels(history: &[Observation]) -> Vec<f64> {
+    let mut times: Vec<f64> = history.iter().filter_map(|o| o.time).collect();
+    times.sort_by(f64::total_cmp);
+    let Some(&threshold) =
+        times.get(((times.len() as f64 * GOOD) as usize).min(times.len().max(1) - 1))
+    else {
+        return vec![0.0; history.len()];
+    };
+    (history.iter())
+        .map(|o| f64::from(u8::from(o.time.is_some_and(|t| t <= threshold))))
+        .collect()
+}
+
+/// Each field's value index scaled to [0, 1].
+fn encode(grid: &Grid, point: &[usize]) -> Vec<f64> {
+    (grid.sizes.iter().zip(point))
+        .map(|(&n, &i)| {
+            if n > 1 {
+                i as f64 / (n - 1) as f64
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+/// Unseen points near the best few, and random ones.
+fn pool(
+    grid: &Grid,
+    history: &[Observation],
+    tried: &HashSet<Point>,
+    rng: &mut StdRng,
+) -> Vec<Point> {
+    let mut best: Vec<&Observation> = history.iter().filter(|o| o.time.is_some()).collect();
+    best.sort_by(|a, b| a.time.unwrap().total_cmp(&b.time.unwrap()));
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    let mut add = |p: Point, out: &mut Vec<Point>| {
+        if !tried.contains(&p) && seen.insert(p.clone()) {
+            out.push(p);
+        }
+    };
+    for o in best.iter().take(TOP) {
+        for near in grid.neighbors(&o.point) {
+            for further in grid.neighbors(&near) {
+                add(further, &mut out);
+            }
+            add(near, &mut out);
+        }
+    }
+    for _ in 0..RANDOM_POOL {
+        add(grid.random(rng), &mut out);
+    }
+    out
+}
+
+/// The forest's estimate that each pool point is good.
+fn fit_and_score(
+    grid: &Grid,
+    history: &[Observation],
+    labels: &[f64],
+    pool: &[Point],
+    seed: u64,
+) -> Option<Vec<f64>> {
+    let rows = |points: &mut dyn Iterator<Item = &Point>| {
+        DenseMatrix::from_2d_vec(&points.map(|p| encode(grid, p)).collect::<Vec<_>>()).ok()
+    };
+    let x = rows(&mut history.iter().map(|o| &o.point))?;
+    let params = RandomForestRegressorParameters::default()
+        .with_n_trees(32)
+        .with_max_depth(8)
+        .with_min_samples_leaf(1)
+        .with_min_samples_split(2)
+        .with_seed(seed);
+    let forest = RandomForestRegressor::fit(&x, &labels.to_vec(), params).ok()?;
+    forest.predict(&rows(&mut pool.iter())?).ok()
+}
+
+/// The highest-scoring points, each differing from those already picked
+/// in at least two fields (fewer when the pool runs out).
+fn diverse_batch(pool: &[Point], scores: &[f64]) -> Vec<Point> {
+    let mut order: Vec<usize> = (0..pool.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    let mut batch: Vec<Point> = Vec::new();
+    for i in order {
+        let p = &pool[i];
+        let far = |q: &Point| p.iter().zip(q).filter(|(a, b)| a != b).count() >= 2;
+        if batch.iter().all(far) {
+            batch.push(p.clone());
+            if batch.len() == BATCH {
+                break;
+            }
+        }
+    }
+    batch
+}

@@ -1,0 +1,73 @@
+//! Strategy replay: every strategy run against recorded spaces (see
+//! `examples/record_spaces.rs`), deterministic and without a device.
+
+use std::collections::HashSet;
+
+use tilefuse_tune::replay::{best_of, trials_to_within};
+use tilefuse_tune::{Recording, Strategy};
+
+fn recordings() -> Vec<(&'static str, Recording)> {
+    ["chain_cpu", "softmax_gpu", "matmul_gpu"]
+        .into_iter()
+        .map(|name| {
+            let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            (name, serde_json::from_str(&text).unwrap())
+        })
+        .collect()
+}
+
+const STRATEGIES: [Strategy; 4] = [
+    Strategy::Random,
+    Strategy::Pattern,
+    Strategy::Surrogate,
+    Strategy::Exhaustive,
+];
+
+#[test]
+fn every_strategy_starts_at_the_base_and_never_repeats_a_point() {
+    for (name, r) in recordings() {
+        for strategy in STRATEGIES {
+            let budget = r.size() / 10;
+            let h = r.replay(strategy, budget, 7);
+            assert_eq!(h.len(), budget, "{name} {strategy:?}");
+            assert_eq!(h[0].point, r.base);
+            let distinct: HashSet<_> = h.iter().map(|o| &o.point).collect();
+            assert_eq!(
+                distinct.len(),
+                h.len(),
+                "{name} {strategy:?} repeated a point"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_replay_is_reproducible_and_exhaustive_finds_the_best() {
+    for (name, r) in recordings() {
+        for strategy in STRATEGIES {
+            assert_eq!(
+                r.replay(strategy, 20, 3),
+                r.replay(strategy, 20, 3),
+                "{name}"
+            );
+        }
+        let all = r.replay(Strategy::Exhaustive, usize::MAX, 0);
+        assert_eq!(all.len(), r.size());
+        assert_eq!(best_of(&all), r.best(), "{name}");
+    }
+}
+
+#[test]
+fn the_surrogate_finds_a_near_best_point_in_a_tenth_of_the_space() {
+    // The target, on every recorded space: within 5% of the best
+    // with at most 10% of the space, in at least 9 of 10 seeds.
+    for (name, r) in recordings() {
+        let hits = (0..10)
+            .filter(|&seed| {
+                trials_to_within(&r, Strategy::Surrogate, 0.05, seed, r.size() / 10).is_some()
+            })
+            .count();
+        assert!(hits >= 9, "{name}: {hits}/10");
+    }
+}
