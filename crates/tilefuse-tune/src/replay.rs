@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tilefuse_ir::Fusion;
 use tilefuse_runtime::Device;
 
-use crate::search::{Options, Status, TuneError, tune};
+use crate::search::{Options, TuneError, tune};
 use crate::space::{Grid, Point};
 use crate::strategy::{Observation, Points, Strategy};
 
@@ -43,7 +43,7 @@ impl Recording {
         };
         let r = tune(fusion, device, &options, &[], &mut |_, _| true)?;
         let times = (r.trials.iter())
-            .map(|t| (t.point.clone(), ok_time(t.status, t.time)))
+            .map(|t| (t.point.clone(), t.status.observed(t.time)))
             .collect::<Vec<_>>();
         Ok(Recording {
             description: description.to_owned(),
@@ -97,15 +97,6 @@ impl Recording {
             history.push(observe(p));
         }
         history
-    }
-}
-
-/// A trial's time when it counts as a measurement of its point: a
-/// duplicate has its original's time, a failed or wrong one none.
-fn ok_time(status: Status, time: Option<f64>) -> Option<f64> {
-    match status {
-        Status::Ok | Status::Duplicate | Status::Cut => time,
-        Status::Failed | Status::Wrong => None,
     }
 }
 

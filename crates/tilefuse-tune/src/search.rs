@@ -106,6 +106,18 @@ pub enum Status {
     Cut,
 }
 
+impl Status {
+    /// The time a strategy learns from: a measurement of the candidate's
+    /// point (a duplicate's is its original's, a cut one's the short
+    /// timing); none for a failed or wrong candidate.
+    pub(crate) fn observed(self, time: Option<f64>) -> Option<f64> {
+        match self {
+            Status::Ok | Status::Duplicate | Status::Cut => time,
+            Status::Failed | Status::Wrong => None,
+        }
+    }
+}
+
 /// Where a candidate came from.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Source {
@@ -314,10 +326,9 @@ impl Run<'_> {
         time: Option<f64>,
         error: Option<String>,
     ) {
-        let counts = matches!(status, Status::Ok | Status::Duplicate | Status::Cut);
         self.history.push(Observation {
             point: point.clone(),
-            time: time.filter(|_| counts),
+            time: status.observed(time),
         });
         let trial = Trial {
             params,

@@ -36,8 +36,8 @@ pub(crate) struct Seeding<'h> {
     applied: Vec<Option<&'h dyn AutotunerHeuristic>>,
     pub(crate) reports: Vec<HeuristicReport>,
     pub(crate) warnings: Vec<String>,
-    /// The best params neighbours were last asked for (printed).
-    asked: Option<String>,
+    /// The best params neighbours were last asked for.
+    asked: Option<HeuristicParams>,
     /// Every params value proposed so far (printed).
     proposed: HashSet<String>,
     queue: VecDeque<Proposal>,
@@ -104,12 +104,10 @@ impl<'h> Seeding<'h> {
     ) -> Option<Proposal> {
         if self.queue.is_empty()
             && let Some(best) = best
+            && self.asked.as_ref() != Some(best)
         {
-            let printed = best.to_value().to_string();
-            if self.asked.as_ref() != Some(&printed) {
-                self.asked = Some(printed);
-                self.ask_neighbors(best, cx);
-            }
+            self.asked = Some(best.clone());
+            self.ask_neighbors(best, cx);
         }
         self.queue.pop_front()
     }

@@ -109,7 +109,7 @@ impl Points {
 }
 
 /// The point of the fastest observation.
-fn best_point(history: &[Observation]) -> Option<&Point> {
+pub(crate) fn best_point(history: &[Observation]) -> Option<&Point> {
     (history.iter())
         .filter_map(|o| o.time.map(|t| (t, &o.point)))
         .min_by(|a, b| a.0.total_cmp(&b.0))

@@ -18,7 +18,7 @@ use smartcore::ensemble::random_forest_regressor::{
 use smartcore::linalg::basic::matrix::DenseMatrix;
 
 use crate::space::{Grid, Point};
-use crate::strategy::Observation;
+use crate::strategy::{Observation, best_point};
 
 /// Random points measured before the model is trusted.
 const INITIAL: usize = 8;
@@ -66,10 +66,9 @@ fn first_steps(
     tried: &HashSet<Point>,
     rng: &mut StdRng,
 ) -> Vec<Point> {
-    let best = (history.iter())
-        .filter_map(|o| o.time.map(|t| (t, &o.point)))
-        .min_by(|a, b| a.0.total_cmp(&b.0));
-    let near = best.map(|(_, p)| grid.neighbors(p)).unwrap_or_default();
+    let near = best_point(history)
+        .map(|p| grid.neighbors(p))
+        .unwrap_or_default();
     let fresh: Vec<Point> = near.into_iter().filter(|p| !tried.contains(p)).collect();
     if fresh.is_empty() {
         vec![grid.random(rng)]
