@@ -113,6 +113,68 @@ fn tf_pow4(x: vec4<f32>, y: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(tf_pow(x.x, y.x), tf_pow(x.y, y.y), tf_pow(x.z, y.z), tf_pow(x.w, y.w));
 }
 
+// Arithmetic with a literal zero whose sign bit is `z` (0u or 0x80000000u),
+// computed on the bits: WGSL lets compilers fold x * 0, x / 0, 0 / x and
+// 0 - x as if x were finite and zeros had no sign, which is wrong for NaN,
+// infinities and -0. Here each gives the IEEE result.
+const TF_SIGN: u32 = 0x80000000u;
+
+fn tf_is_finite(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) < 0x7f800000u;
+}
+
+fn tf_is_zero(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) == 0u;
+}
+
+// x * z (and z * x): NaN unless x is finite, else a zero of the product's sign.
+fn tf_times_zero(x: f32, z: u32) -> f32 {
+    let zero = bitcast<f32>((bitcast<u32>(x) & TF_SIGN) ^ z);
+    return select(bitcast<f32>(0x7fc00000u), zero, tf_is_finite(x));
+}
+
+// x / z: NaN for NaN and zero x, else an infinity of the quotient's sign.
+fn tf_over_zero(x: f32, z: u32) -> f32 {
+    let inf = bitcast<f32>(((bitcast<u32>(x) & TF_SIGN) ^ z) | 0x7f800000u);
+    return select(inf, bitcast<f32>(0x7fc00000u), tf_isnan(x) || tf_is_zero(x));
+}
+
+// z / x: NaN for NaN and zero x, else a zero of the quotient's sign.
+fn tf_zero_over(z: u32, x: f32) -> f32 {
+    let zero = bitcast<f32>((bitcast<u32>(x) & TF_SIGN) ^ z);
+    return select(zero, bitcast<f32>(0x7fc00000u), tf_isnan(x) || tf_is_zero(x));
+}
+
+// x + z (and z + x): x, except -0 + +0, which is +0.
+fn tf_plus_zero(x: f32, z: u32) -> f32 {
+    return select(x, bitcast<f32>(0u), bitcast<u32>(x) == TF_SIGN && z == 0u);
+}
+
+// z - x: -x plus z.
+fn tf_zero_minus(z: u32, x: f32) -> f32 {
+    return tf_plus_zero(bitcast<f32>(bitcast<u32>(x) ^ TF_SIGN), z);
+}
+
+fn tf_times_zero4(x: vec4<f32>, z: u32) -> vec4<f32> {
+    return vec4<f32>(tf_times_zero(x.x, z), tf_times_zero(x.y, z), tf_times_zero(x.z, z), tf_times_zero(x.w, z));
+}
+
+fn tf_over_zero4(x: vec4<f32>, z: u32) -> vec4<f32> {
+    return vec4<f32>(tf_over_zero(x.x, z), tf_over_zero(x.y, z), tf_over_zero(x.z, z), tf_over_zero(x.w, z));
+}
+
+fn tf_zero_over4(z: u32, x: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(tf_zero_over(z, x.x), tf_zero_over(z, x.y), tf_zero_over(z, x.z), tf_zero_over(z, x.w));
+}
+
+fn tf_plus_zero4(x: vec4<f32>, z: u32) -> vec4<f32> {
+    return vec4<f32>(tf_plus_zero(x.x, z), tf_plus_zero(x.y, z), tf_plus_zero(x.z, z), tf_plus_zero(x.w, z));
+}
+
+fn tf_zero_minus4(z: u32, x: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(tf_zero_minus(z, x.x), tf_zero_minus(z, x.y), tf_zero_minus(z, x.z), tf_zero_minus(z, x.w));
+}
+
 // Float to integer: toward zero, saturating, NaN to 0 (Rust's `as`).
 fn tf_f32_to_i32(x: f32) -> i32 {
     if (tf_isnan(x)) {

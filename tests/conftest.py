@@ -42,6 +42,13 @@ def in_ci() -> bool:
     return os.environ.get("CI") == "true"
 
 
+def preserves_nan(device: tf.Device) -> bool:
+    """Whether ``device`` keeps NaN and infinities through arithmetic a
+    compiler could fold (``x - x``): the CPU, and GPUs whose driver takes
+    SPIR-V float controls (docs/semantics.md)."""
+    return not device.is_gpu or "signed_zero_inf_nan_preserve" in device.info["features"]
+
+
 @pytest.fixture(scope="session")
 def gpu() -> tf.Device:
     """The GPU device. In CI a missing adapter fails the test: CI runs

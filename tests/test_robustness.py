@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import tilefuse as tf
+from conftest import preserves_nan
 
 CPU = tf.Device.cpu()
 
@@ -260,6 +261,36 @@ def test_binary_special_values(device: tf.Device, op: str) -> None:
         numpy_op = {"max": np.maximum, "min": np.minimum, "pow": np.power}.get(op)
         if numpy_op is not None:  # numpy's meaning (numpy's max/min of +-0 keep an operand)
             np.testing.assert_allclose(f.evaluate(a, b), numpy_op(a, b), equal_nan=True)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "max", "min", "pow"])
+@pytest.mark.parametrize("constant", [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("size", [9, 4096], ids=["scalar", "vectorized"])
+def test_literal_operands_special_values(
+    device: tf.Device, op: str, constant: float, size: int
+) -> None:
+    """A literal on either side, zeros included (compilers fold ``x * 0``,
+    ``x / 0``, ``0 / x`` and ``0 - x`` as if x were finite and zeros
+    unsigned); 4096 elements take the GPU's vec4 loops."""
+    a = np.resize(SPECIAL, size)
+    f = tf.Fusion()
+    x = f.input(a.shape, "f32")
+    f.output(x._binary(op, constant), x._binary(op, constant, reverse=True))
+    for got, want in zip(f.execute(a, device=device), f.evaluate(a), strict=True):
+        _same(got, want, rtol=2e-5 if op == "pow" else 3e-6)
+
+
+def test_a_tensor_minus_itself(device: tf.Device) -> None:
+    """``x - x`` is NaN at NaN and infinities, though compilers that assume
+    finite math fold it to 0: the GPU device asks the driver to preserve
+    special values (SPIR-V float controls), where it can."""
+    if not preserves_nan(device):
+        pytest.skip(f"{device} cannot be asked to preserve NaN (docs/semantics.md)")
+    f = tf.Fusion()
+    x = f.input(SPECIAL.shape, "f32")
+    f.output(x - x, x * x - x * x)
+    for got, want in zip(f.execute(SPECIAL, device=device), f.evaluate(SPECIAL), strict=True):
+        _same(got, want)
 
 
 def test_pow_at_negative_bases_zero_and_nan(device: tf.Device) -> None:

@@ -4,6 +4,7 @@
 mod buffers;
 mod kernel;
 mod sequence;
+mod spirv;
 
 pub use kernel::GpuKernel;
 pub use sequence::{GpuSequence, Wiring};
@@ -36,11 +37,18 @@ pub struct GpuDevice {
     /// The first wgpu error no scope caught (wgpu would panic otherwise);
     /// taken and reported by the next `wait`.
     uncaptured: Arc<Mutex<Option<String>>>,
+    /// The SPIR-V version kernels are translated to, with float controls
+    /// that keep IEEE semantics, where the adapter supports them (see
+    /// [`spirv`]); `None` hands WGSL to wgpu.
+    ieee_spirv: Option<(u8, u8)>,
     /// Compiled pipelines by WGSL hash, shared by kernels with equal code.
     pipelines: Mutex<PipelineCache>,
 }
 
 type Pipelines = Arc<Vec<wgpu::ComputePipeline>>;
+
+/// A stage's shader module and, where wgpu cannot derive it, its layout.
+type StageModule = (wgpu::ShaderModule, Option<wgpu::PipelineLayout>);
 
 /// Pipelines by WGSL hash, bounded: an entry lives while a kernel holds it
 /// or while it is among the [`PipelineCache::RECENT`] last built (a kernel
@@ -106,6 +114,10 @@ impl GpuDevice {
         if host_mapped {
             features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
+        let ieee_spirv = spirv::float_controls(&adapter);
+        if ieee_spirv.is_some() {
+            features |= wgpu::Features::PASSTHROUGH_SHADERS;
+        }
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("tilefuse"),
@@ -144,9 +156,12 @@ impl GpuDevice {
                     .contains("llvmpipe")
                     .then_some(LLVMPIPE_LOOP_LIMIT),
             },
-            features: (features - wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+            features: (features
+                - wgpu::Features::MAPPABLE_PRIMARY_BUFFERS
+                - wgpu::Features::PASSTHROUGH_SHADERS)
                 .iter_names()
                 .map(|(n, _)| n.to_lowercase())
+                .chain(ieee_spirv.map(|_| "signed_zero_inf_nan_preserve".to_owned()))
                 .collect(),
             subgroup_sizes: features
                 .contains(wgpu::Features::SUBGROUP)
@@ -167,6 +182,7 @@ impl GpuDevice {
             uncaptured,
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             host_mapped,
+            ieee_spirv,
             info,
             pipelines: Mutex::default(),
         })
@@ -213,21 +229,23 @@ impl GpuDevice {
             return Ok(p);
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("tilefuse kernel"),
-                source: wgpu::ShaderSource::Wgsl(wgsl.source.as_str().into()),
-            });
+        let modules = match self.ieee_spirv {
+            Some(version) => self.spirv_modules(wgsl, version)?,
+            None => {
+                let module = self.wgsl_module(wgsl);
+                vec![(module, None); wgsl.stages.len()]
+            }
+        };
         let pipelines: Vec<_> = wgsl
             .stages
             .iter()
-            .map(|stage| {
+            .zip(&modules)
+            .map(|(stage, (module, layout))| {
                 self.device
                     .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                         label: Some(&stage.entry_point),
-                        layout: None,
-                        module: &module,
+                        layout: layout.as_ref(),
+                        module,
                         entry_point: Some(&stage.entry_point),
                         compilation_options: Default::default(),
                         cache: None,
@@ -242,6 +260,59 @@ impl GpuDevice {
         let pipelines = Arc::new(pipelines);
         cache.insert(key, &pipelines);
         Ok(pipelines)
+    }
+
+    fn wgsl_module(&self, wgsl: &WgslKernel) -> wgpu::ShaderModule {
+        self.device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("tilefuse kernel"),
+                source: wgpu::ShaderSource::Wgsl(wgsl.source.as_str().into()),
+            })
+    }
+
+    /// The kernel's stages as passthrough SPIR-V with float controls, each
+    /// with its layout (wgpu derives layouts only from WGSL it translates).
+    fn spirv_modules(&self, wgsl: &WgslKernel, version: (u8, u8)) -> Result<Vec<StageModule>> {
+        let modules = spirv::passthrough_modules(&self.device, wgsl, version)
+            .map_err(|e| RuntimeError::Internal(format!("generated WGSL was rejected: {e}")))?;
+        let layouts = wgsl
+            .stages
+            .iter()
+            .map(|s| Some(self.stage_layout(wgsl, &s.bindings)));
+        Ok(modules.into_iter().zip(layouts).collect())
+    }
+
+    /// The pipeline layout of a stage binding `bindings` of `wgsl`'s buffers.
+    fn stage_layout(&self, wgsl: &WgslKernel, bindings: &[u32]) -> wgpu::PipelineLayout {
+        let mut sorted = bindings.to_vec();
+        sorted.sort_unstable();
+        let entries: Vec<_> = sorted
+            .iter()
+            .map(|&b| wgpu::BindGroupLayoutEntry {
+                binding: b,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage {
+                        read_only: !wgsl.bindings.iter().any(|i| i.binding == b && i.writes),
+                    },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            })
+            .collect();
+        let group = self
+            .device
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: None,
+                entries: &entries,
+            });
+        self.device
+            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: None,
+                bind_group_layouts: &[Some(&group)],
+                immediate_size: 0,
+            })
     }
 
     /// Waits for submitted work, then reports any wgpu error it raised.

@@ -56,7 +56,10 @@ impl Gen<'_> {
             }
             ir::Expr::Unary(op, a) => unary(*op, self.value(a), self.dtype(a), false),
             ir::Expr::Binary(op, a, b) => {
-                binary(*op, self.value(a), self.value(b), self.dtype(a), false)
+                let (x, y) = (self.value(a), self.value(b));
+                let dtype = self.dtype(a);
+                with_zero(*op, (a, &x), (b, &y), dtype, false)
+                    .unwrap_or_else(|| binary(*op, x, y, dtype, false))
             }
             ir::Expr::Select(c, a, b) => select(self.value(b), self.value(a), self.value(c)),
             ir::Expr::Cast(to, a) => {
@@ -91,9 +94,10 @@ impl Gen<'_> {
                 _ => splat(self.element(*buffer, indices)),
             },
             ir::Expr::Unary(op, a) => unary(*op, v(a), DType::F32, true),
-            ir::Expr::Binary(op, x, y) => {
-                let (x, y) = (v(x), v(y));
-                binary(*op, x, y, DType::F32, true)
+            ir::Expr::Binary(op, a, b) => {
+                let (x, y) = (v(a), v(b));
+                with_zero(*op, (a, &x), (b, &y), DType::F32, true)
+                    .unwrap_or_else(|| binary(*op, x, y, DType::F32, true))
             }
             ir::Expr::Select(c, x, y) => {
                 let (c, x, y) = (v(c), v(x), v(y));
@@ -197,6 +201,49 @@ fn binary(op: BinaryOp, x: Expr, y: Expr, dtype: DType, vec4: bool) -> Expr {
         BinaryOp::Ge => BinOp::Ge,
     };
     Expr::bin(infix, x, y)
+}
+
+/// The sign bit of a float literal zero: `Some(0)` for `+0`,
+/// `Some(0x80000000)` for `-0`, `None` for anything else.
+fn zero_sign(e: &ir::Expr) -> Option<u64> {
+    match e {
+        ir::Expr::Const { value, .. } if *value == 0.0 => Some(if value.is_sign_negative() {
+            0x8000_0000
+        } else {
+            0
+        }),
+        _ => None,
+    }
+}
+
+/// Float arithmetic with a literal zero operand, through the helpers of
+/// `shaders/math.wgsl` that spell out its IEEE result (compilers fold
+/// `x * 0` and its kin as if `x` were finite); `None` for other ops.
+fn with_zero(
+    op: BinaryOp,
+    (a, x): (&ir::Expr, &Expr),
+    (b, y): (&ir::Expr, &Expr),
+    dtype: DType,
+    vec4: bool,
+) -> Option<Expr> {
+    if dtype != DType::F32 {
+        return None;
+    }
+    let call = |name, args| Some(Expr::call(Func::Helper { name, vec4 }, args));
+    let sign = |z: u64| Expr::u32(z);
+    match (op, zero_sign(a), zero_sign(b)) {
+        // Both zero: no x to protect, WGSL's arithmetic on literals is exact.
+        (_, Some(_), Some(_)) => None,
+        (BinaryOp::Mul, Some(z), None) => call("times_zero", vec![y.clone(), sign(z)]),
+        (BinaryOp::Mul, None, Some(z)) => call("times_zero", vec![x.clone(), sign(z)]),
+        (BinaryOp::Div, None, Some(z)) => call("over_zero", vec![x.clone(), sign(z)]),
+        (BinaryOp::Div, Some(z), None) => call("zero_over", vec![sign(z), y.clone()]),
+        (BinaryOp::Add, Some(z), None) => call("plus_zero", vec![y.clone(), sign(z)]),
+        (BinaryOp::Add, None, Some(z)) => call("plus_zero", vec![x.clone(), sign(z)]),
+        (BinaryOp::Sub, None, Some(z)) => call("plus_zero", vec![x.clone(), sign(z ^ 0x8000_0000)]),
+        (BinaryOp::Sub, Some(z), None) => call("zero_minus", vec![sign(z), y.clone()]),
+        _ => None,
+    }
 }
 
 /// `max` / `min`: on floats NaN wins, as in numpy (WGSL's builtins may

@@ -1,0 +1,294 @@
+//! IEEE arithmetic on Vulkan.
+//!
+//! WGSL lets a shader compiler assume finite math, and drivers take the
+//! license: lavapipe folds `x * 0`, `x / 0`, `0 / x` and `x - x` to `0` for
+//! NaN and infinite `x`. SPIR-V's float controls
+//! (`SignedZeroInfNanPreserve`) forbid that, but naga does not emit them, so
+//! where the device supports them this module translates the WGSL itself and
+//! adds the capability and one execution mode per entry point; the module is
+//! then handed to the driver as passthrough SPIR-V.
+
+#![allow(unsafe_code)] // hal access and passthrough shaders
+
+use naga::back::spv;
+use spirv::{Capability, ExecutionMode, Op};
+use tilefuse_sched::codegen::WgslKernel;
+
+/// The SPIR-V version to translate kernels to with float controls, where
+/// the adapter is a Vulkan 1.2+ device that takes passthrough SPIR-V and can
+/// preserve signed zeros, infinities and NaNs in f32 arithmetic.
+pub(super) fn float_controls(adapter: &wgpu::Adapter) -> Option<(u8, u8)> {
+    use ash::vk;
+    if !adapter
+        .features()
+        .contains(wgpu::Features::PASSTHROUGH_SHADERS)
+    {
+        return None;
+    }
+    // SAFETY: the hal adapter is only read, while `adapter` lives.
+    let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    let instance = hal.shared_instance();
+    let api = (hal.physical_device_capabilities().properties().api_version)
+        .min(instance.instance_api_version());
+    if api < vk::API_VERSION_1_2 {
+        return None;
+    }
+    let mut controls = vk::PhysicalDeviceFloatControlsProperties::default();
+    let mut properties = vk::PhysicalDeviceProperties2::default().push_next(&mut controls);
+    // SAFETY: a valid physical device of this instance, Vulkan 1.1+.
+    unsafe {
+        instance
+            .raw_instance()
+            .get_physical_device_properties2(hal.raw_physical_device(), &mut properties)
+    };
+    (controls.shader_signed_zero_inf_nan_preserve_float32 == vk::TRUE).then(|| lang_version(api))
+}
+
+/// The SPIR-V version a Vulkan device of `api_version` accepts, as wgpu
+/// picks it.
+pub(super) fn lang_version(api_version: u32) -> (u8, u8) {
+    match (api_version >> 22, (api_version >> 12) & 0x3ff) {
+        (1, 0) => (1, 0),
+        (1, 1) => (1, 3),
+        (1, 2) => (1, 5),
+        _ => (1, 6),
+    }
+}
+
+/// Per stage of `wgsl`, a SPIR-V `lang_version` module of its entry point
+/// alone (as wgpu translates them) preserving signed zeros, infinities and
+/// NaNs in 32-bit float arithmetic.
+pub(super) fn ieee_spirv(
+    wgsl: &WgslKernel,
+    lang_version: (u8, u8),
+) -> Result<Vec<Vec<u32>>, String> {
+    let source = &wgsl.source;
+    let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .map_err(|e| e.emit_to_string(source))?;
+    wgsl.stages
+        .iter()
+        .map(|stage| {
+            // As wgpu translates WGSL for Vulkan, except that every buffer
+            // access is clamped (wgpu skips that where the driver's
+            // robustness covers it, which its adapter does not tell).
+            let options = spv::Options {
+                lang_version,
+                flags: spv::WriterFlags::empty(),
+                binding_map: binding_map(&stage.bindings),
+                fake_missing_bindings: false,
+                bounds_check_policies: naga::proc::BoundsCheckPolicies {
+                    index: naga::proc::BoundsCheckPolicy::Restrict,
+                    buffer: naga::proc::BoundsCheckPolicy::Restrict,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let pipeline = spv::PipelineOptions {
+                shader_stage: naga::ShaderStage::Compute,
+                entry_point: stage.entry_point.clone(),
+            };
+            let words = spv::write_vec(&module, &info, &options, Some(&pipeline))
+                .map_err(|e| e.to_string())?;
+            Ok(preserve_special_floats(&words))
+        })
+        .collect()
+}
+
+/// Where wgpu's Vulkan backend puts a stage's bindings: a layout's entries
+/// are numbered in order of their binding, from 0.
+fn binding_map(bindings: &[u32]) -> spv::BindingMap {
+    let mut sorted = bindings.to_vec();
+    sorted.sort_unstable();
+    let slot = |(i, &binding)| {
+        let resource = naga::ResourceBinding { group: 0, binding };
+        let target = spv::BindingInfo {
+            descriptor_set: 0,
+            binding: i as u32,
+            binding_array_size: None,
+        };
+        (resource, target)
+    };
+    sorted.iter().enumerate().map(slot).collect()
+}
+
+/// Per stage of `wgsl`, its entry point as a passthrough module of IEEE
+/// SPIR-V.
+pub(super) fn passthrough_modules(
+    device: &wgpu::Device,
+    wgsl: &WgslKernel,
+    version: (u8, u8),
+) -> Result<Vec<wgpu::ShaderModule>, String> {
+    let modules = ieee_spirv(wgsl, version)?;
+    let modules = wgsl.stages.iter().zip(modules).map(|(stage, words)| {
+        let entry_point = wgpu::PassthroughShaderEntryPoint {
+            name: stage.entry_point.as_str().into(),
+            workgroup_size: stage.workgroup_size.into(),
+        };
+        // SAFETY: the words are naga's translation of WGSL it validated,
+        // with float-control declarations the adapter reported supporting.
+        unsafe {
+            device.create_shader_module_passthrough(wgpu::ShaderModuleDescriptorPassthrough {
+                label: Some(&stage.entry_point),
+                entry_points: vec![entry_point].into(),
+                spirv: Some(words.into()),
+                ..Default::default()
+            })
+        }
+    });
+    Ok(modules.collect())
+}
+
+/// An instruction's words: its opcode and length, then its operands.
+fn instruction(op: Op, operands: &[u32]) -> Vec<u32> {
+    let mut words = vec![((operands.len() as u32 + 1) << 16) | op as u32];
+    words.extend_from_slice(operands);
+    words
+}
+
+/// The module's instructions after its five-word header.
+fn instructions(words: &[u32]) -> impl Iterator<Item = &[u32]> {
+    let mut rest = &words[5.min(words.len())..];
+    std::iter::from_fn(move || {
+        let len = ((*rest.first()? >> 16) as usize).clamp(1, rest.len());
+        let (head, tail) = rest.split_at(len);
+        rest = tail;
+        Some(head)
+    })
+}
+
+fn opcode(instruction: &[u32]) -> u32 {
+    instruction[0] & 0xffff
+}
+
+/// `words` with the `SignedZeroInfNanPreserve` capability declared and
+/// the mode set for 32-bit floats on every entry point, each where SPIR-V's
+/// module layout puts it (float controls are core from SPIR-V 1.4; devices
+/// get this path from Vulkan 1.2, SPIR-V 1.5). Existing instructions keep
+/// their order and ids.
+fn preserve_special_floats(words: &[u32]) -> Vec<u32> {
+    let entry_points: Vec<u32> = instructions(words)
+        .filter(|i| opcode(i) == Op::EntryPoint as u32 && i.len() > 2)
+        .map(|i| i[2])
+        .collect();
+    let mut out = words[..5].to_vec();
+    out.extend(instruction(
+        Op::Capability,
+        &[Capability::SignedZeroInfNanPreserve as u32],
+    ));
+    let mut all = instructions(words).peekable();
+    while let Some(i) = all.next() {
+        out.extend_from_slice(i);
+        let next_op = all.peek().map(|n| opcode(n));
+        if opcode(i) == Op::EntryPoint as u32 && next_op != Some(Op::EntryPoint as u32) {
+            for &entry in &entry_points {
+                let mode = ExecutionMode::SignedZeroInfNanPreserve as u32;
+                out.extend(instruction(Op::ExecutionMode, &[entry, mode, 32]));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO_STAGES: &str = "
+        @group(0) @binding(0) var<storage, read> x: array<f32>;
+        @group(0) @binding(3) var<storage, read_write> y: array<f32>;
+        @group(0) @binding(5) var<storage, read_write> z: array<f32>;
+        @compute @workgroup_size(64) fn stage0(@builtin(global_invocation_id) i: vec3<u32>) {
+            y[i.x] = x[i.x] - x[i.x];
+        }
+        @compute @workgroup_size(64) fn stage1(@builtin(global_invocation_id) i: vec3<u32>) {
+            z[i.x] = x[i.x] * 0.0;
+        }";
+
+    fn kernel() -> WgslKernel {
+        let stage = |name: &str, bindings: Vec<u32>| tilefuse_sched::codegen::StageInfo {
+            entry_point: name.into(),
+            workgroups: [1, 1, 1],
+            workgroup_size: [64, 1, 1],
+            bindings,
+            loop_iterations: 1,
+            workgroup_bytes: 0,
+            subgroup_lanes: 0,
+        };
+        WgslKernel {
+            source: TWO_STAGES.into(),
+            bindings: Vec::new(),
+            stages: vec![stage("stage0", vec![0, 3]), stage("stage1", vec![5, 0])],
+        }
+    }
+
+    fn ops(words: &[u32]) -> Vec<u32> {
+        instructions(words).map(opcode).collect()
+    }
+
+    #[test]
+    fn each_stage_is_its_own_module_preserving_special_floats() {
+        let modules = ieee_spirv(&kernel(), (1, 5)).unwrap();
+        assert_eq!(modules.len(), 2);
+        for words in &modules {
+            let ops = ops(words);
+            assert_eq!(ops[0], Op::Capability as u32);
+            assert_eq!(instructions(words).next().unwrap()[1], 4466);
+            let entry = ops
+                .iter()
+                .position(|&o| o == Op::EntryPoint as u32)
+                .unwrap();
+            assert_eq!(
+                ops.iter().filter(|&&o| o == Op::EntryPoint as u32).count(),
+                1
+            );
+            let mode = instructions(words).nth(entry + 1).unwrap();
+            assert_eq!(opcode(mode), Op::ExecutionMode as u32);
+            assert_eq!(
+                &mode[2..],
+                &[ExecutionMode::SignedZeroInfNanPreserve as u32, 32]
+            );
+        }
+    }
+
+    #[test]
+    fn the_patch_only_adds_instructions() {
+        let words: Vec<u32> = naga_words();
+        let patched = preserve_special_floats(&words);
+        let (before, after) = (ops(&words), ops(&patched));
+        // The capability, and a mode for each of the two entry points.
+        assert_eq!(after.len(), before.len() + 3);
+        let mut rest = after.iter();
+        assert!(before.iter().all(|o| rest.any(|p| p == o)), "order kept");
+    }
+
+    /// naga's SPIR-V of the kernel, unpatched.
+    fn naga_words() -> Vec<u32> {
+        let module = naga::front::wgsl::parse_str(TWO_STAGES).unwrap();
+        let info = naga::valid::Validator::new(Default::default(), Default::default())
+            .validate(&module)
+            .unwrap();
+        let options = spv::Options {
+            lang_version: (1, 5),
+            ..Default::default()
+        };
+        spv::write_vec(&module, &info, &options, None).unwrap()
+    }
+
+    #[test]
+    fn bindings_are_numbered_as_wgpu_lays_them_out() {
+        let map = binding_map(&[5, 0, 3]);
+        let slots: Vec<(u32, u32)> = map.iter().map(|(r, t)| (r.binding, t.binding)).collect();
+        assert_eq!(slots, [(0, 0), (3, 1), (5, 2)]);
+    }
+
+    #[test]
+    fn spirv_versions_follow_the_vulkan_version() {
+        assert_eq!(lang_version(ash::vk::API_VERSION_1_2), (1, 5));
+        assert_eq!(lang_version(ash::vk::API_VERSION_1_3), (1, 6));
+    }
+}
