@@ -15,8 +15,9 @@ use spirv::{Capability, ExecutionMode, Op};
 use tilefuse_sched::codegen::WgslKernel;
 
 /// The SPIR-V version to translate kernels to with float controls, where
-/// the adapter is a Vulkan 1.2+ device that takes passthrough SPIR-V and can
-/// preserve signed zeros, infinities and NaNs in f32 arithmetic.
+/// the adapter is a Vulkan 1.2+ device with robust buffer access that takes
+/// passthrough SPIR-V and can preserve signed zeros, infinities and NaNs in
+/// f32 arithmetic.
 pub(super) fn float_controls(adapter: &wgpu::Adapter) -> Option<(u8, u8)> {
     use ash::vk;
     if !adapter
@@ -30,17 +31,16 @@ pub(super) fn float_controls(adapter: &wgpu::Adapter) -> Option<(u8, u8)> {
     let instance = hal.shared_instance();
     let api = (hal.physical_device_capabilities().properties().api_version)
         .min(instance.instance_api_version());
-    if api < vk::API_VERSION_1_2 {
+    let raw = instance.raw_instance();
+    // SAFETY: a valid physical device of this instance.
+    let features = unsafe { raw.get_physical_device_features(hal.raw_physical_device()) };
+    if api < vk::API_VERSION_1_2 || features.robust_buffer_access != vk::TRUE {
         return None;
     }
     let mut controls = vk::PhysicalDeviceFloatControlsProperties::default();
     let mut properties = vk::PhysicalDeviceProperties2::default().push_next(&mut controls);
     // SAFETY: a valid physical device of this instance, Vulkan 1.1+.
-    unsafe {
-        instance
-            .raw_instance()
-            .get_physical_device_properties2(hal.raw_physical_device(), &mut properties)
-    };
+    unsafe { raw.get_physical_device_properties2(hal.raw_physical_device(), &mut properties) };
     (controls.shader_signed_zero_inf_nan_preserve_float32 == vk::TRUE).then(|| lang_version(api))
 }
 
@@ -73,9 +73,11 @@ pub(super) fn ieee_spirv(
     wgsl.stages
         .iter()
         .map(|stage| {
-            // As wgpu translates WGSL for Vulkan, except that every buffer
-            // access is clamped (wgpu skips that where the driver's
-            // robustness covers it, which its adapter does not tell).
+            // As wgpu translates WGSL for Vulkan. Buffer accesses are not
+            // clamped: this path is taken only where the driver's
+            // robustBufferAccess (which wgpu enables) keeps them in bounds,
+            // and clamping every access made LLVM take minutes on lavapipe's
+            // large unrolled matmuls.
             let options = spv::Options {
                 lang_version,
                 flags: spv::WriterFlags::empty(),
@@ -83,7 +85,7 @@ pub(super) fn ieee_spirv(
                 fake_missing_bindings: false,
                 bounds_check_policies: naga::proc::BoundsCheckPolicies {
                     index: naga::proc::BoundsCheckPolicy::Restrict,
-                    buffer: naga::proc::BoundsCheckPolicy::Restrict,
+                    buffer: naga::proc::BoundsCheckPolicy::Unchecked,
                     ..Default::default()
                 },
                 ..Default::default()

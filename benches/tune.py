@@ -1,0 +1,108 @@
+"""Tuned against default: the five cases of ``run.py``, tuned on each device.
+
+    python benches/tune.py                    # quick and full effort, CPU and GPU
+    python benches/tune.py --quick-sizes      # run.py's --quick sizes
+    python benches/tune.py --json tune.json
+
+For each case and device, ``tilefuse.tune`` runs at ``quick`` and at
+``full`` effort (the cache untouched), then the default heuristic's kernel
+and both winners are timed again side by side, interleaved round by round
+(``Kernel.benchmark``, medians), so the speedups compare like with like.
+The table gives each tuning run's wall time and trials, the kernels' times
+and the speedups over the default; ``quick / full`` is the share of full's
+speedup that quick reaches (its gain over the default divided by full's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+import tilefuse as tf
+
+sys.path.insert(0, str(Path(__file__).parent))
+from run import Case, cases, warmup_runs
+
+
+def interleaved(kernels: dict[str, Any], inputs: list[Any], rounds: int) -> dict[str, float]:
+    """Median launch time of each kernel, timed round-robin so that the
+    host's drift hits them alike."""
+    warmup = {name: warmup_runs(k, inputs) for name, k in kernels.items()}
+    samples: dict[str, list[float]] = {name: [] for name in kernels}
+    for _ in range(rounds):
+        for name, k in kernels.items():
+            samples[name].append(k.benchmark(*inputs, warmup=warmup[name], repeat=3).median)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def tune_case(case: Case, device_name: str, device: tf.Device, rounds: int) -> dict[str, Any]:
+    print(f"[{case.name}] {device_name}", file=sys.stderr, flush=True)
+    f = case.fusion
+    kernels = {"default": f.schedule(f.heuristics(device=device), device)}
+    row: dict[str, Any] = {"case": case.name, "device": device_name}
+    for effort in ("quick", "full"):
+        result = tf.tune(f, device=device, effort=effort, cache=False, seed=0)
+        kernels[effort] = f.schedule(result.best_params, device)
+        row[f"{effort} seconds"] = result.elapsed
+        row[f"{effort} trials"] = len(result.trials)
+        row[f"{effort} tuner speedup"] = result.speedup
+    times = interleaved(kernels, case.inputs, rounds)
+    for name, t in times.items():
+        row[f"{name} ms"] = t * 1e3
+    for effort in ("quick", "full"):
+        row[f"{effort} speedup"] = times["default"] / times[effort]
+    full_gain = row["full speedup"] - 1
+    row["quick / full"] = (row["quick speedup"] - 1) / full_gain if full_gain > 0.01 else None
+    return row
+
+
+def show(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="tuned vs default (Kernel.benchmark medians, interleaved)")
+    columns = ["case", "device", "default ms", "quick ms", "full ms", "quick speedup"]
+    columns += ["full speedup", "quick / full", "quick seconds", "full seconds"]
+    columns += ["quick trials", "full trials"]
+    for c in columns:
+        table.add_column(c, justify="left" if c in ("case", "device") else "right")
+    for r in rows:
+        cells = []
+        for c in columns:
+            v = r.get(c)
+            cells.append("-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v))
+        table.add_row(*cells)
+    Console().print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick-sizes", action="store_true", help="run.py's --quick sizes")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
+    parser.add_argument("--device", choices=["cpu", "gpu", "both"], default="both")
+    parser.add_argument("--case", help="only cases whose name contains this")
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args()
+    devices = {"cpu": tf.Device.cpu(), "gpu": tf.Device.gpu()}
+    if args.device != "both":
+        devices = {args.device: devices[args.device]}
+    rows = []
+    for case in cases(args.quick_sizes):
+        if args.case and args.case not in case.name:
+            continue
+        for name, device in devices.items():
+            rows.append(tune_case(case, name, device, args.rounds))
+            show(rows[-1:])
+    show(rows)
+    if args.json:
+        meta = {"machine": platform.processor() or platform.machine(), "gpu": str(devices.get("gpu"))}
+        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
