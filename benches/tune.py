@@ -77,7 +77,7 @@ def show(rows: list[dict[str, Any]]) -> None:
             v = r.get(c)
             cells.append("-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v))
         table.add_row(*cells)
-    Console().print(table)
+    Console(width=200).print(table)
 
 
 def main() -> None:
@@ -100,7 +100,10 @@ def main() -> None:
             show(rows[-1:])
     show(rows)
     if args.json:
-        meta = {"machine": platform.processor() or platform.machine(), "gpu": str(devices.get("gpu"))}
+        meta = {
+            "machine": platform.processor() or platform.machine(),
+            "gpu": str(devices.get("gpu")),
+        }
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
