@@ -230,7 +230,8 @@ impl GpuDevice {
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let modules = match self.ieee_spirv {
-            Some(version) => self.spirv_modules(wgsl, version)?,
+            Some(version) => spirv::passthrough_modules(&self.device, wgsl, version)
+                .map_err(|e| RuntimeError::Internal(format!("generated WGSL was rejected: {e}")))?,
             None => {
                 let module = self.wgsl_module(wgsl);
                 vec![(module, None); wgsl.stages.len()]
@@ -267,51 +268,6 @@ impl GpuDevice {
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some("tilefuse kernel"),
                 source: wgpu::ShaderSource::Wgsl(wgsl.source.as_str().into()),
-            })
-    }
-
-    /// The kernel's stages as passthrough SPIR-V with float controls, each
-    /// with its layout (wgpu derives layouts only from WGSL it translates).
-    fn spirv_modules(&self, wgsl: &WgslKernel, version: (u8, u8)) -> Result<Vec<StageModule>> {
-        let modules = spirv::passthrough_modules(&self.device, wgsl, version)
-            .map_err(|e| RuntimeError::Internal(format!("generated WGSL was rejected: {e}")))?;
-        let layouts = wgsl
-            .stages
-            .iter()
-            .map(|s| Some(self.stage_layout(wgsl, &s.bindings)));
-        Ok(modules.into_iter().zip(layouts).collect())
-    }
-
-    /// The pipeline layout of a stage binding `bindings` of `wgsl`'s buffers.
-    fn stage_layout(&self, wgsl: &WgslKernel, bindings: &[u32]) -> wgpu::PipelineLayout {
-        let mut sorted = bindings.to_vec();
-        sorted.sort_unstable();
-        let entries: Vec<_> = sorted
-            .iter()
-            .map(|&b| wgpu::BindGroupLayoutEntry {
-                binding: b,
-                visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Storage {
-                        read_only: !wgsl.bindings.iter().any(|i| i.binding == b && i.writes),
-                    },
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                count: None,
-            })
-            .collect();
-        let group = self
-            .device
-            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                label: None,
-                entries: &entries,
-            });
-        self.device
-            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                label: None,
-                bind_group_layouts: &[Some(&group)],
-                immediate_size: 0,
             })
     }
 

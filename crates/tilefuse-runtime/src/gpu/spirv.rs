@@ -44,24 +44,20 @@ pub(super) fn float_controls(adapter: &wgpu::Adapter) -> Option<(u8, u8)> {
     (controls.shader_signed_zero_inf_nan_preserve_float32 == vk::TRUE).then(|| lang_version(api))
 }
 
-/// The SPIR-V version a Vulkan device of `api_version` accepts, as wgpu
-/// picks it.
-pub(super) fn lang_version(api_version: u32) -> (u8, u8) {
-    match (api_version >> 22, (api_version >> 12) & 0x3ff) {
-        (1, 0) => (1, 0),
-        (1, 1) => (1, 3),
-        (1, 2) => (1, 5),
-        _ => (1, 6),
+/// The SPIR-V version a Vulkan 1.2+ device of `api_version` accepts, as
+/// wgpu picks it.
+fn lang_version(api_version: u32) -> (u8, u8) {
+    if api_version < ash::vk::API_VERSION_1_3 {
+        (1, 5)
+    } else {
+        (1, 6)
     }
 }
 
 /// Per stage of `wgsl`, a SPIR-V `lang_version` module of its entry point
 /// alone (as wgpu translates them) preserving signed zeros, infinities and
 /// NaNs in 32-bit float arithmetic.
-pub(super) fn ieee_spirv(
-    wgsl: &WgslKernel,
-    lang_version: (u8, u8),
-) -> Result<Vec<Vec<u32>>, String> {
+fn ieee_spirv(wgsl: &WgslKernel, lang_version: (u8, u8)) -> Result<Vec<Vec<u32>>, String> {
     let source = &wgsl.source;
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
     let info = naga::valid::Validator::new(
@@ -101,11 +97,18 @@ pub(super) fn ieee_spirv(
         .collect()
 }
 
-/// Where wgpu's Vulkan backend puts a stage's bindings: a layout's entries
-/// are numbered in order of their binding, from 0.
-fn binding_map(bindings: &[u32]) -> spv::BindingMap {
+/// A stage's bindings in the order of its layout's entries: wgpu's Vulkan
+/// backend numbers those entries from 0 in that order, so the SPIR-V's
+/// bindings ([`binding_map`]) and the layout ([`stage_layout`]) both follow
+/// it.
+fn layout_order(bindings: &[u32]) -> Vec<u32> {
     let mut sorted = bindings.to_vec();
     sorted.sort_unstable();
+    sorted
+}
+
+/// Where wgpu's Vulkan backend puts a stage's bindings.
+fn binding_map(bindings: &[u32]) -> spv::BindingMap {
     let slot = |(i, &binding)| {
         let resource = naga::ResourceBinding { group: 0, binding };
         let target = spv::BindingInfo {
@@ -115,16 +118,53 @@ fn binding_map(bindings: &[u32]) -> spv::BindingMap {
         };
         (resource, target)
     };
-    sorted.iter().enumerate().map(slot).collect()
+    layout_order(bindings)
+        .iter()
+        .enumerate()
+        .map(slot)
+        .collect()
+}
+
+/// The pipeline layout of a stage binding `bindings` of `wgsl`'s buffers
+/// (wgpu derives layouts only from WGSL it translates itself).
+fn stage_layout(
+    device: &wgpu::Device,
+    wgsl: &WgslKernel,
+    bindings: &[u32],
+) -> wgpu::PipelineLayout {
+    let entries: Vec<_> = layout_order(bindings)
+        .into_iter()
+        .map(|b| wgpu::BindGroupLayoutEntry {
+            binding: b,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage {
+                    read_only: !wgsl.bindings.iter().any(|i| i.binding == b && i.writes),
+                },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        })
+        .collect();
+    let group = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: None,
+        entries: &entries,
+    });
+    device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: None,
+        bind_group_layouts: &[Some(&group)],
+        immediate_size: 0,
+    })
 }
 
 /// Per stage of `wgsl`, its entry point as a passthrough module of IEEE
-/// SPIR-V.
+/// SPIR-V, with its layout.
 pub(super) fn passthrough_modules(
     device: &wgpu::Device,
     wgsl: &WgslKernel,
     version: (u8, u8),
-) -> Result<Vec<wgpu::ShaderModule>, String> {
+) -> Result<Vec<super::StageModule>, String> {
     let modules = ieee_spirv(wgsl, version)?;
     let modules = wgsl.stages.iter().zip(modules).map(|(stage, words)| {
         let entry_point = wgpu::PassthroughShaderEntryPoint {
@@ -133,14 +173,15 @@ pub(super) fn passthrough_modules(
         };
         // SAFETY: the words are naga's translation of WGSL it validated,
         // with float-control declarations the adapter reported supporting.
-        unsafe {
+        let module = unsafe {
             device.create_shader_module_passthrough(wgpu::ShaderModuleDescriptorPassthrough {
                 label: Some(&stage.entry_point),
                 entry_points: vec![entry_point].into(),
                 spirv: Some(words.into()),
                 ..Default::default()
             })
-        }
+        };
+        (module, Some(stage_layout(device, wgsl, &stage.bindings)))
     });
     Ok(modules.collect())
 }

@@ -203,15 +203,16 @@ fn binary(op: BinaryOp, x: Expr, y: Expr, dtype: DType, vec4: bool) -> Expr {
     Expr::bin(infix, x, y)
 }
 
-/// The sign bit of a float literal zero: `Some(0)` for `+0`,
-/// `Some(0x80000000)` for `-0`, `None` for anything else.
+/// The sign bit of an f32.
+const SIGN: u64 = 0x8000_0000;
+
+/// The sign bit of a float literal zero: `Some(0)` for `+0`, `Some(SIGN)`
+/// for `-0`, `None` for anything else.
 fn zero_sign(e: &ir::Expr) -> Option<u64> {
     match e {
-        ir::Expr::Const { value, .. } if *value == 0.0 => Some(if value.is_sign_negative() {
-            0x8000_0000
-        } else {
-            0
-        }),
+        ir::Expr::Const { value, .. } if *value == 0.0 => {
+            Some(if value.is_sign_negative() { SIGN } else { 0 })
+        }
         _ => None,
     }
 }
@@ -240,7 +241,7 @@ fn with_zero(
         (BinaryOp::Div, Some(z), None) => call("zero_over", vec![sign(z), y.clone()]),
         (BinaryOp::Add, Some(z), None) => call("plus_zero", vec![y.clone(), sign(z)]),
         (BinaryOp::Add, None, Some(z)) => call("plus_zero", vec![x.clone(), sign(z)]),
-        (BinaryOp::Sub, None, Some(z)) => call("plus_zero", vec![x.clone(), sign(z ^ 0x8000_0000)]),
+        (BinaryOp::Sub, None, Some(z)) => call("plus_zero", vec![x.clone(), sign(z ^ SIGN)]),
         (BinaryOp::Sub, Some(z), None) => call("zero_minus", vec![sign(z), y.clone()]),
         _ => None,
     }
