@@ -262,8 +262,8 @@ def test_contiguous_inputs_are_not_copied() -> None:
     # Peak memory of a call on a 256 MB input, in a process of its own:
     # borrowed where it lies (plus the `out` array the caller made) vs one
     # copy for a Fortran-order input.
-    code = """
-        import resource, numpy as np, tilefuse as tf
+    code = r"""
+        import re, numpy as np, tilefuse as tf
         n = 64 << 20
         f = tf.Fusion(); a = f.input((8192, n // 8192), "f32"); f.output(a * 2.0)
         cpu = tf.Device.cpu()
@@ -271,7 +271,10 @@ def test_contiguous_inputs_are_not_copied() -> None:
         x = np.ones((8192, n // 8192), np.float32); out = np.empty_like(x); out[...] = 0
         xf = np.asfortranarray(x)
         k(x, out=out)
-        peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+        # VmHWM, not ru_maxrss: the latter keeps the parent's peak across
+        # fork and exec, so after a memory-hungry test it never grew here.
+        hwm = lambda: re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read())
+        peak = lambda: int(hwm().group(1)) << 10
         before = peak(); k(x, out=out); borrowed = peak() - before
         k(xf, out=out); copied = peak() - before - borrowed
         assert (out == 2).all()
