@@ -594,6 +594,53 @@ def test_precondition_errors_name_their_primitive() -> None:
     assert err.value.lowering_pass is None
 
 
+def _softmax_schedule() -> tf.Schedule:
+    f = tf.Fusion()
+    x = f.input((4, 32), "f32", name="x")
+    m = x.max(axis=1, keepdims=True)
+    m.name = "m"
+    y = (x - m).exp()
+    y.name = "y"
+    f.output(y)
+    return f.create_schedule()
+
+
+def _fails(primitive: str, fn: Callable[[], object]) -> tf.ScheduleError:
+    with pytest.raises(tf.ScheduleError) as err:
+        fn()
+    assert err.value.primitive == primitive, err.value
+    return err.value
+
+
+def test_precondition_errors_carry_the_blocks_and_loops_at_fault() -> None:
+    # TVM's schedule errors carry what failed as data; so do ours, so that a
+    # tool (a tuner, a search over schedules) need not parse the message.
+    s = _softmax_schedule()
+    (i,) = s.get_loops("y")[:1]
+    mi, mj = s.get_loops("m")
+    names = lambda *loops: tuple(lp.name for lp in loops)  # noqa: E731
+    err = _fails("compute_inline", lambda: s.compute_inline("m"))
+    assert (err.blocks, err.loops) == (("m",), ())
+    err = _fails("parallel", lambda: s.parallel(mj))
+    assert (err.blocks, err.loops) == (("m",), names(mj))
+    err = _fails("split", lambda: s.split(i, [1, 2]))
+    assert (err.blocks, err.loops) == ((), names(i))
+    err = _fails("fuse", lambda: s.fuse(i, mj))
+    assert err.loops == names(i, mj)
+    err = _fails("vectorize", lambda: s.vectorize(i))
+    assert err.loops == names(i)
+    err = _fails("compute_at", lambda: s.compute_at("y", mi))
+    assert err.blocks == ("y",) and err.loops == names(mi)
+    # Blocks and loops that are not there are named too.
+    with pytest.raises(tf.ScheduleError) as missing:
+        s.get_block("nope")
+    assert (missing.value.primitive, missing.value.blocks) == (None, ("nope",))
+    # An error raised from Python has them too, empty.
+    with pytest.raises(tf.ScheduleError, match="another schedule") as other:
+        s.parallel(_softmax_schedule().get_loops("y")[0])
+    assert (other.value.primitive, other.value.blocks, other.value.loops) == (None, (), ())
+
+
 @pytest.mark.parametrize("kind", ["cpu", "gpu"])
 def test_a_build_lowers_once_and_dumps_each_pass(kind: str, request: pytest.FixtureRequest) -> None:
     # TILEFUSE_DUMP=lower prints every pass of every lowering: a build by

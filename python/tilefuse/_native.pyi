@@ -63,11 +63,16 @@ class ParamsError(TilefuseError, ValueError):
 
 class ScheduleError(TilefuseError, ValueError):
     """A schedule primitive whose precondition fails, naming the block or
-    loop and the condition (`.primitive` names the primitive), or a schedule
-    the device's lowering cannot take (`.lowering_pass` names the pass)."""
+    loop and the condition (`.primitive` names the primitive; `.blocks` and
+    `.loops` are tuples of the names of the blocks and loops at fault), or a schedule
+    the device's lowering cannot take (`.lowering_pass` names the pass).
+    `.primitive` and `.lowering_pass` are None, `.blocks` and `.loops`
+    empty, where they do not apply."""
 
     primitive: str | None
     lowering_pass: str | None
+    blocks: tuple[str, ...]
+    loops: tuple[str, ...]
 
 class DeviceError(TilefuseError, RuntimeError):
     """A kernel the device cannot run (the message names the limit), or a device failure."""

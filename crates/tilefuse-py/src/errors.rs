@@ -5,7 +5,8 @@
 //! TilefuseError(Exception)
 //! ├── FusionError(TilefuseError, ValueError)    ← FusionError, RuntimeError::Argument
 //! ├── ParamsError(TilefuseError, ValueError)    ← ParamsError (.path, .message)
-//! ├── ScheduleError(TilefuseError, ValueError)  ← ScheduleError (.primitive),
+//! ├── ScheduleError(TilefuseError, ValueError)  ← ScheduleError (.primitive,
+//! │                                                .blocks, .loops),
 //! │                                                LowerError (.lowering_pass)
 //! ├── DeviceError(TilefuseError, RuntimeError)  ← RuntimeError::{Limit, Gpu, OutOfMemory}
 //! └── InternalError(TilefuseError, RuntimeError) ← RuntimeError::Internal, and any Rust panic
@@ -38,36 +39,55 @@ create_exception!(
 );
 
 /// One exception class of the hierarchy: its name, its standard-library
-/// base, its doc, and the cell it is created in once.
+/// base, its doc, the attributes an instance carries (with class-level
+/// defaults, so that an error raised from Python has them too), and the
+/// cell it is created in once.
 struct Class {
     name: &'static str,
     std_base: fn(Python<'_>) -> Bound<'_, PyType>,
     doc: &'static str,
+    attributes: &'static [(&'static str, Unset)],
     cell: PyOnceLock<Py<PyType>>,
+}
+
+/// An attribute's value where the error does not set it.
+#[derive(Clone, Copy)]
+enum Unset {
+    None,
+    EmptyTuple,
 }
 
 static FUSION: Class = Class {
     name: "FusionError",
     std_base: |py| py.get_type::<PyValueError>(),
     doc: "A fusion that is not well formed, or arguments that do not fit it: the message names the op and the shapes or dtypes.",
+    attributes: &[],
     cell: PyOnceLock::new(),
 };
 static PARAMS: Class = Class {
     name: "ParamsError",
     std_base: |py| py.get_type::<PyValueError>(),
     doc: "Params that cannot be used. `.path` is the field path (e.g. 'tile_sizes.cta_tile.m'), `.message` what is wrong there.",
+    attributes: &[],
     cell: PyOnceLock::new(),
 };
 static SCHEDULE: Class = Class {
     name: "ScheduleError",
     std_base: |py| py.get_type::<PyValueError>(),
-    doc: "A schedule primitive whose precondition fails, naming the block or loop and the condition (`.primitive` names the primitive), or a schedule the device's lowering cannot take (`.lowering_pass` names the pass); both attributes are None where they do not apply.",
+    doc: "A schedule primitive whose precondition fails, naming the block or loop and the condition (`.primitive` names the primitive; `.blocks` and `.loops` are tuples of the names of the blocks and loops at fault), or a schedule the device's lowering cannot take (`.lowering_pass` names the pass); `.primitive` and `.lowering_pass` are None and `.blocks` and `.loops` empty where they do not apply.",
+    attributes: &[
+        ("primitive", Unset::None),
+        ("lowering_pass", Unset::None),
+        ("blocks", Unset::EmptyTuple),
+        ("loops", Unset::EmptyTuple),
+    ],
     cell: PyOnceLock::new(),
 };
 static DEVICE: Class = Class {
     name: "DeviceError",
     std_base: |py| py.get_type::<PyRuntimeError>(),
     doc: "A kernel the device cannot run (the message names the limit), or a device failure.",
+    attributes: &[],
     cell: PyOnceLock::new(),
 };
 
@@ -75,6 +95,7 @@ static INTERNAL: Class = Class {
     name: "InternalError",
     std_base: |py| py.get_type::<PyRuntimeError>(),
     doc: "A broken invariant of tilefuse itself (a bug): the message says what failed. Please report it with the code that raised it.",
+    attributes: &[],
     cell: PyOnceLock::new(),
 };
 
@@ -88,6 +109,12 @@ impl Class {
                 let dict = PyDict::new(py);
                 dict.set_item("__module__", "tilefuse")?;
                 dict.set_item("__doc__", self.doc)?;
+                for &(name, unset) in self.attributes {
+                    match unset {
+                        Unset::None => dict.set_item(name, py.None())?,
+                        Unset::EmptyTuple => dict.set_item(name, PyTuple::empty(py))?,
+                    }
+                }
                 let ty = py.get_type::<PyType>().call1((self.name, bases, dict))?;
                 Ok::<_, PyErr>(ty.cast_into::<PyType>()?.unbind())
             })
@@ -117,18 +144,24 @@ impl ToPyErr for FusionError {
     }
 }
 
-/// A `ScheduleError` with its `.primitive` and `.lowering_pass` (`None`
-/// where they do not apply).
-fn schedule_err(
-    py: Python<'_>,
-    message: String,
-    primitive: Option<&str>,
-    pass: Option<&str>,
-) -> PyErr {
+/// What a Python `ScheduleError` carries beside its message: `.primitive`
+/// and `.lowering_pass` (`None` where they do not apply), `.blocks` and
+/// `.loops` (tuples of the names at fault, empty where none is).
+#[derive(Default)]
+struct AtFault<'a> {
+    primitive: Option<&'a str>,
+    pass: Option<&'a str>,
+    blocks: &'a [String],
+    loops: &'a [String],
+}
+
+fn schedule_err(py: Python<'_>, message: String, at: AtFault<'_>) -> PyErr {
     let make = || -> PyResult<PyErr> {
         let err = SCHEDULE.get(py)?.call1((message,))?;
-        err.setattr("primitive", primitive)?;
-        err.setattr("lowering_pass", pass)?;
+        err.setattr("primitive", at.primitive)?;
+        err.setattr("lowering_pass", at.pass)?;
+        err.setattr("blocks", PyTuple::new(py, at.blocks)?)?;
+        err.setattr("loops", PyTuple::new(py, at.loops)?)?;
         Ok(PyErr::from_value(err))
     };
     make().unwrap_or_else(|e| e)
@@ -140,13 +173,23 @@ impl ToPyErr for ScheduleError {
             ScheduleError::Precondition { primitive, .. } => Some(*primitive),
             _ => None,
         };
-        schedule_err(py, self.to_string(), primitive, None)
+        let at = AtFault {
+            primitive,
+            blocks: self.blocks_at_fault(),
+            loops: self.loops_at_fault(),
+            ..AtFault::default()
+        };
+        schedule_err(py, self.to_string(), at)
     }
 }
 
 impl ToPyErr for LowerError {
     fn to_py_err(self, py: Python<'_>) -> PyErr {
-        schedule_err(py, self.to_string(), None, Some(self.pass))
+        let at = AtFault {
+            pass: Some(self.pass),
+            ..AtFault::default()
+        };
+        schedule_err(py, self.to_string(), at)
     }
 }
 

@@ -103,8 +103,12 @@ impl PySchedule {
             let factors = factors
                 .iter()
                 .map(|f| {
-                    f.map(|x| u64::try_from(x).map_err(|_| negative_factors(&factors)))
-                        .transpose()
+                    f.map(|x| {
+                        u64::try_from(x).map_err(|_| {
+                            negative_factors(&factors).loops([self.inner.loop_name(LoopId(loop_))])
+                        })
+                    })
+                    .transpose()
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .or_raise(py)?;
@@ -131,12 +135,15 @@ impl PySchedule {
     fn bind(&mut self, py: Python<'_>, loop_: u32, axis: &str) -> PyResult<()> {
         guard(|| {
             let axis = ThreadAxis::parse(axis)
-                .ok_or_else(|| ScheduleError::Precondition {
-                    primitive: "bind",
-                    message: format!(
-                        "unknown thread axis {axis:?}; expected one of {}",
-                        ThreadAxis::ALL.map(ThreadAxis::name).join(", ")
-                    ),
+                .ok_or_else(|| {
+                    ScheduleError::pre(
+                        "bind",
+                        format!(
+                            "unknown thread axis {axis:?}; expected one of {}",
+                            ThreadAxis::ALL.map(ThreadAxis::name).join(", ")
+                        ),
+                    )
+                    .loops([self.inner.loop_name(LoopId(loop_))])
                 })
                 .or_raise(py)?;
             self.make_mut().bind(LoopId(loop_), axis).or_raise(py)
@@ -308,20 +315,18 @@ fn parse_scope(scope: &str) -> Result<Scope, ScheduleError> {
         "global" => Ok(Scope::Global),
         "workgroup" => Ok(Scope::Workgroup),
         "private" => Ok(Scope::Private),
-        other => Err(ScheduleError::Precondition {
-            primitive: "cache",
-            message: format!(
-                "unknown scope {other:?}; expected \"global\", \"workgroup\" or \"private\""
-            ),
-        }),
+        other => Err(ScheduleError::pre(
+            "cache",
+            format!("unknown scope {other:?}; expected \"global\", \"workgroup\" or \"private\""),
+        )),
     }
 }
 
 fn negative_factors(factors: &[Option<i64>]) -> ScheduleError {
-    ScheduleError::Precondition {
-        primitive: "split",
-        message: format!("factors must be positive, got {factors:?}"),
-    }
+    ScheduleError::pre(
+        "split",
+        format!("factors must be positive, got {factors:?}"),
+    )
 }
 
 #[pyclass(module = "tilefuse._native", name = "Device", frozen)]

@@ -330,7 +330,12 @@ fn pipeline_preconditions_and_replay() {
         ScheduleError::Precondition {
             primitive: "pipeline",
             message,
-        } => message,
+            loops,
+            ..
+        } => {
+            assert_eq!(loops, ["i0"], "the pipelined loop");
+            message
+        }
         e => panic!("not a pipeline precondition: {e}"),
     };
     let no_copy = pre(s.pipeline(row, 2, 1).unwrap_err());

@@ -36,7 +36,8 @@ impl Schedule {
             return Err(ScheduleError::pre(
                 primitive,
                 format!("loop {} is already {current:?}", self.loop_name(l)),
-            ));
+            )
+            .loops([self.loop_name(l)]));
         }
         if !reduction_ok && let Some((block, iter)) = self.carried_reduction(l) {
             return Err(ScheduleError::pre(
@@ -46,7 +47,9 @@ impl Schedule {
                      its iterations must run in order (rfactor it first)",
                     self.loop_name(l)
                 ),
-            ));
+            )
+            .blocks([block])
+            .loops([self.loop_name(l)]));
         }
         self.kernel.loop_mut(l).kind = kind;
         Ok(())
@@ -89,7 +92,8 @@ impl Schedule {
                             self.loop_name(other),
                             a.name()
                         ),
-                    ));
+                    )
+                    .loops([self.loop_name(l), self.loop_name(other)]));
                 }
                 let outer = self
                     .kernel
@@ -109,7 +113,7 @@ impl Schedule {
                             self.loop_name(other),
                             a.name()
                         ),
-                    ));
+                    ).loops([self.loop_name(l), self.loop_name(other)]));
                 }
             }
         }
@@ -144,7 +148,8 @@ impl Schedule {
             return Err(ScheduleError::pre(
                 P,
                 format!("loop {} is not innermost", self.loop_name(l)),
-            ));
+            )
+            .loops([self.loop_name(l)]));
         }
         self.annotate(P, l, LoopKind::Vectorized)?;
         self.record(Instruction::Vectorize { loop_: l });
@@ -166,7 +171,8 @@ impl Schedule {
                     "loop {} has {extent} iterations; at most {MAX_UNROLL} unroll (split it first)",
                     self.loop_name(l)
                 ),
-            ));
+            )
+            .loops([self.loop_name(l)]));
         }
         match self.kernel.loop_(l).kind {
             LoopKind::Pipelined {
@@ -202,7 +208,9 @@ impl Schedule {
                     "loop {name} carries the reduction of block {block} (iterator {iter}); \
                      bound, it would be a cross-invocation reduction: {why}"
                 ),
-            ))
+            )
+            .blocks([block])
+            .loops([name.clone()]))
         };
         if axis.is_workgroup() {
             return fail(format!(

@@ -87,7 +87,8 @@ impl Schedule {
                         "output"
                     }
                 ),
-            ));
+            )
+            .blocks([self.block_name(block)]));
         }
         self.kernel.buffers[buffer.0 as usize].scope = scope;
         self.record(Instruction::SetScope { block, scope });
@@ -115,6 +116,7 @@ impl Schedule {
                         names.join(", ")
                     ),
                 )
+                .blocks([b.name.clone()])
             })
     }
 

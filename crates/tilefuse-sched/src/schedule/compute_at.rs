@@ -39,7 +39,9 @@ impl Schedule {
                         self.kernel.buffer(buffer).name,
                         self.loop_name(l)
                     ),
-                ));
+                )
+                .blocks([self.kernel.block(b).name.clone()])
+                .loops([self.loop_name(l)]));
             }
             let consumer = self.kernel.block(b);
             let mut loads = Vec::new();
@@ -56,7 +58,9 @@ impl Schedule {
                     self.loop_name(l),
                     self.block_name(block)
                 ),
-            ));
+            )
+            .blocks([self.block_name(block)])
+            .loops([self.loop_name(l)]));
         }
         let region = self.region(P, l, &accesses, buffer)?;
         self.check_order(P, block, l, true)?;
@@ -96,7 +100,9 @@ impl Schedule {
                     self.loop_name(l),
                     producers.len()
                 ),
-            ));
+            )
+            .blocks([c.name])
+            .loops([self.loop_name(l)]));
         };
         self.check_sole_writer(P, *producer)?;
         self.check_sole_writer(P, block)?;
@@ -125,7 +131,8 @@ impl Schedule {
                             c.name,
                             self.kernel.buffer(p.buffer).name
                         ),
-                    )),
+                    )
+                    .blocks([c.name.clone()])),
                 })
                 .collect::<Result<_>>()?;
             if i > 0 && this != dim_iter {
@@ -136,7 +143,8 @@ impl Schedule {
                         c.name,
                         self.kernel.buffer(p.buffer).name
                     ),
-                ));
+                )
+                .blocks([c.name.clone()]));
             }
             dim_iter = this;
         }
@@ -182,7 +190,8 @@ impl Schedule {
                     "block {} must store each spatial iterator in one dimension of its buffer",
                     b.name
                 ),
-            ));
+            )
+            .blocks([b.name.clone()]));
         }
         Ok(dims)
     }
@@ -199,7 +208,9 @@ impl Schedule {
                     self.block_name(block),
                     self.loop_name(l)
                 ),
-            ));
+            )
+            .blocks([self.block_name(block)])
+            .loops([self.loop_name(l)]));
         }
         let alone = match path.first() {
             Some(&top) => self.kernel.blocks_under(top) == [block],
@@ -212,7 +223,8 @@ impl Schedule {
                     "block {} must be alone in its own loop nest",
                     self.block_name(block)
                 ),
-            ));
+            )
+            .blocks([self.block_name(block)]));
         }
         Ok(())
     }
@@ -239,7 +251,7 @@ impl Schedule {
                         format!("{name} is accessed at offsets that move differently with the loops around {}", self.loop_name(l))
                     }
                 },
-            )
+            ).loops([self.loop_name(l)])
         })
     }
 
@@ -279,7 +291,9 @@ impl Schedule {
                         writer.name,
                         self.loop_name(l)
                     ),
-                ));
+                )
+                .blocks([self.block_name(block), writer.name.clone()])
+                .loops([self.loop_name(l)]));
             }
         }
         Ok(())
@@ -304,7 +318,9 @@ impl Schedule {
                     self.block_name(block),
                     self.loop_name(l)
                 ),
-            ));
+            )
+            .blocks([self.block_name(block)])
+            .loops([self.loop_name(l)]));
         }
         Ok(())
     }

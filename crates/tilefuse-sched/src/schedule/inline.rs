@@ -90,10 +90,10 @@ impl Schedule {
         let b = self.kernel.block(block);
         let buffer = b.buffer;
         if b.value.reads(buffer) {
-            return Err(ScheduleError::pre(
-                P,
-                format!("block {} reads its own buffer", b.name),
-            ));
+            return Err(
+                ScheduleError::pre(P, format!("block {} reads its own buffer", b.name))
+                    .blocks([b.name.clone()]),
+            );
         }
         let consumers: Vec<BlockId> = (self.kernel.blocks_in_order().into_iter())
             .filter(|&o| o != block && self.kernel.block(o).reads(buffer))
@@ -140,10 +140,9 @@ impl Schedule {
         self.check_block(block)?;
         let c = self.kernel.block(block).clone();
         if c.reduce.is_some() {
-            return Err(ScheduleError::pre(
-                P,
-                format!("block {} is a reduction", c.name),
-            ));
+            return Err(
+                ScheduleError::pre(P, format!("block {} is a reduction", c.name)).blocks([c.name]),
+            );
         }
         let mut loads = Vec::new();
         c.value.loads(&mut loads);
@@ -156,7 +155,8 @@ impl Schedule {
             return Err(ScheduleError::pre(
                 P,
                 format!("block {} reads no intermediate buffer", c.name),
-            ));
+            )
+            .blocks([c.name.clone()]));
         };
         if temps
             .iter()
@@ -168,7 +168,8 @@ impl Schedule {
                     "block {} must read one intermediate, at exactly its iterators",
                     c.name
                 ),
-            ));
+            )
+            .blocks([c.name.clone()]));
         }
         let order = self.kernel.blocks_in_order();
         let producer = *order
@@ -185,7 +186,8 @@ impl Schedule {
                     "blocks {} and {} iterate over different domains",
                     p.name, c.name
                 ),
-            ));
+            )
+            .blocks([p.name, c.name.clone()]));
         }
         let p_pos = order.iter().position(|&b| b == producer).expect("in order");
         for &other in &order {
@@ -197,7 +199,8 @@ impl Schedule {
                         self.kernel.buffer(temp).name,
                         self.kernel.block(other).name
                     ),
-                ));
+                )
+                .blocks([c.name.clone(), self.kernel.block(other).name.clone()]));
             }
         }
         for (buf, _) in &loads {
@@ -216,7 +219,8 @@ impl Schedule {
                         self.kernel.buffer(*buf).name,
                         p.name
                     ),
-                ));
+                )
+                .blocks([c.name.clone(), p.name]));
             }
         }
         // Iterators correspond one to one (same extents, identity indices).
@@ -248,10 +252,10 @@ impl Schedule {
     fn check_inlinable_alone(&self, primitive: &'static str, block: BlockId) -> Result<()> {
         let b = self.kernel.block(block);
         if b.reduce.is_some() {
-            return Err(ScheduleError::pre(
-                primitive,
-                format!("block {} is a reduction", b.name),
-            ));
+            return Err(
+                ScheduleError::pre(primitive, format!("block {} is a reduction", b.name))
+                    .blocks([b.name.clone()]),
+            );
         }
         if self.kernel.buffer(b.buffer).role != Role::Temp {
             return Err(ScheduleError::pre(
@@ -261,13 +265,15 @@ impl Schedule {
                     b.name,
                     self.kernel.buffer(b.buffer).name
                 ),
-            ));
+            )
+            .blocks([b.name.clone()]));
         }
         if !is_identity(&b.indices, b.iters.len()) {
             return Err(ScheduleError::pre(
                 primitive,
                 format!("block {} does not store at exactly its iterators", b.name),
-            ));
+            )
+            .blocks([b.name.clone()]));
         }
         Ok(())
     }
@@ -295,7 +301,9 @@ impl Schedule {
                 self.kernel.buffer(buffer).name,
                 others.join(", ")
             ),
-        ))
+        )
+        .blocks([self.block_name(block)])
+        .blocks(others))
     }
 
     /// Takes a block out of the tree, with loops left empty by it.

@@ -41,7 +41,8 @@ impl Schedule {
                     "loop {} is {kind:?}; transform loops before annotating them",
                     self.loop_name(l)
                 ),
-            )),
+            )
+            .loops([self.loop_name(l)])),
         }
     }
 
@@ -65,19 +66,22 @@ impl Schedule {
         self.check_serial(P, l)?;
         let extent = self.kernel.loop_(l).extent;
         if factors.is_empty() {
-            return Err(ScheduleError::pre(P, "needs at least one factor"));
+            return Err(
+                ScheduleError::pre(P, "needs at least one factor").loops([self.loop_name(l)])
+            );
         }
         if factors.iter().filter(|f| f.is_none()).count() > 1 {
-            return Err(ScheduleError::pre(
-                P,
-                "at most one factor may be None (inferred)",
-            ));
+            return Err(
+                ScheduleError::pre(P, "at most one factor may be None (inferred)")
+                    .loops([self.loop_name(l)]),
+            );
         }
         if factors.contains(&Some(0)) {
             return Err(ScheduleError::pre(
                 P,
                 format!("factors must be positive, got {}", describe(factors)),
-            ));
+            )
+            .loops([self.loop_name(l)]));
         }
         let Some(known) = factors
             .iter()
@@ -90,7 +94,8 @@ impl Schedule {
                     "factors {} overflow a 64-bit iteration count",
                     describe(factors)
                 ),
-            ));
+            )
+            .loops([self.loop_name(l)]));
         };
         let resolved: Vec<u64> = factors
             .iter()
@@ -105,7 +110,7 @@ impl Schedule {
                     "factors {resolved:?} cover {product} iterations, more than {MAX_OVERSHOOT} times the extent {extent} of loop {}: the iterations past the extent would all be skipped",
                     self.loop_name(l)
                 ),
-            ));
+            ).loops([self.loop_name(l)]));
         }
         if product < extent {
             return Err(ScheduleError::pre(
@@ -114,7 +119,7 @@ impl Schedule {
                     "factors {resolved:?} cover {product} iterations, less than the extent {extent} of loop {}",
                     self.loop_name(l)
                 ),
-            ));
+            ).loops([self.loop_name(l)]));
         }
         if let Some(names) = names
             && names.len() != factors.len()
@@ -122,7 +127,8 @@ impl Schedule {
             return Err(ScheduleError::pre(
                 P,
                 format!("{} names for {} factors", names.len(), factors.len()),
-            ));
+            )
+            .loops([self.loop_name(l)]));
         }
         if let Some(bad) = names
             .into_iter()
@@ -134,7 +140,7 @@ impl Schedule {
                 format!(
                     "loop name {bad:?} is not an identifier (letters, digits and _, not starting with a digit)"
                 ),
-            ));
+            ).loops([self.loop_name(l)]));
         }
         let base = self.loop_name(l);
         let new: Vec<LoopId> = resolved
@@ -183,7 +189,8 @@ impl Schedule {
     pub fn fuse(&mut self, loops: &[LoopId]) -> Result<LoopId> {
         const P: &str = "fuse";
         if loops.len() < 2 {
-            return Err(ScheduleError::pre(P, "needs at least two loops"));
+            return Err(ScheduleError::pre(P, "needs at least two loops")
+                .loops(loops.iter().map(|&l| self.loop_name(l))));
         }
         for &l in loops {
             self.check_loop(l)?;
@@ -201,7 +208,8 @@ impl Schedule {
                         self.loop_name(pair[1]),
                         self.loop_name(pair[0])
                     ),
-                ));
+                )
+                .loops([self.loop_name(pair[0]), self.loop_name(pair[1])]));
             }
         }
         let extents: Vec<u64> = loops.iter().map(|&l| self.kernel.loop_(l).extent).collect();
@@ -248,7 +256,8 @@ impl Schedule {
                 return Err(ScheduleError::pre(
                     P,
                     format!("loop {} is given twice", self.loop_name(*l)),
-                ));
+                )
+                .loops([self.loop_name(*l)]));
             }
         }
         if loops.len() < 2 {
@@ -287,7 +296,8 @@ impl Schedule {
                                 .join(", "),
                             self.loop_name(top)
                         ),
-                    ));
+                    )
+                    .loops(loops.iter().map(|&l| self.loop_name(l))));
                 }
             }
         }

@@ -33,7 +33,8 @@ impl Schedule {
             return Err(ScheduleError::pre(
                 P,
                 format!("stages must be between 2 and {MAX_STAGES}, got {stages}"),
-            ));
+            )
+            .loops([self.loop_name(l)]));
         }
         if prefetch_gap >= stages {
             return Err(ScheduleError::pre(
@@ -42,11 +43,12 @@ impl Schedule {
                     "prefetch_gap must be less than stages ({stages}), got {prefetch_gap}: \
                      a copy cannot run further ahead than there are buffers"
                 ),
-            ));
+            )
+            .loops([self.loop_name(l)]));
         }
         self.kernel
             .copies_ahead(l)
-            .map_err(|why| ScheduleError::pre(P, why))?;
+            .map_err(|why| ScheduleError::pre(P, why).loops([self.loop_name(l)]))?;
         let unrolled = self.kernel.loop_(l).kind == LoopKind::Unrolled;
         let kind = LoopKind::Pipelined {
             stages,

@@ -47,15 +47,17 @@ impl Schedule {
                     self.loop_name(l),
                     blocks.len()
                 ),
-            ));
+            )
+            .loops([self.loop_name(l)]));
         };
         let block = *block;
         let b = self.kernel.block(block).clone();
         let Some(op) = b.reduce else {
-            return Err(ScheduleError::pre(
-                P,
-                format!("block {} is not a reduction", b.name),
-            ));
+            return Err(
+                ScheduleError::pre(P, format!("block {} is not a reduction", b.name))
+                    .blocks([b.name])
+                    .loops([self.loop_name(l)]),
+            );
         };
         let drives = |loop_: LoopId, kind| {
             b.iters
@@ -71,7 +73,9 @@ impl Schedule {
                     self.loop_name(l),
                     b.name
                 ),
-            ));
+            )
+            .blocks([b.name.clone()])
+            .loops([self.loop_name(l)]));
         }
         // The outermost loop that carries the reduction (a loop a previous
         // rfactor made spatial drives a reduce iterator too, but carries
@@ -92,6 +96,7 @@ impl Schedule {
                         self.loop_name(l)
                     ),
                 )
+                .loops([self.loop_name(l)])
             })?;
         let in_place = self.kernel.blocks_under(path[first]) == [block]
             && !path[first..].iter().any(|&p| drives(p, IterKind::Spatial));
@@ -103,7 +108,8 @@ impl Schedule {
                      spatial iterators, or its loop nest must hold only it",
                     b.name
                 ),
-            ));
+            )
+            .blocks([b.name.clone()]));
         }
         let extent = self.kernel.loop_(l).extent;
         let out = self.kernel.buffer(b.buffer).clone();
@@ -264,14 +270,17 @@ impl Schedule {
             return Err(ScheduleError::pre(
                 P,
                 format!("block {} is not an initializing reduction", b.name),
-            ));
+            )
+            .blocks([b.name]));
         };
         let path = self.get_loops(block)?;
         let Some(at) = path.iter().position(|&p| p == l) else {
             return Err(ScheduleError::pre(
                 P,
                 format!("block {} is not under loop {}", b.name, self.loop_name(l)),
-            ));
+            )
+            .blocks([b.name])
+            .loops([self.loop_name(l)]));
         };
         let carries = |p: LoopId| {
             b.iters
@@ -287,7 +296,9 @@ impl Schedule {
                     self.loop_name(l),
                     b.name
                 ),
-            ));
+            )
+            .blocks([b.name.clone()])
+            .loops([self.loop_name(l)]));
         }
         let mut inner = vec![l];
         inner.extend(self.kernel.loops_inside(l));
@@ -304,6 +315,8 @@ impl Schedule {
                         self.loop_name(l)
                     ),
                 )
+                .blocks([b.name.clone()])
+                .loops([self.loop_name(l)])
             })?;
         let dtype = out.dtype;
         // One iterator per buffer dimension, walking the region from its
