@@ -4,7 +4,7 @@
 //! combining the partial results. `decompose_reduction` moves a
 //! reduction's start from the identity out of its loops.
 
-use tilefuse_ir::reduce_identity;
+use tilefuse_ir::{DType, ReduceOp, reduce_identity};
 
 use super::{Instruction, Result, Schedule, ScheduleError};
 use crate::ir::{
@@ -36,28 +36,51 @@ impl Schedule {
     /// drives one of its reduce iterators and none of its spatial ones; one
     /// of the two placements above applies.
     pub fn rfactor(&mut self, l: LoopId) -> Result<BlockId> {
+        let site = self.rfactor_site(l)?;
+        let extent = self.kernel.loop_(l).extent;
+        let rf = self.partial_buffer(&site.b, extent);
+        let (vrf, self_init) = self.make_partial(&site, l, rf, extent);
+        let (fill, combine) = self.fill_and_combine(&site, rf, extent, vrf);
+        let fill = (!self_init).then_some(fill);
+        if site.in_place {
+            let fill = fill.map(|fill| self.inner_nest(fill, extent));
+            let combine = self.inner_nest(combine, extent);
+            let (siblings, at) = self.siblings(&site.path, site.first);
+            siblings.insert(at + 1, combine);
+            if let Some(fill) = fill {
+                siblings.insert(at, fill);
+            }
+        } else {
+            let root = self.root_of(l);
+            let fill = fill.map(|fill| self.kernel.add_nest(fill));
+            let combine = self.kernel.add_nest(combine);
+            self.kernel.body.insert(root + 1, combine);
+            if let Some(fill) = fill {
+                self.kernel.body.insert(root, fill);
+            }
+        }
+        self.record(Instruction::Rfactor { loop_: l });
+        Ok(site.block)
+    }
+
+    /// Checks `rfactor`'s preconditions on loop `l` and finds where the
+    /// fill and combine blocks go.
+    fn rfactor_site(&self, l: LoopId) -> Result<RfactorSite> {
         const P: &str = "rfactor";
         self.check_loop(l)?;
+        let fault = |message: String| ScheduleError::pre(P, message).loops([self.loop_name(l)]);
         let blocks = self.kernel.blocks_under(l);
         let [block] = blocks.as_slice() else {
-            return Err(ScheduleError::pre(
-                P,
-                format!(
-                    "loop {} must enclose exactly one block, it encloses {}",
-                    self.loop_name(l),
-                    blocks.len()
-                ),
-            )
-            .loops([self.loop_name(l)]));
+            return Err(fault(format!(
+                "loop {} must enclose exactly one block, it encloses {}",
+                self.loop_name(l),
+                blocks.len()
+            )));
         };
         let block = *block;
         let b = self.kernel.block(block).clone();
         let Some(op) = b.reduce else {
-            return Err(
-                ScheduleError::pre(P, format!("block {} is not a reduction", b.name))
-                    .blocks([b.name])
-                    .loops([self.loop_name(l)]),
-            );
+            return Err(fault(format!("block {} is not a reduction", b.name)).blocks([b.name]));
         };
         let drives = |loop_: LoopId, kind| {
             b.iters
@@ -66,16 +89,12 @@ impl Schedule {
                 .any(|(it, x)| it.kind == kind && x.mentions(Var::Loop(loop_)))
         };
         if !drives(l, IterKind::Reduce) || drives(l, IterKind::Spatial) {
-            return Err(ScheduleError::pre(
-                P,
-                format!(
-                    "loop {} must drive a reduce iterator of block {} and no spatial one",
-                    self.loop_name(l),
-                    b.name
-                ),
-            )
-            .blocks([b.name.clone()])
-            .loops([self.loop_name(l)]));
+            return Err(fault(format!(
+                "loop {} must drive a reduce iterator of block {} and no spatial one",
+                self.loop_name(l),
+                b.name
+            ))
+            .blocks([b.name.clone()]));
         }
         // The outermost loop that carries the reduction (a loop a previous
         // rfactor made spatial drives a reduce iterator too, but carries
@@ -89,14 +108,10 @@ impl Schedule {
                     && self.kernel.loop_(p).extent > 1
             })
             .ok_or_else(|| {
-                ScheduleError::pre(
-                    P,
-                    format!(
-                        "loop {} has one iteration: nothing to factor",
-                        self.loop_name(l)
-                    ),
-                )
-                .loops([self.loop_name(l)])
+                fault(format!(
+                    "loop {} has one iteration: nothing to factor",
+                    self.loop_name(l)
+                ))
             })?;
         let in_place = self.kernel.blocks_under(path[first]) == [block]
             && !path[first..].iter().any(|&p| drives(p, IterKind::Spatial));
@@ -111,38 +126,55 @@ impl Schedule {
             )
             .blocks([b.name.clone()]));
         }
-        let extent = self.kernel.loop_(l).extent;
-        let out = self.kernel.buffer(b.buffer).clone();
-        let dtype = out.dtype;
-        let rf_name = format!("{}_rf", b.name);
-        let mut rf_shape = vec![extent];
-        rf_shape.extend(&out.shape);
-        self.kernel.buffers.push(Buffer {
-            name: rf_name.clone(),
-            dtype,
-            shape: rf_shape.clone(),
+        Ok(RfactorSite {
+            block,
+            b,
+            op,
+            path,
+            first,
+            in_place,
+        })
+    }
+
+    /// Adds the buffer `B_rf[l, ...]` of block `b`'s partial results.
+    fn partial_buffer(&mut self, b: &Block, extent: u64) -> BufferId {
+        let out = self.kernel.buffer(b.buffer);
+        let mut shape = vec![extent];
+        shape.extend(&out.shape);
+        let buffer = Buffer {
+            name: format!("{}_rf", b.name),
+            dtype: out.dtype,
+            shape,
             scope: Scope::Global,
             role: Role::Temp,
             stages: None,
-        });
-        let rf = BufferId(self.kernel.buffers.len() as u32 - 1);
-        let iter = |i: usize| Index::var(Var::Iter(i as u32));
+        };
+        self.kernel.buffers.push(buffer);
+        BufferId(self.kernel.buffers.len() as u32 - 1)
+    }
 
-        // The partial reduction: the original block, one more spatial iterator.
+    /// Turns the block into the partial reduction `B_rf`: one more spatial
+    /// iterator (returned by name) over `l`, writing `rf`. Returns whether
+    /// the partial starts from the identity itself (no fill block needed).
+    fn make_partial(
+        &mut self,
+        site: &RfactorSite,
+        l: LoopId,
+        rf: BufferId,
+        extent: u64,
+    ) -> (String, bool) {
+        let b = &site.b;
         let position = b.iters.len();
         let taken = |n: &str| b.iters.iter().any(|it| it.name == n);
         let vrf = (0..)
-            .map(|i| {
-                if i == 0 {
-                    "vrf".to_owned()
-                } else {
-                    format!("vrf{i}")
-                }
+            .map(|i| match i {
+                0 => "vrf".to_owned(),
+                _ => format!("vrf{i}"),
             })
             .find(|n| !taken(n))
             .expect("a free name");
-        let pb = self.kernel.block_mut(block);
-        pb.name = rf_name.clone();
+        let pb = self.kernel.block_mut(site.block);
+        pb.name = format!("{}_rf", b.name);
         pb.iters.push(IterVar {
             name: vrf.clone(),
             extent,
@@ -156,24 +188,36 @@ impl Schedule {
         // from the identity itself (TVM's rfactor): no fill block, and its
         // partials can live in registers. Otherwise a fill block starts
         // them.
-        let split = self.split_reduce_iter(&b, l).filter(|_| b.init);
-        let self_init = split.is_some();
-        if let Some((k, c, q)) = split {
-            let q_extent = q.bounds(&|v| self.kernel.loop_range(v)).1 as u64 + 1;
-            let pb = self.kernel.block_mut(block);
-            pb.iters[k].extent = q_extent;
-            pb.bindings[k] = q;
-            let vk = iter(position) * c as i64 + iter(k);
-            pb.value = pb
-                .value
-                .subst(&|v| (v == Var::Iter(k as u32)).then(|| vk.clone()));
-        } else {
-            self.kernel.block_mut(block).init = false;
-        }
+        let Some((k, c, q)) = self.split_reduce_iter(b, l).filter(|_| b.init) else {
+            self.kernel.block_mut(site.block).init = false;
+            return (vrf, false);
+        };
+        let q_extent = q.bounds(&|v| self.kernel.loop_range(v)).1 as u64 + 1;
+        let pb = self.kernel.block_mut(site.block);
+        pb.iters[k].extent = q_extent;
+        pb.bindings[k] = q;
+        let vk = iter(position) * c as i64 + iter(k);
+        pb.value = pb
+            .value
+            .subst(&|v| (v == Var::Iter(k as u32)).then(|| vk.clone()));
+        (vrf, true)
+    }
 
-        // The fill and combine blocks walk `B`'s output elements (its
-        // spatial iterators, renumbered) and one more iterator over `l`.
-        let (spatial, bindings, indices): (Vec<IterVar>, Vec<Index>, Vec<Index>) = if in_place {
+    /// The fill block (the identity into `rf`) and the combine block
+    /// (`rf` reduced over its first dimension into `B`'s buffer). Both walk
+    /// `B`'s output elements (its spatial iterators, renumbered) and one
+    /// more iterator over `l`.
+    fn fill_and_combine(
+        &self,
+        site: &RfactorSite,
+        rf: BufferId,
+        extent: u64,
+        vrf: String,
+    ) -> (Block, Block) {
+        let b = &site.b;
+        let out = self.kernel.buffer(b.buffer);
+        let (spatial, bindings, indices): (Vec<IterVar>, Vec<Index>, Vec<Index>) = if site.in_place
+        {
             let kept: Vec<usize> = (0..b.iters.len())
                 .filter(|&i| b.iters[i].kind == IterKind::Spatial)
                 .collect();
@@ -196,28 +240,23 @@ impl Schedule {
                 (0..rank).map(iter).collect(),
             )
         };
-        let k = spatial.len();
-        let mut rf_index = vec![iter(k)];
+        let mut rf_index = vec![iter(spatial.len())];
         rf_index.extend(indices.iter().cloned());
-        let with_last = |kind, name: &str| {
+        let with_last = |kind, name: String| {
             let mut iters = spatial.clone();
-            iters.push(IterVar {
-                name: name.into(),
-                extent,
-                kind,
-            });
+            iters.push(IterVar { name, extent, kind });
             iters
         };
         let fill = Block {
-            name: format!("{rf_name}_init"),
-            iters: with_last(IterKind::Spatial, &vrf),
+            name: format!("{}_rf_init", b.name),
+            iters: with_last(IterKind::Spatial, vrf),
             bindings: bindings.clone(),
             indices: rf_index.clone(),
-            ..identity_block(rf, op, dtype)
+            ..identity_block(rf, site.op, out.dtype)
         };
         let combine = Block {
             name: b.name.clone(),
-            iters: with_last(IterKind::Reduce, "vr"),
+            iters: with_last(IterKind::Reduce, "vr".into()),
             bindings,
             buffer: b.buffer,
             indices,
@@ -225,29 +264,11 @@ impl Schedule {
                 buffer: rf,
                 indices: rf_index,
             },
-            reduce: Some(op),
+            reduce: Some(site.op),
             init: b.init,
             predicates: Vec::new(),
         };
-        if in_place {
-            let fill = (!self_init).then(|| self.inner_nest(fill, extent));
-            let combine = self.inner_nest(combine, extent);
-            let (siblings, at) = self.siblings(&path, first);
-            siblings.insert(at + 1, combine);
-            if let Some(fill) = fill {
-                siblings.insert(at, fill);
-            }
-        } else {
-            let root = self.root_of(l);
-            let fill = (!self_init).then(|| self.kernel.add_nest(fill));
-            let combine = self.kernel.add_nest(combine);
-            self.kernel.body.insert(root + 1, combine);
-            if let Some(fill) = fill {
-                self.kernel.body.insert(root, fill);
-            }
-        }
-        self.record(Instruction::Rfactor { loop_: l });
-        Ok(block)
+        (fill, combine)
     }
 
     /// Starts the reduction of `block` with a separate block placed just
@@ -335,7 +356,7 @@ impl Schedule {
             name: format!("{}_init", b.name),
             iters: IterVar::spatial(&out.shape),
             bindings,
-            indices: (0..rank).map(|i| Index::var(Var::Iter(i as u32))).collect(),
+            indices: (0..rank).map(iter).collect(),
             ..identity_block(b.buffer, op, dtype)
         };
         self.kernel.blocks.push(init);
@@ -444,9 +465,26 @@ impl Schedule {
     }
 }
 
+/// Where `rfactor` applies: the block (`b`, as it was), its reduction,
+/// the loops around it and the first that carries the reduction, and
+/// whether the fill and combine go in place around that loop.
+struct RfactorSite {
+    block: BlockId,
+    b: Block,
+    op: ReduceOp,
+    path: Vec<LoopId>,
+    first: usize,
+    in_place: bool,
+}
+
+/// Iterator `i` of a block, as an index.
+fn iter(i: usize) -> Index {
+    Index::var(Var::Iter(i as u32))
+}
+
 /// A block storing `op`'s identity into `buffer`; the caller sets its
 /// name, iterators, bindings and indices.
-fn identity_block(buffer: BufferId, op: tilefuse_ir::ReduceOp, dtype: tilefuse_ir::DType) -> Block {
+fn identity_block(buffer: BufferId, op: ReduceOp, dtype: DType) -> Block {
     Block {
         name: String::new(),
         iters: Vec::new(),
