@@ -102,90 +102,18 @@ pub(super) fn plan(
             ),
         ));
     }
-    let (cross_invocation, cross_workgroup, subgroup, other_cross) = if inner {
-        (
-            p.cross_invocation_inner_reduction,
-            p.cross_workgroup_inner_reduction,
-            p.subgroup_inner_reduction,
-            [
-                (
-                    "cross_invocation_outer_reduction",
-                    p.cross_invocation_outer_reduction,
-                ),
-                (
-                    "cross_workgroup_outer_reduction",
-                    p.cross_workgroup_outer_reduction,
-                ),
-                ("subgroup_outer_reduction", p.subgroup_outer_reduction),
-            ],
-        )
-    } else {
-        (
-            p.cross_invocation_outer_reduction,
-            p.cross_workgroup_outer_reduction,
-            p.subgroup_outer_reduction,
-            [
-                (
-                    "cross_invocation_inner_reduction",
-                    p.cross_invocation_inner_reduction,
-                ),
-                (
-                    "cross_workgroup_inner_reduction",
-                    p.cross_workgroup_inner_reduction,
-                ),
-                ("subgroup_inner_reduction", p.subgroup_inner_reduction),
-            ],
-        )
-    };
-    let kind = if inner { "an inner" } else { "an outer" };
-    if let Some((field, _)) = other_cross.iter().find(|(_, on)| *on) {
-        return Err(err(
-            field,
-            format!("the fusion is {kind} reduction; this flag is for the other kind"),
-        ));
-    }
+    let flags = CrossFlags::of(p, inner)?;
     let n: u64 = size.iter().map(|&d| u64::from(d)).product();
-    let t = if cross_invocation {
+    let t = if flags.invocation {
         u64::from(p.reduction_invocations)
     } else {
         1
     };
-    let y = n / t;
-    if subgroup {
+    if flags.subgroup {
         check_subgroups(inner, t, device)?;
     }
-    let (vec_rows, vec_r) = (
-        u64::from(p.vectorization_factor_iteration),
-        u64::from(p.vectorization_factor_reduction),
-    );
-    let (contiguous, strided) = if inner {
-        (
-            "vectorization_factor_reduction",
-            "vectorization_factor_iteration",
-        )
-    } else {
-        (
-            "vectorization_factor_iteration",
-            "vectorization_factor_reduction",
-        )
-    };
-    if (if inner { vec_rows } else { vec_r }) != 1 {
-        return Err(err(
-            strided,
-            format!(
-                "{kind} reduction vectorizes along its contiguous domain ({contiguous}); must be 1"
-            ),
-        ));
-    }
-    let contiguous_extent = if inner { topo.reduced() } else { topo.inner() };
-    let v = vec_rows.max(vec_r);
-    if !contiguous_extent.is_multiple_of(v) {
-        return Err(err(
-            contiguous,
-            format!("{v} does not divide the contiguous extent {contiguous_extent}"),
-        ));
-    }
-    let unroll_rows = u64::from(p.unroll_factor_iteration);
+    let (vec_rows, vec_r) = vectorization(p, &topo, inner)?;
+    let (y, unroll_rows) = (n / t, u64::from(p.unroll_factor_iteration));
     let per_step = y * unroll_rows * vec_rows;
     let rpw = p.rows_per_workgroup.map_or(per_step, u64::from);
     if !rpw.is_multiple_of(per_step) {
@@ -206,46 +134,13 @@ pub(super) fn plan(
             ),
         ));
     }
-    let groups_per_row = if cross_workgroup {
-        if p.persistent_kernel {
-            return Err(err(
-                if inner {
-                    "cross_workgroup_inner_reduction"
-                } else {
-                    "cross_workgroup_outer_reduction"
-                },
-                "workgroups cannot share a row within one stage; needs persistent_kernel = false",
-            ));
-        }
-        if p.schedule_3d {
-            return Err(err(
-                "schedule_3d",
-                "both workgroup axes are taken by a cross-workgroup reduction",
-            ));
-        }
-        let per_group = t * u64::from(p.unroll_factor_reduction) * vec_r;
-        let other = if p.flip_grid { 0 } else { 1 };
-        let groups = match p.launch.grid {
-            Some(g) => u64::from(g[other]),
-            None => topo.reduced().div_ceil(per_group * 16).clamp(2, 256),
-        };
-        if groups < 2 || groups > topo.reduced() {
-            return Err(err(
-                &format!("launch.grid[{other}]"),
-                format!(
-                    "a cross-workgroup reduction spreads each row over 2 to {} workgroups \
-                     (its reduction extent) along this axis, got {groups}",
-                    topo.reduced()
-                ),
-            ));
-        }
-        Some(groups)
-    } else {
-        None
+    let groups = match flags.workgroup {
+        true => Some(groups_per_row(p, &topo, inner, t * vec_r)?),
+        false => None,
     };
     // Subgroups are laid out along invocation.x on every driver, so a
     // subgroup reduction keeps its invocations there, outer ones too.
-    let (red_axis, row_axis) = if inner || subgroup {
+    let (red_axis, row_axis) = if inner || flags.subgroup {
         (ThreadAxis::InvocationX, ThreadAxis::InvocationY)
     } else {
         (ThreadAxis::InvocationY, ThreadAxis::InvocationX)
@@ -263,13 +158,13 @@ pub(super) fn plan(
             invocations: y,
             vector: vec_rows,
             reduction_invocations: t,
-            groups: groups_per_row,
+            groups,
         },
         t,
         invocations: n,
         unroll_r: u64::from(p.unroll_factor_reduction),
         vec_r,
-        subgroup,
+        subgroup: flags.subgroup,
         red_axis,
         row_axis,
         grid_axis,
@@ -280,6 +175,146 @@ pub(super) fn plan(
         max_row_invocations: u64::from(device.limits.max_workgroup_size[row_axis.dim()]),
         reduce_outside_rows: !inner && !device.is_gpu(),
     })
+}
+
+/// The cross-invocation, cross-workgroup and subgroup flags of the
+/// fusion's kind of reduction (inner or outer).
+struct CrossFlags {
+    invocation: bool,
+    workgroup: bool,
+    subgroup: bool,
+}
+
+impl CrossFlags {
+    /// The flags for `inner` or outer reductions; the other kind's must be
+    /// off.
+    fn of(p: &ReductionParams, inner: bool) -> Result<Self, ParamsError> {
+        let inner_flags = [
+            (
+                "cross_invocation_inner_reduction",
+                p.cross_invocation_inner_reduction,
+            ),
+            (
+                "cross_workgroup_inner_reduction",
+                p.cross_workgroup_inner_reduction,
+            ),
+            ("subgroup_inner_reduction", p.subgroup_inner_reduction),
+        ];
+        let outer_flags = [
+            (
+                "cross_invocation_outer_reduction",
+                p.cross_invocation_outer_reduction,
+            ),
+            (
+                "cross_workgroup_outer_reduction",
+                p.cross_workgroup_outer_reduction,
+            ),
+            ("subgroup_outer_reduction", p.subgroup_outer_reduction),
+        ];
+        let (own, other) = match inner {
+            true => (inner_flags, outer_flags),
+            false => (outer_flags, inner_flags),
+        };
+        if let Some((field, _)) = other.iter().find(|(_, on)| *on) {
+            let kind = if inner { "an inner" } else { "an outer" };
+            return Err(err(
+                field,
+                format!("the fusion is {kind} reduction; this flag is for the other kind"),
+            ));
+        }
+        Ok(CrossFlags {
+            invocation: own[0].1,
+            workgroup: own[1].1,
+            subgroup: own[2].1,
+        })
+    }
+}
+
+/// `(rows, reduction)` vector widths: only along the contiguous domain
+/// (the reduction for inner reductions, the rows for outer ones), which
+/// the width must divide.
+fn vectorization(
+    p: &ReductionParams,
+    topo: &Topology,
+    inner: bool,
+) -> Result<(u64, u64), ParamsError> {
+    let (vec_rows, vec_r) = (
+        u64::from(p.vectorization_factor_iteration),
+        u64::from(p.vectorization_factor_reduction),
+    );
+    let (contiguous, strided, strided_width) = match inner {
+        true => (
+            "vectorization_factor_reduction",
+            "vectorization_factor_iteration",
+            vec_rows,
+        ),
+        false => (
+            "vectorization_factor_iteration",
+            "vectorization_factor_reduction",
+            vec_r,
+        ),
+    };
+    if strided_width != 1 {
+        let kind = if inner { "an inner" } else { "an outer" };
+        return Err(err(
+            strided,
+            format!(
+                "{kind} reduction vectorizes along its contiguous domain ({contiguous}); must be 1"
+            ),
+        ));
+    }
+    let contiguous_extent = if inner { topo.reduced() } else { topo.inner() };
+    let v = vec_rows.max(vec_r);
+    if !contiguous_extent.is_multiple_of(v) {
+        return Err(err(
+            contiguous,
+            format!("{v} does not divide the contiguous extent {contiguous_extent}"),
+        ));
+    }
+    Ok((vec_rows, vec_r))
+}
+
+/// Workgroups sharing each row in a cross-workgroup reduction, where one
+/// workgroup reduces `per_invocation_step` elements per unrolled step.
+fn groups_per_row(
+    p: &ReductionParams,
+    topo: &Topology,
+    inner: bool,
+    per_invocation_step: u64,
+) -> Result<u64, ParamsError> {
+    if p.persistent_kernel {
+        return Err(err(
+            if inner {
+                "cross_workgroup_inner_reduction"
+            } else {
+                "cross_workgroup_outer_reduction"
+            },
+            "workgroups cannot share a row within one stage; needs persistent_kernel = false",
+        ));
+    }
+    if p.schedule_3d {
+        return Err(err(
+            "schedule_3d",
+            "both workgroup axes are taken by a cross-workgroup reduction",
+        ));
+    }
+    let per_group = per_invocation_step * u64::from(p.unroll_factor_reduction);
+    let other = if p.flip_grid { 0 } else { 1 };
+    let groups = match p.launch.grid {
+        Some(g) => u64::from(g[other]),
+        None => topo.reduced().div_ceil(per_group * 16).clamp(2, 256),
+    };
+    if groups < 2 || groups > topo.reduced() {
+        return Err(err(
+            &format!("launch.grid[{other}]"),
+            format!(
+                "a cross-workgroup reduction spreads each row over 2 to {} workgroups \
+                 (its reduction extent) along this axis, got {groups}",
+                topo.reduced()
+            ),
+        ));
+    }
+    Ok(groups)
 }
 
 /// A subgroup reduction combines the partials of the `t` reduction
