@@ -58,7 +58,7 @@ use tilefuse_ir::Fusion;
 use tilefuse_params::{MatmulParams, ParamsError};
 
 use super::launch::{Fix, check_launch_limits, err, fuse};
-use crate::ir::{LoopId, Scope, ThreadAxis};
+use crate::ir::{BlockId, LoopId, Scope, ThreadAxis};
 use crate::{DeviceInfo, Schedule, ScheduleError};
 fn internal(e: &ScheduleError) -> ParamsError {
     err("scheduler", format!("the matmul scheduler failed: {e}"))
@@ -79,52 +79,7 @@ pub fn schedule_matmul(
         .find(|&&b| s.kernel().block(b).reduce.is_some())
         .expect("a matmul block");
     let epilogue = blocks.iter().copied().find(|&b| b != mm);
-    let loops = s.get_loops(mm).expect("live");
-    let nb = loops.len() - 3;
-    let (batch, [i, j, mut k]) = (
-        loops[..nb].to_vec(),
-        [loops[nb], loops[nb + 1], loops[nb + 2]],
-    );
-    // rfactor keeps the block id for the partial products.
-    let tiled = mm;
-    let mut later = Vec::new();
-    if plan.splitk > 1 {
-        // Partial products per slice of k, summed by the next stage.
-        let parts = s.split(k, &[Some(plan.splitk), None], None).expect("valid");
-        s.reorder(&[parts[0], i, j]).expect("one chain");
-        let name = s.block_name(mm);
-        s.rfactor(parts[0]).map_err(|e| internal(&e))?;
-        s.bind(parts[0], ThreadAxis::WorkgroupZ)
-            .expect("a spatial loop");
-        later.push(s.get_block(&name).expect("rfactor's combining block"));
-        later.extend(epilogue);
-        k = parts[1];
-    } else if let Some(z) = fuse(&mut s, &batch) {
-        s.bind(z, ThreadAxis::WorkgroupZ).expect("a spatial loop");
-    }
-    let (cta, warp, instr) = (plan.cta, plan.warp, plan.instr);
-    let f = |x: u32| Some(u64::from(x));
-    let ip = s
-        .split(
-            i,
-            &[None, f(cta.m / warp.m), f(warp.m / instr.m), f(instr.m)],
-            None,
-        )
-        .expect("valid");
-    let jp = s
-        .split(
-            j,
-            &[None, f(cta.n / warp.n), f(warp.n / instr.n), f(instr.n)],
-            None,
-        )
-        .expect("valid");
-    let kp = s
-        .split(
-            k,
-            &[None, f(cta.k / warp.k), f(warp.k / instr.k), f(instr.k)],
-            None,
-        )
-        .expect("valid");
+    let (ijk, later) = split_k(&mut s, &plan, mm, epilogue)?;
     // Staged operands are copied once per k step by the whole workgroup,
     // so the k step loop goes outside the invocation loops.
     let staged = p.async_gmem_load_operands;
@@ -132,72 +87,20 @@ pub fn schedule_matmul(
     // step outside them, each step's rows of B are reused from cache by
     // every invocation's rows.
     let k_outside = staged || !device.is_gpu();
-    let invocation_loops = [ip[1], ip[2], jp[1], jp[2]];
-    let mut order = vec![ip[0], jp[0]];
-    if k_outside {
-        order.push(kp[0]);
-        order.extend(invocation_loops);
-    } else {
-        order.extend(invocation_loops);
-        order.push(kp[0]);
-    }
-    order.extend([kp[1], kp[2], kp[3], ip[3], jp[3]]);
-    s.reorder(&order).expect("one chain");
-    let grid = bind_tiles(&mut s, p, ip[0], jp[0], device);
-    // The register tile: rows and k unrolled; columns in vec4 steps (the
-    // private accumulators then hold vectors), or as one vectorized strip
-    // when wide (SIMD lanes on the CPU device).
-    let unroll = |s: &mut Schedule, l: LoopId| {
-        s.unroll(l)
-            .map_err(|e| err("tile_sizes.instruction_tile", e.to_string()))
-    };
-    unroll(&mut s, kp[3])?;
-    unroll(&mut s, ip[3])?;
-    match instr.n {
-        n if n < 4 => unroll(&mut s, jp[3])?,
-        n if n > 4 && n <= 16 && n % 4 == 0 => {
-            let parts = s.split(jp[3], &[None, Some(4)], None).expect("valid");
-            unroll(&mut s, parts[0])?;
-            s.vectorize(parts[1]).expect("the innermost spatial loop");
-        }
-        _ => s.vectorize(jp[3]).expect("the innermost spatial loop"),
-    }
+    let t = tile(&mut s, &plan, ijk, k_outside);
+    let grid = bind_tiles(&mut s, p, t.i[0], t.j[0], device);
+    register_tile(&mut s, &plan, &t)?;
     if staged {
-        stage_operands(&mut s, p, &plan, tiled, kp[0])?;
-        pipeline_operands(&mut s, p, tiled, kp[0], kp[2])?;
+        stage_operands(&mut s, p, &plan, mm, t.k[0])?;
+        pipeline_operands(&mut s, p, mm, t.k[0], t.k[2])?;
     }
-    // Register tile: private accumulators, stored (with the epilogue) by
-    // the invocation that owns them; placements come before the
-    // invocation loops are fused, while every index is still affine.
-    let staged_out = if p.use_smem_epilogue {
-        Some(
-            s.cache_write(tiled, Scope::Workgroup)
-                .map_err(|e| internal(&e))?,
-        )
-    } else {
-        None
-    };
-    let store = s
-        .cache_write(tiled, Scope::Private)
-        .map_err(|e| internal(&e))?;
-    if let (Some(e), true) = (epilogue, later.is_empty()) {
-        s.reverse_compute_inline(e).map_err(|e| internal(&e))?;
-    }
-    let owner = if k_outside { grid } else { jp[2] };
-    s.reverse_compute_at(store, owner)
-        .map_err(|e| internal(&e))?;
-    if let Some(copy) = staged_out {
-        s.reverse_compute_at(copy, grid).map_err(|e| internal(&e))?;
-    }
-    // The accumulators start from zero before the k loop, not at its
-    // first iteration.
-    let init = s
-        .decompose_reduction(tiled, kp[0])
-        .map_err(|e| internal(&e))?;
-    bind_invocations(&mut s, invocation_loops);
+    let owner = if k_outside { grid } else { t.j[2] };
+    let epilogue = epilogue.filter(|_| later.is_empty());
+    let (init, store, staged_out) = accumulators(&mut s, p, mm, epilogue, owner, grid, t.k[0])?;
+    bind_invocations(&mut s, t.invocation_loops());
     // The accumulators start in vec4 steps where the register tile's
     // columns allow (a quarter of the statements).
-    let init_vec = if instr.n.is_multiple_of(4) { 4 } else { 1 };
+    let init_vec = if plan.instr.n.is_multiple_of(4) { 4 } else { 1 };
     for (block, vec) in [(init, init_vec), (store, p.supported_vec_size.epilogue)] {
         let (rows, cols) = if k_outside {
             // A block over the workgroup tile: each invocation takes its
@@ -215,6 +118,153 @@ pub fn schedule_matmul(
     for b in later {
         flat(&mut s, &plan, b);
     }
+    check_limits(&s, p, device)?;
+    Ok(s)
+}
+
+/// With `splitk_factor` > 1, factors k: partial products per slice of k
+/// on workgroup.z, summed by a later stage; else the batch loops are fused
+/// onto workgroup.z. Returns the i, j and k loops left to tile and the
+/// blocks of the later stages (the sum, then the epilogue).
+fn split_k(
+    s: &mut Schedule,
+    plan: &plan::Plan,
+    mm: BlockId,
+    epilogue: Option<BlockId>,
+) -> Result<([LoopId; 3], Vec<BlockId>), ParamsError> {
+    let loops = s.get_loops(mm).expect("live");
+    let nb = loops.len() - 3;
+    let (batch, [i, j, k]) = (&loops[..nb], [loops[nb], loops[nb + 1], loops[nb + 2]]);
+    if plan.splitk == 1 {
+        if let Some(z) = fuse(s, batch) {
+            s.bind(z, ThreadAxis::WorkgroupZ).expect("a spatial loop");
+        }
+        return Ok(([i, j, k], Vec::new()));
+    }
+    let parts = s.split(k, &[Some(plan.splitk), None], None).expect("valid");
+    s.reorder(&[parts[0], i, j]).expect("one chain");
+    let name = s.block_name(mm);
+    // rfactor keeps the block id for the partial products.
+    s.rfactor(parts[0]).map_err(|e| internal(&e))?;
+    s.bind(parts[0], ThreadAxis::WorkgroupZ)
+        .expect("a spatial loop");
+    let mut later = vec![s.get_block(&name).expect("rfactor's combining block")];
+    later.extend(epilogue);
+    Ok(([i, j, parts[1]], later))
+}
+
+/// The matmul's i, j and k loops split by the cta, warp and instruction
+/// tiles, outermost first.
+struct Tiles {
+    i: Vec<LoopId>,
+    j: Vec<LoopId>,
+    k: Vec<LoopId>,
+}
+
+impl Tiles {
+    /// The loops over subgroup tiles and invocations.
+    fn invocation_loops(&self) -> [LoopId; 4] {
+        [self.i[1], self.i[2], self.j[1], self.j[2]]
+    }
+}
+
+/// Splits the matmul's loops by the tiles and orders them (module docs);
+/// the k step loop goes outside the invocation loops with `k_outside`.
+fn tile(s: &mut Schedule, plan: &plan::Plan, [i, j, k]: [LoopId; 3], k_outside: bool) -> Tiles {
+    let (cta, warp, instr) = (plan.cta, plan.warp, plan.instr);
+    let f = |x: u32| Some(u64::from(x));
+    let mut split = |l, factors: [Option<u64>; 4]| s.split(l, &factors, None).expect("valid");
+    let t = Tiles {
+        i: split(
+            i,
+            [None, f(cta.m / warp.m), f(warp.m / instr.m), f(instr.m)],
+        ),
+        j: split(
+            j,
+            [None, f(cta.n / warp.n), f(warp.n / instr.n), f(instr.n)],
+        ),
+        k: split(
+            k,
+            [None, f(cta.k / warp.k), f(warp.k / instr.k), f(instr.k)],
+        ),
+    };
+    let mut order = vec![t.i[0], t.j[0]];
+    if k_outside {
+        order.push(t.k[0]);
+        order.extend(t.invocation_loops());
+    } else {
+        order.extend(t.invocation_loops());
+        order.push(t.k[0]);
+    }
+    order.extend([t.k[1], t.k[2], t.k[3], t.i[3], t.j[3]]);
+    s.reorder(&order).expect("one chain");
+    t
+}
+
+/// The register tile: rows and k unrolled; columns in vec4 steps (the
+/// private accumulators then hold vectors), or as one vectorized strip
+/// when wide (SIMD lanes on the CPU device).
+fn register_tile(s: &mut Schedule, plan: &plan::Plan, t: &Tiles) -> Result<(), ParamsError> {
+    let unroll = |s: &mut Schedule, l: LoopId| {
+        s.unroll(l)
+            .map_err(|e| err("tile_sizes.instruction_tile", e.to_string()))
+    };
+    unroll(s, t.k[3])?;
+    unroll(s, t.i[3])?;
+    match plan.instr.n {
+        n if n < 4 => unroll(s, t.j[3])?,
+        n if n > 4 && n <= 16 && n % 4 == 0 => {
+            let parts = s.split(t.j[3], &[None, Some(4)], None).expect("valid");
+            unroll(s, parts[0])?;
+            s.vectorize(parts[1]).expect("the innermost spatial loop");
+        }
+        _ => s.vectorize(t.j[3]).expect("the innermost spatial loop"),
+    }
+    Ok(())
+}
+
+/// The register tile's private accumulators, stored (with the `epilogue`
+/// inlined, when it runs in this stage) by the invocation that owns them
+/// under `owner`, through workgroup memory under `grid` with
+/// `use_smem_epilogue`; placements come before the invocation loops are
+/// fused, while every index is still affine. The accumulators start from
+/// zero before the k step loop, not at its first iteration. Returns the
+/// init block, the store and the workgroup-memory copy.
+fn accumulators(
+    s: &mut Schedule,
+    p: &MatmulParams,
+    mm: BlockId,
+    epilogue: Option<BlockId>,
+    owner: LoopId,
+    grid: LoopId,
+    k_step: LoopId,
+) -> Result<(BlockId, BlockId, Option<BlockId>), ParamsError> {
+    let staged_out = match p.use_smem_epilogue {
+        true => Some(
+            s.cache_write(mm, Scope::Workgroup)
+                .map_err(|e| internal(&e))?,
+        ),
+        false => None,
+    };
+    let store = s
+        .cache_write(mm, Scope::Private)
+        .map_err(|e| internal(&e))?;
+    if let Some(e) = epilogue {
+        s.reverse_compute_inline(e).map_err(|e| internal(&e))?;
+    }
+    s.reverse_compute_at(store, owner)
+        .map_err(|e| internal(&e))?;
+    if let Some(copy) = staged_out {
+        s.reverse_compute_at(copy, grid).map_err(|e| internal(&e))?;
+    }
+    let init = s
+        .decompose_reduction(mm, k_step)
+        .map_err(|e| internal(&e))?;
+    Ok((init, store, staged_out))
+}
+
+/// The device limits, each failure naming the params field to change.
+fn check_limits(s: &Schedule, p: &MatmulParams, device: &DeviceInfo) -> Result<(), ParamsError> {
     let storage = if p.circular_buffer_options.smem_write {
         Fix(
             "circular_buffer_options.stages",
@@ -227,13 +277,12 @@ pub fn schedule_matmul(
         )
     };
     check_launch_limits(
-        &s,
+        s,
         device,
         storage,
         Fix(
             "tile_sizes.instruction_tile",
             "give each invocation fewer k steps (a larger instruction_tile.k, or splitk_factor)",
         ),
-    )?;
-    Ok(s)
+    )
 }
