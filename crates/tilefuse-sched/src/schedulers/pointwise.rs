@@ -175,7 +175,7 @@ pub fn schedule_pointwise(
     check_index_type(p.compile.index_type)?;
     // Not given: as the default heuristic would pick it.
     let size = (p.launch).workgroup_size_or(|| defaults(&output_shapes(fusion), device).workgroup);
-    let [bx, by, bz] = size;
+    let [_, by, bz] = size;
     if bz != 1 {
         return Err(err(
             "launch.workgroup_size[2]",
@@ -188,8 +188,7 @@ pub fn schedule_pointwise(
             format!("must be 1 unless break_point > 0 and split_block, got {by}"),
         ));
     }
-    let limits = &device.limits;
-    check_workgroup(size, limits)?;
+    check_workgroup(size, &device.limits)?;
     let mut s = Schedule::new(fusion);
     s.compute_inline_all(&[]); // outputs stay
     for b in s.get_blocks() {
@@ -205,14 +204,7 @@ pub fn schedule_pointwise(
                 format!("must be less than the output rank {rank}, got {bp}"),
             ));
         }
-        let fuse = |s: &mut Schedule, group: &[LoopId]| -> LoopId {
-            if group.len() == 1 {
-                group[0]
-            } else {
-                s.fuse(group).expect("a fresh chain of serial loops")
-            }
-        };
-        let inner = fuse(&mut s, &loops[bp..]);
+        let inner = fuse_all(&mut s, &loops[bp..]);
         let inner_extent = s.kernel().loop_(inner).extent;
         let v = u64::from(p.vectorization_factor);
         if !inner_extent.is_multiple_of(v) {
@@ -224,78 +216,130 @@ pub fn schedule_pointwise(
                 ),
             ));
         }
-        let f = |x: u32| Some(u64::from(x));
+        let nest = Nest { p, size, device };
         if bp == 0 {
-            let parts = s
-                .split(
-                    inner,
-                    &[
-                        None,
-                        f(p.unroll_factor_outer),
-                        f(p.unroll_factor_inner),
-                        f(bx),
-                        Some(v),
-                    ],
-                    None,
-                )
-                .expect("valid factors");
-            let (grid, uo, ui, tx, vec) = (parts[0], parts[1], parts[2], parts[3], parts[4]);
-            annotate(&mut s, &[uo, ui], tx, None, vec);
-            bind_grid(
-                &mut s,
-                p,
-                grid,
-                ThreadAxis::WorkgroupX,
-                limits.max_workgroups_per_dimension,
-            )?;
+            nest.one_dimensional(&mut s, inner)?;
         } else {
-            let outer = fuse(&mut s, &loops[..bp]);
-            let ip = s
-                .split(
-                    inner,
-                    &[None, f(p.unroll_factor_inner), f(bx), Some(v)],
-                    None,
-                )
-                .expect("valid factors");
-            let (ig, ui, tx, vec) = (ip[0], ip[1], ip[2], ip[3]);
-            let (og, uo, ty) = if p.split_block {
-                let op = s
-                    .split(outer, &[None, f(p.unroll_factor_outer), f(by)], None)
-                    .expect("valid factors");
-                (op[0], op[1], Some(op[2]))
-            } else {
-                let op = s
-                    .split(outer, &[None, f(p.unroll_factor_outer)], None)
-                    .expect("valid factors");
-                (op[0], op[1], None)
-            };
-            let mut order = vec![og, ig, uo, ui];
-            order.extend(ty);
-            order.extend([tx, vec]);
-            s.reorder(&order).expect("one chain");
-            annotate(&mut s, &[uo, ui], tx, ty, vec);
-            let (outer_axis, inner_axis) = if p.flip_grid_binding {
-                (ThreadAxis::WorkgroupX, ThreadAxis::WorkgroupY)
-            } else {
-                (ThreadAxis::WorkgroupY, ThreadAxis::WorkgroupX)
-            };
-            bind_grid(
-                &mut s,
-                p,
-                ig,
-                inner_axis,
-                limits.max_workgroups_per_dimension,
-            )?;
-            bind_grid(
-                &mut s,
-                p,
-                og,
-                outer_axis,
-                limits.max_workgroups_per_dimension,
-            )?;
+            let outer = fuse_all(&mut s, &loops[..bp]);
+            nest.two_dimensional(&mut s, outer, inner)?;
         }
     }
     Ok(s)
+}
+
+/// `group` fused into one loop (itself when it is one loop).
+fn fuse_all(s: &mut Schedule, group: &[LoopId]) -> LoopId {
+    match group {
+        [one] => *one,
+        _ => s.fuse(group).expect("a fresh chain of serial loops"),
+    }
+}
+
+/// What shapes each output's nest: the params, the workgroup size, the device.
+struct Nest<'a> {
+    p: &'a PointwiseParams,
+    size: [u32; 3],
+    device: &'a DeviceInfo,
+}
+
+impl Nest<'_> {
+    /// `break_point` 0: the fused loop split into grid, outer and inner
+    /// unroll, invocations and the vector.
+    fn one_dimensional(&self, s: &mut Schedule, inner: LoopId) -> Result<(), ParamsError> {
+        let (p, f) = (self.p, |x: u32| Some(u64::from(x)));
+        let factors = [
+            None,
+            f(p.unroll_factor_outer),
+            f(p.unroll_factor_inner),
+            f(self.size[0]),
+            f(p.vectorization_factor),
+        ];
+        let parts = s.split(inner, &factors, None).expect("valid factors");
+        let (grid, uo, ui, tx, vec) = (parts[0], parts[1], parts[2], parts[3], parts[4]);
+        annotate(s, &[uo, ui], tx, None, vec);
+        self.bind_grid(s, grid, ThreadAxis::WorkgroupX)
+    }
+
+    /// A `break_point`: the loops before it fused into an outer loop (grid,
+    /// outer unroll and, with `split_block`, invocation.y), those after it
+    /// into an inner one (grid, inner unroll, invocation.x, the vector).
+    fn two_dimensional(
+        &self,
+        s: &mut Schedule,
+        outer: LoopId,
+        inner: LoopId,
+    ) -> Result<(), ParamsError> {
+        let (p, f) = (self.p, |x: u32| Some(u64::from(x)));
+        let [bx, by, _] = self.size;
+        let ip = s
+            .split(
+                inner,
+                &[
+                    None,
+                    f(p.unroll_factor_inner),
+                    f(bx),
+                    f(p.vectorization_factor),
+                ],
+                None,
+            )
+            .expect("valid factors");
+        let (ig, ui, tx, vec) = (ip[0], ip[1], ip[2], ip[3]);
+        let (og, uo, ty) = if p.split_block {
+            let op = s
+                .split(outer, &[None, f(p.unroll_factor_outer), f(by)], None)
+                .expect("valid factors");
+            (op[0], op[1], Some(op[2]))
+        } else {
+            let op = s
+                .split(outer, &[None, f(p.unroll_factor_outer)], None)
+                .expect("valid factors");
+            (op[0], op[1], None)
+        };
+        let mut order = vec![og, ig, uo, ui];
+        order.extend(ty);
+        order.extend([tx, vec]);
+        s.reorder(&order).expect("one chain");
+        annotate(s, &[uo, ui], tx, ty, vec);
+        let (outer_axis, inner_axis) = if p.flip_grid_binding {
+            (ThreadAxis::WorkgroupX, ThreadAxis::WorkgroupY)
+        } else {
+            (ThreadAxis::WorkgroupY, ThreadAxis::WorkgroupX)
+        };
+        self.bind_grid(s, ig, inner_axis)?;
+        self.bind_grid(s, og, outer_axis)
+    }
+
+    /// Binds a grid loop to `axis`: split by a fixed `launch.grid` into a
+    /// grid-stride loop, or by the device limit where `split_grid_y_dim`
+    /// allows.
+    fn bind_grid(
+        &self,
+        s: &mut Schedule,
+        grid: LoopId,
+        axis: ThreadAxis,
+    ) -> Result<(), ParamsError> {
+        let (p, max) = (self.p, self.device.limits.max_workgroups_per_dimension);
+        let fixed = p.launch.grid.map(|g| g[axis.dim()]);
+        let extent = s.kernel().loop_(grid).extent;
+        let cap = match fixed {
+            Some(g) => Some(u64::from(g)),
+            None if extent > u64::from(max) => {
+                if !p.split_grid_y_dim {
+                    return Err(err(
+                        "split_grid_y_dim",
+                        format!(
+                            "{extent} workgroups along {} exceed the device's max_compute_workgroups_per_dimension ({max}); set split_grid_y_dim",
+                            axis.name()
+                        ),
+                    ));
+                }
+                Some(u64::from(max))
+            }
+            None => None,
+        };
+        bind_capped(s, grid, axis, cap);
+        Ok(())
+    }
 }
 
 /// Unrolls, binds invocations and vectorizes the inner loops.
@@ -310,35 +354,4 @@ fn annotate(s: &mut Schedule, unrolled: &[LoopId], tx: LoopId, ty: Option<LoopId
     s.bind(tx, ThreadAxis::InvocationX)
         .expect("an unbound spatial loop");
     s.vectorize(vec).expect("the innermost spatial loop");
-}
-
-/// Binds a grid loop to `axis`: split by a fixed `launch.grid` into a
-/// grid-stride loop, or by the device limit where `split_grid_y_dim` allows.
-fn bind_grid(
-    s: &mut Schedule,
-    p: &PointwiseParams,
-    grid: LoopId,
-    axis: ThreadAxis,
-    max: u32,
-) -> Result<(), ParamsError> {
-    let fixed = p.launch.grid.map(|g| g[axis.dim()]);
-    let extent = s.kernel().loop_(grid).extent;
-    let cap = match fixed {
-        Some(g) => Some(u64::from(g)),
-        None if extent > u64::from(max) => {
-            if !p.split_grid_y_dim {
-                return Err(err(
-                    "split_grid_y_dim",
-                    format!(
-                        "{extent} workgroups along {} exceed the device's max_compute_workgroups_per_dimension ({max}); set split_grid_y_dim",
-                        axis.name()
-                    ),
-                ));
-            }
-            Some(u64::from(max))
-        }
-        None => None,
-    };
-    bind_capped(s, grid, axis, cap);
-    Ok(())
 }
