@@ -22,7 +22,7 @@
 use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{HeuristicParams, ParamsError, PointwiseParams, SchedulerKind, Tunable};
 
-use super::launch::{bind_capped, check_index_type, check_workgroup, err, workgroup_sizes};
+use super::launch::{bind_capped, check_index_type, check_workgroup, err, fuse, workgroup_sizes};
 use super::{Scheduler, has_op};
 use crate::ir::{LoopId, ThreadAxis};
 use crate::{DeviceInfo, Schedule};
@@ -204,7 +204,7 @@ pub fn schedule_pointwise(
                 format!("must be less than the output rank {rank}, got {bp}"),
             ));
         }
-        let inner = fuse_all(&mut s, &loops[bp..]);
+        let inner = fuse(&mut s, &loops[bp..]).expect("loops after the break point");
         let inner_extent = s.kernel().loop_(inner).extent;
         let v = u64::from(p.vectorization_factor);
         if !inner_extent.is_multiple_of(v) {
@@ -220,19 +220,11 @@ pub fn schedule_pointwise(
         if bp == 0 {
             nest.one_dimensional(&mut s, inner)?;
         } else {
-            let outer = fuse_all(&mut s, &loops[..bp]);
+            let outer = fuse(&mut s, &loops[..bp]).expect("loops before the break point");
             nest.two_dimensional(&mut s, outer, inner)?;
         }
     }
     Ok(s)
-}
-
-/// `group` fused into one loop (itself when it is one loop).
-fn fuse_all(s: &mut Schedule, group: &[LoopId]) -> LoopId {
-    match group {
-        [one] => *one,
-        _ => s.fuse(group).expect("a fresh chain of serial loops"),
-    }
 }
 
 /// What shapes each output's nest: the params, the workgroup size, the device.
