@@ -239,12 +239,13 @@ fn accumulators(
     grid: LoopId,
     k_step: LoopId,
 ) -> Result<(BlockId, BlockId, Option<BlockId>), ParamsError> {
-    let staged_out = match p.use_smem_epilogue {
-        true => Some(
+    let staged_out = if p.use_smem_epilogue {
+        Some(
             s.cache_write(mm, Scope::Workgroup)
                 .map_err(|e| internal(&e))?,
-        ),
-        false => None,
+        )
+    } else {
+        None
     };
     let store = s
         .cache_write(mm, Scope::Private)

@@ -134,9 +134,10 @@ pub(super) fn plan(
             ),
         ));
     }
-    let groups = match flags.workgroup {
-        true => Some(groups_per_row(p, &topo, inner, t * vec_r)?),
-        false => None,
+    let groups = if flags.workgroup {
+        Some(groups_per_row(p, &topo, flags.workgroup_field, t * vec_r)?)
+    } else {
+        None
     };
     // Subgroups are laid out along invocation.x on every driver, so a
     // subgroup reduction keeps its invocations there, outer ones too.
@@ -183,6 +184,8 @@ struct CrossFlags {
     invocation: bool,
     workgroup: bool,
     subgroup: bool,
+    /// The params field of `workgroup`, which errors about it name.
+    workgroup_field: &'static str,
 }
 
 impl CrossFlags {
@@ -211,23 +214,32 @@ impl CrossFlags {
             ),
             ("subgroup_outer_reduction", p.subgroup_outer_reduction),
         ];
-        let (own, other) = match inner {
-            true => (inner_flags, outer_flags),
-            false => (outer_flags, inner_flags),
+        let (own, other) = if inner {
+            (inner_flags, outer_flags)
+        } else {
+            (outer_flags, inner_flags)
         };
         if let Some((field, _)) = other.iter().find(|(_, on)| *on) {
-            let kind = if inner { "an inner" } else { "an outer" };
             return Err(err(
                 field,
-                format!("the fusion is {kind} reduction; this flag is for the other kind"),
+                format!(
+                    "the fusion is {} reduction; this flag is for the other kind",
+                    kind(inner)
+                ),
             ));
         }
         Ok(CrossFlags {
             invocation: own[0].1,
             workgroup: own[1].1,
             subgroup: own[2].1,
+            workgroup_field: own[1].0,
         })
     }
+}
+
+/// "an inner" or "an outer", for messages.
+fn kind(inner: bool) -> &'static str {
+    if inner { "an inner" } else { "an outer" }
 }
 
 /// `(rows, reduction)` vector widths: only along the contiguous domain
@@ -242,24 +254,25 @@ fn vectorization(
         u64::from(p.vectorization_factor_iteration),
         u64::from(p.vectorization_factor_reduction),
     );
-    let (contiguous, strided, strided_width) = match inner {
-        true => (
+    let (contiguous, strided, strided_width) = if inner {
+        (
             "vectorization_factor_reduction",
             "vectorization_factor_iteration",
             vec_rows,
-        ),
-        false => (
+        )
+    } else {
+        (
             "vectorization_factor_iteration",
             "vectorization_factor_reduction",
             vec_r,
-        ),
+        )
     };
     if strided_width != 1 {
-        let kind = if inner { "an inner" } else { "an outer" };
         return Err(err(
             strided,
             format!(
-                "{kind} reduction vectorizes along its contiguous domain ({contiguous}); must be 1"
+                "{} reduction vectorizes along its contiguous domain ({contiguous}); must be 1",
+                kind(inner)
             ),
         ));
     }
@@ -279,16 +292,12 @@ fn vectorization(
 fn groups_per_row(
     p: &ReductionParams,
     topo: &Topology,
-    inner: bool,
+    flag_field: &str,
     per_invocation_step: u64,
 ) -> Result<u64, ParamsError> {
     if p.persistent_kernel {
         return Err(err(
-            if inner {
-                "cross_workgroup_inner_reduction"
-            } else {
-                "cross_workgroup_outer_reduction"
-            },
+            flag_field,
             "workgroups cannot share a row within one stage; needs persistent_kernel = false",
         ));
     }
