@@ -594,7 +594,7 @@ def test_precondition_errors_name_their_primitive() -> None:
     assert err.value.lowering_pass is None
 
 
-def _softmax_schedule() -> tf.Schedule:
+def _exp_minus_row_max_schedule() -> tf.Schedule:
     f = tf.Fusion()
     x = f.input((4, 32), "f32", name="x")
     m = x.max(axis=1, keepdims=True)
@@ -615,7 +615,7 @@ def _fails(primitive: str, fn: Callable[[], object]) -> tf.ScheduleError:
 def test_precondition_errors_carry_the_blocks_and_loops_at_fault() -> None:
     # TVM's schedule errors carry what failed as data; so do ours, so that a
     # tool (a tuner, a search over schedules) need not parse the message.
-    s = _softmax_schedule()
+    s = _exp_minus_row_max_schedule()
     (i,) = s.get_loops("y")[:1]
     mi, mj = s.get_loops("m")
     names = lambda *loops: tuple(lp.name for lp in loops)  # noqa: E731
@@ -637,7 +637,7 @@ def test_precondition_errors_carry_the_blocks_and_loops_at_fault() -> None:
     assert (missing.value.primitive, missing.value.blocks) == (None, ("nope",))
     # An error raised from Python has them too, empty.
     with pytest.raises(tf.ScheduleError, match="another schedule") as other:
-        s.parallel(_softmax_schedule().get_loops("y")[0])
+        s.parallel(_exp_minus_row_max_schedule().get_loops("y")[0])
     assert (other.value.primitive, other.value.blocks, other.value.loops) == (None, (), ())
 
 
