@@ -2,6 +2,8 @@
 by plain-data heuristic params that you can read, edit, save and tune."""
 
 from . import cache as cache  # tf.cache: the heuristic cache (a module)
+from . import timing as timing  # tf.timing: Budget, measure, interleave
+from . import workloads as workloads  # tf.workloads: the built-in workloads
 from ._native import (
     FUSION_SCHEMA_VERSION,
     PARAMS_VERSION,
@@ -13,6 +15,8 @@ from ._native import (
     TilefuseError,
     __version__,
 )
+from .complexity import Complexity
+from .engine import BenchResult, Engine, VerificationError
 from .fusion import (
     DTypeLike,
     Fusion,
@@ -51,17 +55,21 @@ from .params import (
 from .schedule import Block, Device, Kernel, Loop, Schedule, Timing
 from .segments import Segment, SegmentedKernel
 from .tune import TuneResult, tune
+from .workload import Requirements, Tolerance, Verification, Workload, as_workload
 
 __all__ = [
     "FUSION_SCHEMA_VERSION",
     "PARAMS_VERSION",
     "AutotunerHeuristic",
+    "BenchResult",
     "Block",
     "CircularBufferOptions",
     "CompileParams",
+    "Complexity",
     "DTypeLike",
     "Device",
     "DeviceError",
+    "Engine",
     "Fusion",
     "FusionError",
     "GemmTile",
@@ -76,6 +84,7 @@ __all__ = [
     "ParamsStruct",
     "PointwiseParams",
     "ReductionParams",
+    "Requirements",
     "Schedule",
     "ScheduleError",
     "Segment",
@@ -84,9 +93,14 @@ __all__ = [
     "Tensor",
     "TilefuseError",
     "Timing",
+    "Tolerance",
     "TuneResult",
+    "Verification",
+    "VerificationError",
+    "Workload",
     "__version__",
     "abs",
+    "as_workload",
     "cos",
     "exp",
     "gelu",

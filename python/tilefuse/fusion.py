@@ -22,6 +22,7 @@ from . import _native
 from ._native import FusionError
 
 if TYPE_CHECKING:
+    from .complexity import Complexity
     from .params import HeuristicParams
     from .schedule import Device, Kernel, Schedule
     from .segments import Segment, SegmentedKernel
@@ -357,6 +358,13 @@ class Fusion:
         """32 hex digits identifying the structure (names excluded), stable
         across processes and platforms; heuristic caches are keyed on it."""
         return self._native.fingerprint()
+
+    def complexity(self) -> Complexity:
+        """Flops, bytes read and bytes written of one run (the counting
+        rules are in :mod:`tilefuse.complexity`)."""
+        from .complexity import Complexity
+
+        return Complexity.from_dict(self._native.summary()["complexity"])
 
     def to_json(self, indent: bool = False) -> str:
         return self._native.to_json(indent)

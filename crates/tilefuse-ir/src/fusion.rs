@@ -226,6 +226,11 @@ impl Fusion {
         &self.outputs
     }
 
+    /// The type of every tensor, indexed by [`TensorId`].
+    pub fn types(&self) -> &[TensorType] {
+        &self.types
+    }
+
     /// The type of a tensor, or an error if it is not in this fusion.
     pub fn ty(&self, t: TensorId) -> Result<&TensorType> {
         self.types.get(t.0).ok_or(FusionError::UnknownTensor {

@@ -26,6 +26,7 @@ pub mod interrupt;
 mod op;
 mod printer;
 pub mod shape;
+mod summary;
 mod tensor;
 mod view;
 
@@ -36,6 +37,7 @@ pub use fusion::{FUSION_SCHEMA_VERSION, Fusion, MAX_ELEMENTS, Node, TensorId, is
 pub use infer::{MatmulDims, TensorType, infer, matmul_dims};
 pub use op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
 pub use shape::Shape;
+pub use summary::{Complexity, MatmulSummary, ReductionSummary, Summary, summarize};
 pub use tensor::{Data, Scalar, Tensor};
 pub use view::{
     AsTensorRef, DataMut, DataRef, TensorMut, TensorRef, check_arguments, check_outputs,

@@ -9,6 +9,7 @@ use tilefuse::{BinaryOp, DType, Fusion, FusionError, ReduceOp, TensorId, UnaryOp
 
 use crate::arrays::{self, Input, to_numpy};
 use crate::errors::{OrRaise, guard};
+use crate::json_value::to_py;
 
 #[pyclass(module = "tilefuse._native", name = "Fusion", eq)]
 #[derive(Clone, PartialEq)]
@@ -287,6 +288,18 @@ impl PyFusion {
 
     fn fingerprint(&self) -> PyResult<String> {
         guard(|| Ok(self.inner.fingerprint()))
+    }
+
+    /// `{"complexity": {...}, "matmuls": [...], "reductions": [...]}`
+    /// (`tilefuse_ir::summarize`).
+    fn summary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        guard(|| {
+            let summary = tilefuse::ir::summarize(&self.inner);
+            to_py(
+                py,
+                &serde_json::to_value(summary).expect("summary serializes"),
+            )
+        })
     }
 
     fn __str__(&self) -> PyResult<String> {
