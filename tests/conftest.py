@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -121,3 +123,55 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Every test session tunes into its own heuristic cache, never the
     user's (and never finds a stale winner there)."""
     os.environ["TILEFUSE_CACHE"] = str(tmp_path_factory.mktemp("tilefuse-cache"))
+
+
+STORAGE = {"f32": np.float32, "i32": np.int32, "u32": np.uint32}
+
+
+def run_exported_with_wgpu_py(manifest: Path, *arrays: np.ndarray[Any, Any]) -> list[Any]:
+    """Runs a kernel from the files ``Kernel.export`` wrote, the way
+    another WebGPU host would: wgpu-py, the JSON and the WGSL, nothing of
+    tilefuse."""
+    import wgpu  # type: ignore[import-untyped]
+
+    spec = json.loads(manifest.read_text())
+    adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    # wgpu-native names WebGPU's "subgroups" feature "subgroup"
+    native = {"subgroups": "subgroup"}
+    device = adapter.request_device_sync(
+        required_features=[native.get(f, f) for f in spec["features"]]
+    )
+    module = device.create_shader_module(code=(manifest.parent / spec["wgsl"]).read_text())
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    buffers = {}
+    for b in spec["bindings"]:
+        if b["role"] == "input":
+            data = np.ascontiguousarray(arrays[b["index"]]).astype(STORAGE[b["storage"]])
+            buffers[b["binding"]] = device.create_buffer_with_data(data=data, usage=usage)
+        else:
+            buffers[b["binding"]] = device.create_buffer(size=b["bytes"], usage=usage)
+    encoder = device.create_command_encoder()
+    for d in spec["dispatch"]:
+        pipeline = device.create_compute_pipeline(
+            layout="auto", compute={"module": module, "entry_point": d["entry_point"]}
+        )
+        entries = [
+            {"binding": i, "resource": {"buffer": buffers[i], "offset": 0, "size": buffers[i].size}}
+            for i in d["bindings"]
+        ]
+        group = device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
+        compute = encoder.begin_compute_pass()
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, group)
+        compute.dispatch_workgroups(*d["workgroups"])
+        compute.end()
+    device.queue.submit([encoder.finish()])
+    outputs = sorted(
+        (b for b in spec["bindings"] if b["role"] == "output"), key=lambda b: b["index"]
+    )
+    result = []
+    for b in outputs:
+        raw = device.queue.read_buffer(buffers[b["binding"]])
+        n = int(np.prod(b["shape"]))
+        result.append(np.frombuffer(raw, dtype=STORAGE[b["storage"]])[:n].reshape(b["shape"]))
+    return result

@@ -6,12 +6,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 
 import tilefuse as tf
+from conftest import assert_close, run_exported_with_wgpu_py
 from tilefuse.timing import Budget, interleave, measure
 
 QUICK = Budget(warmup=0.005, rep=0.02, min_repeat=3)
@@ -185,3 +187,22 @@ def test_interleave_rotates_the_order_and_splits_the_budget_in_chunks() -> None:
     assert order == ["a 1 3", "a 0 1", "b 1 3", "b 0 1", "a 0 6", "b 0 3", "b 0 3", "a 0 6"]
     assert Budget(warmup=0.1, rep=0.5).counts(0.01) == (10, 50)
     assert Budget(rep=1.0, max_repeat=100).counts(1e-9) == (1_000_000, 100)
+
+
+@pytest.mark.parametrize("name", ["softmax", "matmul"])
+def test_exported_kernels_run_unchanged_through_wgpu_py(
+    name: str, gpu: tf.Device, tmp_path: Path
+) -> None:
+    sizes = {"rows": 9, "cols": 200} if name == "softmax" else {"m": 40, "n": 24, "k": 16}
+    w = tf.workloads.get(name, **sizes, **({"epilogue": "bias_gelu"} if name == "matmul" else {}))
+    kernel = tf.Engine(gpu).lower(w)
+    assert isinstance(kernel, tf.Kernel)
+    manifest = kernel.export(tmp_path / "out", name)
+    assert sorted(p.name for p in manifest.parent.iterdir()) == [f"{name}.json", f"{name}.wgsl"]
+    spec = json.loads(manifest.read_text())
+    assert spec["fusion"] == w.payload.fingerprint and spec["dispatch"] == kernel.dispatch
+    assert spec["features"] == (["subgroups"] if "subgroupShuffleXor(" in kernel.wgsl else [])
+    (got,) = run_exported_with_wgpu_py(manifest, *w.inputs())
+    assert_close(got, w.expected()[0], rtol=1e-4)
+    with pytest.raises(ValueError, match="name must be an identifier"):
+        kernel.export(tmp_path, "../k")

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tilefuse as tf
-from conftest import assert_close, from_schema, schedule_or_reject
+from conftest import assert_close, from_schema, run_exported_with_wgpu_py, schedule_or_reject
 
 f32 = np.float32
 Builder = Callable[[np.random.Generator], tuple[tf.Fusion, list[np.ndarray[Any, Any]], list[Any]]]
@@ -364,65 +365,16 @@ def test_llvmpipe_loop_limit_is_a_device_error(gpu: tf.Device, rng: np.random.Ge
 # --- interop: another WebGPU host runs k.wgsl with k.bindings / k.dispatch ---
 
 
-STORAGE = {"f32": np.float32, "i32": np.int32, "u32": np.uint32}
-
-
-def run_with_wgpu_py(
-    kernel: tf.Kernel, *arrays: np.ndarray[Any, Any]
-) -> list[np.ndarray[Any, Any]]:
-    import wgpu  # type: ignore[import-untyped]
-
-    adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
-    device = adapter.request_device_sync()
-    module = device.create_shader_module(code=kernel.wgsl)
-    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
-    buffers = {}
-    for b in kernel.bindings:
-        size = max(4, 4 * int(np.prod(b["shape"])))
-        if b["role"] == "input":
-            data = np.ascontiguousarray(arrays[b["index"]]).astype(STORAGE[b["storage"]])
-            buffers[b["binding"]] = device.create_buffer_with_data(data=data, usage=usage)
-        else:
-            buffers[b["binding"]] = device.create_buffer(size=size, usage=usage)
-    encoder = device.create_command_encoder()
-    for d in kernel.dispatch:
-        pipeline = device.create_compute_pipeline(
-            layout="auto", compute={"module": module, "entry_point": d["entry_point"]}
-        )
-        group = device.create_bind_group(
-            layout=pipeline.get_bind_group_layout(0),
-            entries=[
-                {
-                    "binding": i,
-                    "resource": {"buffer": buffers[i], "offset": 0, "size": buffers[i].size},
-                }
-                for i in d["bindings"]
-            ],
-        )
-        compute = encoder.begin_compute_pass()
-        compute.set_pipeline(pipeline)
-        compute.set_bind_group(0, group)
-        compute.dispatch_workgroups(*d["workgroups"])
-        compute.end()
-    device.queue.submit([encoder.finish()])
-    outputs = sorted(
-        (b for b in kernel.bindings if b["role"] == "output"), key=lambda b: b["index"]
-    )
-    result = []
-    for b in outputs:
-        raw = device.queue.read_buffer(buffers[b["binding"]])
-        n = int(np.prod(b["shape"]))
-        result.append(np.frombuffer(raw, dtype=STORAGE[b["storage"]])[:n].reshape(b["shape"]))
-    return result
-
-
 @pytest.mark.parametrize("fusion", ["softmax", "matmul_epilogue"])
-def test_wgpu_py_runs_the_kernel(fusion: str, gpu: tf.Device, rng: np.random.Generator) -> None:
+def test_wgpu_py_runs_the_exported_kernel(
+    fusion: str, gpu: tf.Device, rng: np.random.Generator, tmp_path: Path
+) -> None:
     f, inputs, expected = FUSIONS[fusion](rng)
     s = f.create_schedule()
     split_bind(s)
     kernel = s.build(tf.Device.cpu())  # WGSL and bindings do not depend on the device
-    for got, want in zip(run_with_wgpu_py(kernel, *inputs), expected, strict=True):
+    exported = run_exported_with_wgpu_py(kernel.export(tmp_path, fusion), *inputs)
+    for got, want in zip(exported, expected, strict=True):
         assert_close(got, want)
 
 

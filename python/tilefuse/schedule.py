@@ -15,10 +15,14 @@ naming the block or loop; every applied primitive is recorded in
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -347,6 +351,10 @@ def _runtime_dir() -> None:
         os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tilefuse-runtime-")
 
 
+#: A call of a WGSL subgroup builtin (``subgroupAdd(``, ``subgroupShuffleXor(``).
+_SUBGROUP_CALL = re.compile(r"\bsubgroup[A-Z]\w*\s*\(")
+
+
 @dataclass(frozen=True)
 class Timing:
     """Seconds per launch."""
@@ -401,6 +409,37 @@ class Kernel:
         if self.schedule is None:
             raise TypeError("this Kernel has no schedule to rebuild it from; pickle its Schedule")
         return (Schedule.build, (self.schedule, self.device))
+
+    def export(self, directory: str | os.PathLike[str], name: str = "kernel") -> Path:
+        """Writes the kernel as files any WebGPU host can run:
+        ``<name>.wgsl`` and ``<name>.json``, which holds ``bindings``
+        (binding, name, dtype, storage type, shape, byte size, access, role
+        and input/output index; ``bool`` is stored as ``u32``) and
+        ``dispatch`` (one entry per stage, in order: entry point, workgroup
+        count, workgroup size, bindings used; bind each stage's group 0 with
+        just those) and ``features``, the WebGPU features to request
+        (``"subgroups"`` when the module calls subgroup builtins). Returns
+        the JSON's path."""
+        if not name.isidentifier():
+            raise ValueError(f"export: name must be an identifier, got {name!r}")
+        folder = Path(directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        wgsl = folder / f"{name}.wgsl"
+        wgsl.write_text(self.wgsl)
+        bindings = [{**b, "bytes": 4 * max(1, math.prod(b["shape"]))} for b in self.bindings]
+        manifest = {
+            "format": "tilefuse.kernel",
+            "version": 1,
+            "wgsl": wgsl.name,
+            # WebGPU features the host must request for the module.
+            "features": ["subgroups"] if _SUBGROUP_CALL.search(self.wgsl) else [],
+            "fusion": None if self.schedule is None else self.schedule.fusion.fingerprint,
+            "bindings": bindings,
+            "dispatch": self.dispatch,
+        }
+        path = folder / f"{name}.json"
+        path.write_text(json.dumps(manifest, indent=2) + "\n")
+        return path
 
     @property
     def wgsl(self) -> str:
