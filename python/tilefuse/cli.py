@@ -6,6 +6,8 @@ saved as JSON (``Fusion.to_json()``) and manage the heuristic cache.
                               [--no-cache] [--json OUT] [--plot PNG]
     tilefuse cache list | show ID | explain FUSION.json | export OUT
                  | merge OUT IN... | import BUNDLE | clear | dir
+    tilefuse bench SUITE.yaml|NAME [--device cpu|gpu] [--json OUT] [--csv OUT]
+                                   [--plot PNG] [--measure kernel|call]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ._native import TilefuseError
 from .fusion import Fusion
 from .schedule import Device
 from .tune import TuneResult, tune
+from .yamlfile import YamlError
 
 __all__ = ["main"]
 
@@ -135,6 +138,37 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from . import bench
+    from .engine import Engine, to_csv
+    from .suite import load_suite
+    from .timing import Budget
+
+    suite = load_suite(args.suite)
+    engine = Engine(_device(args.device))
+    budget = Budget(warmup=args.warmup, rep=args.rep)
+    with Progress(console=_out, transient=True, disable=args.quiet) as bar:
+        task = bar.add_task(suite.name, total=len(suite.workloads))
+
+        def advance(done: int, w: Any) -> None:
+            bar.update(task, completed=done, description=w.key)
+
+        results = bench.run(suite, engine, budget, not args.no_numpy, args.measure, advance)
+    title = f"{suite.name} on {engine.device.info['name']} ({args.measure} time)"
+    if not args.quiet:
+        _out.print(bench.table(results, [w.label for w in suite.workloads], title))
+    if args.json:
+        document = {"suite": suite.name, "results": [r.to_dict() for r in results]}
+        Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
+    if args.csv:
+        Path(args.csv).write_text(to_csv(results))
+    if args.plot:
+        bench.plot(results, args.plot, title)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tilefuse", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -169,6 +203,32 @@ def _parser() -> argparse.ArgumentParser:
     actions.add_parser("clear", help="remove every entry")
     actions.add_parser("dir", help="print the cache directory")
     c.set_defaults(run=_cache)
+
+    from .suite import names as suites
+
+    b = sub.add_parser(
+        "bench",
+        help="time a suite of workloads, with tables, JSON, CSV and plots",
+        description="Times every workload of a suite (a YAML file, or a shipped suite: "
+        f"{', '.join(suites())}), verified against the reference, and its numpy form. "
+        "Example: tilefuse bench smoke --device cpu --csv smoke.csv --plot smoke.png",
+    )
+    b.add_argument("suite", help="a suite file or the name of a shipped suite")
+    b.add_argument("--device", choices=("cpu", "gpu", "default"), default="default")
+    b.add_argument(
+        "--measure",
+        choices=("kernel", "call"),
+        default="kernel",
+        help="time the kernel alone, or the call k(*arrays) a user makes",
+    )
+    b.add_argument("--warmup", type=float, default=0.1, help="seconds of warm-up per workload")
+    b.add_argument("--rep", type=float, default=0.5, help="seconds of timed runs per workload")
+    b.add_argument("--no-numpy", action="store_true", help="skip timing the numpy forms")
+    b.add_argument("--json", metavar="OUT", help="every result, with all samples, as JSON")
+    b.add_argument("--csv", metavar="OUT", help="one row per workload, full precision")
+    b.add_argument("--plot", metavar="PNG", help="throughput against size with p20-p80 bands")
+    b.add_argument("--quiet", action="store_true", help="no progress and no table")
+    b.set_defaults(run=_bench)
     return p
 
 
@@ -176,8 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except (TilefuseError, OSError) as e:
-        Console(stderr=True).print(f"[red]tilefuse {args.command}:[/red] {e}")
+    except (TilefuseError, YamlError, OSError) as e:
+        Console(stderr=True, soft_wrap=True).print(f"[red]tilefuse {args.command}:[/red] {e}")
         return 1
     except KeyboardInterrupt:
         Console(stderr=True).print(f"tilefuse {args.command}: interrupted")

@@ -70,6 +70,8 @@ class BenchResult:
     environment: dict[str, Any]
     #: The device's peak ``{"gflops": ..., "gbps": ...}`` where known.
     peak: dict[str, float] = field(default_factory=dict)
+    #: Median seconds of the workload's numpy form, where it was timed.
+    numpy_seconds: float | None = None
 
     def quantile(self, q: float) -> float:
         return float(np.quantile(self.samples, q))
@@ -102,6 +104,11 @@ class BenchResult:
         got = {"gflops": self.gflops, "gbps": self.gbps}
         return {k: got[k] / peak for k, peak in self.peak.items() if peak > 0}
 
+    @property
+    def speedup_over_numpy(self) -> float | None:
+        """The numpy form's median over this one (> 1: faster than numpy)."""
+        return None if self.numpy_seconds is None else self.numpy_seconds / self.median
+
     def summary(self) -> dict[str, Any]:
         """One flat row: names, statistics, throughput, verification."""
         v = self.verification
@@ -119,6 +126,8 @@ class BenchResult:
             "gflops": self.gflops,
             "gbps": self.gbps,
             **{f"{k}_fraction_of_peak": x for k, x in self.fraction_of_peak.items()},
+            "numpy_median_s": self.numpy_seconds,
+            "speedup_over_numpy": self.speedup_over_numpy,
             **self.complexity.to_dict(),
             "verified": None if v is None else v.passed,
             "max_abs_error": None if v is None else v.max_abs_error,

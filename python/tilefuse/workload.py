@@ -196,6 +196,13 @@ class Workload:
         ``softmax(cols=4096,rows=4096)``."""
         return f"{self.name}({','.join(f'{k}={v}' for k, v in sorted(self.sizes.items()))})"
 
+    @property
+    def label(self) -> str:
+        """Shorter than the key, for tables: the sizes that differ from
+        their defaults, e.g. ``softmax(rows=256)``."""
+        changed = [f"{k}={v}" for k, v in self.sizes.items() if v != self.defaults.get(k)]
+        return f"{self.name}({','.join(changed)})"
+
     def inputs(self, seed: int = 0) -> tuple[np.ndarray, ...]:
         """Random inputs, the same for the same seed, made once per seed
         and read-only (runs share them)."""

@@ -1,0 +1,107 @@
+"""Running a suite (``tilefuse bench``): every workload of the suite timed
+on one engine, with its numpy form timed the same way for a speedup, shown
+as a table and drawn as throughput against size with p20-p80 bands."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.table import Table
+
+from .engine import BenchResult, Engine
+from .suite import Suite
+from .timing import Budget, call_sampler, measure
+from .workload import Workload
+
+__all__ = ["SCHEMA", "plot", "run", "table"]
+
+#: The JSON Schema of ``tilefuse bench --json``'s output, shipped with the package.
+SCHEMA = Path(__file__).parent / "schemas" / "bench.schema.json"
+
+
+def run(
+    suite: Suite,
+    engine: Engine,
+    budget: Budget | None = None,
+    numpy: bool = True,
+    measure_what: str = "kernel",
+    progress: Callable[[int, Workload], None] | None = None,
+) -> list[BenchResult]:
+    """One verified :class:`BenchResult` per workload of ``suite``, in
+    order; ``progress(index, workload)`` is called before each."""
+    budget = budget or Budget()
+    results = []
+    for i, w in enumerate(suite.workloads):
+        if progress is not None:
+            progress(i, w)
+        r = engine.benchmark(w, variant=suite.name, budget=budget, measure=measure_what)
+        if numpy and w.has_numpy:
+            inputs = w.inputs()
+            samples = measure(call_sampler(functools.partial(w.numpy, *inputs)), budget)
+            r = dataclasses.replace(r, numpy_seconds=statistics.median(samples))
+        results.append(r)
+    return results
+
+
+def table(results: Sequence[BenchResult], labels: Sequence[str], title: str) -> Table:
+    """Time, throughput, share of peak and speedup over numpy per workload."""
+    t = Table(title=title)
+    peaks = any(r.peak for r in results)
+    t.add_column("workload", overflow="fold")
+    for column in ("median ms", "p20-p80 ms", "GFLOP/s", "GB/s", "% peak" * peaks, "vs numpy"):
+        if column:
+            t.add_column(column, justify="right", no_wrap=True)
+    for label, r in zip(labels, results, strict=True):
+        share = r.fraction_of_peak
+        peak = [f"{100 * max(share.values()):.0f}%" if share else "-"] if peaks else []
+        speedup = "-" if r.speedup_over_numpy is None else f"{r.speedup_over_numpy:.2f}x"
+        row = [_ms(r.median), f"{_ms(r.p20)}-{_ms(r.p80)}", f"{r.gflops:.3g}", f"{r.gbps:.3g}"]
+        t.add_row(label, *row, *peak, speedup)
+    return t
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g}"
+
+
+def plot(results: Sequence[BenchResult], path: str | Path, title: str) -> None:
+    """GB/s (and GFLOP/s for compute-heavy workloads) against problem size,
+    one line per workload name with its p20-p80 band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_name: dict[str, list[BenchResult]] = {}
+    for r in results:
+        by_name.setdefault(r.workload.split("(")[0], []).append(r)
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    for name, rs in by_name.items():
+        rs = sorted(rs, key=lambda r: r.complexity.bytes)
+        intensive = rs[0].complexity.intensity > 4  # matmuls: flops tell more than bytes
+        x = [r.complexity.flops if intensive else r.complexity.bytes for r in rs]
+        ax.plot(
+            x,
+            [_throughput(r, r.median, intensive) for r in rs],
+            marker="o",
+            label=f"{name} ({'GFLOP/s' if intensive else 'GB/s'})",
+        )
+        low = [_throughput(r, r.p80, intensive) for r in rs]
+        ax.fill_between(x, low, [_throughput(r, r.p20, intensive) for r in rs], alpha=0.25)
+    ax.set_xscale("log")
+    ax.set_xlabel("problem size (bytes moved, or flops for compute-bound workloads)")
+    ax.set_ylabel("throughput at the median (band: p20-p80)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _throughput(r: BenchResult, seconds: float, flops: bool) -> float:
+    return r.complexity.gflops(seconds) if flops else r.complexity.gbps(seconds)
