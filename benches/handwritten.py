@@ -14,11 +14,12 @@ The kernels are the ones a WebGPU programmer would write first:
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from tilefuse.timing import call_sampler
 
 
 @dataclass
@@ -170,12 +171,6 @@ def time_program(
         # (on_submitted_work_done_sync fails in wgpu-py 0.32).
         device.queue.read_buffer(fence)
 
-    for _ in range(warmup):
-        run()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
+    samples = call_sampler(run)(warmup, repeat)
     out = np.frombuffer(device.queue.read_buffer(buffers[program.output]), dtype=np.float32)
     return statistics.median(samples), out

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import tilefuse as tf
+from tilefuse.timing import call_sampler
 
 sys.path.insert(0, str(Path(__file__).parent))
 import handwritten
@@ -54,14 +55,7 @@ class Case:
 
 
 def median_time(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return statistics.median(call_sampler(fn)(warmup, repeat))
 
 
 # --- hand schedules ------------------------------------------------------------
