@@ -45,6 +45,8 @@ def test_lower_builds_once_per_workload_and_params() -> None:
     params["unroll_factor_reduction"] = 2
     other = engine.lower(w, params)
     assert other is not k and engine.lower(w, params) is other
+    # a one-element list is the same params: the same kernel, whichever came first
+    assert engine.lower(w, [params]) is other
     assert engine.resolve(w, params) == [params]
 
 

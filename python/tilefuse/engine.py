@@ -226,7 +226,8 @@ class Engine:
         resolved = self.resolve(w, params)
         key = (w.key, _digest(resolved))
         if key not in self._kernels:
-            given = resolved if isinstance(params, Sequence) or len(resolved) > 1 else resolved[0]
+            # The kernel's kind follows the params alone, as its key does.
+            given = resolved if len(resolved) > 1 else resolved[0]
             self._kernels[key] = w.payload.schedule(given, self.device)
         return self._kernels[key]
 
@@ -303,11 +304,14 @@ class Engine:
             raise ValueError(f"benchmark: measure must be one of {MEASURES}, got {measure!r}")
         if flush and self.device.is_gpu:
             raise ValueError("benchmark: flush evicts CPU caches; it applies to the CPU device")
-        checks = {n: self.verify(w, p, seed) if check else None for n, p in variants.items()}
+        # Resolved once, so the params timed are the params hashed even if
+        # the heuristic cache changes meanwhile.
+        resolved = {n: self.resolve(w, p) for n, p in variants.items()}
+        checks = {n: self.verify(w, p, seed) if check else None for n, p in resolved.items()}
         for verification in checks.values():
             if verification is not None:
                 _raise_if_failed(w, verification)
-        samplers = {n: self._sampler(w, p, measure, seed) for n, p in variants.items()}
+        samplers = {n: self._sampler(w, p, measure, seed) for n, p in resolved.items()}
         timed = interleave(samplers, budget or Budget(), rounds, CacheFlush() if flush else None)
         return {
             n: BenchResult(
@@ -317,7 +321,7 @@ class Engine:
                 timed[n],
                 w.complexity(),
                 checks[n],
-                self._environment(w, variants[n]),
+                self._environment(_digest(resolved[n])),
                 dict(self.peak),
             )
             for n in variants
@@ -331,7 +335,7 @@ class Engine:
             kernel.benchmark(*inputs, warmup=warmup, repeat=repeat).samples
         )
 
-    def _environment(self, w: Workload, params: ParamsLike) -> dict[str, Any]:
+    def _environment(self, params_hash: str) -> dict[str, Any]:
         info = self.device.info
         return {
             "device": info["name"],
@@ -342,7 +346,7 @@ class Engine:
             "numpy": np.__version__,
             "python": platform.python_version(),
             "machine": platform.machine(),
-            "params_hash": _digest(self.resolve(w, params)),
+            "params_hash": params_hash,
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
         }
 

@@ -424,15 +424,16 @@ class Kernel:
             raise ValueError(f"export: name must be an identifier, got {name!r}")
         folder = Path(directory)
         folder.mkdir(parents=True, exist_ok=True)
+        source = self.wgsl
         wgsl = folder / f"{name}.wgsl"
-        wgsl.write_text(self.wgsl)
+        wgsl.write_text(source)
         bindings = [{**b, "bytes": 4 * max(1, math.prod(b["shape"]))} for b in self.bindings]
         manifest = {
             "format": "tilefuse.kernel",
             "version": 1,
             "wgsl": wgsl.name,
             # WebGPU features the host must request for the module.
-            "features": ["subgroups"] if _SUBGROUP_CALL.search(self.wgsl) else [],
+            "features": ["subgroups"] if _SUBGROUP_CALL.search(source) else [],
             "fusion": None if self.schedule is None else self.schedule.fusion.fingerprint,
             "bindings": bindings,
             "dispatch": self.dispatch,

@@ -8,7 +8,6 @@ them back, returning a :class:`SegmentedKernel`.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -145,14 +144,9 @@ class SegmentedKernel:
         """Host time of the whole sequence (arrays cross the host between
         segments), as a :class:`Timing`."""
         from .schedule import Timing
+        from .timing import call_sampler
 
-        for _ in range(warmup):
-            self(*arrays)
-        samples = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            self(*arrays)
-            samples.append(time.perf_counter() - start)
+        samples = call_sampler(lambda: self(*arrays))(warmup, repeat)
         return Timing(statistics.median(samples), min(samples), max(samples), samples)
 
     def __repr__(self) -> str:
