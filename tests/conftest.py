@@ -121,8 +121,10 @@ def schedule_or_reject(
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Every test session tunes into its own heuristic cache, never the
-    user's (and never finds a stale winner there)."""
+    user's (and never finds a stale winner there), and finds no pipelines
+    in the user's config directory."""
     os.environ["TILEFUSE_CACHE"] = str(tmp_path_factory.mktemp("tilefuse-cache"))
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
 
 
 STORAGE = {"f32": np.float32, "i32": np.int32, "u32": np.uint32}
@@ -175,3 +177,17 @@ def run_exported_with_wgpu_py(manifest: Path, *arrays: np.ndarray[Any, Any]) -> 
         n = int(np.prod(b["shape"]))
         result.append(np.frombuffer(raw, dtype=STORAGE[b["storage"]])[:n].reshape(b["shape"]))
     return result
+
+
+def run_exported_sequence_with_wgpu_py(manifest: Path, *arrays: np.ndarray[Any, Any]) -> list[Any]:
+    """Runs the files ``SegmentedKernel.export`` wrote: each segment's
+    kernel through :func:`run_exported_with_wgpu_py`, fed by the fusion's
+    inputs and earlier segments' outputs as the sequence wires them."""
+    spec = json.loads(manifest.read_text())
+    values = dict(zip(spec["inputs"], arrays, strict=True))
+    for segment in spec["segments"]:
+        got = run_exported_with_wgpu_py(
+            manifest.parent / segment["kernel"], *(values[t] for t in segment["inputs"])
+        )
+        values.update(zip(segment["outputs"], got, strict=True))
+    return [values[t] for t in spec["outputs"]]

@@ -2,6 +2,8 @@
 by plain-data heuristic params that you can read, edit, save and tune."""
 
 from . import cache as cache  # tf.cache: the heuristic cache (a module)
+from . import paramsfile as paramsfile  # tf.paramsfile: params files with fingerprints
+from . import pipeline as pipeline  # tf.pipeline: YAML pipelines (load, find, names)
 from . import timing as timing  # tf.timing: Budget, measure, interleave
 from . import workloads as workloads  # tf.workloads: the built-in workloads
 from ._native import (
@@ -52,8 +54,11 @@ from .params import (
     ReductionParams,
     SupportedVecSize,
 )
+from .pipeline import Pipeline, load_pipeline
 from .schedule import Block, Device, Kernel, Loop, Schedule, Timing
 from .segments import Segment, SegmentedKernel
+from .stages import PipelineRun
+from .stages import run as run_pipeline
 from .tune import TuneResult, tune
 from .workload import Requirements, Tolerance, Verification, Workload, as_workload
 
@@ -82,6 +87,8 @@ __all__ = [
     "MatmulParams",
     "ParamsError",
     "ParamsStruct",
+    "Pipeline",
+    "PipelineRun",
     "PointwiseParams",
     "ReductionParams",
     "Requirements",
@@ -104,6 +111,7 @@ __all__ = [
     "cos",
     "exp",
     "gelu",
+    "load_pipeline",
     "log",
     "matmul",
     "maximum",
@@ -111,6 +119,7 @@ __all__ = [
     "reciprocal",
     "relu",
     "rsqrt",
+    "run_pipeline",
     "sigmoid",
     "sin",
     "sqrt",

@@ -5,7 +5,6 @@ as a table and drawn as throughput against size with p20-p80 bands."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,8 +12,9 @@ from pathlib import Path
 from rich.table import Table
 
 from .engine import BenchResult, Engine
+from .pipeline import Pipeline
 from .suite import Suite
-from .timing import Budget, call_sampler, measure
+from .timing import Budget
 from .workload import Workload
 
 __all__ = ["SCHEMA", "plot", "run", "table"]
@@ -30,18 +30,23 @@ def run(
     numpy: bool = True,
     measure_what: str = "kernel",
     progress: Callable[[int, Workload], None] | None = None,
+    pipeline: Pipeline | None = None,
 ) -> list[BenchResult]:
     """One verified :class:`BenchResult` per workload of ``suite``, in
-    order; ``progress(index, workload)`` is called before each."""
+    order, each built by ``pipeline`` where given (else with the params
+    the heuristic cache or default heuristic gives); ``progress(index,
+    workload)`` is called before each."""
     budget = budget or Budget()
     results = []
     for i, w in enumerate(suite.workloads):
         if progress is not None:
             progress(i, w)
-        r = engine.benchmark(w, variant=suite.name, budget=budget, measure=measure_what)
+        variant = suite.name if pipeline is None else f"{suite.name}/{pipeline.name}"
+        r = engine.benchmark(
+            w, pipeline=pipeline, variant=variant, budget=budget, measure=measure_what
+        )
         if numpy and w.has_numpy:
-            inputs = w.inputs()
-            samples = measure(call_sampler(functools.partial(w.numpy, *inputs)), budget)
+            samples = engine.time_numpy(w, budget)
             r = dataclasses.replace(r, numpy_seconds=statistics.median(samples))
         results.append(r)
     return results

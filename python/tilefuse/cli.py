@@ -6,8 +6,13 @@ saved as JSON (``Fusion.to_json()``) and manage the heuristic cache.
                               [--no-cache] [--json OUT] [--plot PNG]
     tilefuse cache list | show ID | explain FUSION.json | export OUT
                  | merge OUT IN... | import BUNDLE | clear | dir
-    tilefuse bench SUITE.yaml|NAME [--device cpu|gpu] [--json OUT] [--csv OUT]
-                                   [--plot PNG] [--measure kernel|call]
+    tilefuse bench SUITE.yaml|NAME [--device cpu|gpu] [--pipeline NAME] [--json OUT]
+                                   [--csv OUT] [--plot PNG] [--measure kernel|call]
+    tilefuse run [PIPELINE] [--workload W] [--size K=V]... [--set VAR=VALUE]...
+    tilefuse inspect WORKLOAD [--size K=V]...
+    tilefuse pipeline list | validate FILE... | show NAME|FILE
+
+``tilefuse COMMAND --help`` says what each does, with an example.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from rich.table import Table
 
 from . import cache
 from ._native import TilefuseError
+from .cli_pipelines import add_commands, device_named
+from .cli_pipelines import pairs as _pairs
 from .fusion import Fusion
-from .schedule import Device
 from .tune import TuneResult, tune
 from .yamlfile import YamlError
 
@@ -39,17 +45,13 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.4g} ms"
 
 
-def _device(name: str) -> Device:
-    return {"cpu": Device.cpu, "gpu": Device.gpu, "default": Device.default}[name]()
-
-
 def _fusion(path: str) -> Fusion:
     return Fusion.from_json(Path(path).read_text())
 
 
 def _tune(args: argparse.Namespace) -> int:
     f = _fusion(args.fusion)
-    device = _device(args.device)
+    device = device_named(args.device)
     r = tune(
         f,
         device,
@@ -122,7 +124,7 @@ def _cache(args: argparse.Namespace) -> int:
             raise SystemExit(f"tilefuse cache show: {what} with an id starting {args.id!r}")
         _out.print_json(json.dumps(matches[0]))
     elif args.action == "explain":
-        _out.print(cache.explain(_fusion(args.fusion), _device(args.device)))
+        _out.print(cache.explain(_fusion(args.fusion), device_named(args.device)))
     elif args.action == "export":
         _out.print(f"exported {cache.export(args.output)} entries to {args.output}")
     elif args.action == "merge":
@@ -143,11 +145,13 @@ def _bench(args: argparse.Namespace) -> int:
 
     from . import bench
     from .engine import Engine, to_csv
+    from .pipeline import load_pipeline
     from .suite import load_suite
     from .timing import Budget
 
     suite = load_suite(args.suite)
-    engine = Engine(_device(args.device))
+    engine = Engine(device_named(args.device))
+    pipeline = load_pipeline(args.pipeline, _pairs(args.set)) if args.pipeline else None
     budget = Budget(warmup=args.warmup, rep=args.rep)
     with Progress(console=_out, transient=True, disable=args.quiet) as bar:
         task = bar.add_task(suite.name, total=len(suite.workloads))
@@ -155,7 +159,9 @@ def _bench(args: argparse.Namespace) -> int:
         def advance(done: int, w: Any) -> None:
             bar.update(task, completed=done, description=w.key)
 
-        results = bench.run(suite, engine, budget, not args.no_numpy, args.measure, advance)
+        results = bench.run(
+            suite, engine, budget, not args.no_numpy, args.measure, advance, pipeline
+        )
     title = f"{suite.name} on {engine.device.info['name']} ({args.measure} time)"
     if not args.quiet:
         _out.print(bench.table(results, [w.label for w in suite.workloads], title))
@@ -221,6 +227,8 @@ def _parser() -> argparse.ArgumentParser:
         default="kernel",
         help="time the kernel alone, or the call k(*arrays) a user makes",
     )
+    b.add_argument("--pipeline", help="build each workload with this pipeline (file or name)")
+    b.add_argument("--set", action="append", default=[], metavar="VAR=VALUE")
     b.add_argument("--warmup", type=float, default=0.1, help="seconds of warm-up per workload")
     b.add_argument("--rep", type=float, default=0.5, help="seconds of timed runs per workload")
     b.add_argument("--no-numpy", action="store_true", help="skip timing the numpy forms")
@@ -229,6 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--plot", metavar="PNG", help="throughput against size with p20-p80 bands")
     b.add_argument("--quiet", action="store_true", help="no progress and no table")
     b.set_defaults(run=_bench)
+    add_commands(sub)
     return p
 
 

@@ -15,27 +15,34 @@ runs pay for neither again.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
-from . import _native
+from . import _native, timing
 from .complexity import Complexity
 from .params import HeuristicParams
+from .pipeline import Pipeline, load_pipeline
 from .schedule import Device, Kernel
 from .segments import SegmentedKernel
 from .timing import Budget, CacheFlush, Sampler, call_sampler, interleave
 from .workload import Verification, Workload, WorkloadLike, as_workload, compare_outputs
 
-__all__ = ["BenchResult", "Engine", "ParamsLike", "VerificationError"]
+__all__ = ["BenchResult", "Engine", "ParamsLike", "Variant", "VerificationError"]
 
 ParamsLike = HeuristicParams | dict[str, Any] | Sequence[HeuristicParams | dict[str, Any]] | None
+
+#: What a variant may be: params (``None``: the cache's or the default
+#: heuristic's), a pipeline (loaded, or its name or file), or a kernel
+#: built beforehand.
+Variant = ParamsLike | Pipeline | str | Kernel | SegmentedKernel
 
 #: What ``measure=`` may time: the kernel alone (its own timer: GPU
 #: timestamps where the adapter has them) or the whole call ``k(*arrays)``.
@@ -216,13 +223,24 @@ class Engine:
         given = params if isinstance(params, Sequence) else [params]
         return [p.to_dict() if isinstance(p, HeuristicParams) else dict(p) for p in given]
 
-    def lower(self, workload: WorkloadLike, params: ParamsLike = None) -> Kernel | SegmentedKernel:
-        """The kernel(s) for ``workload`` with ``params``, built once per
-        workload and params."""
+    def lower(
+        self,
+        workload: WorkloadLike,
+        params: ParamsLike = None,
+        pipeline: Pipeline | str | None = None,
+    ) -> Kernel | SegmentedKernel:
+        """The kernel(s) for ``workload`` with ``params``, or made by the
+        select, schedule and apply stages of ``pipeline`` (a loaded
+        :class:`~tilefuse.pipeline.Pipeline`, a name or a file); built once
+        per workload and params or pipeline."""
         w = as_workload(workload)
         problems = w.requirements().unmet(self.device.info)
         if problems:
             raise _native.DeviceError(f"workload {w.key}: {'; '.join(problems)}")
+        if pipeline is not None:
+            if params is not None:
+                raise ValueError("lower: give params or a pipeline, not both")
+            return self._from_pipeline(w, pipeline)
         resolved = self.resolve(w, params)
         key = (w.key, _digest(resolved))
         if key not in self._kernels:
@@ -231,51 +249,79 @@ class Engine:
             self._kernels[key] = w.payload.schedule(given, self.device)
         return self._kernels[key]
 
+    def _from_pipeline(self, w: Workload, pipeline: Pipeline | str) -> Kernel | SegmentedKernel:
+        from .stages import BUILD_STAGES, run
+
+        p = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
+        key = (w.key, f"pipeline {p.digest}")
+        if key not in self._kernels:
+            self._kernels[key] = run(p, w, self, only=BUILD_STAGES).kernel()
+        return self._kernels[key]
+
+    def _variant(
+        self, w: Workload, variant: Variant
+    ) -> tuple[Kernel | SegmentedKernel, dict[str, Any]]:
+        """A variant's kernel, and the hashes that identify it in results."""
+        hashes: dict[str, Any] = {"params_hash": None, "pipeline_hash": None}
+        if isinstance(variant, Kernel | SegmentedKernel):
+            kernel = variant
+        elif isinstance(variant, Pipeline | str):
+            p = variant if isinstance(variant, Pipeline) else load_pipeline(variant)
+            kernel, hashes["pipeline_hash"] = self._from_pipeline(w, p), p.digest
+        else:
+            # Resolved once, so the params timed are the params hashed even
+            # if the heuristic cache changes meanwhile.
+            resolved = self.resolve(w, variant)
+            kernel, hashes["params_hash"] = self.lower(w, resolved), _digest(resolved)
+        schedules = kernel.kernels if isinstance(kernel, SegmentedKernel) else [kernel]
+        traces = [None if k.schedule is None else k.schedule.trace for k in schedules]
+        return kernel, {**hashes, "schedule_hash": _digest(traces)}
+
     def execute(
-        self, workload: WorkloadLike, params: ParamsLike = None, check: bool = True, seed: int = 0
+        self, workload: WorkloadLike, params: Variant = None, check: bool = True, seed: int = 0
     ) -> tuple[np.ndarray, ...]:
         """Runs on the inputs for ``seed``; returns the outputs. With
         ``check``, raises :class:`VerificationError` when they differ from
-        the reference beyond the workload's tolerance."""
+        the reference beyond the workload's tolerance. ``params`` is any
+        :data:`Variant`."""
         w = as_workload(workload)
-        outs = self._run(w, params, seed)
+        outs = _outputs(self._variant(w, params)[0], w, seed)
         if check:
             _raise_if_failed(w, compare_outputs(outs, w.expected(seed), w.tolerance))
         return outs
 
-    def verify(
-        self, workload: WorkloadLike, params: ParamsLike = None, seed: int = 0
-    ) -> Verification:
+    def verify(self, workload: WorkloadLike, params: Variant = None, seed: int = 0) -> Verification:
         """The outputs for ``seed`` compared with the reference: max
         absolute and relative errors and the tolerance used."""
         w = as_workload(workload)
-        return compare_outputs(self._run(w, params, seed), w.expected(seed), w.tolerance)
-
-    def _run(self, w: Workload, params: ParamsLike, seed: int) -> tuple[np.ndarray, ...]:
-        outs = self.lower(w, params)(*w.inputs(seed))
-        return outs if isinstance(outs, tuple) else (outs,)
+        outs = _outputs(self._variant(w, params)[0], w, seed)
+        return compare_outputs(outs, w.expected(seed), w.tolerance)
 
     # --- timing -------------------------------------------------------------------
     def benchmark(
         self,
         workload: WorkloadLike,
-        params: ParamsLike = None,
+        params: Variant = None,
         check: bool = True,
         *,
+        pipeline: Pipeline | str | None = None,
         variant: str = "default",
         measure: str = "kernel",
         budget: Budget | None = None,
         flush: bool = False,
         seed: int = 0,
     ) -> BenchResult:
-        """Times ``workload`` with ``params`` (time-based warm-up and
-        repetitions, see :class:`~tilefuse.timing.Budget`); with ``check``
-        the outputs are verified first (a failure raises
-        :class:`VerificationError`). ``flush`` evicts the CPU caches before
-        each sample (CPU device only)."""
+        """Times ``workload`` with ``params`` (any :data:`Variant`) or
+        ``pipeline`` (time-based warm-up and repetitions, see
+        :class:`~tilefuse.timing.Budget`); with ``check`` the outputs are
+        verified first (a failure raises :class:`VerificationError`).
+        ``flush`` evicts the CPU caches before each sample (CPU device
+        only)."""
+        if pipeline is not None and params is not None:
+            raise ValueError("benchmark: give params or a pipeline, not both")
         return self.compare(
             workload,
-            {variant: params},
+            {variant: params if pipeline is None else pipeline},
             check,
             measure=measure,
             budget=budget,
@@ -287,7 +333,7 @@ class Engine:
     def compare(
         self,
         workload: WorkloadLike,
-        variants: Mapping[str, ParamsLike],
+        variants: Mapping[str, Variant],
         check: bool = True,
         *,
         measure: str = "kernel",
@@ -296,22 +342,26 @@ class Engine:
         seed: int = 0,
         rounds: int = 5,
     ) -> dict[str, BenchResult]:
-        """Times named params variants interleaved in one run (chunks in a
-        rotating order, ``rounds`` per variant), so a drifting machine
-        slows them alike; one :class:`BenchResult` per variant."""
+        """Times named variants (params, pipelines or kernels, see
+        :data:`Variant`) interleaved in one run (chunks in a rotating order,
+        ``rounds`` per variant), so a drifting machine slows them alike; one
+        :class:`BenchResult` per variant."""
         w = as_workload(workload)
         if measure not in MEASURES:
             raise ValueError(f"benchmark: measure must be one of {MEASURES}, got {measure!r}")
         if flush and self.device.is_gpu:
             raise ValueError("benchmark: flush evicts CPU caches; it applies to the CPU device")
-        # Resolved once, so the params timed are the params hashed even if
-        # the heuristic cache changes meanwhile.
-        resolved = {n: self.resolve(w, p) for n, p in variants.items()}
-        checks = {n: self.verify(w, p, seed) if check else None for n, p in resolved.items()}
+        built = {n: self._variant(w, v) for n, v in variants.items()}
+        checks = {
+            n: compare_outputs(_outputs(k, w, seed), w.expected(seed), w.tolerance)
+            if check
+            else None
+            for n, (k, _) in built.items()
+        }
         for verification in checks.values():
             if verification is not None:
                 _raise_if_failed(w, verification)
-        samplers = {n: self._sampler(w, p, measure, seed) for n, p in resolved.items()}
+        samplers = {n: _sampler(k, w.inputs(seed), measure) for n, (k, _) in built.items()}
         timed = interleave(samplers, budget or Budget(), rounds, CacheFlush() if flush else None)
         return {
             n: BenchResult(
@@ -321,34 +371,46 @@ class Engine:
                 timed[n],
                 w.complexity(),
                 checks[n],
-                self._environment(_digest(resolved[n])),
+                self._environment(built[n][1]),
                 dict(self.peak),
             )
             for n in variants
         }
 
-    def _sampler(self, w: Workload, params: ParamsLike, what: str, seed: int) -> Sampler:
-        kernel, inputs = self.lower(w, params), w.inputs(seed)
-        if what == "call":
-            return call_sampler(lambda: kernel(*inputs))
-        return lambda warmup, repeat: (
-            kernel.benchmark(*inputs, warmup=warmup, repeat=repeat).samples
-        )
+    def time_numpy(self, workload: WorkloadLike, budget: Budget | None = None) -> list[float]:
+        """Samples of the workload's numpy form on the inputs for seed 0,
+        timed as the call a user makes."""
+        w = as_workload(workload)
+        sampler = call_sampler(functools.partial(w.numpy, *w.inputs()))
+        return timing.measure(sampler, budget or Budget())
 
-    def _environment(self, params_hash: str) -> dict[str, Any]:
+    def _environment(self, hashes: dict[str, Any]) -> dict[str, Any]:
         info = self.device.info
         return {
             "device": info["name"],
             "backend": info["backend"],
             "driver": info["driver"],
-            "device_fingerprint": _digest(info),
+            "device_fingerprint": self.device.fingerprint,
             "tilefuse": _native.__version__,
             "numpy": np.__version__,
             "python": platform.python_version(),
             "machine": platform.machine(),
-            "params_hash": params_hash,
-            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            **hashes,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
+
+
+def _outputs(kernel: Kernel | SegmentedKernel, w: Workload, seed: int) -> tuple[np.ndarray, ...]:
+    outs = kernel(*w.inputs(seed))
+    return outs if isinstance(outs, tuple) else (outs,)
+
+
+def _sampler(
+    kernel: Kernel | SegmentedKernel, inputs: tuple[np.ndarray, ...], what: str
+) -> Sampler:
+    if what == "call" or isinstance(kernel, SegmentedKernel):
+        return call_sampler(lambda: kernel(*inputs))
+    return lambda warmup, repeat: kernel.benchmark(*inputs, warmup=warmup, repeat=repeat).samples
 
 
 def _digest(data: Any) -> str:

@@ -379,6 +379,10 @@ class Fusion:
         to the reason it does not."""
         return dict(_native.schedulers(self._native))
 
+    def _segmented(self) -> bool:
+        """No single scheduler accepts the whole fusion."""
+        return not any(r is None for r in self.schedulers().values())
+
     def segments(self) -> list[Segment]:
         """The parts this fusion runs as: one when a scheduler accepts it
         whole, else several (each a fusion one scheduler accepts), in
@@ -408,7 +412,7 @@ class Fusion:
         from .schedule import Device
 
         device = device or Device.default()
-        if scheduler is None and not any(r is None for r in self.schedulers().values()):
+        if scheduler is None and self._segmented():
             return [
                 cast("HeuristicParams", seg.fusion.heuristics(seg.scheduler, device, cache))
                 for seg in self.segments()
@@ -428,7 +432,7 @@ class Fusion:
         from .schedule import Device
 
         device = device or Device.default()
-        if scheduler is None and not any(r is None for r in self.schedulers().values()):
+        if scheduler is None and self._segmented():
             return "; ".join(
                 seg.fusion.params_source(device, seg.scheduler) for seg in self.segments()
             )
@@ -487,7 +491,7 @@ class Fusion:
         picked for one device kind run anywhere, but are tuned for theirs:
         ``f.heuristics()`` without a device picks the default device's)."""
         from .params import HeuristicParams
-        from .schedule import Device, Schedule
+        from .schedule import Device
         from .segments import SegmentedKernel
 
         device = device or Device.default()
@@ -507,10 +511,18 @@ class Fusion:
                 for seg, p in zip(segments, params, strict=True)
             ]
             return SegmentedKernel(self, segments, kernels, device)
+        return self._auto_schedule(params, device).build(device)
+
+    def _auto_schedule(self, params: HeuristicParams | dict[str, Any], device: Device) -> Schedule:
+        """The schedule the automatic scheduler makes with ``params`` (not
+        yet built)."""
+        from .schedule import Schedule
+
         s = Schedule.__new__(Schedule)
         s.fusion = self
-        s._native = _native.schedule(self._native, params.to_dict(), device._native)
-        return s.build(device)
+        given = params.to_dict() if not isinstance(params, dict) else params
+        s._native = _native.schedule(self._native, given, device._native)
+        return s
 
     def execute(
         self,

@@ -15,6 +15,7 @@ naming the block or loop; every applied primitive is recorded in
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -334,6 +335,14 @@ class Device:
     @property
     def is_gpu(self) -> bool:
         return bool(self.info["backend"] != "cpu")
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits naming this device as results and params files
+        record it: adapter, driver, limits, features and (on the CPU)
+        threads. Timings are comparable only under one fingerprint."""
+        text = json.dumps(self.info, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def __repr__(self) -> str:
         return repr(self._native)

@@ -7,8 +7,11 @@ them back, returning a :class:`SegmentedKernel`.
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -139,6 +142,41 @@ class SegmentedKernel:
             if target is not None and t.id in computed:
                 arrays.setdefault(t.id, target)
         return arrays
+
+    def export(self, directory: str | os.PathLike[str], name: str = "kernel") -> Path:
+        """Writes each segment's kernel as :meth:`Kernel.export` does
+        (``<name>_<i>.wgsl`` and ``.json``) and ``<name>.json``, the
+        sequence: the fusion's ``tensors`` (id, dtype, shape) a host
+        allocates, its ``inputs`` and ``outputs`` (tensor ids, in call
+        order) and ``segments`` in run order, each naming its kernel's
+        manifest and the tensors bound to that kernel's inputs and outputs.
+        Returns the sequence's path."""
+        if not name.isidentifier():
+            raise ValueError(f"export: name must be an identifier, got {name!r}")
+        used = {t.id: t for s in self.segments for t in (*s.inputs, *s.outputs)}
+        used.update((t.id, t) for t in (*self.fusion.inputs, *self.outputs))
+        sequence = {
+            "format": "tilefuse.sequence",
+            "version": 1,
+            "fusion": self.fusion.fingerprint,
+            "tensors": [
+                {"id": i, "dtype": t.dtype, "shape": list(t.shape)} for i, t in sorted(used.items())
+            ],
+            "inputs": [t.id for t in self.fusion.inputs],
+            "outputs": [t.id for t in self.outputs],
+            "segments": [
+                {
+                    "kernel": kernel.export(directory, f"{name}_{i}").name,
+                    "scheduler": segment.scheduler,
+                    "inputs": [t.id for t in segment.inputs],
+                    "outputs": [t.id for t in segment.outputs],
+                }
+                for i, (segment, kernel) in enumerate(zip(self.segments, self.kernels, strict=True))
+            ],
+        }
+        path = Path(directory) / f"{name}.json"
+        path.write_text(json.dumps(sequence, indent=2) + "\n")
+        return path
 
     def benchmark(self, *arrays: Any, warmup: int = 3, repeat: int = 20) -> Any:
         """Host time of the whole sequence (arrays cross the host between

@@ -28,7 +28,7 @@ from . import workloads
 from .workload import Workload
 from .yamlfile import Located, YamlError, load
 
-__all__ = ["Suite", "load_suite", "names"]
+__all__ = ["Suite", "load_suite", "located_workload", "names"]
 
 _SHIPPED = resources.files("tilefuse") / "suites"
 
@@ -85,28 +85,38 @@ def _mapping(path: Path, value: Any, key: str, allowed: set[str]) -> Located:
 
 def _entry(path: Path, value: Any, key: str) -> list[Workload]:
     entry = _mapping(path, value, key, {"workload", "sizes", "zip"})
-    name = entry.get("workload")
-    if name not in workloads.names():
-        raise YamlError(
-            path,
-            entry.lines.get("workload", entry.line),
-            f"{key}.workload",
-            f"unknown workload {name!r}; built in: {', '.join(workloads.names())}",
-        )
     sizes = entry.get("sizes", Located(line=entry.line, lines={}))
     if not isinstance(sizes, Located):
         raise YamlError(path, entry.lines["sizes"], f"{key}.sizes", "must be a mapping")
-    found = []
-    for combo in _sweep(path, sizes, bool(entry.get("zip", False)), f"{key}.sizes"):
-        try:
-            found.append(workloads.get(name, **combo))
-        except (TypeError, ValueError) as e:
-            # the workload's message names the size: "size cols must be ..."
-            named = re.search(r"size '?(\w+)", str(e))
-            bad = named.group(1) if named and named.group(1) in sizes else None
-            where = f"{key}.sizes" + (f".{bad}" if bad else "")
-            raise YamlError(path, sizes.lines.get(bad or "", sizes.line), where, str(e)) from e
-    return found
+    return [
+        located_workload(path, entry, "workload", key, combo)
+        for combo in _sweep(path, sizes, bool(entry.get("zip", False)), f"{key}.sizes")
+    ]
+
+
+def located_workload(
+    path: Path, entry: Located, name_key: str, key: str, sizes: dict[str, Any]
+) -> Workload:
+    """The built-in workload ``entry[name_key]`` with ``sizes``; an unknown
+    name or a bad size is a :class:`YamlError` at its line in ``path``."""
+    name = entry.get(name_key)
+    if name not in workloads.names():
+        raise YamlError(
+            path,
+            entry.lines.get(name_key, entry.line),
+            f"{key}.{name_key}".lstrip("."),
+            f"unknown workload {name!r}; built in: {', '.join(workloads.names())}",
+        )
+    given = entry.get("sizes")
+    lines = given if isinstance(given, Located) else Located(entry.line)
+    try:
+        return workloads.get(name, **sizes)
+    except (TypeError, ValueError) as e:
+        # the workload's message names the size: "size cols must be ..."
+        named = re.search(r"size '?(\w+)", str(e))
+        bad = named.group(1) if named and named.group(1) in sizes else None
+        where = f"{key}.sizes".lstrip(".") + (f".{bad}" if bad else "")
+        raise YamlError(path, lines.lines.get(bad or "", lines.line), where, str(e)) from e
 
 
 def _sweep(path: Path, sizes: Located, zipped: bool, key: str) -> list[dict[str, Any]]:

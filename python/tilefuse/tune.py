@@ -171,8 +171,7 @@ def tune(
         "seed": seed,
     }
     show = _Progress(sys.stderr.isatty() if progress is None else progress)
-    whole = any(r is None for r in fusion.schedulers().values())
-    segments = [fusion] if whole else [seg.fusion for seg in fusion.segments()]
+    segments = [seg.fusion for seg in fusion.segments()] if fusion._segmented() else [fusion]
     results = []
     try:
         for f in segments:

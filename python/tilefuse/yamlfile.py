@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["Located", "YamlError", "load"]
+__all__ = ["Located", "LocatedList", "YamlError", "line_of", "load"]
 
 
 class YamlError(ValueError):
@@ -30,8 +30,29 @@ class Located(dict[str, Any]):
         self.lines: dict[str, int] = lines or {}
 
 
+class LocatedList(list[Any]):
+    """A sequence that knows the (1-based) line of each of its items."""
+
+    def __init__(self, line: int = 0, lines: list[int] | None = None) -> None:
+        super().__init__()
+        self.line = line
+        self.lines: list[int] = lines or []
+
+
+def line_of(container: Any, key: str | int) -> int | None:
+    """The line of ``container[key]`` (of a mapping's key, a sequence's
+    item), else of the container itself, where known."""
+    if isinstance(container, Located):
+        return container.lines.get(str(key), container.line) or None
+    if isinstance(container, LocatedList):
+        inside = isinstance(key, int) and 0 <= key < len(container.lines)
+        return (container.lines[key] if inside else container.line) or None  # type: ignore[index]
+    return None
+
+
 def load(path: Path) -> Any:
-    """The file's single document, mappings as :class:`Located`."""
+    """The file's single document, mappings as :class:`Located` and
+    sequences as :class:`LocatedList`."""
     try:
         node = yaml.compose(path.read_text(), Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
@@ -44,12 +65,17 @@ def _plain(node: yaml.Node) -> Any:
     if isinstance(node, yaml.MappingNode):
         out = Located(node.start_mark.line + 1)
         for key, value in node.value:
-            name = str(_plain(key))
+            # keys as written: a variable named `on` stays "on", not True
+            name = key.value if isinstance(key, yaml.ScalarNode) else str(_plain(key))
             out[name] = _plain(value)
             out.lines[name] = key.start_mark.line + 1
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_plain(v) for v in node.value]
+        items = LocatedList(node.start_mark.line + 1)
+        for value in node.value:
+            items.append(_plain(value))
+            items.lines.append(value.start_mark.line + 1)
+        return items
     return _SCALARS.construct_object(node)
 
 

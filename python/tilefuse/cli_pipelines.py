@@ -1,0 +1,214 @@
+"""The pipeline commands of ``tilefuse``: ``run``, ``inspect`` and
+``pipeline list|validate|show`` (:mod:`tilefuse.cli` registers them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from . import pipeline as pipelines
+from . import workloads
+from .engine import Engine
+from .schedule import Device
+from .stages import run, workload_of
+from .workload import Workload, as_workload
+
+__all__ = ["add_commands", "device_named", "pairs"]
+
+_out = Console(soft_wrap=True)
+_DEVICES = {"cpu": Device.cpu, "gpu": Device.gpu, "default": Device.default}
+
+
+def device_named(name: str) -> Device:
+    """``cpu``, ``gpu`` or ``default``, as the commands' ``--device``."""
+    return _DEVICES[name]()
+
+
+def add_commands(sub: Any) -> None:
+    """Registers ``run``, ``inspect`` and ``pipeline`` on the subparsers."""
+    r = _command(
+        sub,
+        "run",
+        "run a pipeline on a workload",
+        "Runs each stage of a pipeline (a YAML file or a named pipeline) on a workload: "
+        "the one given here, else the one the file names. Without a pipeline the finder "
+        "picks one by device and workload.",
+        "tilefuse run export --workload softmax --size rows=1024 --set directory=out",
+    )
+    r.add_argument("pipeline", nargs="?", help="a pipeline file or name (default: found)")
+    _workload_arguments(r, required=False)
+    _variable_argument(r)
+    r.add_argument("--device", choices=tuple(_DEVICES), default="default")
+    r.add_argument("--json", metavar="OUT", help="what every stage made, as JSON")
+    r.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    r.set_defaults(run=_run)
+
+    i = _command(
+        sub,
+        "inspect",
+        "what a workload is: segments, schedulers, shapes, matmuls, reductions, flops",
+        "Prints the engine's inspection of a built-in workload or a fusion JSON file.",
+        "tilefuse inspect matmul --size m=512 --size epilogue=bias_relu",
+    )
+    _workload_arguments(i, required=True)
+    i.add_argument("--device", choices=tuple(_DEVICES), default="default")
+    i.add_argument("--json", action="store_true", help="print the inspection as JSON")
+    i.set_defaults(run=_inspect)
+
+    p = sub.add_parser("pipeline", help="list, check and show pipelines")
+    actions = p.add_subparsers(dest="action", required=True)
+    _command(
+        actions,
+        "list",
+        "the named pipelines and where they are",
+        "Lists shipped pipelines and those in TILEFUSE_PIPELINES or the user's config "
+        "directory (which override shipped ones of the same name).",
+        "tilefuse pipeline list",
+    )
+    for action, summary, example in (
+        ("validate", "check pipeline files", "tilefuse pipeline validate my.yaml"),
+        ("show", "a pipeline as it runs", "tilefuse pipeline show export --set directory=out"),
+    ):
+        a = _command(
+            actions,
+            action,
+            summary,
+            "Loads a pipeline (includes spliced in, variables substituted) and checks its "
+            "schema, stages, variables, files and Python callables; errors name the file, "
+            "line and key.",
+            example,
+        )
+        a.add_argument("pipelines", nargs="+", metavar="pipeline", help="a file or a name")
+        _variable_argument(a)
+    p.set_defaults(run=_pipeline)
+
+
+def _command(sub: Any, name: str, summary: str, what: str, example: str) -> Any:
+    return sub.add_parser(
+        name,
+        help=summary,
+        description=what,
+        epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def _workload_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
+    names = ", ".join(workloads.names())
+    parser.add_argument(
+        "--workload" if not required else "workload",
+        metavar="WORKLOAD",
+        help=f"a built-in workload ({names}) or a fusion JSON file",
+    )
+    parser.add_argument(
+        "--size", action="append", default=[], metavar="K=V", help="a workload size (repeat)"
+    )
+
+
+def _variable_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="VAR=VALUE",
+        help="a pipeline variable (repeat); read as the variable's type",
+    )
+
+
+def pairs(given: list[str], what: str = "--set") -> dict[str, str]:
+    """``NAME=VALUE`` arguments as a mapping."""
+    pairs = {}
+    for item in given:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"tilefuse: {what} takes NAME=VALUE, got {item!r}")
+        pairs[key] = value
+    return pairs
+
+
+def _workload(spec: str, sizes: list[str]) -> Workload:
+    if spec.endswith(".json") or Path(spec).is_file():
+        if sizes:
+            raise SystemExit("tilefuse: --size applies to built-in workloads, not fusion files")
+        return as_workload(spec)
+    typed = {k: yaml.safe_load(v) for k, v in pairs(sizes, "--size").items()}
+    return workloads.get(spec, **typed)
+
+
+def _run(args: argparse.Namespace) -> int:
+    device = device_named(args.device)
+    given = _workload(args.workload, args.size) if args.workload else None
+    name = args.pipeline
+    if name is None:
+        if given is None:
+            raise SystemExit("tilefuse run: name a pipeline, or a --workload to find one for")
+        kinds = [given.name, *(s.scheduler for s in given.payload.segments())]
+        name = pipelines.find("gpu" if device.is_gpu else "cpu", kinds)
+    p = pipelines.load_pipeline(name, pairs(args.set, "--set"))
+    w = given or workload_of(p)
+    if w is None:
+        raise SystemExit(f"tilefuse run: {p.path} names no workload; give --workload")
+    console = Console(quiet=args.quiet)
+    console.print(f"[bold]{p.name}[/bold] ({p.path}) on {w.key}, {device.info['name']}")
+    with console.status("") as status:
+        state = run(
+            p,
+            w,
+            Engine(device),
+            progress=lambda s: status.update(f"{s.kind} ({s.path.name}:{s.line})"),
+        )
+    for line in state.log:
+        console.print(f"  {line}")
+    if state.bench is not None:
+        from .bench import table
+
+        console.print(table([state.bench], [w.label], f"{p.name}: {w.key}"))
+    if args.json:
+        Path(args.json).write_text(json.dumps(state.to_dict(), indent=2) + "\n")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    w = _workload(args.workload, args.size)
+    found = Engine(device_named(args.device)).inspect(w)
+    if args.json:
+        _out.print_json(json.dumps(found))
+        return 0
+    for i, segment in enumerate(found):
+        t = Table(title=f"{w.key}: segment {i} of {len(found)}", show_header=False)
+        t.add_column(style="bold")
+        t.add_column(overflow="fold")
+        for key, value in segment.items():
+            t.add_row(key, json.dumps(value))
+        _out.print(t)
+    return 0
+
+
+def _pipeline(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        t = Table(title="pipelines")
+        for column in ("name", "description", "match", "file"):
+            t.add_column(column, overflow="fold")
+        for name in pipelines.names():
+            path = pipelines.locate(name)
+            doc = yaml.safe_load(path.read_text())
+            match = json.dumps(doc.get("match")) if "match" in doc else "-"
+            t.add_row(name, doc.get("description", ""), match, str(path))
+        _out.print(t)
+        return 0
+    variables = pairs(args.set, "--set")
+    for name in args.pipelines:
+        p = pipelines.load_pipeline(name, variables)
+        if args.action == "validate":
+            kinds = ", ".join(s.kind for s in p.stages)
+            _out.print(f"{p.path}: ok ({len(p.stages)} stages: {kinds})")
+        else:
+            _out.print(f"# {p.path}, variables {json.dumps(p.variables)}")
+            _out.print(p.to_yaml(), markup=False, highlight=False)
+    return 0
