@@ -10,12 +10,14 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pytest
 
 import tilefuse as tf
 from conftest import assert_close, run_exported_sequence_with_wgpu_py, run_exported_with_wgpu_py
 from tilefuse import paramsfile
+from tilefuse.bench import SCHEMA as BENCH_SCHEMA
 from tilefuse.cli import main
 from tilefuse.pipeline import SCHEMA, Pipeline, find, load_pipeline, names
 from tilefuse.stages import PipelineRun, run, workload_of
@@ -50,8 +52,6 @@ def verify(state: PipelineRun) -> None:
 
 # --- shipped pipelines and the finder ------------------------------------------------------
 def test_shipped_pipelines_load_and_the_schema_is_valid_json_schema() -> None:
-    import jsonschema
-
     jsonschema.Draft202012Validator.check_schema(json.loads(SCHEMA.read_text()))
     assert {"default", "cpu", "gpu", "tuned", "export", "build"} <= set(names())
     for name in names():
@@ -563,7 +563,9 @@ def test_bench_takes_a_pipeline(tmp_path: Path) -> None:
     out = tmp_path / "b.json"
     args = ["bench", str(suite), "--pipeline", "cpu", "--device", "cpu", "--quiet"]
     assert main([*args, "--warmup", "0.002", "--rep", "0.01", "--json", str(out)]) == 0
-    results = json.loads(out.read_text())["results"]
+    document = json.loads(out.read_text())
+    jsonschema.validate(document, json.loads(BENCH_SCHEMA.read_text()))
+    results = document["results"]
     assert [r["variant"] for r in results] == ["s/cpu", "s/cpu"]
     assert all(r["environment"]["pipeline_hash"] for r in results)
 
