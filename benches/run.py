@@ -4,15 +4,19 @@
     python benches/run.py --quick         # smaller sizes, for a smoke test
     python benches/run.py --json out.json --plot sweep.png
 
-Each case is timed on the CPU device and on the GPU device (lavapipe on
-machines without a GPU) with the default heuristics and a hand schedule,
-and numpy (and torch, when installed) run the same computation in the same
-process. Each kernel is timed twice: ``call`` is what a user meets,
-``k(*arrays)`` with its argument checks, allocations and copies; ``kernel``
-is ``Kernel.benchmark``, the launches alone. Times are medians of repeated
-runs; the table shows milliseconds and tilefuse time / peer time (below 1
-means tilefuse is faster). A sweep of the chain from 2^10 to 2^24 elements
-follows (microseconds), plotted with ``--plot`` when matplotlib is there.
+Each case is a built-in workload (``tilefuse.workloads``), timed on the
+CPU device and on the GPU device (lavapipe on machines without a GPU) by
+the engine (``tilefuse.Engine``, the timing path ``tilefuse bench`` and the
+tuner's users share): the default heuristics and a hand schedule, verified
+against the float64 reference, then timed interleaved with time-based
+warm-up and repetitions. numpy (the workload's numpy form) and torch, when
+installed, run the same computation in the same process. Each kernel is
+timed twice: ``call`` is what a user meets, ``k(*arrays)`` with its
+argument checks, allocations and copies; ``kernel`` is the launches alone
+(GPU timestamps where the adapter has them). The table shows milliseconds
+(medians) and tilefuse time / peer time (below 1 means tilefuse is faster).
+A sweep of the chain from 2^10 to 2^24 elements follows (microseconds),
+plotted with ``--plot`` when matplotlib is there.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 import numpy as np
 
 import tilefuse as tf
-from tilefuse.timing import call_sampler
+from tilefuse.timing import Budget, call_sampler, measure
 
 sys.path.insert(0, str(Path(__file__).parent))
 import handwritten
@@ -43,9 +47,7 @@ Arrays = list[np.ndarray[Any, Any]]
 @dataclass
 class Case:
     name: str
-    fusion: tf.Fusion
-    inputs: Arrays
-    numpy: Callable[..., Any]
+    workload: tf.Workload
     #: Hand schedules per device kind, timed beside the default heuristics.
     schedule: dict[str, Callable[[tf.Schedule], None]]
     torch: Callable[..., Any] | None = None
@@ -53,9 +55,13 @@ class Case:
     handwritten: Callable[[], handwritten.Program] | None = None
     results: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def fusion(self) -> tf.Fusion:
+        return self.workload.payload
 
-def median_time(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
-    return statistics.median(call_sampler(fn)(warmup, repeat))
+    @property
+    def inputs(self) -> Arrays:
+        return list(self.workload.inputs())
 
 
 # --- hand schedules ------------------------------------------------------------
@@ -124,196 +130,112 @@ def gpu_matmul(s: tf.Schedule) -> None:
 # --- cases ---------------------------------------------------------------------
 
 
-def chain(shape: tuple[int, ...]) -> tf.Fusion:
-    """``tanh(a*b+1)*0.5+exp(-a)``: memory-bound pointwise work."""
-    f = tf.Fusion()
-    a = f.input(shape, "f32", name="a")
-    b = f.input(shape, "f32", name="b")
-    y = (a * b + 1.0).tanh() * 0.5 + (-a).exp()
-    y.name = "y"
-    f.output(y)
-    return f
-
-
-def np_chain(a: Any, b: Any) -> Any:
-    return np.tanh(a * b + 1) * 0.5 + np.exp(-a)
-
-
 def torch_chain(t: Any, a: Any, b: Any) -> Any:
     return t.tanh(a * b + 1) * 0.5 + t.exp(-a)
 
 
 def cases(quick: bool) -> list[Case]:
-    rng = np.random.default_rng(0)
     n = 1024 if quick else 4096
-    out = []
-
-    f = chain((n, n))
-    xa = rng.standard_normal((n, n)).astype(np.float32)
-    xb = rng.standard_normal((n, n)).astype(np.float32)
-    out.append(
+    m = 256 if quick else 1024
+    get = tf.workloads.get
+    chain = get("chain", rows=n, cols=n)
+    matmul = get("matmul", m=m, n=m, k=m, epilogue="bias_relu")
+    return [
         Case(
             f"chain tanh(a*b+1)*0.5+exp(-a) {n}x{n}",
-            f,
-            [xa, xb],
-            np_chain,
+            chain,
             {"cpu": cpu_rows_parallel, "gpu": gpu_pointwise},
             torch=torch_chain,
-            handwritten=lambda: handwritten.chain(n * n, xa, xb),
-        )
-    )
-
-    f = tf.Fusion()
-    x = f.input((n, n), "f32", name="x")
-    e = (x - x.max(axis=1, keepdims=True)).exp()
-    e.name = "e"
-    y = e / e.sum(axis=1, keepdims=True)
-    y.name = "y"
-    f.output(y)
-    xs = rng.standard_normal((n, n)).astype(np.float32)
-
-    def np_softmax(x: Any) -> Any:
-        e = np.exp(x - x.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
-
-    out.append(
+            handwritten=lambda: handwritten.chain(n * n, *chain.inputs()),
+        ),
         Case(
             f"softmax {n}x{n}",
-            f,
-            [xs],
-            np_softmax,
+            get("softmax", rows=n, cols=n),
             {"cpu": cpu_softmax, "gpu": gpu_softmax},
             torch=lambda t, x: t.softmax(x, dim=1),
-        )
-    )
-
-    f = tf.Fusion()
-    x = f.input((n, n), "f32", name="x")
-    c = x - x.mean(axis=1, keepdims=True)
-    f.output(c * ((c * c).mean(axis=1, keepdims=True) + 1e-5).rsqrt())
-
-    def np_layernorm(x: Any) -> Any:
-        c = x - x.mean(axis=1, keepdims=True)
-        return c / np.sqrt((c * c).mean(axis=1, keepdims=True) + 1e-5)
-
-    out.append(
+        ),
         Case(
             f"layernorm {n}x{n}",
-            f,
-            [xs],
-            np_layernorm,
+            get("layernorm", rows=n, cols=n),
             {},
-            torch=lambda t, x: t.nn.functional.layer_norm(x, (x.shape[1],), eps=1e-5),
-        )
-    )
-
-    f = tf.Fusion()
-    x = f.input((n, n), "f32", name="x")
-    f.output(x.sum(axis=0))
-    out.append(
+            torch=lambda t, x, w, b: t.nn.functional.layer_norm(x, (x.shape[1],), w, b, 1e-5),
+        ),
         Case(
             f"column sum {n}x{n}",
-            f,
-            [xs],
-            lambda x: x.sum(axis=0),
+            get("column_sum", rows=n, cols=n),
             {},
             torch=lambda t, x: x.sum(dim=0),
-        )
-    )
-
-    m = 256 if quick else 1024
-    f = tf.Fusion()
-    a = f.input((m, m), "f32", name="a")
-    b = f.input((m, m), "f32", name="b")
-    bias = f.input((m,), "f32", name="bias")
-    f.output(tf.relu(a @ b + bias))
-    ma = rng.standard_normal((m, m)).astype(np.float32)
-    mb = rng.standard_normal((m, m)).astype(np.float32)
-    mbias = rng.standard_normal(m).astype(np.float32)
-    out.append(
+        ),
         Case(
             f"matmul {m}^3 + bias + relu",
-            f,
-            [ma, mb, mbias],
-            lambda a, b, bias: np.maximum(a @ b + bias, 0),
+            matmul,
             {},
             torch=lambda t, a, b, bias: t.relu(a @ b + bias),
-            handwritten=lambda: handwritten.matmul_bias_relu(ma, mb, mbias),
-        )
-    )
-    return out
+            handwritten=lambda: handwritten.matmul_bias_relu(*matmul.inputs()),
+        ),
+    ]
 
 
-def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, repeat: int) -> Case:
-    """Times the peers and each device on one case, checking every tilefuse
-    result against float64 numpy first. Columns: ``tilefuse-<device>`` with
-    the default heuristics, ``hand-<device>`` with the hand schedule; on the
-    GPU, ``wgpu:tilefuse`` and ``wgpu:handwritten`` time the generated and
-    the hand-written WGSL under one wgpu-py harness."""
+def time_torch(fn: Callable[..., Any], torch: Any, inputs: Arrays, budget: Budget) -> float:
+    tin = [torch.from_numpy(np.array(x)) for x in inputs]  # writeable copies
+    return statistics.median(measure(call_sampler(partial(fn, torch, *tin)), budget))
+
+
+def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, budget: Budget) -> Case:
+    """Times the peers and each device on one case; the engine verifies
+    every tilefuse result against the float64 reference first. Columns:
+    ``tilefuse-<device>`` with the default heuristics, ``hand-<device>``
+    with the hand schedule; on the GPU, ``wgpu:tilefuse`` and
+    ``wgpu:handwritten`` time the generated and the hand-written WGSL under
+    one wgpu-py harness."""
     print(f"[{case.name}]", file=sys.stderr, flush=True)
-    want = case.numpy(*[x.astype(np.float64) for x in case.inputs])
-    case.results["numpy"] = median_time(lambda: case.numpy(*case.inputs), repeat)
+    w = case.workload
+    case.results["numpy"] = statistics.median(tf.Engine(tf.Device.cpu()).time_numpy(w, budget))
     if torch is not None and case.torch is not None:
-        tin = [torch.from_numpy(x) for x in case.inputs]
-        case.results["torch"] = median_time(lambda: case.torch(torch, *tin), repeat)
-
-    def check(got: Any, label: str) -> None:
-        got = np.asarray(got).reshape(np.shape(want))
-        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
-        assert err < 1e-4, f"{case.name}, {label}: relative error {err}"
-
+        case.results["torch"] = time_torch(case.torch, torch, case.inputs, budget)
     for dev_name, device in devices.items():
-        kernels = {
-            f"tilefuse-{dev_name}": case.fusion.schedule(
-                case.fusion.heuristics(device=device), device
-            )
-        }
+        engine = tf.Engine(device)
+        variants: dict[str, tf.engine.Variant] = {f"tilefuse-{dev_name}": None}
         recipe = case.schedule.get(dev_name)
         if recipe is not None:
             s = case.fusion.create_schedule()
             recipe(s)
-            kernels[f"hand-{dev_name}"] = s.build(device)
-        for label, kernel in kernels.items():
-            check(kernel(*case.inputs), label)
-            call, launch = call_and_kernel(kernel, case.inputs, repeat)
-            case.results[f"{label} call"] = call
-            case.results[f"{label} kernel"] = launch
+            variants[f"hand-{dev_name}"] = s.build(device)
+        for what in ("call", "kernel"):
+            timed = engine.compare(w, variants, check=what == "call", measure=what, budget=budget)
+            for label, r in timed.items():
+                case.results[f"{label} {what}"] = r.median
+        for label in variants:
+            call, launch = case.results[f"{label} call"], case.results[f"{label} kernel"]
             print(
-                f"  {label}: call {call * 1e3:.1f} ms, kernel {launch * 1e3:.1f} ms",
+                f"  {label}: call {call * 1e3:.2f} ms, kernel {launch * 1e3:.2f} ms",
                 file=sys.stderr,
-                flush=True,
             )
         if dev_name == "gpu" and case.handwritten is not None:
-            default = kernels[f"tilefuse-{dev_name}"]
-            assert isinstance(default, tf.Kernel)
-            for label, program in [
-                ("wgpu:tilefuse", handwritten.from_kernel(default, case.inputs)),
-                ("wgpu:handwritten", case.handwritten()),
-            ]:
-                seconds, got = handwritten.time_program(
-                    program, repeat, warmup=warmup_runs(default, case.inputs)
-                )
-                check(got, label)
-                case.results[label] = seconds
-                print(f"  {label}: {seconds * 1e3:.1f} ms", file=sys.stderr, flush=True)
+            time_handwritten(case, engine.lower(w))
     return case
 
 
-def call_and_kernel(kernel: Any, inputs: Arrays, repeat: int) -> tuple[float, float]:
-    """Median seconds of the user's call ``kernel(*inputs)`` and of the
-    launches alone (``Kernel.benchmark``), after the same warm-up."""
-    warmup = warmup_runs(kernel, inputs)
-    launch = kernel.benchmark(*inputs, warmup=warmup, repeat=repeat).median
-    call = median_time(lambda: kernel(*inputs), repeat, warmup=min(warmup, 20))
-    return call, launch
+def time_handwritten(case: Case, default: Any, repeat: int = 20) -> None:
+    """The generated and the hand-written WGSL under one wgpu-py harness."""
+    want = case.workload.expected()[0]
+    for label, program in [
+        ("wgpu:tilefuse", handwritten.from_kernel(default, case.inputs)),
+        ("wgpu:handwritten", case.handwritten()),  # type: ignore[misc]
+    ]:
+        seconds, got = handwritten.time_program(
+            program, repeat, warmup=warmup_runs(default, case.inputs)
+        )
+        np.testing.assert_allclose(np.reshape(got, want.shape), want, rtol=1e-4, atol=1e-4)
+        case.results[label] = seconds
+        print(f"  {label}: {seconds * 1e3:.1f} ms", file=sys.stderr, flush=True)
 
 
 def warmup_runs(kernel: tf.Kernel, inputs: Arrays, seconds: float = 0.3) -> int:
     """Untimed runs worth ``seconds`` of the kernel: a discrete GPU idles
     at a fraction of its clock (an H100 at 345 of 1980 MHz) and a couple
-    of short launches leave it there (BENCHMARKS.md, fourth session).
-    ``Kernel.benchmark`` warms a GPU for 0.2 s itself; the wgpu-py harness
-    and the CPU's turbo get the same treatment from this."""
+    of short launches leave it there (BENCHMARKS.md, fourth session). For
+    the wgpu-py harness, which has no time-based warm-up of its own."""
     once = kernel.benchmark(*inputs, warmup=1, repeat=1).median
     return max(2, min(1000, int(seconds / max(once, 1e-6))))
 
@@ -323,24 +245,22 @@ def warmup_runs(kernel: tf.Kernel, inputs: Arrays, seconds: float = 0.3) -> int:
 SWEEP_SIZES = [2**e for e in range(10, 25, 2)]
 
 
-def sweep(devices: dict[str, tf.Device], torch: Any, repeat: int, quick: bool) -> dict[int, Any]:
-    """The chain at each size: numpy, torch, and each device's call and
-    kernel, in seconds."""
-    rng = np.random.default_rng(1)
+def sweep(devices: dict[str, tf.Device], torch: Any, budget: Budget, quick: bool) -> dict[int, Any]:
+    """The chain at each size (1024 columns, n / 1024 rows): numpy, torch,
+    and each device's call and kernel, in seconds."""
     rows: dict[int, dict[str, float]] = {}
     for n in SWEEP_SIZES[:5] if quick else SWEEP_SIZES:
         print(f"[sweep 2^{n.bit_length() - 1}]", file=sys.stderr, flush=True)
-        f = chain((n,))
-        a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
-        reps = max(repeat, min(1000, (1 << 20) // n))
-        row = {"numpy": median_time(partial(np_chain, a, b), reps)}
+        w = tf.workloads.get("chain", rows=n // 1024, cols=1024)
+        row = {"numpy": statistics.median(tf.Engine(tf.Device.cpu()).time_numpy(w, budget))}
         if torch is not None:
-            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-            row["torch"] = median_time(partial(torch_chain, torch, ta, tb), reps)
+            row["torch"] = time_torch(torch_chain, torch, list(w.inputs()), budget)
         for dev_name, device in devices.items():
-            k = f.schedule(f.heuristics(device=device), device)
-            np.testing.assert_allclose(k(a, b), np_chain(a, b), rtol=1e-5, atol=1e-6)
-            row[f"{dev_name} call"], row[f"{dev_name} kernel"] = call_and_kernel(k, [a, b], reps)
+            for what in ("call", "kernel"):
+                r = tf.Engine(device).benchmark(
+                    w, measure=what, budget=budget, check=what == "call"
+                )
+                row[f"{dev_name} {what}"] = r.median
         rows[n] = row
     return rows
 
@@ -393,17 +313,19 @@ def latency_fusions() -> dict[str, tf.Fusion]:
     return out
 
 
-def scheduling_latency(fusion: tf.Fusion, device: tf.Device, repeat: int) -> float:
+def scheduling_latency(fusion: tf.Fusion, device: tf.Device, budget: Budget) -> float:
     """Median seconds for heuristics + schedule + lowering + WGSL (+ the
     compiled pipeline, from the device's cache after the first call), as
     `f.schedule(f.heuristics(device=d), d)` from Python."""
-    return median_time(lambda: fusion.schedule(fusion.heuristics(device=device), device), repeat)
+    sampler = call_sampler(lambda: fusion.schedule(fusion.heuristics(device=device), device))
+    return statistics.median(measure(sampler, budget))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--warmup", type=float, default=0.3, help="seconds of warm-up per run")
+    parser.add_argument("--rep", type=float, default=1.0, help="seconds of timed runs per run")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--plot", help="plot the sweep to this image (needs matplotlib)")
     parser.add_argument("--no-sweep", action="store_true", help="skip the small-size sweep")
@@ -411,6 +333,7 @@ def main() -> None:
         "--latency-only", action="store_true", help="only heuristics + schedule + build latency"
     )
     args = parser.parse_args()
+    budget = Budget(warmup=args.warmup, rep=args.rep)
 
     devices: dict[str, tf.Device] = {"cpu": tf.Device.cpu()}
     try:
@@ -425,10 +348,10 @@ def main() -> None:
         torch = None
 
     only = args.latency_only
-    rows = [] if only else [run_case(c, devices, torch, args.repeat) for c in cases(args.quick)]
-    swept = {} if args.no_sweep or only else sweep(devices, torch, args.repeat, args.quick)
+    rows = [] if only else [run_case(c, devices, torch, budget) for c in cases(args.quick)]
+    swept = {} if args.no_sweep or only else sweep(devices, torch, budget, args.quick)
     latency = {
-        (name, dev): scheduling_latency(f, device, max(args.repeat, 20))
+        (name, dev): scheduling_latency(f, device, budget)
         for name, f in latency_fusions().items()
         for dev, device in devices.items()
     }

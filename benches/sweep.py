@@ -108,7 +108,7 @@ def main() -> None:
 
     device = tf.Device.gpu() if args.device == "gpu" else tf.Device.cpu()
     case = next(c for c in run.cases(args.quick) if c.name.startswith(args.case))
-    want = case.numpy(*[x.astype(np.float64) for x in case.inputs])
+    (want,) = case.workload.expected()
     default_params = case.fusion.heuristics(device=device)
     assert isinstance(default_params, tf.HeuristicParams)
     base = default_params.to_dict()

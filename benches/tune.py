@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,18 +28,7 @@ from rich.table import Table
 import tilefuse as tf
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run import Case, cases, warmup_runs
-
-
-def interleaved(kernels: dict[str, Any], inputs: list[Any], rounds: int) -> dict[str, float]:
-    """Median launch time of each kernel, timed round-robin so that the
-    host's drift hits them alike."""
-    warmup = {name: warmup_runs(k, inputs) for name, k in kernels.items()}
-    samples: dict[str, list[float]] = {name: [] for name in kernels}
-    for _ in range(rounds):
-        for name, k in kernels.items():
-            samples[name].append(k.benchmark(*inputs, warmup=warmup[name], repeat=3).median)
-    return {name: statistics.median(s) for name, s in samples.items()}
+from run import Case, cases
 
 
 def tune_case(case: Case, device_name: str, device: tf.Device, rounds: int) -> dict[str, Any]:
@@ -54,7 +42,9 @@ def tune_case(case: Case, device_name: str, device: tf.Device, rounds: int) -> d
         row[f"{effort} seconds"] = result.elapsed
         row[f"{effort} trials"] = len(result.trials)
         row[f"{effort} tuner speedup"] = result.speedup
-    times = interleaved(kernels, case.inputs, rounds)
+    budget = tf.timing.Budget(warmup=0.3, rep=0.2 * rounds)
+    timed = tf.Engine(device).compare(case.workload, kernels, budget=budget, rounds=rounds)
+    times = {name: r.median for name, r in timed.items()}
     for name, t in times.items():
         row[f"{name} ms"] = t * 1e3
     for effort in ("quick", "full"):

@@ -72,7 +72,9 @@ class Chain(_Rows):
         f = Fusion()
         shape = (self.size("rows"), self.size("cols"))
         a, b = f.input(shape, name="a"), f.input(shape, name="b")
-        f.output((a * b + 1).tanh() * 0.5 + (-a).exp())
+        y = (a * b + 1).tanh() * 0.5 + (-a).exp()
+        y.name = "y"
+        f.output(y)
         return f
 
     def numpy(self, *inputs: np.ndarray) -> Any:
@@ -89,7 +91,10 @@ class Softmax(_Rows):
         f = Fusion()
         x = self._x(f)
         e = (x - x.max(axis=1, keepdims=True)).exp()
-        f.output(e / e.sum(axis=1, keepdims=True))
+        e.name = "e"  # block names for hand schedules (benches/run.py)
+        y = e / e.sum(axis=1, keepdims=True)
+        y.name = "y"
+        f.output(y)
         return f
 
     def numpy(self, *inputs: np.ndarray) -> Any:
