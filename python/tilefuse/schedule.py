@@ -403,9 +403,11 @@ class Kernel:
 
     def benchmark(self, *arrays: Any, warmup: int = 3, repeat: int = 20) -> Timing:
         """Times ``repeat`` launches after ``warmup`` (GPU timestamps when
-        the adapter has them, host time otherwise). On a GPU the warm-up
-        lasts at least 0.2 s: an idle discrete GPU runs at a fraction of
-        its clock until it has been busy a while."""
+        the adapter has them, host time otherwise). On a GPU a warm-up
+        (``warmup > 0``) lasts at least 0.2 s: an idle discrete GPU runs at
+        a fraction of its clock until it has been busy a while;
+        ``warmup=0`` times at once (for timing in chunks after one
+        warm-up, as :func:`tilefuse.timing.interleave` does)."""
         counts = dict(zip(("warmup", "repeat"), int64s("benchmark", (warmup, repeat)), strict=True))
         for name, value in counts.items():
             if value < 0:

@@ -241,9 +241,9 @@ impl Kernel {
         }
     }
 
-    /// Runs `warmup` untimed launches (on a GPU, for at least
-    /// [`crate::gpu::WARM_UP`], so its clocks have ramped up), then times
-    /// `repeat` launches.
+    /// Runs `warmup` untimed launches (on a GPU, when `warmup` is not 0,
+    /// for at least [`crate::gpu::WARM_UP`], so its clocks have ramped up),
+    /// then times `repeat` launches.
     /// Both counts are at most [`MAX_LAUNCHES`].
     pub fn benchmark<T: AsTensorRef>(
         &self,

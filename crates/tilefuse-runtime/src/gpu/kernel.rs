@@ -177,9 +177,11 @@ impl GpuKernel {
         Ok(())
     }
 
-    /// Times `repeat` launches after `warmup` ones, and after at least
-    /// [`WARM_UP`] of them; returns seconds per launch, from timestamp
-    /// queries when the adapter has them.
+    /// Times `repeat` launches after `warmup` ones, and, when `warmup` is
+    /// not 0, after at least [`WARM_UP`] of them (`warmup == 0` times at
+    /// once: a caller timing in chunks warms the GPU once, not per chunk);
+    /// returns seconds per launch, from timestamp queries when the adapter
+    /// has them.
     pub fn time(&self, inputs: &[TensorRef<'_>], warmup: usize, repeat: usize) -> Result<Vec<f64>> {
         let launch = self.prepare(inputs)?;
         let device = &self.device.device;
@@ -206,7 +208,7 @@ impl GpuKernel {
             self.device.queue.submit([encoder.finish()]);
             self.device.wait()?;
             let host = start.elapsed().as_secs_f64();
-            if warmed < warmup || warming.elapsed() < WARM_UP {
+            if warmed < warmup || (warmup > 0 && warming.elapsed() < WARM_UP) {
                 warmed += 1;
                 continue;
             }
