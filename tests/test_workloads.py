@@ -172,3 +172,11 @@ def test_tolerance_rule_is_the_tuners() -> None:
     )
     ints = tf.workload.compare_outputs([np.array([1, 2])], [np.array([1, 3])], tol)
     assert not ints.passed and ints.max_abs_error == 1
+
+
+def test_tune_takes_a_workload() -> None:
+    w = tf.workloads.get("row_sum", rows=8, cols=64)
+    r = tf.tune(w, tf.Device.cpu(), trials=2, seed=0, cache=False, progress=False)
+    assert isinstance(r.best_params, tf.HeuristicParams)
+    (got,) = tf.Engine(tf.Device.cpu()).execute(w, r.best_params)
+    np.testing.assert_allclose(got, w.expected()[0], rtol=1e-5, atol=1e-5)

@@ -21,6 +21,7 @@ from .params import HeuristicParams
 if TYPE_CHECKING:
     from .fusion import Fusion
     from .schedule import Device
+    from .workload import WorkloadLike
 
 __all__ = ["TuneResult", "tune"]
 
@@ -136,7 +137,7 @@ class _Progress:
 
 
 def tune(
-    fusion: Fusion,
+    fusion: Fusion | WorkloadLike,
     device: Device | None = None,
     effort: str = "quick",
     strategy: str | None = None,
@@ -147,7 +148,9 @@ def tune(
     progress: bool | None = None,
     builtin_heuristics: bool = True,
 ) -> TuneResult:
-    """Searches the params space of the scheduler that takes ``fusion`` (of
+    """Searches the params space of the scheduler that takes ``fusion`` (a
+    :class:`Fusion`, or anything :func:`~tilefuse.as_workload` takes: its
+    payload is tuned) (of
     each segment's, for fusions that run as several kernels) on ``device``
     (``Device.default()`` when omitted), starting from the default
     heuristic and the seeds of the seed heuristics that apply (the built-in
@@ -160,8 +163,12 @@ def tune(
     ``cache`` the winner is stored for :meth:`Fusion.heuristics` to find.
     ``progress`` shows a status line (by default when stderr is a
     terminal)."""
+    from .fusion import Fusion
     from .schedule import Device
+    from .workload import as_workload
 
+    if not isinstance(fusion, Fusion):
+        fusion = as_workload(fusion).payload
     device = device or Device.default()
     options = {
         "effort": effort,
