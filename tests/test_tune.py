@@ -160,6 +160,24 @@ def test_a_corrupt_entry_is_a_warning_and_tuning_goes_on(
     assert f.params_source(d).startswith("cache: ")
 
 
+def test_an_edited_entry_is_completed_and_a_wrong_one_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f, d = softmax(8, 64), tf.Device.cpu()
+    monkeypatch.setenv("TILEFUSE_CACHE", str(tmp_path))
+    tf.tune(f, d, trials=2, seed=3, progress=False)
+    (path,) = list(tmp_path.glob("*.json"))
+    entry = json.loads(path.read_text())
+    del entry["params"]["unroll_factor_reduction"]  # left out: takes its default
+    path.write_text(json.dumps(entry))
+    served = f.heuristics(device=d)
+    assert served.to_dict() == tf.HeuristicParams.from_dict(entry["params"]).to_dict()
+    entry["params"]["unroll_factor_reduction"] = -3
+    path.write_text(json.dumps(entry))
+    with pytest.raises(tf.ParamsError, match="unroll_factor_reduction"):
+        f.heuristics(device=d)
+
+
 def test_progress_shows_a_status_line(capsys: pytest.CaptureFixture[str]) -> None:
     tf.tune(softmax(8, 64), tf.Device.cpu(), trials=3, cache=False, progress=True)
     err = capsys.readouterr().err

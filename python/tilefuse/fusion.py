@@ -419,9 +419,9 @@ class Fusion:
             ]
         entry = _cache.lookup(self, device, scheduler) if cache else None
         if entry is not None:
-            return cast("HeuristicParams", HeuristicParams.from_dict(entry["params"]))
+            return HeuristicParams._from_native(entry["params"])
         data = _native.heuristics(self._native, device._native, scheduler)
-        return cast("HeuristicParams", HeuristicParams.from_dict(data))
+        return HeuristicParams._from_native(data)
 
     def params_source(self, device: Device | None = None, scheduler: str | None = None) -> str:
         """Where :meth:`heuristics` takes this fusion's params from on

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from . import _native
 
@@ -185,6 +185,13 @@ class HeuristicParams(ParamsStruct):
             return super().from_dict(values)
         data = _native.params_normalize("HeuristicParams", _plain(values))
         return _from_root(_SCHEDULERS[data["scheduler"]], data)
+
+    @classmethod
+    def _from_native(cls, data: dict[str, Any]) -> HeuristicParams:
+        """Wraps a complete dict the native side made (a cache entry's, a
+        heuristic's) as it is: no copy, no second validation. On the path
+        of every ``Fusion.heuristics`` call."""
+        return cast("HeuristicParams", _from_root(_SCHEDULERS[data["scheduler"]], data))
 
     @classmethod
     def from_json(cls, text: str) -> ParamsStruct:

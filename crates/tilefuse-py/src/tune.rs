@@ -242,17 +242,13 @@ pub fn cache_get<'py>(
         let cache = open(directory).or_raise(py)?;
         let mut lookup = cache.get(&key);
         if let Some(e) = &lookup.entry {
-            return Ok((
-                Some(entry_to_py(py, e)?),
-                Some("cache".into()),
-                lookup.warnings,
-            ));
+            return Ok((Some(served(py, e)?), Some("cache".into()), lookup.warnings));
         }
         for path in bundles {
             match bundle(Path::new(&path)) {
                 Ok(b) => {
                     if let Some(e) = b.get(&key) {
-                        return Ok((Some(entry_to_py(py, e)?), Some(path), lookup.warnings));
+                        return Ok((Some(served(py, e)?), Some(path), lookup.warnings));
                     }
                 }
                 Err(e) => lookup
@@ -262,6 +258,17 @@ pub fn cache_get<'py>(
         }
         Ok((None, None, lookup.warnings))
     })
+}
+
+/// An entry as a lookup serves it: its params complete and checked here
+/// (a file may have been edited), so Python wraps them without another
+/// pass (the cost of every cache hit).
+fn served<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyAny>> {
+    let mut e = e.clone();
+    e.params = HeuristicParams::from_value(e.params)
+        .map(|p| p.to_value())
+        .or_raise(py)?;
+    entry_to_py(py, &e)
 }
 
 fn cache_failed(py: Python<'_>) -> impl Fn(CacheError) -> PyErr + '_ {
