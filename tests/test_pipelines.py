@@ -212,7 +212,7 @@ def test_schedule_by_trace_and_by_function_then_apply(tmp_path: Path) -> None:
     w, device = softmax(), tf.Device.cpu()
     auto = w.payload._auto_schedule(w.payload.heuristics(device=device), device)
     (tmp_path / "auto.json").write_text(auto.trace)
-    last = auto.get_loops("op_5")[-1]
+    last = auto.get_loops("y")[-1]
     write(
         tmp_path,
         "by_hand.py",
@@ -221,7 +221,7 @@ def test_schedule_by_trace_and_by_function_then_apply(tmp_path: Path) -> None:
             return fusion.create_schedule()
 
         def split_last(schedule):
-            schedule.split(schedule.get_loops("op_5")[-1], [None, 4])
+            schedule.split(schedule.get_loops("y")[-1], [None, 4])
         """,
     )
     path = write(
