@@ -10,6 +10,7 @@ from pathlib import Path
 import jsonschema
 import matplotlib.image
 import pytest
+from rich.console import Console
 
 import tilefuse as tf
 from tilefuse import bench, cli
@@ -100,9 +101,12 @@ def test_bench_writes_json_valid_against_its_schema_csv_and_a_png(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if device_name == "gpu":
         request.getfixturevalue("gpu")  # fails in CI without an adapter
+    # wide enough that no label folds, whatever widths the timings take
+    monkeypatch.setattr(cli, "_out", Console(width=200))
     suite = tmp_path / "three.yaml"
     suite.write_text(THREE)
     out = {ext: tmp_path / f"out.{ext}" for ext in ("json", "csv", "png")}
