@@ -234,13 +234,11 @@ class Engine:
         :class:`~tilefuse.pipeline.Pipeline`, a name or a file); built once
         per workload and params or pipeline."""
         w = as_workload(workload)
-        problems = w.requirements().unmet(self.device.info)
-        if problems:
-            raise _native.DeviceError(f"workload {w.key}: {'; '.join(problems)}")
+        self._require(w)
         if pipeline is not None:
             if params is not None:
                 raise ValueError("lower: give params or a pipeline, not both")
-            return self._from_pipeline(w, pipeline)
+            return self._from_pipeline(w, pipeline)[0]
         resolved = self.resolve(w, params)
         key = (w.key, _digest(resolved))
         if key not in self._kernels:
@@ -249,14 +247,25 @@ class Engine:
             self._kernels[key] = w.payload.schedule(given, self.device)
         return self._kernels[key]
 
-    def _from_pipeline(self, w: Workload, pipeline: Pipeline | str) -> Kernel | SegmentedKernel:
+    def _require(self, w: Workload) -> None:
+        """Raises ``DeviceError`` naming what this device lacks for ``w``."""
+        problems = w.requirements().unmet(self.device.info)
+        if problems:
+            raise _native.DeviceError(f"workload {w.key}: {'; '.join(problems)}")
+
+    def _from_pipeline(
+        self, w: Workload, pipeline: Pipeline | str
+    ) -> tuple[Kernel | SegmentedKernel, str]:
+        """The kernel the pipeline's build stages make, and the pipeline's
+        digest (which reads the files it names: taken once)."""
         from .stages import BUILD_STAGES, run
 
         p = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
-        key = (w.key, f"pipeline {p.digest}")
+        digest = p.digest
+        key = (w.key, f"pipeline {digest}")
         if key not in self._kernels:
             self._kernels[key] = run(p, w, self, only=BUILD_STAGES).kernel()
-        return self._kernels[key]
+        return self._kernels[key], digest
 
     def _variant(
         self, w: Workload, variant: Variant
@@ -266,8 +275,8 @@ class Engine:
         if isinstance(variant, Kernel | SegmentedKernel):
             kernel = variant
         elif isinstance(variant, Pipeline | str):
-            p = variant if isinstance(variant, Pipeline) else load_pipeline(variant)
-            kernel, hashes["pipeline_hash"] = self._from_pipeline(w, p), p.digest
+            self._require(w)
+            kernel, hashes["pipeline_hash"] = self._from_pipeline(w, variant)
         else:
             # Resolved once, so the params timed are the params hashed even
             # if the heuristic cache changes meanwhile.

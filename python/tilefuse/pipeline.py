@@ -133,7 +133,7 @@ class Pipeline:
         h = hashlib.sha256()
         for s in self.stages:
             h.update(json.dumps([s.kind, s.options], sort_keys=True, default=str).encode())
-            for relative in _reads(s):
+            for _, relative in _reads(s):
                 target = s.file(relative)
                 h.update(target.read_bytes() if target.is_file() else str(target).encode())
         return h.hexdigest()[:16]
@@ -232,7 +232,8 @@ def load_pipeline(
     match = {k: list(v) for k, v in doc.get("match", {}).items()}
     workload = doc.get("workload")
     if workload is not None and "fusion" in workload:
-        _require_file(path, workload, "fusion", "workload.fusion", set())
+        line = line_of(workload, "fusion")
+        _require_file(path, workload["fusion"], line, "workload.fusion", set())
     return Pipeline(
         path.stem, path, str(doc.get("description", "")), tuple(stages), values, match, workload
     )
@@ -257,7 +258,7 @@ def _substituted(
     if doc.get("version") != 1:
         raise YamlError(path, line_of(doc, "version"), "version", "must be 1")
     declared = doc.get("variables", Located())
-    _validate(path, {"variables": declared}, "variables_only")
+    _validate(path, {"variables": declared}, variables_only=True)
     unknown = sorted(set(given) - set(declared))
     if unknown:
         raise YamlError(
@@ -270,7 +271,7 @@ def _substituted(
     body = Located(doc.line, dict(doc.lines))
     body.update((k, v) for k, v in doc.items() if k != "variables")
     substituted = _substitute(path, body, values, "", doc.line)
-    _validate(path, substituted, "")
+    _validate(path, substituted)
     return substituted, values
 
 
@@ -378,13 +379,13 @@ def _schema() -> dict[str, Any]:
     return loaded
 
 
-def _validate(path: Path, doc: Mapping[str, Any], only: str) -> None:
+def _validate(path: Path, doc: Mapping[str, Any], variables_only: bool = False) -> None:
     """The first schema error in ``doc``, as a :class:`YamlError` at its
-    line. ``only="variables_only"`` checks the declarations alone."""
+    line; with ``variables_only``, of the variable declarations alone."""
     import jsonschema
 
     schema = _schema()
-    if only:
+    if variables_only:
         schema = {
             "$defs": schema["$defs"],
             "type": "object",
@@ -427,14 +428,14 @@ def _check_stage_names(path: Path, items: Any) -> None:
                 )
 
 
-def _reads(stage: Stage) -> Iterator[str]:
-    """The files a stage reads."""
+def _reads(stage: Stage) -> Iterator[tuple[str, str]]:
+    """The files a stage reads: ``(option, path relative to its file)``
+    (the schema allows ``file`` on select, ``trace`` on schedule and apply)."""
     options = stage.options if isinstance(stage.options, Mapping) else {}
-    if stage.kind == "select" and "file" in options:
-        yield options["file"]
-    if stage.kind in ("schedule", "apply") and "trace" in options:
-        trace = options["trace"]
-        yield from trace if isinstance(trace, list) else [trace]
+    for option in ("file", "trace"):
+        value = options.get(option)
+        for relative in value if isinstance(value, list) else [value] if value else []:
+            yield option, relative
 
 
 def _check_reads(stages: list[Stage]) -> None:
@@ -443,9 +444,9 @@ def _check_reads(stages: list[Stage]) -> None:
     written: set[Path] = set()
     for s in stages:
         options = s.options if isinstance(s.options, Located) else Located()
-        for option in ("file", "trace"):
-            if option in options:
-                _require_file(s.path, options, option, f"{s.key}.{s.kind}.{option}", written)
+        for option, relative in _reads(s):
+            key = f"{s.key}.{s.kind}.{option}"
+            _require_file(s.path, relative, line_of(options, option), key, written)
         for option in ("selector", "function"):
             if option in options:
                 try:
@@ -456,12 +457,13 @@ def _check_reads(stages: list[Stage]) -> None:
             written.add(s.file(options["save"]).resolve())
 
 
-def _require_file(path: Path, options: Located, option: str, key: str, written: set[Path]) -> None:
-    value = options[option]
-    for relative in value if isinstance(value, list) else [value]:
-        target = (path.parent / relative).resolve()
-        if not target.is_file() and target not in written:
-            raise YamlError(path, line_of(options, option), key, f"no file {target}")
+def _require_file(
+    path: Path, relative: str, line: int | None, key: str, written: set[Path]
+) -> None:
+    """``relative`` (to ``path``) exists, or an earlier stage writes it."""
+    target = (path.parent / relative).resolve()
+    if not target.is_file() and target not in written:
+        raise YamlError(path, line, key, f"no file {target}")
 
 
 def resolve_callable(reference: str, base: Path) -> Callable[..., Any]:

@@ -142,10 +142,7 @@ def _inspect(state: PipelineRun, stage: Stage) -> None:
     kinds = ", ".join(s["scheduler"] for s in state.inspection)
     state.log.append(f"inspect: {len(state.inspection)} segment(s): {kinds}")
     if stage.options and "save" in stage.options:
-        target = stage.file(stage.options["save"])
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(state.inspection, indent=2) + "\n")
-        state.files.append(target)
+        _save(state, stage.file(stage.options["save"]), json.dumps(state.inspection, indent=2))
 
 
 def _select(state: PipelineRun, stage: Stage) -> None:
@@ -310,10 +307,14 @@ def _benchmark(state: PipelineRun, stage: Stage) -> None:
     state.bench = r
     state.log.append(f"benchmark: median {r.median * 1e3:.4g} ms, {r.gbps:.3g} GB/s")
     if "save" in options:
-        target = stage.file(options["save"])
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(r.to_json() + "\n")
-        state.files.append(target)
+        _save(state, stage.file(options["save"]), r.to_json())
+
+
+def _save(state: PipelineRun, target: Path, text: str) -> None:
+    """Writes a stage's ``save:`` file (folders made as needed)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text + "\n")
+    state.files.append(target)
 
 
 def _located(stage: Stage, option: str, action: Callable[[], Any]) -> Any:
