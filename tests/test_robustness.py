@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import tilefuse as tf
-from conftest import in_ci, preserves_nan
+from conftest import assert_close, in_ci, preserves_nan
 
 CPU = tf.Device.cpu()
 
@@ -172,6 +172,25 @@ def test_workgroup_loops_must_enclose_invocation_loops(order: tuple[str, str]) -
     s.bind(loops[first], axes[first])
     with pytest.raises(tf.ScheduleError, match="workgroup loops must enclose"):
         s.bind(loops[second], axes[second])
+
+
+def test_nested_unrolled_loops_are_bounded_on_the_gpu(
+    gpu: tf.Device, rng: np.random.Generator
+) -> None:
+    # Two unrolled loops of 128 and 64 copy the block out 8192 times: the
+    # shader compiler took minutes over such modules (a CI run timed out).
+    f = tf.Fusion()
+    x = f.input((128, 64), "f32", name="x")
+    y = x.exp()
+    y.name = "y"
+    f.output(y)
+    s = f.create_schedule()
+    for loop in s.get_loops("y"):
+        s.unroll(loop)
+    with pytest.raises(tf.DeviceError, match=r"copy out 8192 blocks.*unroll fewer"):
+        s.build(gpu)
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    assert_close(s.build(CPU)(a), np.exp(a.astype(np.float64)))
 
 
 @pytest.mark.parametrize(

@@ -172,6 +172,11 @@ class Schedule:
         self._native.vectorize(self._loop(loop))
 
     def unroll(self, loop: Loop) -> None:
+        """Copies ``loop``'s body out once per iteration in WGSL (at most 256
+        iterations: split longer loops first). Nested unrolled loops
+        multiply; a GPU build refuses a stage of more than 4096 blocks
+        copied out (a ``DeviceError``), which shader compilers would take
+        minutes over. The CPU device runs unrolled loops as loops."""
         self._native.unroll(self._loop(loop))
 
     def pipeline(self, loop: Loop, stages: int = 2, prefetch_gap: int = 1) -> None:

@@ -112,7 +112,7 @@ fn check(device: &Device, which: usize, calls: &[Call]) -> Result<(), TestCaseEr
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(500), ..ProptestConfig::default() })]
 
     #[test]
     fn random_primitives_never_panic_and_keep_the_meaning(which in 0usize..6, calls in prop::collection::vec(call(), 1..12)) {
@@ -121,7 +121,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(40), ..ProptestConfig::default() })]
 
     /// The same on the GPU (lavapipe in CI, where a missing adapter fails).
     #[test]

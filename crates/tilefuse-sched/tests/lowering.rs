@@ -4,7 +4,9 @@
 use tilefuse_ir::{DType, Fusion, UnaryOp};
 use tilefuse_sched::codegen::{emit, generate};
 use tilefuse_sched::ir::ThreadAxis;
-use tilefuse_sched::lowering::{LaunchLimit, PASSES, lower_steps, verify_launch};
+use tilefuse_sched::lowering::{
+    LaunchLimit, MAX_UNROLLED_BLOCKS, PASSES, launch_violations, lower_steps, verify_launch,
+};
 use tilefuse_sched::{DeviceInfo, DeviceLimits, Schedule, Target, lower};
 use tilefuse_testing::{fusions, recipes};
 
@@ -109,4 +111,43 @@ fn verify_launch_names_the_limit_the_stage_and_the_values() {
     let e = verify_launch(&many, &info).unwrap_err();
     assert_eq!(e.limit, LaunchLimit::Workgroups(0));
     assert_eq!((e.value, e.max), (1 << 17, 65535));
+}
+
+#[test]
+fn nested_unrolled_loops_are_bounded_on_wgsl_only() {
+    let mut f = Fusion::new();
+    let x = f.input(&[128, 64], DType::F32, Some("x")).unwrap();
+    let y = f.unary(UnaryOp::Exp, x).unwrap();
+    f.output(y).unwrap();
+    let unrolled = |rows: u64| {
+        let mut s = Schedule::new(&f);
+        let b = s.get_block("op_1").unwrap();
+        let [i, j] = s.get_loops(b).unwrap()[..] else {
+            panic!("two loops")
+        };
+        let i = s.split(i, &[None, Some(rows)], None).unwrap()[1];
+        s.unroll(i).unwrap();
+        s.unroll(j).unwrap();
+        s
+    };
+    let fits = lower(unrolled(64).kernel(), Target::Wgsl).unwrap();
+    assert_eq!(fits.launches[0].unrolled_blocks, 64 * 64);
+    verify_launch(&fits, &gpu_info()).unwrap();
+
+    let over = lower(unrolled(128).kernel(), Target::Wgsl).unwrap();
+    let e = verify_launch(&over, &gpu_info()).unwrap_err();
+    assert_eq!(e.limit, LaunchLimit::UnrolledBlocks);
+    assert_eq!((e.value, e.max), (128 * 64, MAX_UNROLLED_BLOCKS));
+    assert!(
+        e.to_string().contains("unroll fewer or shorter loops"),
+        "{e}"
+    );
+
+    // The CPU device runs unrolled loops as loops: no code is copied.
+    let cpu = lower(unrolled(128).kernel(), Target::Cpu).unwrap();
+    let cpu_info = DeviceInfo {
+        adapter_type: "cpu".into(),
+        ..gpu_info()
+    };
+    assert_eq!(launch_violations(&cpu, &cpu_info), vec![]);
 }

@@ -22,6 +22,15 @@ pub fn gpu() -> Option<Device> {
     }
 }
 
+/// A property test's case count: `PROPTEST_CASES` where set (longer runs
+/// by hand), else `default` (what CI runs).
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The CPU device and, where there is one, the GPU.
 pub fn devices() -> Vec<Device> {
     let mut out = vec![Device::cpu()];

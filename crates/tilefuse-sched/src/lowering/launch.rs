@@ -11,6 +11,12 @@ use super::{LowerError, Lowered, Target};
 use crate::DeviceInfo;
 use crate::ir::{BufferId, Kernel, LoopKind, Node, Scope, ThreadAxis};
 
+/// The most blocks one WGSL stage holds once its unrolled loops are copied
+/// out. Nested unrolled loops multiply (two of the 256 iterations
+/// [`crate::Schedule::unroll`] allows make 65,536 copies), and shader compilers take minutes over such modules;
+/// the CPU device copies no code, so its kernels have no such bound.
+pub const MAX_UNROLLED_BLOCKS: u64 = 4096;
+
 /// One dispatch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Launch {
@@ -20,6 +26,9 @@ pub struct Launch {
     pub workgroup_size: [u64; 3],
     /// Most `for`-loop iterations one invocation runs.
     pub loop_iterations: u64,
+    /// Blocks in the nest's code once unrolled loops are copied out: what
+    /// a shader compiler has to chew through.
+    pub unrolled_blocks: u64,
     /// Bytes of workgroup memory the nest uses.
     pub workgroup_bytes: u64,
     /// Lanes of its widest subgroup reduction (0 for none), set by
@@ -57,6 +66,7 @@ pub(super) fn run(l: &mut Lowered) -> Result<(), LowerError> {
             workgroups: [1; 3],
             workgroup_size: [1; 3],
             loop_iterations: loop_iterations(l, root),
+            unrolled_blocks: unrolled_blocks(k, root),
             ..Launch::default()
         };
         bound_extents(k, root, &mut launch);
@@ -124,6 +134,23 @@ fn loop_iterations(l: &Lowered, node: &Node) -> u64 {
     }
 }
 
+/// Blocks in `node`'s code, each unrolled loop's body counted once per
+/// iteration (nested ones multiply).
+fn unrolled_blocks(k: &Kernel, node: &Node) -> u64 {
+    let Node::Loop(id, body) = node else { return 1 };
+    let inner = body
+        .iter()
+        .map(|n| unrolled_blocks(k, n))
+        .fold(0u64, u64::saturating_add);
+    let lp = k.loop_(*id);
+    match lp.kind {
+        LoopKind::Unrolled | LoopKind::Pipelined { unrolled: true, .. } => {
+            lp.extent.saturating_mul(inner)
+        }
+        _ => inner,
+    }
+}
+
 fn buffers_in(k: &Kernel, node: &Node, out: &mut Vec<BufferId>) {
     match node {
         Node::Block(b) => {
@@ -146,6 +173,9 @@ pub enum LaunchLimit {
     Workgroups(usize),
     /// The driver's loop budget per invocation (llvmpipe's).
     LoopIterations,
+    /// [`MAX_UNROLLED_BLOCKS`]: the blocks unrolled loops copy out into
+    /// one WGSL stage.
+    UnrolledBlocks,
     /// `max_compute_workgroup_storage_size`.
     WorkgroupStorage,
     /// The device's smallest subgroup (`None`: no subgroups).
@@ -190,6 +220,11 @@ impl Display for LaunchError {
                 "stage{s}: one invocation runs {v} loop iterations, more than this driver runs \
                  before it silently stops loops ({max}); bind more loops to workgroups or \
                  invocations"
+            ),
+            LaunchLimit::UnrolledBlocks => write!(
+                f,
+                "stage{s}: unrolled loops copy out {v} blocks, more than the {max} a WGSL stage \
+                 holds so that shaders compile in seconds; unroll fewer or shorter loops"
             ),
             LaunchLimit::WorkgroupStorage => write!(
                 f,
@@ -255,6 +290,10 @@ pub fn launch_violations(l: &Lowered, device: &DeviceInfo) -> Vec<LaunchError> {
         }
         if let Some(cap) = lim.max_loop_iterations_per_invocation {
             over(LaunchLimit::LoopIterations, launch.loop_iterations, cap);
+        }
+        if l.target == Target::Wgsl {
+            let (copies, max) = (launch.unrolled_blocks, MAX_UNROLLED_BLOCKS);
+            over(LaunchLimit::UnrolledBlocks, copies, max);
         }
         let storage = u64::from(lim.max_workgroup_storage_bytes);
         over(

@@ -20,7 +20,9 @@ mod vectorize;
 use std::fmt;
 
 pub use barriers::{Barrier, Barriers};
-pub use launch::{Launch, LaunchError, LaunchLimit, launch_violations, verify_launch};
+pub use launch::{
+    Launch, LaunchError, LaunchLimit, MAX_UNROLLED_BLOCKS, launch_violations, verify_launch,
+};
 pub use vectorize::{VecStep, Vectors};
 
 use crate::DeviceInfo;
