@@ -178,6 +178,29 @@ def test_an_edited_entry_is_completed_and_a_wrong_one_named(
         f.heuristics(device=d)
 
 
+def test_a_served_entry_is_read_again_only_when_its_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f, d = softmax(8, 64), tf.Device.cpu()
+    monkeypatch.setenv("TILEFUSE_CACHE", str(tmp_path))
+    tf.tune(f, d, trials=2, seed=3, progress=False)
+    first = f.heuristics(device=d)
+    assert isinstance(first, tf.ReductionParams)
+    tuned = first.unroll_factor_reduction
+    first.unroll_factor_reduction = tuned + 1  # the caller's copy, not the served one
+    assert f.heuristics(device=d).unroll_factor_reduction == tuned
+    (path,) = list(tmp_path.glob("*.json"))
+    entry = json.loads(path.read_text())
+    entry["params"]["unroll_factor_reduction"] = edited = tuned + 2
+    tmp = path.with_suffix(".edited")
+    tmp.write_text(json.dumps(entry, indent=4))
+    tmp.replace(path)  # as an editor saves: a new file renamed into place
+    again = f.heuristics(device=d)
+    assert isinstance(again, tf.ReductionParams) and again.unroll_factor_reduction == edited
+    path.unlink()
+    assert f.params_source(d) == "default heuristic"
+
+
 def test_progress_shows_a_status_line(capsys: pytest.CaptureFixture[str]) -> None:
     tf.tune(softmax(8, 64), tf.Device.cpu(), trials=3, cache=False, progress=True)
     err = capsys.readouterr().err

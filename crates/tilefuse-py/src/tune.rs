@@ -173,12 +173,15 @@ pub fn tune<'py>(
     })
 }
 
-fn open(directory: Option<String>) -> Result<Cache, ParamsError> {
-    let dir = directory
+fn directory_of(directory: Option<String>) -> Result<PathBuf, ParamsError> {
+    directory
         .map(PathBuf::from)
         .or_else(Cache::default_dir)
-        .ok_or_else(|| ParamsError::new("cache", "no cache directory (set TILEFUSE_CACHE)"))?;
-    Cache::open(dir).map_err(|e| ParamsError::new("cache", e.to_string()))
+        .ok_or_else(|| ParamsError::new("cache", "no cache directory (set TILEFUSE_CACHE)"))
+}
+
+fn open(directory: Option<String>) -> Result<Cache, ParamsError> {
+    Cache::open(directory_of(directory)?).map_err(|e| ParamsError::new("cache", e.to_string()))
 }
 
 fn key(
@@ -195,10 +198,14 @@ fn key(
 
 /// An entry as a dict, with its `id` (the digest of its key, its file's
 /// name in the cache).
-fn entry_to_py<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyAny>> {
+fn entry_value(e: &Entry) -> Value {
     let mut value = serde_json::to_value(e).expect("an entry serializes");
     value["id"] = e.key.file_stem().into();
-    to_py(py, &value)
+    value
+}
+
+fn entry_to_py<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyAny>> {
+    to_py(py, &entry_value(e))
 }
 
 /// Bundles already read, by path, with the modification time they had.
@@ -239,36 +246,76 @@ pub fn cache_get<'py>(
 ) -> PyResult<Found<'py>> {
     guard(|| {
         let key = key(fusion, device, scheduler).or_raise(py)?;
-        let cache = open(directory).or_raise(py)?;
-        let mut lookup = cache.get(&key);
-        if let Some(e) = &lookup.entry {
-            return Ok((Some(served(py, e)?), Some("cache".into()), lookup.warnings));
+        let cache = Cache::at(directory_of(directory).or_raise(py)?);
+        let (entry, mut warnings) = cache_hit(&cache, &key).or_raise(py)?;
+        if let Some(e) = entry {
+            return Ok((Some(to_py(py, &e)?), Some("cache".into()), warnings));
         }
         for path in bundles {
             match bundle(Path::new(&path)) {
                 Ok(b) => {
                     if let Some(e) = b.get(&key) {
-                        return Ok((Some(served(py, e)?), Some(path), lookup.warnings));
+                        let e = served(e).or_raise(py)?;
+                        return Ok((Some(to_py(py, &e)?), Some(path), warnings));
                     }
                 }
-                Err(e) => lookup
-                    .warnings
-                    .push(format!("tilefuse bundle skipped: {e}")),
+                Err(e) => warnings.push(format!("tilefuse bundle skipped: {e}")),
             }
         }
-        Ok((None, None, lookup.warnings))
+        Ok((None, None, warnings))
     })
 }
 
-/// An entry as a lookup serves it: its params complete and checked here
-/// (a file may have been edited), so Python wraps them without another
-/// pass (the cost of every cache hit).
-fn served<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyAny>> {
+/// Who a file is: tilefuse's writes rename a new file into place (a new
+/// inode), and an edit in place changes the modification time or length
+/// (only one of the same length within the filesystem's clock tick of the
+/// last could go unseen).
+type FileId = (u64, Option<SystemTime>, u64);
+
+fn file_id(path: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.ino(), m.modified().ok(), m.len()))
+}
+
+/// Cache entries already served, by file, with the identity the file had.
+type Served = HashMap<PathBuf, (FileId, Arc<Value>)>;
+static SERVED: Mutex<Option<Served>> = Mutex::new(None);
+
+/// `key`'s entry in `cache` as [`served`] makes it, read, parsed and
+/// checked again only when its file changed (the cost of every cache hit
+/// of `Fusion.heuristics`); warnings about an entry set aside.
+fn cache_hit(
+    cache: &Cache,
+    key: &CacheKey,
+) -> Result<(Option<Arc<Value>>, Vec<String>), ParamsError> {
+    let path = cache.path(key);
+    let Some(id) = file_id(&path) else {
+        return Ok((None, Vec::new()));
+    };
+    let mut memo = SERVED.lock().unwrap_or_else(|e| e.into_inner());
+    let memo = memo.get_or_insert_default();
+    if let Some((seen, e)) = memo.get(&path)
+        && *seen == id
+    {
+        return Ok((Some(e.clone()), Vec::new()));
+    }
+    let lookup = cache.get(key);
+    let Some(e) = lookup.entry else {
+        return Ok((None, lookup.warnings));
+    };
+    let e = Arc::new(served(&e)?);
+    memo.insert(path, (id, e.clone()));
+    Ok((Some(e), lookup.warnings))
+}
+
+/// An entry as a lookup serves it, with its `id`: its params complete and
+/// checked here (a file may have been edited), so Python wraps them
+/// without another pass.
+fn served(e: &Entry) -> Result<Value, ParamsError> {
     let mut e = e.clone();
-    e.params = HeuristicParams::from_value(e.params)
-        .map(|p| p.to_value())
-        .or_raise(py)?;
-    entry_to_py(py, &e)
+    e.params = HeuristicParams::from_value(e.params)?.to_value();
+    Ok(entry_value(&e))
 }
 
 fn cache_failed(py: Python<'_>) -> impl Fn(CacheError) -> PyErr + '_ {

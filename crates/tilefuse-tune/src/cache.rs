@@ -139,11 +139,18 @@ impl Cache {
         Ok(Cache { dir })
     }
 
+    /// The cache in `dir` for reading: a missing directory is an empty
+    /// cache, and nothing is created (a lookup costs no `mkdir`).
+    pub fn at(dir: impl Into<PathBuf>) -> Cache {
+        Cache { dir: dir.into() }
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    fn path(&self, key: &CacheKey) -> PathBuf {
+    /// The file that holds `key`'s entry.
+    pub fn path(&self, key: &CacheKey) -> PathBuf {
         self.dir.join(format!("{}.json", key.file_stem()))
     }
 
