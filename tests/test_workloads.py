@@ -180,3 +180,43 @@ def test_tune_takes_a_workload() -> None:
     assert isinstance(r.best_params, tf.HeuristicParams)
     (got,) = tf.Engine(tf.Device.cpu()).execute(w, r.best_params)
     np.testing.assert_allclose(got, w.expected()[0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_tuner_runs_candidates_on_the_workloads_inputs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = tf.workloads.get("attention", seq=16, dim=8)
+    fed: list[tuple[np.ndarray, ...]] = []
+    native_tune = tf._native.tune
+
+    def spy(*args: Any) -> dict[str, Any]:
+        fed.append(args[-1])
+        return native_tune(*args)
+
+    monkeypatch.setattr(tf._native, "tune", spy)
+    tf.tune(w, tf.Device.cpu(), trials=1, seed=5, cache=False, progress=False)
+    q, k, v = w.inputs(5)
+    segments = w.payload.segments()
+    assert [len(f) for f in fed] == [len(s.inputs) for s in segments] == [2, 1, 2]
+    assert fed[0][0] is q and fed[0][1] is k  # the cached arrays, not copies
+    scores = q.astype(np.float64) @ k.astype(np.float64).T / np.sqrt(8)
+    assert_close(fed[1][0], scores)  # the reference's value of what feeds it
+    assert fed[2][1] is v
+
+
+def test_inputs_a_workload_gets_wrong_are_named() -> None:
+    class Wrong(tf.Workload):
+        name = "wrong"
+
+        def fusion(self) -> tf.Fusion:
+            f = tf.Fusion()
+            x = f.input((4, 8), "f32", name="x")
+            f.output(x.exp())
+            return f
+
+        def make_inputs(self, rng: np.random.Generator) -> list[np.ndarray]:
+            return [np.ones((4, 9), np.float32)]
+
+    wrong = r"input 0 \(x\): expected f32\[4, 8\], got f32\[4, 9\]"
+    with pytest.raises(tf.FusionError, match=wrong):
+        tf.tune(Wrong(), tf.Device.cpu(), trials=1, cache=False, progress=False)

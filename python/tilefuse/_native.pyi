@@ -138,6 +138,7 @@ def tune(
         tuple[str, list[dict[str, Any]], Callable[[dict[str, Any]], list[dict[str, Any]]] | None]
     ] = ...,
     builtin_heuristics: bool = True,
+    inputs: tuple[npt.NDArray[Any], ...] | None = None,
 ) -> dict[str, Any]: ...
 def cache_get(
     fusion: Fusion,

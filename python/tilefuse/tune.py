@@ -19,6 +19,8 @@ from . import heuristic as _heuristic
 from .params import HeuristicParams
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .fusion import Fusion
     from .schedule import Device
     from .workload import WorkloadLike
@@ -136,6 +138,29 @@ class _Progress:
             self.bar.stop()
 
 
+_Fed = list[tuple["Fusion", "tuple[np.ndarray, ...] | None"]]
+
+
+def _segments_fed(fusion: Fusion, arrays: tuple[np.ndarray, ...] | None) -> _Fed:
+    """The fusions to tune (the segments of a segmented fusion, in order)
+    with the inputs each runs on: from ``arrays`` (a workload's) and the
+    reference's values of earlier segments' outputs, or ``None`` (random
+    inputs) without ``arrays``."""
+    if not fusion._segmented():
+        return [(fusion, arrays)]
+    segments = fusion.segments()
+    if arrays is None:
+        return [(seg.fusion, None) for seg in segments]
+    values = {t.id: a for t, a in zip(fusion.inputs, arrays, strict=True)}
+    out: _Fed = []
+    for seg in segments:
+        fed = tuple(values[t.id] for t in seg.inputs)
+        out.append((seg.fusion, fed))
+        outs = seg.fusion._native.evaluate(*fed)
+        values.update(zip((t.id for t in seg.outputs), outs, strict=True))
+    return out
+
+
 def tune(
     fusion: Fusion | WorkloadLike,
     device: Device | None = None,
@@ -149,9 +174,11 @@ def tune(
     builtin_heuristics: bool = True,
 ) -> TuneResult:
     """Searches the params space of the scheduler that takes ``fusion`` (a
-    :class:`Fusion`, or anything :func:`~tilefuse.as_workload` takes: its
-    payload is tuned) (of
-    each segment's, for fusions that run as several kernels) on ``device``
+    :class:`Fusion`, whose candidates run on random inputs, or anything
+    :func:`~tilefuse.as_workload` takes, whose payload is tuned on the
+    workload's ``inputs(seed)``, each segment of a segmented one on the
+    reference's values of what feeds it) (of each segment's, for fusions
+    that run as several kernels) on ``device``
     (``Device.default()`` when omitted), starting from the default
     heuristic and the seeds of the seed heuristics that apply (the built-in
     ones unless ``builtin_heuristics`` is false, and every registered
@@ -167,8 +194,10 @@ def tune(
     from .schedule import Device
     from .workload import as_workload
 
+    arrays = None
     if not isinstance(fusion, Fusion):
-        fusion = as_workload(fusion).payload
+        workload = as_workload(fusion)
+        fusion, arrays = workload.payload, workload.inputs(seed or 0)
     device = device or Device.default()
     options = {
         "effort": effort,
@@ -178,20 +207,22 @@ def tune(
         "seed": seed,
     }
     show = _Progress(sys.stderr.isatty() if progress is None else progress)
-    segments = [seg.fusion for seg in fusion.segments()] if fusion._segmented() else [fusion]
+    segments = _segments_fed(fusion, arrays)
     results = []
     try:
-        for f in segments:
+        for f, inputs in segments:
             kind = f.features()["scheduler"]
             seeders = _heuristic.for_tuning(f, device, kind)
-            r = _native.tune(f._native, device._native, options, show, seeders, builtin_heuristics)
+            r = _native.tune(
+                f._native, device._native, options, show, seeders, builtin_heuristics, inputs
+            )
             for message in r["warnings"]:
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
             results.append(r)
     finally:
         show.close()
     if cache:
-        for f, r in zip(segments, results, strict=True):
+        for (f, _), r in zip(segments, results, strict=True):
             _cache.store(
                 f,
                 device,

@@ -8,8 +8,9 @@ use std::time::SystemTime;
 
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 use serde_json::Value;
+use tilefuse::ir::check_arguments;
 use tilefuse::params::{HeuristicParams, ParamsError};
 use tilefuse::sched::schedulers::pick;
 use tilefuse::tune::seeds::builtin;
@@ -18,6 +19,7 @@ use tilefuse::tune::{
     Strategy, TuneError, Written,
 };
 
+use crate::arrays;
 use crate::errors::{OrRaise, guard, params_error};
 use crate::fusion::PyFusion;
 use crate::json_value::{to_py, to_value};
@@ -120,9 +122,15 @@ impl AutotunerHeuristic for PyHeuristic<'_> {
 /// Tunes `fusion` on `device`, seeded by the built-in heuristics (unless
 /// `builtin_heuristics` is false) and by `heuristics`, `(name, seeds,
 /// neighbors or None)` of the Python ones that apply; `progress(trial,
-/// best_time)` is called after each trial. Returns the result as a dict.
+/// best_time)` is called after each trial; candidates run on `inputs`
+/// (one array per fusion input) where given, else on random ones. Returns
+/// the result as a dict.
 #[pyfunction]
-#[pyo3(signature = (fusion, device, options, progress=None, heuristics=Vec::new(), builtin_heuristics=true))]
+#[pyo3(signature = (
+    fusion, device, options, progress=None, heuristics=Vec::new(), builtin_heuristics=true,
+    inputs=None,
+))]
+#[allow(clippy::too_many_arguments)] // Python's keyword arguments
 pub fn tune<'py>(
     py: Python<'py>,
     fusion: &PyFusion,
@@ -131,10 +139,17 @@ pub fn tune<'py>(
     progress: Option<Bound<'py, PyAny>>,
     heuristics: Vec<Bound<'py, PyAny>>,
     builtin_heuristics: bool,
+    inputs: Option<Bound<'py, PyTuple>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     guard(|| {
         fusion.check_outputs(py)?;
-        let opts = self::options(&to_value(options.as_any())?).or_raise(py)?;
+        let mut opts = self::options(&to_value(options.as_any())?).or_raise(py)?;
+        if let Some(arrays) = &inputs {
+            let given = arrays::inputs(&fusion.inner, arrays)?;
+            let views: Vec<_> = given.iter().map(|a| a.view()).collect();
+            check_arguments(&fusion.inner, &views).or_raise(py)?;
+            opts.inputs = Some(views.iter().map(|v| v.to_tensor()).collect());
+        }
         let ours = if builtin_heuristics {
             builtin()
         } else {

@@ -39,6 +39,11 @@ impl Problem {
             };
             inputs.push(Tensor::new(ty.shape.clone(), data)?);
         }
+        Problem::given(fusion, inputs)
+    }
+
+    /// `inputs` (a workload's, say) and the reference's outputs for them.
+    pub fn given(fusion: &Fusion, inputs: Vec<Tensor>) -> Result<Problem, String> {
         let want = evaluate(fusion, &inputs).map_err(|e| e.to_string())?;
         Ok(Problem { inputs, want })
     }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use tilefuse_ir::Fusion;
+use tilefuse_ir::{Fusion, Tensor};
 use tilefuse_params::{HeuristicParams, SchedulerKind};
 use tilefuse_runtime::{Device, Kernel};
 use tilefuse_sched::Schedule;
@@ -64,6 +64,9 @@ pub struct Options {
     pub seconds: Option<f64>,
     /// Fixes the inputs and the strategy's choices: a run is reproducible.
     pub seed: u64,
+    /// The inputs candidates are checked and timed on (a workload's);
+    /// random ones made from `seed` when `None`.
+    pub inputs: Option<Vec<Tensor>>,
     pub warmup: usize,
     pub repeat: usize,
     /// Tune only these fields (paths of the scheduler's tunable fields);
@@ -82,6 +85,7 @@ impl Default for Options {
             trials: None,
             seconds: None,
             seed: 0,
+            inputs: None,
             warmup: 2,
             repeat: 10,
             fields: None,
@@ -243,7 +247,11 @@ pub fn tune(
         device,
         options,
         space: &space,
-        problem: Problem::new(fusion, options.seed).map_err(failed)?,
+        problem: match &options.inputs {
+            Some(inputs) => Problem::given(fusion, inputs.clone()),
+            None => Problem::new(fusion, options.seed),
+        }
+        .map_err(failed)?,
         start: Instant::now(),
         stopped: false,
         seen: HashMap::new(),
