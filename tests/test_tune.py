@@ -160,12 +160,18 @@ def test_a_corrupt_entry_is_a_warning_and_tuning_goes_on(
     assert f.params_source(d).startswith("cache: ")
 
 
+def _tuned_softmax(cache: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[tf.Fusion, tf.Device]:
+    """A small softmax tuned on the CPU into the cache directory ``cache``."""
+    f, d = softmax(8, 64), tf.Device.cpu()
+    monkeypatch.setenv("TILEFUSE_CACHE", str(cache))
+    tf.tune(f, d, trials=2, seed=3, progress=False)
+    return f, d
+
+
 def test_an_edited_entry_is_completed_and_a_wrong_one_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    f, d = softmax(8, 64), tf.Device.cpu()
-    monkeypatch.setenv("TILEFUSE_CACHE", str(tmp_path))
-    tf.tune(f, d, trials=2, seed=3, progress=False)
+    f, d = _tuned_softmax(tmp_path, monkeypatch)
     (path,) = list(tmp_path.glob("*.json"))
     entry = json.loads(path.read_text())
     del entry["params"]["unroll_factor_reduction"]  # left out: takes its default
@@ -181,9 +187,7 @@ def test_an_edited_entry_is_completed_and_a_wrong_one_named(
 def test_a_served_entry_is_read_again_only_when_its_file_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    f, d = softmax(8, 64), tf.Device.cpu()
-    monkeypatch.setenv("TILEFUSE_CACHE", str(tmp_path))
-    tf.tune(f, d, trials=2, seed=3, progress=False)
+    f, d = _tuned_softmax(tmp_path, monkeypatch)
     first = f.heuristics(device=d)
     assert isinstance(first, tf.ReductionParams)
     tuned = first.unroll_factor_reduction
