@@ -4,8 +4,6 @@ as a table and drawn as throughput against size with p20-p80 bands."""
 
 from __future__ import annotations
 
-import dataclasses
-import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -46,8 +44,7 @@ def run(
             w, pipeline=pipeline, variant=variant, budget=budget, measure=measure_what
         )
         if numpy and w.has_numpy:
-            samples = engine.time_numpy(w, budget)
-            r = dataclasses.replace(r, numpy_seconds=statistics.median(samples))
+            r = engine.with_numpy(r, w, budget)
         results.append(r)
     return results
 

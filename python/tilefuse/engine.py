@@ -15,10 +15,12 @@ runs pay for neither again.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import platform
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -234,11 +236,11 @@ class Engine:
         :class:`~tilefuse.pipeline.Pipeline`, a name or a file); built once
         per workload and params or pipeline."""
         w = as_workload(workload)
-        self._require(w)
         if pipeline is not None:
             if params is not None:
                 raise ValueError("lower: give params or a pipeline, not both")
             return self._from_pipeline(w, pipeline)[0]
+        self._require(w)
         resolved = self.resolve(w, params)
         key = (w.key, _digest(resolved))
         if key not in self._kernels:
@@ -260,6 +262,7 @@ class Engine:
         digest (which reads the files it names: taken once)."""
         from .stages import BUILD_STAGES, run
 
+        self._require(w)
         p = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
         digest = p.digest
         key = (w.key, f"pipeline {digest}")
@@ -275,7 +278,6 @@ class Engine:
         if isinstance(variant, Kernel | SegmentedKernel):
             kernel = variant
         elif isinstance(variant, Pipeline | str):
-            self._require(w)
             kernel, hashes["pipeline_hash"] = self._from_pipeline(w, variant)
         else:
             # Resolved once, so the params timed are the params hashed even
@@ -392,6 +394,13 @@ class Engine:
         w = as_workload(workload)
         sampler = call_sampler(functools.partial(w.numpy, *w.inputs()))
         return timing.measure(sampler, budget or Budget())
+
+    def with_numpy(
+        self, result: BenchResult, workload: WorkloadLike, budget: Budget | None = None
+    ) -> BenchResult:
+        """``result`` with the median of :meth:`time_numpy` beside it."""
+        samples = self.time_numpy(workload, budget)
+        return dataclasses.replace(result, numpy_seconds=statistics.median(samples))
 
     def _environment(self, hashes: dict[str, Any]) -> dict[str, Any]:
         info = self.device.info

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import functools
 import json
-import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -302,8 +301,7 @@ def _benchmark(state: PipelineRun, stage: Stage) -> None:
         flush=options.get("flush", False),
     )
     if options.get("numpy") and state.workload.has_numpy:
-        samples = state.engine.time_numpy(state.workload, budget)
-        r = replace(r, numpy_seconds=statistics.median(samples))
+        r = state.engine.with_numpy(r, state.workload, budget)
     state.bench = r
     state.log.append(f"benchmark: median {r.median * 1e3:.4g} ms, {r.gbps:.3g} GB/s")
     if "save" in options:

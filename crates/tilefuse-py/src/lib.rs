@@ -6,6 +6,7 @@
 
 mod arrays;
 mod errors;
+mod file_memo;
 mod fusion;
 mod json_value;
 mod params;

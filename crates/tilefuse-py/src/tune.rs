@@ -1,10 +1,8 @@
 //! The autotuner and the heuristic cache, for `tilefuse.tune` and
 //! `tilefuse.cache`. Results and entries cross as JSON-shaped dicts.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::sync::Arc;
 
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
@@ -21,6 +19,7 @@ use tilefuse::tune::{
 
 use crate::arrays;
 use crate::errors::{OrRaise, guard, params_error};
+use crate::file_memo::FileMemo;
 use crate::fusion::PyFusion;
 use crate::json_value::{to_py, to_value};
 use crate::schedule::PyDevice;
@@ -223,23 +222,13 @@ fn entry_to_py<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyAny>> {
     to_py(py, &entry_value(e))
 }
 
-/// Bundles already read, by path, with the modification time they had.
-type Loaded = HashMap<PathBuf, (Option<SystemTime>, Arc<Bundle>)>;
-static BUNDLES: Mutex<Option<Loaded>> = Mutex::new(None);
+/// Bundles already read.
+static BUNDLES: FileMemo<Bundle> = FileMemo::new();
 
 /// The bundle at `path`, read again only when the file changed.
 fn bundle(path: &Path) -> Result<Arc<Bundle>, CacheError> {
-    let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let mut loaded = BUNDLES.lock().unwrap_or_else(|e| e.into_inner());
-    let loaded = loaded.get_or_insert_default();
-    if let Some((seen, b)) = loaded.get(path)
-        && *seen == mtime
-    {
-        return Ok(b.clone());
-    }
-    let b = Arc::new(Bundle::load(path)?);
-    loaded.insert(path.to_owned(), (mtime, b.clone()));
-    Ok(b)
+    let loaded = BUNDLES.get(path, || Bundle::load(path).map(Some))?;
+    Ok(loaded.expect("a loaded bundle is kept"))
 }
 
 /// `(entry or None, layer, warnings)` of a lookup.
@@ -281,21 +270,8 @@ pub fn cache_get<'py>(
     })
 }
 
-/// Who a file is: tilefuse's writes rename a new file into place (a new
-/// inode), and an edit in place changes the modification time or length
-/// (only one of the same length within the filesystem's clock tick of the
-/// last could go unseen).
-type FileId = (u64, Option<SystemTime>, u64);
-
-fn file_id(path: &Path) -> Option<FileId> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.ino(), m.modified().ok(), m.len()))
-}
-
-/// Cache entries already served, by file, with the identity the file had.
-type Served = HashMap<PathBuf, (FileId, Arc<Value>)>;
-static SERVED: Mutex<Option<Served>> = Mutex::new(None);
+/// Cache entries as [`served`] makes them.
+static SERVED: FileMemo<Value> = FileMemo::new();
 
 /// `key`'s entry in `cache` as [`served`] makes it, read, parsed and
 /// checked again only when its file changed (the cost of every cache hit
@@ -304,24 +280,13 @@ fn cache_hit(
     cache: &Cache,
     key: &CacheKey,
 ) -> Result<(Option<Arc<Value>>, Vec<String>), ParamsError> {
-    let path = cache.path(key);
-    let Some(id) = file_id(&path) else {
-        return Ok((None, Vec::new()));
-    };
-    let mut memo = SERVED.lock().unwrap_or_else(|e| e.into_inner());
-    let memo = memo.get_or_insert_default();
-    if let Some((seen, e)) = memo.get(&path)
-        && *seen == id
-    {
-        return Ok((Some(e.clone()), Vec::new()));
-    }
-    let lookup = cache.get(key);
-    let Some(e) = lookup.entry else {
-        return Ok((None, lookup.warnings));
-    };
-    let e = Arc::new(served(&e)?);
-    memo.insert(path, (id, e.clone()));
-    Ok((Some(e), lookup.warnings))
+    let mut warnings = Vec::new();
+    let entry = SERVED.get(&cache.path(key), || {
+        let lookup = cache.get(key);
+        warnings = lookup.warnings;
+        lookup.entry.as_ref().map(served).transpose()
+    })?;
+    Ok((entry, warnings))
 }
 
 /// An entry as a lookup serves it, with its `id`: its params complete and

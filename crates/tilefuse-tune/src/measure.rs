@@ -4,6 +4,8 @@
 //! short timing first so that a candidate far slower than the best is cut
 //! before its full measurement (tinygrad's BEAM, CubeCL).
 
+use std::sync::Arc;
+
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tilefuse_ir::{DType, Data, Fusion, Tensor, evaluate};
@@ -18,7 +20,9 @@ pub const CUT_RATIO: f64 = 3.0;
 
 /// The inputs every candidate runs on and the outputs it must match.
 pub struct Problem {
-    pub inputs: Vec<Tensor>,
+    /// Shared, not copied, with whoever gave them (a workload's inputs can
+    /// be large).
+    pub inputs: Arc<[Tensor]>,
     pub want: Vec<Tensor>,
 }
 
@@ -39,11 +43,11 @@ impl Problem {
             };
             inputs.push(Tensor::new(ty.shape.clone(), data)?);
         }
-        Problem::given(fusion, inputs)
+        Problem::given(fusion, inputs.into())
     }
 
     /// `inputs` (a workload's, say) and the reference's outputs for them.
-    pub fn given(fusion: &Fusion, inputs: Vec<Tensor>) -> Result<Problem, String> {
+    pub fn given(fusion: &Fusion, inputs: Arc<[Tensor]>) -> Result<Problem, String> {
         let want = evaluate(fusion, &inputs).map_err(|e| e.to_string())?;
         Ok(Problem { inputs, want })
     }
@@ -58,7 +62,7 @@ impl Problem {
     /// first when `corrupt` (a fault injected by tests: the check must
     /// disqualify it).
     pub(crate) fn check_with(&self, kernel: &Kernel, corrupt: bool) -> Result<(), String> {
-        let mut got = kernel.run(&self.inputs).map_err(|e| e.to_string())?;
+        let mut got = kernel.run(&self.inputs[..]).map_err(|e| e.to_string())?;
         if corrupt && let Some(out) = got.first_mut() {
             corrupt_first(&mut out.data);
         }
@@ -71,7 +75,7 @@ impl Problem {
     /// Median seconds of `repeat` launches after `warmup`.
     pub fn time(&self, kernel: &Kernel, warmup: usize, repeat: usize) -> Result<f64, String> {
         let t = kernel
-            .benchmark(&self.inputs, warmup, repeat)
+            .benchmark(&self.inputs[..], warmup, repeat)
             .map_err(|e| e.to_string())?;
         Ok(t.median)
     }

@@ -9,6 +9,7 @@
 //! default on the measurement that picked it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -66,7 +67,7 @@ pub struct Options {
     pub seed: u64,
     /// The inputs candidates are checked and timed on (a workload's);
     /// random ones made from `seed` when `None`.
-    pub inputs: Option<Vec<Tensor>>,
+    pub inputs: Option<Arc<[Tensor]>>,
     pub warmup: usize,
     pub repeat: usize,
     /// Tune only these fields (paths of the scheduler's tunable fields);
@@ -248,7 +249,7 @@ pub fn tune(
         options,
         space: &space,
         problem: match &options.inputs {
-            Some(inputs) => Problem::given(fusion, inputs.clone()),
+            Some(inputs) => Problem::given(fusion, Arc::clone(inputs)),
             None => Problem::new(fusion, options.seed),
         }
         .map_err(failed)?,

@@ -13,8 +13,9 @@ use crate::ir::{BufferId, Kernel, LoopKind, Node, Scope, ThreadAxis};
 
 /// The most blocks one WGSL stage holds once its unrolled loops are copied
 /// out. Nested unrolled loops multiply (two of the 256 iterations
-/// [`crate::Schedule::unroll`] allows make 65,536 copies), and shader compilers take minutes over such modules;
-/// the CPU device copies no code, so its kernels have no such bound.
+/// [`crate::Schedule::unroll`] allows make 65,536 copies), and shader
+/// compilers take minutes over such modules; the CPU device copies no
+/// code, so its kernels have no such bound.
 pub const MAX_UNROLLED_BLOCKS: u64 = 4096;
 
 /// One dispatch.
