@@ -55,7 +55,7 @@ from .params import (
     SupportedVecSize,
 )
 from .pipeline import Pipeline, load_pipeline
-from .schedule import Block, Device, Kernel, Loop, Schedule, Timing
+from .schedule import Block, Device, DeviceFacts, Kernel, Loop, Schedule, Timing
 from .segments import Segment, SegmentedKernel
 from .stages import PipelineRun
 from .stages import run as run_pipeline
@@ -73,6 +73,7 @@ __all__ = [
     "Complexity",
     "DTypeLike",
     "Device",
+    "DeviceFacts",
     "DeviceError",
     "Engine",
     "Fusion",

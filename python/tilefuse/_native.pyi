@@ -21,6 +21,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "TilefuseError",
+    "TuneProblem",
     "__version__",
     "bundle_entries",
     "bundle_export",
@@ -131,7 +132,7 @@ def tunables(
 def features(fusion: Fusion) -> dict[str, Any]: ...
 def tune(
     fusion: Fusion,
-    device: Device,
+    device: Device | dict[str, Any],
     options: dict[str, Any],
     progress: Callable[[dict[str, Any], float | None], Any] | None = None,
     heuristics: list[
@@ -139,7 +140,23 @@ def tune(
     ] = ...,
     builtin_heuristics: bool = True,
     inputs: tuple[npt.NDArray[Any], ...] | None = None,
+    executor: Any | None = None,
 ) -> dict[str, Any]: ...
+
+@final
+class TuneProblem:
+    """What a tuning worker measures candidates on: a fusion, its inputs
+    (given, or random from ``seed``) and the reference's outputs."""
+
+    def __new__(
+        cls, fusion: Fusion, seed: int = 0, inputs: tuple[npt.NDArray[Any], ...] | None = None
+    ) -> TuneProblem: ...
+    def measure(self, device: Device, candidate: dict[str, Any]) -> dict[str, Any]:
+        """Schedules, builds, checks and times one candidate."""
+    def final_round(
+        self, device: Device, finalists: list[dict[str, Any]], warmup: int, repeat: int
+    ) -> list[float]:
+        """Medians of the finalists timed interleaved."""
 def cache_get(
     fusion: Fusion,
     device: Device,
@@ -153,7 +170,7 @@ def bundle_merge(output: str, inputs: list[str]) -> int: ...
 def bundle_import(path: str, directory: str | None = None) -> tuple[int, int, list[str]]: ...
 def cache_put(
     fusion: Fusion,
-    device: Device,
+    device: Device | dict[str, Any],
     params: Any,
     best_time: float,
     default_time: float | None = None,

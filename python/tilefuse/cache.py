@@ -24,7 +24,7 @@ from . import _native
 
 if TYPE_CHECKING:
     from .fusion import Fusion
-    from .schedule import Device
+    from .schedule import Device, DeviceFacts
 
 __all__ = [
     "bundle_entries",
@@ -93,7 +93,7 @@ def lookup(fusion: Fusion, device: Device, scheduler: str | None = None) -> dict
 
 def store(
     fusion: Fusion,
-    device: Device,
+    device: DeviceFacts,
     params: dict[str, Any],
     best_time: float,
     default_time: float | None = None,
@@ -101,10 +101,11 @@ def store(
     strategy: str = "",
     heuristics: list[str] | None = None,
 ) -> bool:
-    """Stores a winner; ``False`` when a faster entry of its key was there."""
+    """Stores a winner for ``device`` (a :class:`Device`, or a remote
+    worker's); ``False`` when a faster entry of its key was there."""
     stored, messages = _native.cache_put(
         fusion._native,
-        device._native,
+        device.info,
         params,
         best_time,
         default_time,

@@ -37,7 +37,7 @@ from .params import HeuristicParams
 
 if TYPE_CHECKING:
     from .fusion import Fusion
-    from .schedule import Device
+    from .schedule import DeviceFacts
 
 __all__ = ["AutotunerHeuristic", "registered", "unregister"]
 
@@ -66,18 +66,18 @@ class AutotunerHeuristic:
             _REGISTRY[cls.name] = cls
 
     @classmethod
-    def is_eligible(cls, fusion: Fusion, device: Device) -> bool:
+    def is_eligible(cls, fusion: Fusion, device: DeviceFacts) -> bool:
         """Whether it applies to ``fusion`` on ``device``."""
         raise NotImplementedError(f"{cls.__qualname__}.is_eligible")
 
     @classmethod
-    def seed_configs(cls, fusion: Fusion, device: Device) -> list[HeuristicParams | dict[str, Any]]:
+    def seed_configs(cls, fusion: Fusion, device: DeviceFacts) -> list[HeuristicParams | dict[str, Any]]:
         """Its proposals for ``fusion`` on ``device``, best first."""
         raise NotImplementedError(f"{cls.__qualname__}.seed_configs")
 
     @classmethod
     def neighbors(
-        cls, params: HeuristicParams, fusion: Fusion, device: Device
+        cls, params: HeuristicParams, fusion: Fusion, device: DeviceFacts
     ) -> list[HeuristicParams | dict[str, Any]]:
         """Params worth trying near ``params``, the best found so far
         (none by default)."""
@@ -101,7 +101,7 @@ def _loaded(configs: list[HeuristicParams | dict[str, Any]]) -> list[dict[str, A
     ]
 
 
-def _applies(h: type[AutotunerHeuristic], scheduler: str, device: Device) -> bool:
+def _applies(h: type[AutotunerHeuristic], scheduler: str, device: DeviceFacts) -> bool:
     kind = "gpu" if device.is_gpu else "cpu"
     return (not h.schedulers or scheduler in h.schedulers) and (not h.devices or kind in h.devices)
 
@@ -115,7 +115,7 @@ def _skip(h: type[AutotunerHeuristic], error: BaseException) -> None:
 
 
 def for_tuning(
-    fusion: Fusion, device: Device, scheduler: str
+    fusion: Fusion, device: DeviceFacts, scheduler: str
 ) -> list[tuple[str, list[dict[str, Any]], Any]]:
     """``(name, seeds, neighbors)`` of every registered heuristic that
     applies, for the native tuner; those that raise are skipped with a
@@ -136,7 +136,7 @@ def for_tuning(
     return out
 
 
-def _neighbors_of(h: type[AutotunerHeuristic], fusion: Fusion, device: Device) -> Any:
+def _neighbors_of(h: type[AutotunerHeuristic], fusion: Fusion, device: DeviceFacts) -> Any:
     def near(params: dict[str, Any]) -> list[dict[str, Any]]:
         best = cast(HeuristicParams, HeuristicParams.from_dict(params))
         return _loaded(h.neighbors(best, fusion, device))

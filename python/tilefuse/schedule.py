@@ -308,7 +308,30 @@ class Schedule:
             raise _native.ScheduleError(f"{item!r} belongs to another schedule")
 
 
-class Device:
+class DeviceFacts:
+    """What a device is, read from its :attr:`info`: a :class:`Device`, or
+    a remote tuning worker's device as the driver sees it."""
+
+    __slots__ = ()
+
+    @property
+    def info(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @property
+    def is_gpu(self) -> bool:
+        return bool(self.info["backend"] != "cpu")
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits naming this device as results and params files
+        record it: adapter, driver, limits, features and (on the CPU)
+        threads. Timings are comparable only under one fingerprint."""
+        text = json.dumps(self.info, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Device(DeviceFacts):
     """Where kernels run: a wgpu adapter, or the CPU."""
 
     __slots__ = ("_native",)
@@ -336,18 +359,6 @@ class Device:
     @property
     def info(self) -> dict[str, Any]:
         return self._native.info
-
-    @property
-    def is_gpu(self) -> bool:
-        return bool(self.info["backend"] != "cpu")
-
-    @property
-    def fingerprint(self) -> str:
-        """16 hex digits naming this device as results and params files
-        record it: adapter, driver, limits, features and (on the CPU)
-        threads. Timings are comparable only under one fingerprint."""
-        text = json.dumps(self.info, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def __repr__(self) -> str:
         return repr(self._native)

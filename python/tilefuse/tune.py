@@ -8,7 +8,7 @@ import json
 import sys
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -16,13 +16,15 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from . import _native
 from . import cache as _cache
 from . import heuristic as _heuristic
+from .journal import Journal
 from .params import HeuristicParams
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from .distributed import RayExecutor
     from .fusion import Fusion
-    from .schedule import Device
+    from .schedule import DeviceFacts
     from .workload import WorkloadLike
 
 __all__ = ["TuneResult", "tune"]
@@ -41,7 +43,8 @@ class TuneResult:
     #: ``heuristic_neighbor``, ``random``, ``neighbor``, ``exhaustive``),
     #: ``heuristic`` (of a seed or its neighbour), ``status`` (``ok``,
     #: ``failed``, ``wrong``, ``duplicate``, ``cut``), ``time``, ``error``,
-    #: ``at`` (seconds since tuning started).
+    #: ``at`` (seconds since tuning started), ``id`` (in the order
+    #: proposed), ``device`` (the fingerprint of the device that measured it).
     trials: list[dict[str, Any]] = field(repr=False)
     #: The seed heuristics that applied: ``name``, ``seeds`` (params
     #: dicts), ``won`` (whether one of its seeds won).
@@ -161,9 +164,10 @@ def _segments_fed(fusion: Fusion, arrays: tuple[np.ndarray, ...] | None) -> _Fed
     return out
 
 
+@overload
 def tune(
     fusion: Fusion | WorkloadLike,
-    device: Device | None = None,
+    device: DeviceFacts | None = None,
     effort: str = "quick",
     strategy: str | None = None,
     trials: int | None = None,
@@ -172,7 +176,43 @@ def tune(
     cache: bool = True,
     progress: bool | None = None,
     builtin_heuristics: bool = True,
-) -> TuneResult:
+    executor: str | RayExecutor = "local",
+    devices: None = None,
+) -> TuneResult: ...
+
+
+@overload
+def tune(
+    fusion: Fusion | WorkloadLike,
+    device: DeviceFacts | None = None,
+    effort: str = "quick",
+    strategy: str | None = None,
+    trials: int | None = None,
+    seconds: float | None = None,
+    seed: int | None = None,
+    cache: bool = True,
+    progress: bool | None = None,
+    builtin_heuristics: bool = True,
+    executor: str | RayExecutor = "local",
+    *,
+    devices: Literal["all"],
+) -> dict[str, TuneResult]: ...
+
+
+def tune(
+    fusion: Fusion | WorkloadLike,
+    device: DeviceFacts | None = None,
+    effort: str = "quick",
+    strategy: str | None = None,
+    trials: int | None = None,
+    seconds: float | None = None,
+    seed: int | None = None,
+    cache: bool = True,
+    progress: bool | None = None,
+    builtin_heuristics: bool = True,
+    executor: str | RayExecutor = "local",
+    devices: Literal["all"] | None = None,
+) -> TuneResult | dict[str, TuneResult]:
     """Searches the params space of the scheduler that takes ``fusion`` (a
     :class:`Fusion`, whose candidates run on random inputs, or anything
     :func:`~tilefuse.as_workload` takes, whose payload is tuned on the
@@ -187,52 +227,142 @@ def tune(
     ``"pattern"``, ``"surrogate"`` (a random forest's likeliest-good points,
     learning from failures too) or ``"exhaustive"`` (by default exhaustive
     when the space fits the budget, else pattern); ``seed`` makes a run reproducible. With
-    ``cache`` the winner is stored for :meth:`Fusion.heuristics` to find.
+    ``cache`` the winner is stored for :meth:`Fusion.heuristics` to find,
+    and each trial is journaled as it is measured, so that a run that
+    dies resumes where it stopped.
     ``progress`` shows a status line (by default when stderr is a
-    terminal)."""
+    terminal).
+
+    ``executor="ray"`` (or a :class:`~tilefuse.distributed.RayExecutor`)
+    measures candidates on Ray workers instead of ``device``: their one
+    device fingerprint is tuned, or with ``devices="all"`` each of theirs,
+    giving ``{fingerprint: TuneResult}``."""
     from .fusion import Fusion
     from .schedule import Device
     from .workload import as_workload
 
-    arrays = None
+    arrays, inputs = None, "random"
     if not isinstance(fusion, Fusion):
         workload = as_workload(fusion)
         fusion, arrays = workload.payload, workload.inputs(seed or 0)
-    device = device or Device.default()
-    options = {
-        "effort": effort,
-        "strategy": strategy,
-        "trials": trials,
-        "seconds": seconds,
-        "seed": seed,
-    }
-    show = _Progress(sys.stderr.isatty() if progress is None else progress)
-    segments = _segments_fed(fusion, arrays)
-    results = []
-    try:
-        for f, inputs in segments:
-            kind = f.features()["scheduler"]
-            seeders = _heuristic.for_tuning(f, device, kind)
-            r = _native.tune(
-                f._native, device._native, options, show, seeders, builtin_heuristics, inputs
-            )
-            for message in r["warnings"]:
-                warnings.warn(message, RuntimeWarning, stacklevel=2)
-            results.append(r)
-    finally:
-        show.close()
-    if cache:
-        for (f, _), r in zip(segments, results, strict=True):
-            _cache.store(
-                f,
-                device,
-                r["best_params"],
-                r["best_time"],
-                r["default_time"],
-                len(r["trials"]),
-                r["strategy"],
-                [h["name"] for h in r["heuristics"]],
-            )
+        inputs = workload.key
+    run = _Run(
+        {"effort": effort, "strategy": strategy, "trials": trials, "seconds": seconds},
+        seed,
+        inputs,
+        cache,
+        builtin_heuristics,
+        sys.stderr.isatty() if progress is None else progress,
+    )
+    if executor == "local":
+        if devices is not None:
+            raise ValueError("tune: devices='all' needs a Ray executor (executor='ray')")
+        return run.tune(fusion, arrays, device or Device.default())
+    ray = _ray_executor(executor, device)
+    groups = ray.groups()
+    if devices is None and len(groups) > 1:
+        raise ValueError(
+            f"tune: the Ray workers have {len(groups)} device fingerprints "
+            f"({', '.join(groups)}); pass devices='all' to tune for each"
+        )
+    if devices not in (None, "all"):
+        raise ValueError(f"tune: devices={devices!r} is not 'all' or None")
+    found = {fp: run.tune(fusion, arrays, d, actors) for fp, (d, actors) in groups.items()}
+    return found if devices == "all" else next(iter(found.values()))
+
+
+def _ray_executor(executor: str | RayExecutor, device: DeviceFacts | None) -> RayExecutor:
+    from .distributed import RayExecutor
+
+    if device is not None:
+        raise ValueError("tune: with a Ray executor the workers' devices are tuned; omit device")
+    if isinstance(executor, RayExecutor):
+        return executor
+    if executor == "ray":
+        return RayExecutor()
+    raise ValueError(f"tune: executor={executor!r} is not 'local', 'ray' or a RayExecutor")
+
+
+@dataclass
+class _Run:
+    """One :func:`tune` call's settings, applied to each device tuned."""
+
+    options: dict[str, Any]
+    seed: int | None
+    #: What candidates run on: a workload's key, or ``"random"``.
+    inputs: str
+    cache: bool
+    builtin_heuristics: bool
+    progress: bool
+
+    def tune(
+        self,
+        fusion: Fusion,
+        arrays: tuple[np.ndarray, ...] | None,
+        device: DeviceFacts,
+        actors: list[Any] | None = None,
+    ) -> TuneResult:
+        """Tunes each segment of ``fusion`` on ``device`` (or on the Ray
+        ``actors`` that own it) and caches the winners."""
+        show = _Progress(self.progress)
+        segments = _segments_fed(fusion, arrays)
+        try:
+            results = [self._segment(f, fed, device, actors, show) for f, fed in segments]
+        finally:
+            show.close()
+        if self.cache:
+            for (f, _), r in zip(segments, results, strict=True):
+                _cache.store(
+                    f,
+                    device,
+                    r["best_params"],
+                    r["best_time"],
+                    r["default_time"],
+                    len(r["trials"]),
+                    r["strategy"],
+                    [h["name"] for h in r["heuristics"]],
+                )
+        return _result(results)
+
+    def _segment(
+        self,
+        f: Fusion,
+        fed: tuple[np.ndarray, ...] | None,
+        device: DeviceFacts,
+        actors: list[Any] | None,
+        show: _Progress,
+    ) -> dict[str, Any]:
+        from .distributed import RayGroup
+        from .schedule import Device
+
+        seed = self.seed or 0
+        journal = Journal.of(f, device, self.inputs, seed) if self.cache else Journal(None)
+        options = {
+            **self.options,
+            "seed": self.seed,
+            "fingerprint": device.fingerprint,
+            "recorded": journal.recorded(),
+        }
+
+        def observe(trial: dict[str, Any], best: float | None) -> None:
+            journal.append(trial)
+            show(trial, best)
+
+        kind = f.features()["scheduler"]
+        seeders = _heuristic.for_tuning(f, device, kind)
+        target: Any = device._native if isinstance(device, Device) else device.info
+        group = None if actors is None else RayGroup(actors, f, seed, fed)
+        r = _native.tune(
+            f._native, target, options, observe, seeders, self.builtin_heuristics, fed, group
+        )
+        journal.finish()
+        for message in r["warnings"]:
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+        return r
+
+
+def _result(results: list[dict[str, Any]]) -> TuneResult:
+    """One result of the native tuner's per-segment results."""
     params = [HeuristicParams.from_dict(r["best_params"]) for r in results]
     defaults = [r["default_time"] for r in results]
     one = len(results) == 1

@@ -36,8 +36,11 @@ fn to_value_at(obj: &Bound<'_, PyAny>, path: &mut Vec<String>) -> PyResult<Value
     if obj.is_instance_of::<PyInt>()
         || obj.hasattr("__index__")? && !obj.is_instance_of::<PyFloat>()
     {
-        return match obj.extract::<i64>() {
-            Ok(i) => Ok(Value::from(i)),
+        if let Ok(i) = obj.extract::<i64>() {
+            return Ok(Value::from(i));
+        }
+        return match obj.extract::<u64>() {
+            Ok(u) => Ok(Value::from(u)),
             Err(_) => Ok(Value::String(obj.str()?.to_string())),
         };
     }

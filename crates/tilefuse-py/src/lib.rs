@@ -10,6 +10,7 @@ mod file_memo;
 mod fusion;
 mod json_value;
 mod params;
+mod remote;
 mod schedule;
 mod schedulers;
 mod sequence;
@@ -29,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<schedule::PyDevice>()?;
     m.add_class::<schedule::PyKernel>()?;
     m.add_class::<sequence::PySequence>()?;
+    m.add_class::<remote::PyTuneProblem>()?;
     m.add_function(wrap_pyfunction!(schedulers::schedulers, m)?)?;
     m.add_function(wrap_pyfunction!(schedulers::heuristics, m)?)?;
     m.add_function(wrap_pyfunction!(schedulers::schedule, m)?)?;

@@ -13,6 +13,7 @@ use tilefuse::{Fusion, Kernel, Schedule, ScheduleError, Target};
 use crate::arrays::{self, Input};
 use crate::errors::{OrRaise, guard};
 use crate::fusion::PyFusion;
+use crate::json_value::to_py;
 
 #[pyclass(module = "tilefuse._native", name = "Schedule")]
 pub struct PySchedule {
@@ -369,47 +370,10 @@ impl PyDevice {
     /// What heuristics see: backend, vendor, name, adapter type, limits,
     /// features, subgroup sizes; cores and SIMD width on the CPU.
     #[getter]
-    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         guard(|| {
-            let i = self.inner.info();
-            let d = PyDict::new(py);
-            d.set_item("backend", &i.backend)?;
-            d.set_item("vendor", i.vendor)?;
-            d.set_item("name", &i.name)?;
-            d.set_item("adapter_type", &i.adapter_type)?;
-            d.set_item("driver", &i.driver)?;
-            let l = PyDict::new(py);
-            l.set_item("max_workgroup_size", i.limits.max_workgroup_size.to_vec())?;
-            l.set_item(
-                "max_invocations_per_workgroup",
-                i.limits.max_invocations_per_workgroup,
-            )?;
-            l.set_item(
-                "max_workgroups_per_dimension",
-                i.limits.max_workgroups_per_dimension,
-            )?;
-            l.set_item(
-                "max_workgroup_storage_bytes",
-                i.limits.max_workgroup_storage_bytes,
-            )?;
-            l.set_item(
-                "max_storage_buffer_binding_size",
-                i.limits.max_storage_buffer_binding_size,
-            )?;
-            l.set_item(
-                "max_storage_buffers_per_stage",
-                i.limits.max_storage_buffers_per_stage,
-            )?;
-            l.set_item(
-                "max_loop_iterations_per_invocation",
-                i.limits.max_loop_iterations_per_invocation,
-            )?;
-            d.set_item("limits", l)?;
-            d.set_item("features", &i.features)?;
-            d.set_item("subgroup_sizes", i.subgroup_sizes)?;
-            d.set_item("cores", i.cores)?;
-            d.set_item("simd_width", i.simd_width)?;
-            Ok(d)
+            let info = serde_json::to_value(self.inner.info()).expect("device info serializes");
+            to_py(py, &info)
         })
     }
 

@@ -1,6 +1,7 @@
 //! The autotuner and the heuristic cache, for `tilefuse.tune` and
 //! `tilefuse.cache`. Results and entries cross as JSON-shaped dicts.
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -10,11 +11,12 @@ use pyo3::types::{PyDict, PyTuple};
 use serde_json::Value;
 use tilefuse::ir::check_arguments;
 use tilefuse::params::{HeuristicParams, ParamsError};
+use tilefuse::sched::DeviceInfo;
 use tilefuse::sched::schedulers::pick;
 use tilefuse::tune::seeds::builtin;
 use tilefuse::tune::{
-    AutotunerHeuristic, Bundle, Cache, CacheError, CacheKey, Effort, Entry, Options, SeedContext,
-    Strategy, TuneError, Written,
+    AutotunerHeuristic, Bundle, Cache, CacheError, CacheKey, Effort, Entry, Measured, Options,
+    SeedContext, Status, Strategy, TuneError, Written, tune_with,
 };
 
 use crate::arrays;
@@ -22,6 +24,7 @@ use crate::errors::{OrRaise, guard, params_error};
 use crate::file_memo::FileMemo;
 use crate::fusion::PyFusion;
 use crate::json_value::{to_py, to_value};
+use crate::remote::PyExecutor;
 use crate::schedule::PyDevice;
 
 fn field<T: serde::de::DeserializeOwned>(
@@ -37,7 +40,8 @@ fn field<T: serde::de::DeserializeOwned>(
 }
 
 /// Tuning options from `{"effort", "strategy", "trials", "seconds",
-/// "seed", "warmup", "repeat"}` (missing or `None`: the defaults).
+/// "seed", "warmup", "repeat", "fingerprint", "recorded"}` (missing or
+/// `None`: the defaults; `recorded`: trials of an earlier run, as dicts).
 fn options(value: &Value) -> Result<Options, ParamsError> {
     let mut o = Options::default();
     if let Some(e) = field::<Effort>(value, "effort")? {
@@ -50,6 +54,14 @@ fn options(value: &Value) -> Result<Options, ParamsError> {
     o.warmup = field(value, "warmup")?.unwrap_or(o.warmup);
     o.repeat = field(value, "repeat")?.unwrap_or(o.repeat).max(1);
     o.corrupt_trial = field(value, "corrupt_trial")?;
+    o.fingerprint = field(value, "fingerprint")?;
+    for trial in field::<Vec<Value>>(value, "recorded")?.unwrap_or_default() {
+        let measured: Measured = serde_json::from_value(trial.clone())
+            .map_err(|e| ParamsError::new("recorded", e.to_string()))?;
+        if measured.status != Status::Duplicate {
+            o.recorded.insert(trial["params"].to_string(), measured);
+        }
+    }
     Ok(o)
 }
 
@@ -122,23 +134,26 @@ impl AutotunerHeuristic for PyHeuristic<'_> {
 /// `builtin_heuristics` is false) and by `heuristics`, `(name, seeds,
 /// neighbors or None)` of the Python ones that apply; `progress(trial,
 /// best_time)` is called after each trial; candidates run on `inputs`
-/// (one array per fusion input) where given, else on random ones. Returns
+/// (one array per fusion input) where given, else on random ones. With
+/// an `executor` (see `remote::PyExecutor`), candidates are measured
+/// there and `device` is the info dict of its workers' device. Returns
 /// the result as a dict.
 #[pyfunction]
 #[pyo3(signature = (
     fusion, device, options, progress=None, heuristics=Vec::new(), builtin_heuristics=true,
-    inputs=None,
+    inputs=None, executor=None,
 ))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments
 pub fn tune<'py>(
     py: Python<'py>,
     fusion: &PyFusion,
-    device: &PyDevice,
+    device: &Bound<'py, PyAny>,
     options: &Bound<'py, PyDict>,
     progress: Option<Bound<'py, PyAny>>,
     heuristics: Vec<Bound<'py, PyAny>>,
     builtin_heuristics: bool,
     inputs: Option<Bound<'py, PyTuple>>,
+    executor: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     guard(|| {
         fusion.check_outputs(py)?;
@@ -160,7 +175,7 @@ pub fn tune<'py>(
         let seeders: Vec<&dyn AutotunerHeuristic> = (ours.iter().map(|h| h.as_ref()))
             .chain(theirs.iter().map(|h| h as &dyn AutotunerHeuristic))
             .collect();
-        let mut raised: Option<PyErr> = None;
+        let raised = RefCell::new(None);
         let mut observe = |trial: &tilefuse::tune::Trial, best: Option<f64>| {
             let Some(cb) = &progress else { return true };
             let call = serde_json::to_value(trial)
@@ -170,21 +185,46 @@ pub fn tune<'py>(
             match call {
                 Ok(_) => true,
                 Err(e) => {
-                    raised = Some(e);
+                    *raised.borrow_mut() = Some(e);
                     false
                 }
             }
         };
-        let result =
-            tilefuse::tune::tune(&fusion.inner, &device.inner, &opts, &seeders, &mut observe);
+        let result = match executor {
+            Some(executor) => {
+                let info = device_info(device)?;
+                let mut remote = PyExecutor::new(executor, &raised);
+                tune_with(
+                    &fusion.inner,
+                    &info,
+                    &opts,
+                    &seeders,
+                    &mut remote,
+                    &mut observe,
+                )
+            }
+            None => {
+                let device = device.cast::<PyDevice>()?.borrow();
+                tilefuse::tune::tune(&fusion.inner, &device.inner, &opts, &seeders, &mut observe)
+            }
+        };
         match result {
             Ok(r) => to_py(py, &serde_json::to_value(&r).expect("a result serializes")),
-            Err(TuneError::Stopped) => {
-                Err(raised.unwrap_or_else(|| PyKeyboardInterrupt::new_err(())))
-            }
+            Err(TuneError::Stopped) => Err(raised
+                .into_inner()
+                .unwrap_or_else(|| PyKeyboardInterrupt::new_err(()))),
             Err(TuneError::Failed(e)) => Err(params_error(py, "scheduler", e)),
         }
     })
+}
+
+/// A `Device`'s info, or an info dict (of a remote worker's device).
+fn device_info(device: &Bound<'_, PyAny>) -> PyResult<DeviceInfo> {
+    if let Ok(d) = device.cast::<PyDevice>() {
+        return Ok(d.borrow().inner.info());
+    }
+    serde_json::from_value(to_value(device)?)
+        .map_err(|e| params_error(device.py(), "device", format!("not a device's info: {e}")))
 }
 
 fn directory_of(directory: Option<String>) -> Result<PathBuf, ParamsError> {
@@ -367,7 +407,7 @@ pub fn bundle_import(
 pub fn cache_put(
     py: Python<'_>,
     fusion: &PyFusion,
-    device: &PyDevice,
+    device: &Bound<'_, PyAny>,
     params: &Bound<'_, PyAny>,
     best_time: f64,
     default_time: Option<f64>,
@@ -378,7 +418,7 @@ pub fn cache_put(
 ) -> PyResult<(bool, Vec<String>)> {
     guard(|| {
         let params = HeuristicParams::from_value(to_value(params)?).or_raise(py)?;
-        let key = CacheKey::new(&fusion.inner, params.kind(), &device.inner.info());
+        let key = CacheKey::new(&fusion.inner, params.kind(), &device_info(device)?);
         let mut entry = Entry::measured(key, params.to_value(), best_time);
         entry.default_time = default_time;
         entry.trials = trials;

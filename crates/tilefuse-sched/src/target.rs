@@ -1,8 +1,10 @@
 //! What heuristics and caches know about a device: the runtime fills it
 //! in, schedulers read it.
 
+use serde::{Deserialize, Serialize};
+
 /// Limits that decide whether a kernel can launch.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeviceLimits {
     pub max_workgroup_size: [u32; 3],
     pub max_invocations_per_workgroup: u32,
@@ -15,8 +17,9 @@ pub struct DeviceLimits {
     pub max_loop_iterations_per_invocation: Option<u64>,
 }
 
-/// A device as heuristics see it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// A device as heuristics see it (serialized, as a remote worker
+/// describes its device to the tuner).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeviceInfo {
     /// `"cpu"` for the CPU device, else the wgpu backend (`"vulkan"`, ...).
     pub backend: String,

@@ -9,8 +9,9 @@
 
 mod bundle;
 mod cache;
+mod executor;
 mod key;
-mod measure;
+pub mod measure;
 pub mod replay;
 mod search;
 mod seeding;
@@ -18,14 +19,17 @@ pub mod seeds;
 mod space;
 mod strategy;
 mod surrogate;
+mod trial;
 
 pub use bundle::Bundle;
 pub use cache::{Cache, CacheError, Entry, Lookup, Origin, Written};
+pub use executor::{Candidate, Executor, LocalExecutor, Measured};
 pub use key::{CODEGEN_VERSION, CacheKey, DeviceKey};
-pub use measure::Problem;
+pub use measure::{Problem, Timing};
 pub use replay::Recording;
-pub use search::{Effort, Options, Source, Status, Trial, TuneError, TuneResult, tune};
+pub use search::{Effort, Observer, Options, Search, TuneError, tune, tune_with};
 pub use seeding::HeuristicReport;
 pub use seeds::{AutotunerHeuristic, DeviceKind, SeedContext};
 pub use space::{Grid, Point, Space};
 pub use strategy::{Observation, Strategy};
+pub use trial::{Source, Status, Trial, TuneResult};

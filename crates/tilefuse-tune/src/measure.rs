@@ -6,10 +6,17 @@
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tilefuse_ir::{DType, Data, Fusion, Tensor, evaluate};
-use tilefuse_runtime::Kernel;
+use tilefuse_params::HeuristicParams;
+use tilefuse_runtime::{Device, Kernel};
+use tilefuse_sched::schedulers::schedule;
+
+use crate::executor::{Candidate, Measured};
+use crate::trial::Status;
 
 /// Relative error a candidate's f32 outputs may have against the
 /// reference, scaled by the largest finite value: reductions reassociate.
@@ -17,6 +24,75 @@ const RTOL: f64 = 1e-3;
 
 /// Candidates whose short timing is this much slower than the best are cut.
 pub const CUT_RATIO: f64 = 3.0;
+
+/// Launches per timing.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Timing {
+    pub warmup: usize,
+    pub repeat: usize,
+}
+
+/// Schedules `c`'s params, builds, checks and times the kernel on
+/// `device`: a short timing first, cut when over [`CUT_RATIO`] times the
+/// best so far.
+pub fn candidate(fusion: &Fusion, device: &Device, problem: &Problem, c: &Candidate) -> Measured {
+    let kernel = match build(fusion, device, &c.params) {
+        Ok(k) => k,
+        Err(e) => return Measured::failed(e),
+    };
+    if let Err(e) = problem.check_with(&kernel, c.corrupt) {
+        let mut m = Measured::failed(e);
+        m.status = Status::Wrong;
+        return m;
+    }
+    let timed = problem.time(&kernel, 1, 3).and_then(|short| {
+        if c.best.is_some_and(|best| short > CUT_RATIO * best) {
+            return Ok((Status::Cut, short, Some("over 3x the best".to_owned())));
+        }
+        let full = problem.time(&kernel, c.timing.warmup, c.timing.repeat)?;
+        Ok((Status::Ok, full, None))
+    });
+    match timed {
+        Ok((status, time, error)) => Measured {
+            status,
+            time: Some(time),
+            error,
+            device: None,
+        },
+        Err(e) => Measured::failed(e),
+    }
+}
+
+/// Medians of the `finalists` over three interleaved rounds on `device`.
+pub fn final_round(
+    fusion: &Fusion,
+    device: &Device,
+    problem: &Problem,
+    finalists: &[serde_json::Value],
+    timing: Timing,
+) -> Result<Vec<f64>, String> {
+    let kernels = (finalists.iter())
+        .map(|p| build(fusion, device, p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut times = vec![Vec::new(); kernels.len()];
+    for _ in 0..3 {
+        for (k, t) in kernels.iter().zip(&mut times) {
+            t.push(problem.time(k, 1, timing.repeat)?);
+        }
+    }
+    Ok(times.iter_mut().map(|t| median(t)).collect())
+}
+
+fn build(fusion: &Fusion, device: &Device, params: &serde_json::Value) -> Result<Kernel, String> {
+    let params = HeuristicParams::from_value(params.clone()).map_err(|e| e.to_string())?;
+    let s = schedule(fusion, &params, &device.info()).map_err(|e| e.to_string())?;
+    device.build(&s).map_err(|e| e.to_string())
+}
+
+pub(crate) fn median(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
 
 /// The inputs every candidate runs on and the outputs it must match.
 pub struct Problem {

@@ -1,12 +1,14 @@
-//! The tuning loop: candidates from a strategy over the space, each
-//! scheduled, built, checked against the reference and timed; one that
-//! fails anywhere is recorded with its error and skipped. The default
-//! heuristic's params always enter first, then the seed heuristics' seeds
-//! (their neighbours of each new best go before the strategy's next
-//! point); at the end the best few (the
-//! default among them) are re-measured interleaved and the winner is the
-//! best of that paired run, so a tuned result is never slower than the
-//! default on the measurement that picked it.
+//! The tuning loop, as a search that hands out candidates and learns from
+//! their results ([`Search::ask`] / [`Search::tell`]) so that an
+//! [`Executor`] can measure them anywhere, several at once. The default
+//! heuristic's params always enter first, then the seed heuristics'
+//! seeds (their neighbours of each new best go before the strategy's next
+//! point); a candidate the scheduler refuses is recorded with its error
+//! and skipped, one whose kernel was measured already is not measured
+//! again. At the end the best few (the default among them) are
+//! re-measured interleaved and the winner is the best of that paired run,
+//! so a tuned result is never slower than the default on the measurement
+//! that picked it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,19 +16,24 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tilefuse_ir::{Fusion, Tensor};
-use tilefuse_params::{HeuristicParams, SchedulerKind};
-use tilefuse_runtime::{Device, Kernel};
-use tilefuse_sched::Schedule;
-use tilefuse_sched::schedulers::{features, heuristics, schedule, tunables};
+use tilefuse_params::{HeuristicParams, SchedulerKind, Tunable};
+use tilefuse_runtime::Device;
+use tilefuse_sched::schedulers::{Features, features, heuristics, schedule, tunables};
+use tilefuse_sched::{DeviceInfo, Schedule};
 
-use crate::measure::{CUT_RATIO, Problem};
-use crate::seeding::{HeuristicReport, Proposal, Seeding};
+use crate::executor::{Candidate, Executor, LocalExecutor, Measured};
+use crate::measure::{Problem, Timing};
+use crate::seeding::{Proposal, Seeding};
 use crate::seeds::{AutotunerHeuristic, SeedContext};
 use crate::space::{Point, Space};
 use crate::strategy::{Observation, Points, Strategy};
+use crate::trial::{Source, Status, Trial, TuneResult};
 
 /// How a runtime error reads when Ctrl-C interrupted the work.
 const INTERRUPTED: &str = "interrupted";
+
+/// Finalists re-measured at the end.
+const FINALISTS: usize = 4;
 
 /// How much tuning to do when no budget is given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +83,12 @@ pub struct Options {
     /// Fault injection for tests: the outputs of the trial with this index
     /// are corrupted before the reference check, which must disqualify it.
     pub corrupt_trial: Option<usize>,
+    /// The fingerprint of the device tuned for: trials carry it, and
+    /// results measured on another device are refused.
+    pub fingerprint: Option<String>,
+    /// Results recorded by an earlier run of the same tuning (a journal),
+    /// by params JSON: a candidate found here is not measured again.
+    pub recorded: HashMap<String, Measured>,
 }
 
 impl Default for Options {
@@ -91,104 +104,20 @@ impl Default for Options {
             repeat: 10,
             fields: None,
             corrupt_trial: None,
+            fingerprint: None,
+            recorded: HashMap::new(),
         }
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// Checked and timed.
-    Ok,
-    /// Refused by the scheduler, or failed to build or run.
-    Failed,
-    /// Ran, but its outputs differ from the reference: disqualified.
-    Wrong,
-    /// The same kernel as an earlier candidate: not measured again (its
-    /// time is the earlier one's).
-    Duplicate,
-    /// Much slower than the best in a short timing: not measured in full.
-    Cut,
-}
-
-impl Status {
-    /// The time a strategy learns from: a measurement of the candidate's
-    /// point (a duplicate's is its original's, a cut one's the short
-    /// timing); none for a failed or wrong candidate.
-    pub(crate) fn observed(self, time: Option<f64>) -> Option<f64> {
-        match self {
-            Status::Ok | Status::Duplicate | Status::Cut => time,
-            Status::Failed | Status::Wrong => None,
+impl Options {
+    fn timing(&self) -> Timing {
+        Timing {
+            warmup: self.warmup,
+            repeat: self.repeat,
         }
     }
 }
-
-/// Where a candidate came from.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Source {
-    /// `"default"`, `"seed"`, `"heuristic_neighbor"`, `"random"`,
-    /// `"neighbor"` or `"exhaustive"`.
-    pub origin: &'static str,
-    /// The seed heuristic of a seed or its neighbour.
-    pub heuristic: Option<String>,
-}
-
-impl Source {
-    fn of(origin: &'static str) -> Source {
-        Source {
-            origin,
-            heuristic: None,
-        }
-    }
-}
-
-/// One candidate.
-#[derive(Clone, Debug, Serialize)]
-pub struct Trial {
-    pub params: serde_json::Value,
-    /// Its point in the space (the nearest, for seeds).
-    pub point: Point,
-    #[serde(flatten)]
-    pub source: Source,
-    pub status: Status,
-    /// Median seconds (short timing for cut candidates).
-    pub time: Option<f64>,
-    pub error: Option<String>,
-    /// Seconds since tuning started.
-    pub at: f64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct TuneResult {
-    pub scheduler: SchedulerKind,
-    pub strategy: Strategy,
-    /// The tuned fields and their number of values: the space's shape.
-    pub fields: Vec<String>,
-    pub sizes: Vec<usize>,
-    pub best_params: serde_json::Value,
-    /// Median seconds of the winner in the final interleaved run.
-    pub best_time: f64,
-    pub default_params: serde_json::Value,
-    /// The default heuristic's median in the same run (`None` if it failed).
-    pub default_time: Option<f64>,
-    pub trials: Vec<Trial>,
-    /// The seed heuristics that applied.
-    pub heuristics: Vec<HeuristicReport>,
-    /// Seed heuristics that failed and were skipped.
-    pub warnings: Vec<String>,
-    pub elapsed: f64,
-}
-
-/// A measured candidate kept for the final run.
-struct Finalist {
-    params: HeuristicParams,
-    source: Source,
-    kernel: Kernel,
-    time: f64,
-}
-
-/// Finalists re-measured at the end.
-const FINALISTS: usize = 4;
 
 /// Why tuning ended without a result.
 #[derive(Debug, thiserror::Error)]
@@ -200,174 +129,279 @@ pub enum TuneError {
     Failed(String),
 }
 
+impl TuneError {
+    /// A runtime error: `Stopped` when Ctrl-C caused it.
+    pub(crate) fn from_runtime(e: String) -> TuneError {
+        match e.as_str() {
+            INTERRUPTED => TuneError::Stopped,
+            _ => TuneError::Failed(e),
+        }
+    }
+}
+
+/// Sees each trial and the best time so far; returns false to stop.
+pub type Observer<'a> = dyn FnMut(&Trial, Option<f64>) -> bool + 'a;
+
 /// Tunes `fusion` (one scheduler must take it whole) on `device`, seeded
-/// by the `heuristics` that apply (`seeds::builtin()` and any others);
-/// `observe` sees each trial and the best time so far, and stops tuning by
-/// returning false.
+/// by the `heuristics` that apply (`seeds::builtin()` and any others),
+/// measuring in this process; `observe` sees each trial and the best time
+/// so far, and stops tuning by returning false.
 pub fn tune(
     fusion: &Fusion,
     device: &Device,
     options: &Options,
     heuristics: &[&dyn AutotunerHeuristic],
-    observe: &mut dyn FnMut(&Trial, Option<f64>) -> bool,
+    observe: &mut Observer,
 ) -> Result<TuneResult, TuneError> {
-    let failed = |e: String| TuneError::Failed(e);
+    let problem = match &options.inputs {
+        Some(inputs) => Problem::given(fusion, Arc::clone(inputs)),
+        None => Problem::new(fusion, options.seed),
+    }
+    .map_err(TuneError::Failed)?;
+    let mut local = LocalExecutor::new(fusion, device, problem);
     let info = device.info();
-    let features = features(fusion).map_err(failed)?;
-    let kind = features.scheduler;
-    let base = self::heuristics(fusion, Some(kind), &info).map_err(|e| failed(e.to_string()))?;
-    let (_, mut fields) = tunables(fusion, Some(kind), &info).map_err(|e| failed(e.to_string()))?;
-    if let Some(only) = &options.fields {
-        if let Some(unknown) = only.iter().find(|p| !fields.iter().any(|f| f.path == *p)) {
-            let known: Vec<_> = fields.iter().map(|f| f.path).collect();
-            return Err(failed(format!(
-                "{unknown} is not a tunable field of the {kind} scheduler here (those are {})",
-                known.join(", ")
-            )));
-        }
-        fields.retain(|f| only.iter().any(|p| p == f.path));
-    }
-    let space = Space::new(base.clone(), fields);
-    let budget = options.trials.unwrap_or(options.effort.trials());
-    let strategy = options
-        .strategy
-        .unwrap_or(if space.grid.size() <= budget as u64 {
-            Strategy::Exhaustive
-        } else {
-            Strategy::Pattern
-        });
-    let cx = SeedContext {
-        fusion,
-        device: &info,
-        features: &features,
-        default: &base,
-    };
-    let mut seeding = Seeding::new(heuristics, &cx);
-    let mut run = Run {
-        fusion,
-        device,
-        options,
-        space: &space,
-        problem: match &options.inputs {
-            Some(inputs) => Problem::given(fusion, Arc::clone(inputs)),
-            None => Problem::new(fusion, options.seed),
-        }
-        .map_err(failed)?,
-        start: Instant::now(),
-        stopped: false,
-        seen: HashMap::new(),
-        trials: Vec::new(),
-        history: Vec::new(),
-        finalists: Vec::new(),
-        observe,
-    };
-    let default_ok = run.try_params(base.clone(), Source::of("default"));
-    let mut points = Points::new(&space.grid, &space.base_point(), strategy, options.seed);
-    let seconds = options.seconds.unwrap_or(options.effort.seconds());
-    let mut measured = 0;
-    while !run.stopped && measured < budget && run.start.elapsed().as_secs_f64() < seconds {
-        let status = match seeding.next(run.best_params(), &cx) {
-            Some(Proposal {
-                params,
-                heuristic,
-                origin,
-            }) => run.try_params(
-                params,
-                Source {
-                    origin,
-                    heuristic: Some(heuristic),
-                },
-            ),
-            None => {
-                let Some((point, origin)) = points.next(&space.grid, &run.history) else {
-                    break;
-                };
-                run.try_point(point, Source::of(origin))
-            }
-        };
-        measured += usize::from(status != Status::Duplicate);
-    }
-    if run.stopped {
-        return Err(TuneError::Stopped);
-    }
-    run.finish(kind, strategy, &base, default_ok, seeding)
+    tune_with(fusion, &info, options, heuristics, &mut local, observe)
 }
 
-struct Run<'a> {
+/// [`tune`] for a device described by `info`, measuring through `executor`
+/// (whose devices must all be that device).
+pub fn tune_with(
+    fusion: &Fusion,
+    info: &DeviceInfo,
+    options: &Options,
+    heuristics: &[&dyn AutotunerHeuristic],
+    executor: &mut dyn Executor,
+    observe: &mut Observer,
+) -> Result<TuneResult, TuneError> {
+    let mut search = Search::new(fusion, info, options, heuristics, observe)?;
+    let mut in_flight = 0;
+    loop {
+        while in_flight < executor.capacity()
+            && let Some(c) = search.ask()
+        {
+            executor.submit(c)?;
+            in_flight += 1;
+        }
+        if in_flight == 0 {
+            break;
+        }
+        let (id, measured) = executor.next()?;
+        in_flight -= 1;
+        search.tell(id, measured)?;
+    }
+    if search.stopped {
+        return Err(TuneError::Stopped);
+    }
+    let finalists = search.finalist_params();
+    if finalists.is_empty() {
+        let why = "no candidate ran correctly, not even the default heuristic's";
+        return Err(TuneError::Failed(why.into()));
+    }
+    let medians = executor.final_round(&finalists, options.timing())?;
+    Ok(search.finish(&medians))
+}
+
+/// A measured candidate kept for the final run.
+struct Finalist {
+    params: HeuristicParams,
+    source: Source,
+    time: f64,
+}
+
+/// A candidate handed out and not yet told.
+struct Pending {
+    params: HeuristicParams,
+    point: Point,
+    source: Source,
+}
+
+/// A candidate's params and schedule, or why the scheduler refused it.
+type Scheduled = Result<(HeuristicParams, Schedule), Refused>;
+
+/// The params the scheduler refused last and its error.
+struct Refused {
+    tried: serde_json::Value,
+    error: String,
+}
+
+impl Refused {
+    fn of(params: &HeuristicParams, error: &impl ToString) -> Refused {
+        Refused {
+            tried: params.to_value(),
+            error: error.to_string(),
+        }
+    }
+}
+
+/// One tuning run's state: what was proposed, measured and learned.
+pub struct Search<'a> {
     fusion: &'a Fusion,
-    device: &'a Device,
+    info: &'a DeviceInfo,
     options: &'a Options,
-    space: &'a Space,
-    problem: Problem,
+    features: Features,
+    kind: SchedulerKind,
+    base: HeuristicParams,
+    space: Space,
+    strategy: Strategy,
+    seeding: Seeding<'a>,
+    points: Points,
+    /// Candidates that count against the trial budget (all but the
+    /// default and duplicates).
+    budget: usize,
+    spent: usize,
+    seconds: f64,
     start: Instant,
     /// The observer asked to stop, or a measurement was interrupted.
     stopped: bool,
-    /// Scheduled kernels already measured (their printed IR) and the
-    /// trial that measured each.
+    /// Scheduled kernels already handed out (their printed IR) and the
+    /// trial that measures each.
     seen: HashMap<String, usize>,
+    pending: HashMap<usize, Pending>,
     trials: Vec<Trial>,
     /// What the strategy learns from: each trial's point and time.
     history: Vec<Observation>,
     finalists: Vec<Finalist>,
-    observe: &'a mut dyn FnMut(&Trial, Option<f64>) -> bool,
+    /// The default's status once told.
+    default_ok: Option<Status>,
+    observe: &'a mut Observer<'a>,
 }
 
-impl Run<'_> {
-    fn best_time(&self) -> Option<f64> {
-        self.finalists.iter().map(|f| f.time).min_by(f64::total_cmp)
-    }
-
-    fn best_params(&self) -> Option<&HeuristicParams> {
-        let best = self
-            .finalists
-            .iter()
-            .min_by(|a, b| a.time.total_cmp(&b.time))?;
-        Some(&best.params)
-    }
-
-    #[allow(clippy::too_many_arguments)] // one trial's fields
-    fn record(
-        &mut self,
-        params: serde_json::Value,
-        point: Point,
-        source: Source,
-        status: Status,
-        time: Option<f64>,
-        error: Option<String>,
-    ) {
-        self.history.push(Observation {
-            point: point.clone(),
-            time: status.observed(time),
-        });
-        let trial = Trial {
-            params,
-            point,
-            source,
-            status,
-            time,
-            error,
-            at: self.start.elapsed().as_secs_f64(),
+impl<'a> Search<'a> {
+    /// The space of the scheduler that takes `fusion` on `info`, narrowed
+    /// to `options.fields`, and the seed heuristics that apply.
+    pub fn new(
+        fusion: &'a Fusion,
+        info: &'a DeviceInfo,
+        options: &'a Options,
+        heuristics: &[&'a dyn AutotunerHeuristic],
+        observe: &'a mut Observer<'a>,
+    ) -> Result<Search<'a>, TuneError> {
+        let failed = |e: String| TuneError::Failed(e);
+        let features = features(fusion).map_err(failed)?;
+        let kind = features.scheduler;
+        let base = self::heuristics(fusion, Some(kind), info).map_err(|e| failed(e.to_string()))?;
+        let (_, fields) = tunables(fusion, Some(kind), info).map_err(|e| failed(e.to_string()))?;
+        let space = Space::new(base.clone(), narrowed(fields, options, kind)?);
+        let budget = options.trials.unwrap_or(options.effort.trials());
+        let strategy = options
+            .strategy
+            .unwrap_or(if space.grid.size() <= budget as u64 {
+                Strategy::Exhaustive
+            } else {
+                Strategy::Pattern
+            });
+        let cx = SeedContext {
+            fusion,
+            device: info,
+            features: &features,
+            default: &base,
         };
-        let best = self.best_time();
-        let interrupted = trial.error.as_deref() == Some(INTERRUPTED);
-        self.stopped |= interrupted || !(self.observe)(&trial, best);
-        self.trials.push(trial);
+        let seeding = Seeding::new(heuristics, &cx);
+        let points = Points::new(&space.grid, &space.base_point(), strategy, options.seed);
+        Ok(Search {
+            fusion,
+            info,
+            options,
+            features,
+            kind,
+            base,
+            space,
+            strategy,
+            seeding,
+            points,
+            budget,
+            spent: 0,
+            seconds: options.seconds.unwrap_or(options.effort.seconds()),
+            start: Instant::now(),
+            stopped: false,
+            seen: HashMap::new(),
+            pending: HashMap::new(),
+            trials: Vec::new(),
+            history: Vec::new(),
+            finalists: Vec::new(),
+            default_ok: None,
+            observe,
+        })
     }
 
-    /// Tries the params of `point`, repaired first: a field the scheduler
-    /// refuses (by its error's path) goes back to the base's value, until
-    /// the params schedule or the refused field is at its base value.
-    fn try_point(&mut self, proposed: Point, source: Source) -> Status {
-        let space = self.space;
+    /// The next candidate to measure; `None` when the budget is spent,
+    /// the space is exhausted or tuning was stopped (candidates handed out
+    /// may still be told). Candidates the scheduler refuses, that
+    /// duplicate a kernel handed out before or that a journal recorded are
+    /// settled here without being handed out.
+    pub fn ask(&mut self) -> Option<Candidate> {
+        loop {
+            if self.stopped {
+                return None;
+            }
+            let first = self.trials.len() + self.pending.len() == 0;
+            if !first
+                && (self.spent >= self.budget || self.start.elapsed().as_secs_f64() >= self.seconds)
+            {
+                return None;
+            }
+            let (scheduled, point, source) = match first {
+                true => self.default_candidate(),
+                false => self.next_proposal()?,
+            };
+            if let Some(c) = self.settle(scheduled, point, source) {
+                return Some(c);
+            }
+        }
+    }
+
+    fn default_candidate(&self) -> (Scheduled, Point, Source) {
+        let p = self.base.clone();
+        let point = self.space.point_of(&p);
+        let s = schedule(self.fusion, &p, self.info).map_err(|e| Refused::of(&p, &e));
+        (s.map(|s| (p, s)), point, Source::of("default"))
+    }
+
+    /// A seed heuristic's proposal, else the strategy's next point; `None`
+    /// when neither has one.
+    #[allow(clippy::type_complexity)]
+    fn next_proposal(&mut self) -> Option<(Scheduled, Point, Source)> {
+        let cx = SeedContext {
+            fusion: self.fusion,
+            device: self.info,
+            features: &self.features,
+            default: &self.base,
+        };
+        let best = (self.finalists.iter())
+            .min_by(|a, b| a.time.total_cmp(&b.time))
+            .map(|f| &f.params);
+        if let Some(Proposal {
+            params,
+            heuristic,
+            origin,
+        }) = self.seeding.next(best, &cx)
+        {
+            let point = self.space.point_of(&params);
+            let s = schedule(self.fusion, &params, self.info).map_err(|e| Refused::of(&params, &e));
+            let source = Source {
+                origin,
+                heuristic: Some(heuristic),
+            };
+            return Some((s.map(|s| (params, s)), point, source));
+        }
+        let (point, origin) = self.points.next(&self.space.grid, &self.history)?;
+        Some((self.repaired(&point), point, Source::of(origin)))
+    }
+
+    /// The params of `proposed` and their schedule, repaired first: a
+    /// field the scheduler refuses (by its error's path) goes back to the
+    /// base's value, until the params schedule or the refused field is at
+    /// its base value.
+    fn repaired(&self, proposed: &Point) -> Scheduled {
+        let space = &self.space;
         let base = space.base_point();
         let mut point = proposed.clone();
-        let info = self.device.info();
-        let refused = loop {
+        loop {
             let attempt = space
                 .params(&point)
-                .and_then(|p| schedule(self.fusion, &p, &info).map(|s| (p, s)));
+                .and_then(|p| schedule(self.fusion, &p, self.info).map(|s| (p, s)));
             let e = match attempt {
-                Ok((p, s)) => return self.try_scheduled(p, proposed, Ok(s), source),
+                Ok(done) => return Ok(done),
                 Err(e) => e,
             };
             let culprit = space.fields.iter().position(|f| {
@@ -377,86 +411,130 @@ impl Run<'_> {
             });
             match culprit {
                 Some(i) if point[i] != base[i] => point[i] = base[i],
-                _ => break e,
+                _ => {
+                    return Err(Refused {
+                        tried: space.describe(&point),
+                        error: e.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Records a candidate that needs no measurement (refused, a
+    /// duplicate, or recorded by a journal) or hands it out.
+    fn settle(&mut self, scheduled: Scheduled, point: Point, source: Source) -> Option<Candidate> {
+        let id = self.trials.len() + self.pending.len();
+        let counts = source.origin != "default";
+        let (params, s) = match scheduled {
+            Ok(done) => done,
+            Err(r) => {
+                self.spent += usize::from(counts);
+                self.record(id, r.tried, point, source, Measured::failed(r.error));
+                return None;
             }
         };
-        let tried = space.describe(&point);
-        self.record(
-            tried,
-            proposed,
-            source,
-            Status::Failed,
-            None,
-            Some(refused.to_string()),
-        );
-        Status::Failed
-    }
-
-    /// Schedules, builds, checks and times one candidate; its status.
-    fn try_params(&mut self, params: HeuristicParams, source: Source) -> Status {
-        let info = self.device.info();
-        let scheduled = schedule(self.fusion, &params, &info);
-        let point = self.space.point_of(&params);
-        self.try_scheduled(params, point, scheduled.map_err(|e| e.to_string()), source)
-    }
-
-    /// Builds, checks and times a scheduled candidate; its status.
-    fn try_scheduled(
-        &mut self,
-        params: HeuristicParams,
-        point: Point,
-        scheduled: Result<Schedule, String>,
-        source: Source,
-    ) -> Status {
-        let value = params.to_value();
-        let (status, time, error) = match scheduled.map(|s| self.measure(&s)) {
-            Err(e) => (Status::Failed, None, Some(e)),
-            Ok(measured) => match measured {
-                Ok((kernel, time)) => {
-                    self.keep(params, source.clone(), kernel, time);
-                    (Status::Ok, Some(time), None)
-                }
-                Err((status, time, e)) => (status, time, Some(e)),
-            },
-        };
-        self.record(value, point, source, status, time, error);
-        status
-    }
-
-    /// The kernel and its median, or why not (a duplicate with the
-    /// time of the trial it duplicates).
-    #[allow(clippy::type_complexity)]
-    fn measure(&mut self, s: &Schedule) -> Result<(Kernel, f64), (Status, Option<f64>, String)> {
-        let failed = |e: String| (Status::Failed, None, e);
         let text = s.kernel().to_string();
-        if let Some(&i) = self.seen.get(&text) {
-            let why = format!("the same kernel as trial {i}");
-            return Err((Status::Duplicate, self.trials[i].time, why));
+        if let Some(&of) = self.seen.get(&text) {
+            let time = self.trials.iter().find(|t| t.id == of).and_then(|t| t.time);
+            let m = Measured {
+                status: Status::Duplicate,
+                time,
+                error: Some(format!("the same kernel as trial {of}")),
+                device: None,
+            };
+            self.record(id, params.to_value(), point, source, m);
+            return None;
         }
-        self.seen.insert(text, self.trials.len());
-        let kernel = self.device.build(s).map_err(|e| failed(e.to_string()))?;
-        let corrupt = self.options.corrupt_trial == Some(self.trials.len());
-        self.problem
-            .check_with(&kernel, corrupt)
-            .map_err(|e| (Status::Wrong, None, e))?;
-        let (warmup, repeat) = (self.options.warmup, self.options.repeat);
-        let short = self.problem.time(&kernel, 1, 3).map_err(failed)?;
-        if self
-            .best_time()
-            .is_some_and(|best| short > CUT_RATIO * best)
+        self.seen.insert(text, id);
+        self.spent += usize::from(counts);
+        let value = params.to_value();
+        self.pending.insert(
+            id,
+            Pending {
+                params,
+                point,
+                source,
+            },
+        );
+        if let Some(m) = self.options.recorded.get(&value.to_string()) {
+            self.tell(id, m.clone()).ok()?;
+            return None;
+        }
+        Some(Candidate {
+            id,
+            params: value,
+            best: self.best_time(),
+            corrupt: self.options.corrupt_trial == Some(id),
+            timing: self.options.timing(),
+        })
+    }
+
+    /// Learns what measuring candidate `id` found.
+    pub fn tell(&mut self, id: usize, measured: Measured) -> Result<(), TuneError> {
+        let Some(p) = self.pending.remove(&id) else {
+            return Err(TuneError::Failed(format!(
+                "no candidate {id} is being measured"
+            )));
+        };
+        if let (Some(got), Some(want)) = (&measured.device, &self.options.fingerprint)
+            && got != want
         {
-            return Err((Status::Cut, Some(short), "over 3x the best".into()));
+            return Err(TuneError::Failed(format!(
+                "candidate {id} was measured on device {got}, not {want}: timings of \
+                 different devices are never compared"
+            )));
         }
-        let time = self.problem.time(&kernel, warmup, repeat).map_err(failed)?;
-        Ok((kernel, time))
+        if measured.status == Status::Ok
+            && let Some(time) = measured.time
+        {
+            self.keep(p.params.clone(), p.source.clone(), time);
+        }
+        if p.source.origin == "default" {
+            self.default_ok = Some(measured.status);
+        }
+        self.record(id, p.params.to_value(), p.point, p.source, measured);
+        Ok(())
+    }
+
+    fn best_time(&self) -> Option<f64> {
+        self.finalists.iter().map(|f| f.time).min_by(f64::total_cmp)
+    }
+
+    fn record(
+        &mut self,
+        id: usize,
+        params: serde_json::Value,
+        point: Point,
+        source: Source,
+        m: Measured,
+    ) {
+        self.history.push(Observation {
+            point: point.clone(),
+            time: m.status.observed(m.time),
+        });
+        let trial = Trial {
+            id,
+            params,
+            point,
+            source,
+            status: m.status,
+            time: m.time,
+            error: m.error,
+            device: m.device.or_else(|| self.options.fingerprint.clone()),
+            at: self.start.elapsed().as_secs_f64(),
+        };
+        let best = self.best_time();
+        let interrupted = trial.error.as_deref() == Some(INTERRUPTED);
+        self.stopped |= interrupted || !(self.observe)(&trial, best);
+        self.trials.push(trial);
     }
 
     /// Keeps the fastest few for the final run.
-    fn keep(&mut self, params: HeuristicParams, source: Source, kernel: Kernel, time: f64) {
+    fn keep(&mut self, params: HeuristicParams, source: Source, time: f64) {
         self.finalists.push(Finalist {
             params,
             source,
-            kernel,
             time,
         });
         // The first (the default's, when it ran) always stays; the rest
@@ -465,63 +543,59 @@ impl Run<'_> {
         self.finalists.truncate(FINALISTS + 1);
     }
 
-    /// Re-measures the finalists interleaved and picks the winner.
-    fn finish(
-        mut self,
-        kind: SchedulerKind,
-        strategy: Strategy,
-        base: &HeuristicParams,
-        default_ok: Status,
-        mut seeding: Seeding,
-    ) -> Result<TuneResult, TuneError> {
-        if self.finalists.is_empty() {
-            let why = "no candidate ran correctly, not even the default heuristic's";
-            return Err(TuneError::Failed(why.into()));
-        }
-        let rounds = 3;
-        let mut times = vec![Vec::new(); self.finalists.len()];
-        for _ in 0..rounds {
-            for (f, t) in self.finalists.iter().zip(&mut times) {
-                let time = self.problem.time(&f.kernel, 1, self.options.repeat);
-                t.push(time.map_err(|e| match e.as_str() {
-                    INTERRUPTED => TuneError::Stopped,
-                    _ => TuneError::Failed(e),
-                })?);
-            }
-        }
-        let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
+    /// The params of the candidates the final round re-measures.
+    pub fn finalist_params(&self) -> Vec<serde_json::Value> {
+        self.finalists.iter().map(|f| f.params.to_value()).collect()
+    }
+
+    /// The result, given the finalists' `medians` in the final round.
+    pub fn finish(mut self, medians: &[f64]) -> TuneResult {
         let win = (0..medians.len())
             .min_by(|&a, &b| medians[a].total_cmp(&medians[b]))
             .expect("finalists");
-        let default_time =
-            (default_ok == Status::Ok && self.finalists[0].params == *base).then(|| medians[0]);
+        let default_time = (self.default_ok == Some(Status::Ok)
+            && self.finalists[0].params == self.base)
+            .then(|| medians[0]);
         let winner = &self.finalists[win].source;
         if let (Some(name), "seed") = (&winner.heuristic, winner.origin) {
-            seeding.won(name);
+            self.seeding.won(name);
         }
-        Ok(TuneResult {
-            scheduler: kind,
-            strategy,
-            fields: self
-                .space
-                .fields
-                .iter()
+        self.trials.sort_by_key(|t| t.id);
+        TuneResult {
+            scheduler: self.kind,
+            strategy: self.strategy,
+            fields: (self.space.fields.iter())
                 .map(|f| f.path.to_owned())
                 .collect(),
             sizes: self.space.grid.sizes.clone(),
             best_params: self.finalists[win].params.to_value(),
             best_time: medians[win],
-            default_params: base.to_value(),
+            default_params: self.base.to_value(),
             default_time,
             trials: std::mem::take(&mut self.trials),
-            heuristics: seeding.reports,
-            warnings: seeding.warnings,
+            heuristics: std::mem::take(&mut self.seeding.reports),
+            warnings: std::mem::take(&mut self.seeding.warnings),
             elapsed: self.start.elapsed().as_secs_f64(),
-        })
+        }
     }
 }
 
-fn median(samples: &mut [f64]) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+/// The scheduler's tunable `fields`, only those `options.fields` names.
+fn narrowed(
+    mut fields: Vec<Tunable>,
+    options: &Options,
+    kind: SchedulerKind,
+) -> Result<Vec<Tunable>, TuneError> {
+    let Some(only) = &options.fields else {
+        return Ok(fields);
+    };
+    if let Some(unknown) = only.iter().find(|p| !fields.iter().any(|f| f.path == *p)) {
+        let known: Vec<_> = fields.iter().map(|f| f.path).collect();
+        return Err(TuneError::Failed(format!(
+            "{unknown} is not a tunable field of the {kind} scheduler here (those are {})",
+            known.join(", ")
+        )));
+    }
+    fields.retain(|f| only.iter().any(|p| p == f.path));
+    Ok(fields)
 }

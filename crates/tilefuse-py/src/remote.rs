@@ -1,0 +1,172 @@
+//! Tuning with candidates measured elsewhere: [`PyExecutor`] is the
+//! search's side of a Python executor (Ray workers, say), and
+//! [`PyTuneProblem`] the worker's side, which measures the candidates.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use serde_json::Value;
+use tilefuse::Fusion;
+use tilefuse::tune::{Candidate, Executor, Measured, Problem, Timing, TuneError, measure};
+
+use crate::arrays;
+use crate::errors::{guard, params_error};
+use crate::fusion::PyFusion;
+use crate::json_value::{to_py, to_value};
+use crate::schedule::PyDevice;
+
+/// A Python executor: `capacity() -> int`, `submit(candidate: dict)`,
+/// `next() -> (id, measured: dict)` and `final_round(params: list, warmup,
+/// repeat) ->
+/// list[float]`. An exception it raises stops tuning and is raised again
+/// by `tune`.
+pub struct PyExecutor<'a, 'py> {
+    inner: Bound<'py, PyAny>,
+    raised: &'a RefCell<Option<PyErr>>,
+}
+
+impl<'a, 'py> PyExecutor<'a, 'py> {
+    pub fn new(inner: Bound<'py, PyAny>, raised: &'a RefCell<Option<PyErr>>) -> Self {
+        PyExecutor { inner, raised }
+    }
+
+    /// `result`'s value, or `Stopped` with the exception kept for `tune`.
+    fn kept<T>(&self, result: PyResult<T>) -> Result<T, TuneError> {
+        result.map_err(|e| {
+            *self.raised.borrow_mut() = Some(e);
+            TuneError::Stopped
+        })
+    }
+
+    fn decoded<T: serde::de::DeserializeOwned>(
+        &self,
+        obj: &Bound<'py, PyAny>,
+        what: &str,
+    ) -> PyResult<T> {
+        serde_json::from_value(to_value(obj)?)
+            .map_err(|e| params_error(obj.py(), what, format!("from the executor: {e}")))
+    }
+}
+
+impl Executor for PyExecutor<'_, '_> {
+    fn capacity(&self) -> usize {
+        let n = self
+            .inner
+            .call_method0("capacity")
+            .and_then(|n| n.extract());
+        self.kept(n).unwrap_or(0)
+    }
+
+    fn submit(&mut self, candidate: Candidate) -> Result<(), TuneError> {
+        let value = serde_json::to_value(&candidate).expect("a candidate serializes");
+        let call =
+            to_py(self.inner.py(), &value).and_then(|c| self.inner.call_method1("submit", (c,)));
+        self.kept(call).map(|_| ())
+    }
+
+    fn next(&mut self) -> Result<(usize, Measured), TuneError> {
+        let got = self.inner.call_method0("next").and_then(|r| {
+            let (id, measured): (usize, Bound<'_, PyAny>) = r.extract()?;
+            Ok((id, self.decoded(&measured, "measured")?))
+        });
+        self.kept(got)
+    }
+
+    fn final_round(&mut self, finalists: &[Value], timing: Timing) -> Result<Vec<f64>, TuneError> {
+        let py = self.inner.py();
+        let got = to_py(py, &Value::Array(finalists.to_vec()))
+            .and_then(|f| {
+                self.inner
+                    .call_method1("final_round", (f, timing.warmup, timing.repeat))
+            })
+            .and_then(|r| r.extract::<Vec<f64>>());
+        let medians = self.kept(got)?;
+        if medians.len() != finalists.len() {
+            let why = format!(
+                "final_round gave {} times for {} finalists",
+                medians.len(),
+                finalists.len()
+            );
+            return Err(TuneError::Failed(why));
+        }
+        Ok(medians)
+    }
+}
+
+/// What a worker measures candidates on: the fusion, its inputs (a
+/// workload's, or random ones from `seed`) and the reference's outputs.
+#[pyclass(name = "TuneProblem", module = "tilefuse._native", frozen)]
+pub struct PyTuneProblem {
+    fusion: Arc<Fusion>,
+    problem: Problem,
+}
+
+#[pymethods]
+impl PyTuneProblem {
+    #[new]
+    #[pyo3(signature = (fusion, seed=0, inputs=None))]
+    fn new(
+        py: Python<'_>,
+        fusion: &PyFusion,
+        seed: u64,
+        inputs: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Self> {
+        guard(|| {
+            let problem = match &inputs {
+                Some(arrays) => {
+                    let given = arrays::inputs(&fusion.inner, arrays)?;
+                    let tensors: Vec<_> = given.iter().map(|a| a.view().to_tensor()).collect();
+                    Problem::given(&fusion.inner, tensors.into())
+                }
+                None => Problem::new(&fusion.inner, seed),
+            };
+            let problem = problem.map_err(|e| params_error(py, "inputs", e))?;
+            Ok(PyTuneProblem {
+                fusion: Arc::clone(&fusion.inner),
+                problem,
+            })
+        })
+    }
+
+    /// Schedules, builds, checks and times `candidate` (a dict: `id`,
+    /// `params`, `best`, `corrupt`, `timing`) on `device`: a dict with
+    /// `status`, `time`, `error`.
+    fn measure<'py>(
+        &self,
+        py: Python<'py>,
+        device: &PyDevice,
+        candidate: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        guard(|| {
+            let c: Candidate = serde_json::from_value(to_value(candidate.as_any())?)
+                .map_err(|e| params_error(py, "candidate", e.to_string()))?;
+            let m = measure::candidate(&self.fusion, &device.inner, &self.problem, &c);
+            to_py(py, &serde_json::to_value(m).expect("a result serializes"))
+        })
+    }
+
+    /// Medians of `finalists` (params dicts) timed interleaved on `device`.
+    fn final_round(
+        &self,
+        py: Python<'_>,
+        device: &PyDevice,
+        finalists: &Bound<'_, PyAny>,
+        warmup: usize,
+        repeat: usize,
+    ) -> PyResult<Vec<f64>> {
+        guard(|| {
+            let Value::Array(params) = to_value(finalists)? else {
+                return Err(params_error(
+                    py,
+                    "finalists",
+                    "expected a list of params".into(),
+                ));
+            };
+            let timing = Timing { warmup, repeat };
+            measure::final_round(&self.fusion, &device.inner, &self.problem, &params, timing)
+                .map_err(|e| params_error(py, "final_round", e))
+        })
+    }
+}

@@ -1,0 +1,120 @@
+//! Where candidates are measured. The search hands out [`Candidate`]s
+//! and learns from their [`Measured`] results; an [`Executor`] measures
+//! them: [`LocalExecutor`] one at a time on a device of this process,
+//! others (Ray workers, from Python) several at once elsewhere.
+
+use serde::{Deserialize, Serialize};
+use tilefuse_ir::Fusion;
+use tilefuse_runtime::Device;
+
+use crate::measure::{self, Problem, Timing};
+use crate::search::TuneError;
+use crate::trial::Status;
+
+/// One candidate to schedule, build, check and time.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Candidate {
+    /// Its trial's id in the run.
+    pub id: usize,
+    pub params: serde_json::Value,
+    /// The best median so far: a short timing over `CUT_RATIO` times it
+    /// is cut before the full measurement.
+    pub best: Option<f64>,
+    /// Fault injection for tests: corrupt its outputs before the check.
+    #[serde(default)]
+    pub corrupt: bool,
+    /// Launches of its full timing.
+    pub timing: Timing,
+}
+
+/// What measuring a candidate found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// `Ok`, `Failed` (refused, failed to build or to run), `Wrong` or `Cut`.
+    pub status: Status,
+    /// Median seconds (the short timing of a cut candidate).
+    pub time: Option<f64>,
+    pub error: Option<String>,
+    /// The fingerprint of the device that measured it, where the executor
+    /// knows it: a search refuses timings of another device.
+    #[serde(default)]
+    pub device: Option<String>,
+}
+
+impl Measured {
+    pub(crate) fn failed(error: String) -> Measured {
+        Measured {
+            status: Status::Failed,
+            time: None,
+            error: Some(error),
+            device: None,
+        }
+    }
+}
+
+/// Measures candidates for a search, possibly several at once.
+pub trait Executor {
+    /// How many candidates it measures at once (0 when it has no worker
+    /// left).
+    fn capacity(&self) -> usize;
+
+    /// Starts measuring `candidate`.
+    fn submit(&mut self, candidate: Candidate) -> Result<(), TuneError>;
+
+    /// Waits for any submitted candidate's result: its id and what was found.
+    fn next(&mut self) -> Result<(usize, Measured), TuneError>;
+
+    /// Medians of the `finalists` (params) timed interleaved on one device,
+    /// `timing.repeat` launches a round.
+    fn final_round(
+        &mut self,
+        finalists: &[serde_json::Value],
+        timing: Timing,
+    ) -> Result<Vec<f64>, TuneError>;
+}
+
+/// Measures on a device of this process, one candidate at a time.
+pub struct LocalExecutor<'a> {
+    fusion: &'a Fusion,
+    device: &'a Device,
+    problem: Problem,
+    queued: Option<Candidate>,
+}
+
+impl<'a> LocalExecutor<'a> {
+    pub fn new(fusion: &'a Fusion, device: &'a Device, problem: Problem) -> Self {
+        LocalExecutor {
+            fusion,
+            device,
+            problem,
+            queued: None,
+        }
+    }
+}
+
+impl Executor for LocalExecutor<'_> {
+    fn capacity(&self) -> usize {
+        1
+    }
+
+    fn submit(&mut self, candidate: Candidate) -> Result<(), TuneError> {
+        assert!(self.queued.is_none(), "one candidate at a time");
+        self.queued = Some(candidate);
+        Ok(())
+    }
+
+    fn next(&mut self) -> Result<(usize, Measured), TuneError> {
+        let c = self.queued.take().expect("a submitted candidate");
+        let m = measure::candidate(self.fusion, self.device, &self.problem, &c);
+        Ok((c.id, m))
+    }
+
+    fn final_round(
+        &mut self,
+        finalists: &[serde_json::Value],
+        timing: Timing,
+    ) -> Result<Vec<f64>, TuneError> {
+        measure::final_round(self.fusion, self.device, &self.problem, finalists, timing)
+            .map_err(TuneError::from_runtime)
+    }
+}
