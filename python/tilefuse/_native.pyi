@@ -39,6 +39,7 @@ __all__ = [
     "params_normalize",
     "params_schema",
     "params_structs",
+    "record",
     "schedule",
     "schedulers",
     "segments",
@@ -141,7 +142,11 @@ def tune(
     builtin_heuristics: bool = True,
     inputs: tuple[npt.NDArray[Any], ...] | None = None,
     executor: Any | None = None,
+    replay: str | None = None,
 ) -> dict[str, Any]: ...
+def record(
+    fusion: Fusion, device: Device, options: dict[str, Any], description: str = ...
+) -> str: ...
 
 @final
 class TuneProblem:
@@ -149,7 +154,11 @@ class TuneProblem:
     (given, or random from ``seed``) and the reference's outputs."""
 
     def __new__(
-        cls, fusion: Fusion, seed: int = 0, inputs: tuple[npt.NDArray[Any], ...] | None = None
+        cls,
+        fusion: Fusion,
+        seed: int = 0,
+        inputs: tuple[npt.NDArray[Any], ...] | None = None,
+        replay: str | None = None,
     ) -> TuneProblem: ...
     def measure(self, device: Device, candidate: dict[str, Any]) -> dict[str, Any]:
         """Schedules, builds, checks and times one candidate."""
@@ -157,6 +166,7 @@ class TuneProblem:
         self, device: Device, finalists: list[dict[str, Any]], warmup: int, repeat: int
     ) -> list[float]:
         """Medians of the finalists timed interleaved."""
+
 def cache_get(
     fusion: Fusion,
     device: Device,

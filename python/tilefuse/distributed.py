@@ -83,14 +83,19 @@ class _TuneWorker:
         return self.device.info, os.getpid()
 
     def _problem(
-        self, key: str, fusion: str, seed: int, inputs: tuple[np.ndarray, ...] | None
+        self,
+        key: str,
+        fusion: str,
+        seed: int,
+        inputs: tuple[np.ndarray, ...] | None,
+        replay: str | None,
     ) -> _native.TuneProblem:
         if self.problem is None or self.problem[0] != key:
             f = _native.Fusion.from_json(fusion)
-            self.problem = (key, _native.TuneProblem(f, seed, inputs))
+            self.problem = (key, _native.TuneProblem(f, seed, inputs, replay))
         return self.problem[1]
 
-    # The problem comes as four arguments: Ray resolves object references
+    # The problem comes as five arguments: Ray resolves object references
     # only at the top level.
     def measure(
         self,
@@ -98,9 +103,10 @@ class _TuneWorker:
         fusion: str,
         seed: int,
         inputs: tuple[np.ndarray, ...] | None,
+        replay: str | None,
         candidate: dict[str, Any],
     ) -> dict[str, Any]:
-        problem = self._problem(key, fusion, seed, inputs)
+        problem = self._problem(key, fusion, seed, inputs, replay)
         m = problem.measure(self.device._native, candidate)
         m["device"] = self.device.fingerprint
         return m
@@ -111,11 +117,12 @@ class _TuneWorker:
         fusion: str,
         seed: int,
         inputs: tuple[np.ndarray, ...] | None,
+        replay: str | None,
         finalists: list[dict[str, Any]],
         warmup: int,
         repeat: int,
     ) -> list[float]:
-        problem = self._problem(key, fusion, seed, inputs)
+        problem = self._problem(key, fusion, seed, inputs, replay)
         return problem.final_round(self.device._native, finalists, warmup, repeat)
 
 
@@ -123,9 +130,7 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError as e:
-        raise ImportError(
-            "the Ray executor needs Ray: pip install 'tilefuse[ray]'"
-        ) from e
+        raise ImportError("the Ray executor needs Ray: pip install 'tilefuse[ray]'") from e
     return ray
 
 
@@ -203,12 +208,14 @@ class RayGroup:
         fusion: Fusion,
         seed: int,
         inputs: tuple[np.ndarray, ...] | None,
+        replay: str | None = None,
     ) -> None:
         self.ray = _ray()
         self.live = list(actors)
         self.idle = list(actors)
         key = uuid.uuid4().hex
-        self.problem = (key, self.ray.put(fusion.to_json()), seed, self.ray.put(inputs))
+        put = self.ray.put
+        self.problem = (key, put(fusion.to_json()), seed, put(inputs), put(replay))
         self.queue: deque[dict[str, Any]] = deque()
         self.running: dict[Any, tuple[Any, dict[str, Any]]] = {}
         self.deaths: dict[int, int] = {}

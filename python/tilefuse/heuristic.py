@@ -71,7 +71,9 @@ class AutotunerHeuristic:
         raise NotImplementedError(f"{cls.__qualname__}.is_eligible")
 
     @classmethod
-    def seed_configs(cls, fusion: Fusion, device: DeviceFacts) -> list[HeuristicParams | dict[str, Any]]:
+    def seed_configs(
+        cls, fusion: Fusion, device: DeviceFacts
+    ) -> list[HeuristicParams | dict[str, Any]]:
         """Its proposals for ``fusion`` on ``device``, best first."""
         raise NotImplementedError(f"{cls.__qualname__}.seed_configs")
 

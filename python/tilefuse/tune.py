@@ -24,10 +24,10 @@ if TYPE_CHECKING:
 
     from .distributed import RayExecutor
     from .fusion import Fusion
-    from .schedule import DeviceFacts
+    from .schedule import Device, DeviceFacts
     from .workload import WorkloadLike
 
-__all__ = ["TuneResult", "tune"]
+__all__ = ["TuneResult", "record", "tune"]
 
 
 @dataclass(frozen=True)
@@ -178,6 +178,8 @@ def tune(
     builtin_heuristics: bool = True,
     executor: str | RayExecutor = "local",
     devices: None = None,
+    fields: list[str] | None = None,
+    replay: str | None = None,
 ) -> TuneResult: ...
 
 
@@ -196,6 +198,8 @@ def tune(
     executor: str | RayExecutor = "local",
     *,
     devices: Literal["all"],
+    fields: list[str] | None = None,
+    replay: str | None = None,
 ) -> dict[str, TuneResult]: ...
 
 
@@ -212,6 +216,8 @@ def tune(
     builtin_heuristics: bool = True,
     executor: str | RayExecutor = "local",
     devices: Literal["all"] | None = None,
+    fields: list[str] | None = None,
+    replay: str | None = None,
 ) -> TuneResult | dict[str, TuneResult]:
     """Searches the params space of the scheduler that takes ``fusion`` (a
     :class:`Fusion`, whose candidates run on random inputs, or anything
@@ -236,7 +242,13 @@ def tune(
     ``executor="ray"`` (or a :class:`~tilefuse.distributed.RayExecutor`)
     measures candidates on Ray workers instead of ``device``: their one
     device fingerprint is tuned, or with ``devices="all"`` each of theirs,
-    giving ``{fingerprint: TuneResult}``."""
+    giving ``{fingerprint: TuneResult}``.
+
+    ``replay`` (what :func:`record` returns) reads candidates' times from
+    a recorded space instead of measuring them (Kernel Tuner's simulation
+    mode): strategies and executors compared offline, deterministically.
+    ``fields`` tunes only those tunable fields (paths, as
+    :meth:`Fusion.tunables` names them), the others kept at the default's."""
     from .fusion import Fusion
     from .schedule import Device
     from .workload import as_workload
@@ -247,12 +259,19 @@ def tune(
         fusion, arrays = workload.payload, workload.inputs(seed or 0)
         inputs = workload.key
     run = _Run(
-        {"effort": effort, "strategy": strategy, "trials": trials, "seconds": seconds},
+        {
+            "effort": effort,
+            "strategy": strategy,
+            "trials": trials,
+            "seconds": seconds,
+            "fields": fields,
+        },
         seed,
         inputs,
         cache,
         builtin_heuristics,
         sys.stderr.isatty() if progress is None else progress,
+        replay,
     )
     if executor == "local":
         if devices is not None:
@@ -294,6 +313,8 @@ class _Run:
     cache: bool
     builtin_heuristics: bool
     progress: bool
+    #: A recorded space whose times are read instead of measured.
+    replay: str | None = None
 
     def tune(
         self,
@@ -351,9 +372,17 @@ class _Run:
         kind = f.features()["scheduler"]
         seeders = _heuristic.for_tuning(f, device, kind)
         target: Any = device._native if isinstance(device, Device) else device.info
-        group = None if actors is None else RayGroup(actors, f, seed, fed)
+        group = None if actors is None else RayGroup(actors, f, seed, fed, self.replay)
         r = _native.tune(
-            f._native, target, options, observe, seeders, self.builtin_heuristics, fed, group
+            f._native,
+            target,
+            options,
+            observe,
+            seeders,
+            self.builtin_heuristics,
+            fed,
+            group,
+            self.replay,
         )
         journal.finish()
         for message in r["warnings"]:
@@ -376,3 +405,13 @@ def _result(results: list[dict[str, Any]]) -> TuneResult:
         strategy=results[0]["strategy"],
         elapsed=sum(r["elapsed"] for r in results),
     )
+
+
+def record(fusion: Fusion, device: Device | None = None, fields: list[str] | None = None) -> str:
+    """Measures every point of the params space of ``fusion`` on ``device``
+    (only the tunable ``fields`` named, when given: spaces grow fast) and
+    returns the recording as JSON, for :func:`tune`'s ``replay``."""
+    from .schedule import Device
+
+    device = device or Device.default()
+    return _native.record(fusion._native, device._native, {"fields": fields, "repeat": 3})

@@ -41,6 +41,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(params::params_normalize, m)?)?;
     m.add_function(wrap_pyfunction!(params::params_from_json, m)?)?;
     m.add_function(wrap_pyfunction!(tune::tune, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::record, m)?)?;
     m.add_function(wrap_pyfunction!(schedulers::features, m)?)?;
     m.add_function(wrap_pyfunction!(tune::cache_get, m)?)?;
     m.add_function(wrap_pyfunction!(tune::bundle_export, m)?)?;

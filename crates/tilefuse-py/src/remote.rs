@@ -9,7 +9,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use serde_json::Value;
 use tilefuse::Fusion;
-use tilefuse::tune::{Candidate, Executor, Measured, Problem, Timing, TuneError, measure};
+use tilefuse::tune::{
+    Candidate, Executor, Finalist, Measured, Problem, Recording, ReplayExecutor, Timing, TuneError,
+    measure,
+};
 
 use crate::arrays;
 use crate::errors::{guard, params_error};
@@ -74,9 +77,14 @@ impl Executor for PyExecutor<'_, '_> {
         self.kept(got)
     }
 
-    fn final_round(&mut self, finalists: &[Value], timing: Timing) -> Result<Vec<f64>, TuneError> {
+    fn final_round(
+        &mut self,
+        finalists: &[Finalist],
+        timing: Timing,
+    ) -> Result<Vec<f64>, TuneError> {
         let py = self.inner.py();
-        let got = to_py(py, &Value::Array(finalists.to_vec()))
+        let value = serde_json::to_value(finalists).expect("finalists serialize");
+        let got = to_py(py, &value)
             .and_then(|f| {
                 self.inner
                     .call_method1("final_round", (f, timing.warmup, timing.repeat))
@@ -96,24 +104,28 @@ impl Executor for PyExecutor<'_, '_> {
 }
 
 /// What a worker measures candidates on: the fusion, its inputs (a
-/// workload's, or random ones from `seed`) and the reference's outputs.
+/// workload's, or random ones from `seed`) and the reference's outputs;
+/// or a recording whose times it reads instead.
 #[pyclass(name = "TuneProblem", module = "tilefuse._native", frozen)]
 pub struct PyTuneProblem {
     fusion: Arc<Fusion>,
     problem: Problem,
+    replay: Option<Recording>,
 }
 
 #[pymethods]
 impl PyTuneProblem {
     #[new]
-    #[pyo3(signature = (fusion, seed=0, inputs=None))]
+    #[pyo3(signature = (fusion, seed=0, inputs=None, replay=None))]
     fn new(
         py: Python<'_>,
         fusion: &PyFusion,
         seed: u64,
         inputs: Option<Bound<'_, PyTuple>>,
+        replay: Option<&str>,
     ) -> PyResult<Self> {
         guard(|| {
+            let replay = replay.map(|text| recording(py, text)).transpose()?;
             let problem = match &inputs {
                 Some(arrays) => {
                     let given = arrays::inputs(&fusion.inner, arrays)?;
@@ -126,6 +138,7 @@ impl PyTuneProblem {
             Ok(PyTuneProblem {
                 fusion: Arc::clone(&fusion.inner),
                 problem,
+                replay,
             })
         })
     }
@@ -142,12 +155,16 @@ impl PyTuneProblem {
         guard(|| {
             let c: Candidate = serde_json::from_value(to_value(candidate.as_any())?)
                 .map_err(|e| params_error(py, "candidate", e.to_string()))?;
-            let m = measure::candidate(&self.fusion, &device.inner, &self.problem, &c);
+            let m = match &self.replay {
+                Some(r) => r.measured(&c.point),
+                None => measure::candidate(&self.fusion, &device.inner, &self.problem, &c),
+            };
             to_py(py, &serde_json::to_value(m).expect("a result serializes"))
         })
     }
 
-    /// Medians of `finalists` (params dicts) timed interleaved on `device`.
+    /// Medians of `finalists` (`{params, point}` dicts) timed interleaved
+    /// on `device`.
     fn final_round(
         &self,
         py: Python<'_>,
@@ -157,16 +174,25 @@ impl PyTuneProblem {
         repeat: usize,
     ) -> PyResult<Vec<f64>> {
         guard(|| {
-            let Value::Array(params) = to_value(finalists)? else {
-                return Err(params_error(
-                    py,
-                    "finalists",
-                    "expected a list of params".into(),
-                ));
-            };
+            let finalists: Vec<Finalist> = serde_json::from_value(to_value(finalists)?)
+                .map_err(|e| params_error(py, "finalists", e.to_string()))?;
             let timing = Timing { warmup, repeat };
+            let failed = |e: String| params_error(py, "final_round", e);
+            if let Some(r) = &self.replay {
+                let mut replay = ReplayExecutor::new(r, 1);
+                return replay
+                    .final_round(&finalists, timing)
+                    .map_err(|e| failed(e.to_string()));
+            }
+            let params: Vec<Value> = finalists.into_iter().map(|f| f.params).collect();
             measure::final_round(&self.fusion, &device.inner, &self.problem, &params, timing)
-                .map_err(|e| params_error(py, "final_round", e))
+                .map_err(failed)
         })
     }
+}
+
+/// A recording (`Recording` JSON) to replay.
+pub fn recording(py: Python<'_>, text: &str) -> PyResult<Recording> {
+    serde_json::from_str(text)
+        .map_err(|e| params_error(py, "replay", format!("not a recording: {e}")))
 }

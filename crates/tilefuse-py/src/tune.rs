@@ -16,7 +16,7 @@ use tilefuse::sched::schedulers::pick;
 use tilefuse::tune::seeds::builtin;
 use tilefuse::tune::{
     AutotunerHeuristic, Bundle, Cache, CacheError, CacheKey, Effort, Entry, Measured, Options,
-    SeedContext, Status, Strategy, TuneError, Written, tune_with,
+    Recording, ReplayExecutor, SeedContext, Status, Strategy, TuneError, Written, tune_with,
 };
 
 use crate::arrays;
@@ -24,7 +24,7 @@ use crate::errors::{OrRaise, guard, params_error};
 use crate::file_memo::FileMemo;
 use crate::fusion::PyFusion;
 use crate::json_value::{to_py, to_value};
-use crate::remote::PyExecutor;
+use crate::remote::{self, PyExecutor};
 use crate::schedule::PyDevice;
 
 fn field<T: serde::de::DeserializeOwned>(
@@ -54,6 +54,7 @@ fn options(value: &Value) -> Result<Options, ParamsError> {
     o.warmup = field(value, "warmup")?.unwrap_or(o.warmup);
     o.repeat = field(value, "repeat")?.unwrap_or(o.repeat).max(1);
     o.corrupt_trial = field(value, "corrupt_trial")?;
+    o.fields = field(value, "fields")?;
     o.fingerprint = field(value, "fingerprint")?;
     for trial in field::<Vec<Value>>(value, "recorded")?.unwrap_or_default() {
         let measured: Measured = serde_json::from_value(trial.clone())
@@ -136,12 +137,13 @@ impl AutotunerHeuristic for PyHeuristic<'_> {
 /// best_time)` is called after each trial; candidates run on `inputs`
 /// (one array per fusion input) where given, else on random ones. With
 /// an `executor` (see `remote::PyExecutor`), candidates are measured
-/// there and `device` is the info dict of its workers' device. Returns
+/// there and `device` is the info dict of its workers' device; with
+/// `replay` (a `Recording`'s JSON) their times are read from it. Returns
 /// the result as a dict.
 #[pyfunction]
 #[pyo3(signature = (
     fusion, device, options, progress=None, heuristics=Vec::new(), builtin_heuristics=true,
-    inputs=None, executor=None,
+    inputs=None, executor=None, replay=None,
 ))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments
 pub fn tune<'py>(
@@ -154,6 +156,7 @@ pub fn tune<'py>(
     builtin_heuristics: bool,
     inputs: Option<Bound<'py, PyTuple>>,
     executor: Option<Bound<'py, PyAny>>,
+    replay: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
     guard(|| {
         fusion.check_outputs(py)?;
@@ -190,9 +193,9 @@ pub fn tune<'py>(
                 }
             }
         };
-        let result = match executor {
-            Some(executor) => {
-                let info = device_info(device)?;
+        let info = device_info(device)?;
+        let result = match (executor, replay) {
+            (Some(executor), _) => {
                 let mut remote = PyExecutor::new(executor, &raised);
                 tune_with(
                     &fusion.inner,
@@ -203,7 +206,19 @@ pub fn tune<'py>(
                     &mut observe,
                 )
             }
-            None => {
+            (None, Some(text)) => {
+                let recording = remote::recording(py, text)?;
+                let mut replay = ReplayExecutor::new(&recording, 1);
+                tune_with(
+                    &fusion.inner,
+                    &info,
+                    &opts,
+                    &seeders,
+                    &mut replay,
+                    &mut observe,
+                )
+            }
+            (None, None) => {
                 let device = device.cast::<PyDevice>()?.borrow();
                 tilefuse::tune::tune(&fusion.inner, &device.inner, &opts, &seeders, &mut observe)
             }
@@ -491,5 +506,27 @@ pub fn cache_explain<'py>(
             .take(5)
             .map(|(e, d)| Ok((entry_to_py(py, e)?, d.clone())))
             .collect()
+    })
+}
+
+/// Every point of the space of `fusion` on `device` (narrowed to
+/// `options["fields"]`) with its time, as `Recording` JSON: what `replay`
+/// reads.
+#[pyfunction]
+#[pyo3(signature = (fusion, device, options, description=String::new()))]
+pub fn record(
+    py: Python<'_>,
+    fusion: &PyFusion,
+    device: &PyDevice,
+    options: &Bound<'_, PyDict>,
+    description: String,
+) -> PyResult<String> {
+    guard(|| {
+        let opts = self::options(&to_value(options.as_any())?).or_raise(py)?;
+        match Recording::record(&fusion.inner, &device.inner, &opts, &description) {
+            Ok(r) => Ok(serde_json::to_string(&r).expect("a recording serializes")),
+            Err(TuneError::Stopped) => Err(PyKeyboardInterrupt::new_err(())),
+            Err(TuneError::Failed(e)) => Err(params_error(py, "scheduler", e)),
+        }
     })
 }

@@ -9,6 +9,7 @@ use tilefuse_runtime::Device;
 
 use crate::measure::{self, Problem, Timing};
 use crate::search::TuneError;
+use crate::space::Point;
 use crate::trial::Status;
 
 /// One candidate to schedule, build, check and time.
@@ -17,6 +18,8 @@ pub struct Candidate {
     /// Its trial's id in the run.
     pub id: usize,
     pub params: serde_json::Value,
+    /// Its point in the space (what a replay reads its time by).
+    pub point: Point,
     /// The best median so far: a short timing over `CUT_RATIO` times it
     /// is cut before the full measurement.
     pub best: Option<f64>,
@@ -25,6 +28,13 @@ pub struct Candidate {
     pub corrupt: bool,
     /// Launches of its full timing.
     pub timing: Timing,
+}
+
+/// A candidate of the final round.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Finalist {
+    pub params: serde_json::Value,
+    pub point: Point,
 }
 
 /// What measuring a candidate found.
@@ -68,7 +78,7 @@ pub trait Executor {
     /// `timing.repeat` launches a round.
     fn final_round(
         &mut self,
-        finalists: &[serde_json::Value],
+        finalists: &[Finalist],
         timing: Timing,
     ) -> Result<Vec<f64>, TuneError>;
 }
@@ -111,10 +121,11 @@ impl Executor for LocalExecutor<'_> {
 
     fn final_round(
         &mut self,
-        finalists: &[serde_json::Value],
+        finalists: &[Finalist],
         timing: Timing,
     ) -> Result<Vec<f64>, TuneError> {
-        measure::final_round(self.fusion, self.device, &self.problem, finalists, timing)
+        let params: Vec<_> = finalists.iter().map(|f| f.params.clone()).collect();
+        measure::final_round(self.fusion, self.device, &self.problem, &params, timing)
             .map_err(TuneError::from_runtime)
     }
 }

@@ -23,10 +23,10 @@ mod trial;
 
 pub use bundle::Bundle;
 pub use cache::{Cache, CacheError, Entry, Lookup, Origin, Written};
-pub use executor::{Candidate, Executor, LocalExecutor, Measured};
+pub use executor::{Candidate, Executor, Finalist, LocalExecutor, Measured};
 pub use key::{CODEGEN_VERSION, CacheKey, DeviceKey};
 pub use measure::{Problem, Timing};
-pub use replay::Recording;
+pub use replay::{Recording, ReplayExecutor};
 pub use search::{Effort, Observer, Options, Search, TuneError, tune, tune_with};
 pub use seeding::HeuristicReport;
 pub use seeds::{AutotunerHeuristic, DeviceKind, SeedContext};

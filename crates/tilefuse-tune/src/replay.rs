@@ -3,15 +3,18 @@
 //! recording instead of a device, so that search logic is compared and
 //! tested deterministically, in milliseconds, with no device.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use tilefuse_ir::Fusion;
 use tilefuse_runtime::Device;
 
+use crate::executor::{Candidate, Executor, Finalist, Measured};
+use crate::measure::Timing;
 use crate::search::{Options, TuneError, tune};
 use crate::space::{Grid, Point};
 use crate::strategy::{Observation, Points, Strategy};
+use crate::trial::Status;
 
 /// Every point of a space with its time (`None`: it failed).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -63,6 +66,21 @@ impl Recording {
 
     pub fn size(&self) -> usize {
         self.times.len()
+    }
+
+    /// What measuring `point` found when it was recorded.
+    pub fn measured(&self, point: &Point) -> Measured {
+        let found = self.times.iter().find(|(p, _)| p == point);
+        match found {
+            Some((_, Some(t))) => Measured {
+                status: Status::Ok,
+                time: Some(*t),
+                error: None,
+                device: None,
+            },
+            Some((_, None)) => Measured::failed("it failed when recorded".into()),
+            None => Measured::failed(format!("{point:?} is not in the recording")),
+        }
     }
 
     /// The observations `strategy` makes with `budget` points (the base
@@ -120,4 +138,49 @@ pub fn trials_to_within(
     let near = |o: &Observation| o.time.is_some_and(|t| t <= target);
     let history = recording.replay_until(strategy, budget, seed, near);
     history.last().filter(|o| near(o)).map(|_| history.len())
+}
+
+/// An executor that reads candidates' times from a recording instead of
+/// measuring them: `width` of them "in flight" at once, told back last
+/// first, as parallel workers finishing out of order would.
+pub struct ReplayExecutor<'r> {
+    recording: &'r Recording,
+    width: usize,
+    queue: VecDeque<Candidate>,
+}
+
+impl<'r> ReplayExecutor<'r> {
+    pub fn new(recording: &'r Recording, width: usize) -> Self {
+        ReplayExecutor {
+            recording,
+            width,
+            queue: VecDeque::new(),
+        }
+    }
+}
+
+impl Executor for ReplayExecutor<'_> {
+    fn capacity(&self) -> usize {
+        self.width
+    }
+
+    fn submit(&mut self, candidate: Candidate) -> Result<(), TuneError> {
+        self.queue.push_back(candidate);
+        Ok(())
+    }
+
+    fn next(&mut self) -> Result<(usize, Measured), TuneError> {
+        let c = self.queue.pop_back().expect("a submitted candidate");
+        Ok((c.id, self.recording.measured(&c.point)))
+    }
+
+    fn final_round(&mut self, finalists: &[Finalist], _: Timing) -> Result<Vec<f64>, TuneError> {
+        (finalists.iter())
+            .map(|f| {
+                let m = self.recording.measured(&f.point);
+                m.time
+                    .ok_or_else(|| TuneError::Failed(m.error.unwrap_or_default()))
+            })
+            .collect()
+    }
 }

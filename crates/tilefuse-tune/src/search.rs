@@ -21,7 +21,7 @@ use tilefuse_runtime::Device;
 use tilefuse_sched::schedulers::{Features, features, heuristics, schedule, tunables};
 use tilefuse_sched::{DeviceInfo, Schedule};
 
-use crate::executor::{Candidate, Executor, LocalExecutor, Measured};
+use crate::executor::{Candidate, Executor, Finalist, LocalExecutor, Measured};
 use crate::measure::{Problem, Timing};
 use crate::seeding::{Proposal, Seeding};
 use crate::seeds::{AutotunerHeuristic, SeedContext};
@@ -192,7 +192,7 @@ pub fn tune_with(
     if search.stopped {
         return Err(TuneError::Stopped);
     }
-    let finalists = search.finalist_params();
+    let finalists = search.finalists();
     if finalists.is_empty() {
         let why = "no candidate ran correctly, not even the default heuristic's";
         return Err(TuneError::Failed(why.into()));
@@ -202,8 +202,9 @@ pub fn tune_with(
 }
 
 /// A measured candidate kept for the final run.
-struct Finalist {
+struct Kept {
     params: HeuristicParams,
+    point: Point,
     source: Source,
     time: f64,
 }
@@ -260,7 +261,7 @@ pub struct Search<'a> {
     trials: Vec<Trial>,
     /// What the strategy learns from: each trial's point and time.
     history: Vec<Observation>,
-    finalists: Vec<Finalist>,
+    finalists: Vec<Kept>,
     /// The default's status once told.
     default_ok: Option<Status>,
     observe: &'a mut Observer<'a>,
@@ -464,6 +465,7 @@ impl<'a> Search<'a> {
         Some(Candidate {
             id,
             params: value,
+            point: self.pending[&id].point.clone(),
             best: self.best_time(),
             corrupt: self.options.corrupt_trial == Some(id),
             timing: self.options.timing(),
@@ -488,7 +490,12 @@ impl<'a> Search<'a> {
         if measured.status == Status::Ok
             && let Some(time) = measured.time
         {
-            self.keep(p.params.clone(), p.source.clone(), time);
+            self.keep(Kept {
+                params: p.params.clone(),
+                point: p.point.clone(),
+                source: p.source.clone(),
+                time,
+            });
         }
         if p.source.origin == "default" {
             self.default_ok = Some(measured.status);
@@ -531,21 +538,22 @@ impl<'a> Search<'a> {
     }
 
     /// Keeps the fastest few for the final run.
-    fn keep(&mut self, params: HeuristicParams, source: Source, time: f64) {
-        self.finalists.push(Finalist {
-            params,
-            source,
-            time,
-        });
+    fn keep(&mut self, kept: Kept) {
+        self.finalists.push(kept);
         // The first (the default's, when it ran) always stays; the rest
         // by time.
         self.finalists[1..].sort_by(|a, b| a.time.total_cmp(&b.time));
         self.finalists.truncate(FINALISTS + 1);
     }
 
-    /// The params of the candidates the final round re-measures.
-    pub fn finalist_params(&self) -> Vec<serde_json::Value> {
-        self.finalists.iter().map(|f| f.params.to_value()).collect()
+    /// The candidates the final round re-measures.
+    pub fn finalists(&self) -> Vec<Finalist> {
+        (self.finalists.iter())
+            .map(|f| Finalist {
+                params: f.params.to_value(),
+                point: f.point.clone(),
+            })
+            .collect()
     }
 
     /// The result, given the finalists' `medians` in the final round.

@@ -1,0 +1,132 @@
+"""Tuning on Ray workers: the same winner as in process on a recorded space,
+a killed worker's candidate measured by another with nothing lost or
+measured twice, one cache entry per device fingerprint, and a run that
+died resumed from its journal."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+import tilefuse as tf
+from tilefuse.journal import Journal
+from tilefuse.tune import record
+
+ray = pytest.importorskip("ray", reason="the Ray executor's tests need Ray (tilefuse[ray])")
+from tilefuse.distributed import RayExecutor, Worker  # noqa: E402
+
+FIELDS = ["reduction_invocations", "unroll_factor_reduction"]
+
+
+def softmax(rows: int, cols: int) -> tf.Fusion:
+    f = tf.Fusion()
+    x = f.input((rows, cols), "f32", name="x")
+    e = (x - x.max(axis=1, keepdims=True)).exp()
+    f.output(e / e.sum(axis=1, keepdims=True))
+    return f
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster() -> Iterator[None]:
+    # Logical CPUs: workers reserve their threads, more than this VM has.
+    ray.init(num_cpus=8, log_to_driver=False, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+def assert_nothing_lost_or_twice(r: tf.TuneResult) -> None:
+    ids = [t["id"] for t in r.trials]
+    assert ids == list(range(len(ids)))
+    measured = [str(t["params"]) for t in r.trials if t["status"] != "duplicate"]
+    assert len(measured) == len(set(measured)), "a candidate was measured twice"
+
+
+def test_two_workers_find_the_local_winner_on_a_recorded_space() -> None:
+    f = softmax(16, 64)
+    local = tf.Device.cpu()
+    recording = record(f, local, FIELDS)
+    ex = RayExecutor([Worker("cpu", local.info["cores"])] * 2)
+    try:
+        ((fingerprint, (remote, _)),) = ex.groups().items()
+        assert fingerprint == local.fingerprint and remote.info == local.info
+        kw = {"strategy": "exhaustive", "trials": 1000, "fields": FIELDS, "replay": recording}
+        here = tf.tune(f, local, cache=False, **kw)
+        there = tf.tune(f, executor=ex, cache=False, **kw)
+    finally:
+        ex.shutdown()
+    assert there.best_params == here.best_params
+    assert there.best_time == here.best_time
+    assert {t["device"] for t in there.trials} == {local.fingerprint}
+    assert len(there.trials) == len(here.trials)
+    assert_nothing_lost_or_twice(there)
+
+
+def test_a_killed_worker_s_candidates_go_to_the_other() -> None:
+    ex = RayExecutor(2)
+    victim = ex.pids[0]
+    killed_at = []
+
+    def kill() -> None:
+        time.sleep(1.0)
+        os.kill(victim, signal.SIGKILL)
+        killed_at.append(time.monotonic())
+
+    start = time.monotonic()
+    threading.Thread(target=kill, daemon=True).start()
+    try:
+        r = tf.tune(softmax(256, 1024), executor=ex, trials=40, seconds=60, cache=False, seed=2)
+    finally:
+        ex.shutdown()
+    assert killed_at, "the worker was not killed"
+    assert killed_at[0] - start < r.elapsed, "the run ended before the worker died"
+    assert_nothing_lost_or_twice(r)
+    assert [t for t in r.trials if t["status"] == "failed"] == []
+    assert r.best_time <= r.default_time  # type: ignore[operator]
+
+
+def test_two_device_fingerprints_give_two_cache_entries() -> None:
+    ex = RayExecutor([Worker("cpu", 1), Worker("cpu", 2)])
+    try:
+        found = tf.tune(softmax(32, 128), executor=ex, devices="all", trials=3)
+        with pytest.raises(ValueError, match="2 device fingerprints"):
+            tf.tune(softmax(32, 128), executor=ex, trials=3)
+    finally:
+        ex.shutdown()
+    assert len(found) == 2
+    for fingerprint, r in found.items():
+        assert {t["device"] for t in r.trials} == {fingerprint}
+    cores = sorted(e["key"]["device"]["cores"] for e in tf.cache.entries())
+    assert cores == [1, 2]
+
+
+def test_a_run_that_died_resumes_from_its_journal(monkeypatch: pytest.MonkeyPatch) -> None:
+    f, d = softmax(16, 64), tf.Device.cpu()
+    with monkeypatch.context() as m:
+        m.setattr(Journal, "finish", lambda self: None)  # the driver dies
+        first = tf.tune(f, d, trials=6, seed=5)
+    journal = Journal.of(f, d, "random", 5)
+    assert journal.path is not None and journal.path.exists()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = tf.tune(f, d, trials=6, seed=5)
+    assert any("resuming an interrupted tuning run" in str(w.message) for w in caught)
+    # Every candidate's time is the journal's: nothing was measured again.
+    times = {str(t["params"]): t["time"] for t in first.trials}
+    assert all(times[str(t["params"])] == t["time"] for t in again.trials)
+    assert not journal.path.exists()
+
+
+def test_bad_executor_arguments_are_clear_errors() -> None:
+    f = softmax(16, 64)
+    with pytest.raises(ValueError, match="devices='all' needs a Ray executor"):
+        tf.tune(f, devices="all")  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match="executor='dask' is not"):
+        tf.tune(f, executor="dask")
+    with pytest.raises(ValueError, match="Worker.device"):
+        Worker("tpu")
