@@ -5,16 +5,19 @@ died resumed from its journal."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import tilefuse as tf
+from tilefuse.cli import main
 from tilefuse.journal import Journal
 from tilefuse.tune import record
 
@@ -73,14 +76,14 @@ def test_a_killed_worker_s_candidates_go_to_the_other() -> None:
     killed_at = []
 
     def kill() -> None:
-        time.sleep(1.0)
+        time.sleep(0.5)
         os.kill(victim, signal.SIGKILL)
         killed_at.append(time.monotonic())
 
     start = time.monotonic()
     threading.Thread(target=kill, daemon=True).start()
     try:
-        r = tf.tune(softmax(256, 1024), executor=ex, trials=40, seconds=60, cache=False, seed=2)
+        r = tf.tune(softmax(128, 1024), executor=ex, trials=16, seconds=60, cache=False, seed=2)
     finally:
         ex.shutdown()
     assert killed_at, "the worker was not killed"
@@ -101,7 +104,9 @@ def test_two_device_fingerprints_give_two_cache_entries() -> None:
     assert len(found) == 2
     for fingerprint, r in found.items():
         assert {t["device"] for t in r.trials} == {fingerprint}
-    cores = sorted(e["key"]["device"]["cores"] for e in tf.cache.entries())
+    mine = softmax(32, 128).fingerprint
+    entries = [e for e in tf.cache.entries() if e["key"]["fusion"] == mine]
+    cores = sorted(e["key"]["device"]["cores"] for e in entries)
     assert cores == [1, 2]
 
 
@@ -128,5 +133,18 @@ def test_bad_executor_arguments_are_clear_errors() -> None:
         tf.tune(f, devices="all")  # type: ignore[call-overload]
     with pytest.raises(ValueError, match="executor='dask' is not"):
         tf.tune(f, executor="dask")
-    with pytest.raises(ValueError, match="Worker.device"):
+    with pytest.raises(ValueError, match=r"Worker\.device"):
         Worker("tpu")
+
+
+def test_the_cli_tunes_on_ray_workers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fusion = tmp_path / "softmax.json"
+    fusion.write_text(softmax(32, 256).to_json())
+    argv = ["tune", str(fusion), "--executor", "ray", "--workers", "2", "--trials", "3"]
+    assert main([*argv, "--json", str(tmp_path / "r.json")]) == 0
+    assert "best" in capsys.readouterr().out
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert len({t["device"] for t in result["trials"]}) == 1
+    mine = softmax(32, 256).fingerprint
+    (entry,) = [e for e in tf.cache.entries() if e["key"]["fusion"] == mine]
+    assert entry["key"]["device"]["cores"] == 1  # the worker's device, not this process's

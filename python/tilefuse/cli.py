@@ -4,6 +4,7 @@ saved as JSON (``Fusion.to_json()``) and manage the heuristic cache.
     tilefuse tune FUSION.json [--device cpu|gpu] [--effort quick] [--trials N]
                               [--seconds S] [--strategy NAME] [--seed N]
                               [--no-cache] [--json OUT] [--plot PNG]
+                              [--executor ray [--address HOST:PORT] [--workers N]]
     tilefuse cache list | show ID | explain FUSION.json | export OUT
                  | merge OUT IN... | import BUNDLE | clear | dir
     tilefuse bench SUITE.yaml|NAME [--device cpu|gpu] [--pipeline NAME] [--json OUT]
@@ -51,26 +52,42 @@ def _fusion(path: str) -> Fusion:
 
 def _tune(args: argparse.Namespace) -> int:
     f = _fusion(args.fusion)
-    device = device_named(args.device)
-    r = tune(
-        f,
-        device,
-        effort=args.effort,
-        strategy=args.strategy,
-        trials=args.trials,
-        seconds=args.seconds,
-        seed=args.seed,
-        cache=not args.no_cache,
-        progress=None if not args.quiet else False,
-        builtin_heuristics=not args.no_builtin_heuristics,
-    )
-    if args.json:
-        Path(args.json).write_text(r.to_json())
-    if args.plot:
-        r.plot(args.plot)
-    if not args.quiet:
-        _out.print(_result_table(r, f"{Path(args.fusion).name} on {device.info['name']}"))
+    options: dict[str, Any] = {
+        "effort": args.effort,
+        "strategy": args.strategy,
+        "trials": args.trials,
+        "seconds": args.seconds,
+        "seed": args.seed,
+        "cache": not args.no_cache,
+        "progress": None if not args.quiet else False,
+        "builtin_heuristics": not args.no_builtin_heuristics,
+    }
+    if args.executor == "ray":
+        from .distributed import RayExecutor
+
+        ex = RayExecutor(args.workers, address=args.address, threads=args.threads)
+        results = tune(f, executor=ex, devices="all", **options)
+        named = {d.fingerprint: d.info["name"] for d in ex.devices}
+        done = [(r, f"{named[fp]} ({fp})") for fp, r in results.items()]
+    else:
+        device = device_named(args.device)
+        done = [(tune(f, device, **options), device.info["name"])]
+    for i, (r, device_name) in enumerate(done):
+        if args.json:
+            Path(_nth(args.json, i, len(done))).write_text(r.to_json())
+        if args.plot:
+            r.plot(_nth(args.plot, i, len(done)))
+        if not args.quiet:
+            _out.print(_result_table(r, f"{Path(args.fusion).name} on {device_name}"))
     return 0
+
+
+def _nth(path: str, i: int, n: int) -> str:
+    """``path`` for the ``i``-th of ``n`` results: numbered when several."""
+    if n == 1:
+        return path
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.{i}{p.suffix}"))
 
 
 def _result_table(r: TuneResult, title: str) -> Table:
@@ -191,6 +208,18 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--json", metavar="OUT", help="write the whole result, every trial, as JSON")
     t.add_argument("--plot", metavar="PNG", help="plot the best time against trials and seconds")
     t.add_argument("--quiet", action="store_true", help="no progress and no table")
+    r = t.add_argument_group("tuning on a Ray cluster (pip install 'tilefuse[ray]')")
+    r.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="ray: measure on the cluster's workers, one result per device fingerprint",
+    )
+    r.add_argument("--address", help="the cluster's HOST:PORT (default: start a local one)")
+    r.add_argument(
+        "--workers", type=int, help="CPU workers (default: one per GPU, else one per node)"
+    )
+    r.add_argument("--threads", type=int, default=1, help="threads of each CPU worker")
     t.set_defaults(run=_tune)
 
     c = sub.add_parser("cache", help="the heuristic cache and bundles")
