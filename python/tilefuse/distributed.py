@@ -72,6 +72,12 @@ class RemoteDevice(DeviceFacts):
         return f"<RemoteDevice {self._info['name']} ({self._info['backend']}, {self.fingerprint})>"
 
 
+#: What candidates are measured on: the fusion's JSON, the seed of random
+#: inputs, given inputs, a recording to replay. Sent to workers as one Ray
+#: object (put once), made into a native problem once per worker.
+_Problem = tuple[str, int, "tuple[np.ndarray, ...] | None", "str | None"]
+
+
 class _TuneWorker:
     """The Ray actor: owns one device, measures candidates on it."""
 
@@ -82,48 +88,23 @@ class _TuneWorker:
     def describe(self) -> tuple[dict[str, Any], int]:
         return self.device.info, os.getpid()
 
-    def _problem(
-        self,
-        key: str,
-        fusion: str,
-        seed: int,
-        inputs: tuple[np.ndarray, ...] | None,
-        replay: str | None,
-    ) -> _native.TuneProblem:
+    def _problem(self, key: str, problem: _Problem) -> _native.TuneProblem:
         if self.problem is None or self.problem[0] != key:
+            fusion, seed, inputs, replay = problem
             f = _native.Fusion.from_json(fusion)
             self.problem = (key, _native.TuneProblem(f, seed, inputs, replay))
         return self.problem[1]
 
-    # The problem comes as five arguments: Ray resolves object references
-    # only at the top level.
-    def measure(
-        self,
-        key: str,
-        fusion: str,
-        seed: int,
-        inputs: tuple[np.ndarray, ...] | None,
-        replay: str | None,
-        candidate: dict[str, Any],
-    ) -> dict[str, Any]:
-        problem = self._problem(key, fusion, seed, inputs, replay)
-        m = problem.measure(self.device._native, candidate)
+    def measure(self, key: str, problem: _Problem, candidate: dict[str, Any]) -> dict[str, Any]:
+        m = self._problem(key, problem).measure(self.device._native, candidate)
         m["device"] = self.device.fingerprint
         return m
 
     def final_round(
-        self,
-        key: str,
-        fusion: str,
-        seed: int,
-        inputs: tuple[np.ndarray, ...] | None,
-        replay: str | None,
-        finalists: list[dict[str, Any]],
-        warmup: int,
-        repeat: int,
+        self, key: str, problem: _Problem, finalists: list[dict[str, Any]], warmup: int, repeat: int
     ) -> list[float]:
-        problem = self._problem(key, fusion, seed, inputs, replay)
-        return problem.final_round(self.device._native, finalists, warmup, repeat)
+        tp = self._problem(key, problem)
+        return tp.final_round(self.device._native, finalists, warmup, repeat)
 
 
 def _ray() -> Any:
@@ -213,9 +194,8 @@ class RayGroup:
         self.ray = _ray()
         self.live = list(actors)
         self.idle = list(actors)
-        key = uuid.uuid4().hex
-        put = self.ray.put
-        self.problem = (key, put(fusion.to_json()), seed, put(inputs), put(replay))
+        problem: _Problem = (fusion.to_json(), seed, inputs, replay)
+        self.problem = (uuid.uuid4().hex, self.ray.put(problem))
         self.queue: deque[dict[str, Any]] = deque()
         self.running: dict[Any, tuple[Any, dict[str, Any]]] = {}
         self.deaths: dict[int, int] = {}
