@@ -190,7 +190,7 @@ def test_the_tuner_runs_candidates_on_the_workloads_inputs(
     native_tune = tf._native.tune
 
     def spy(*args: Any) -> dict[str, Any]:
-        fed.append(args[-1])
+        fed.append(args[6])  # fusion, device, options, observe, seeders, builtin, inputs
         return native_tune(*args)
 
     monkeypatch.setattr(tf._native, "tune", spy)
