@@ -127,6 +127,15 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
 
 
+@pytest.fixture
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache of this test's own, for tests that read back what they
+    tuned (the session's cache holds other tests' faster winners)."""
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("TILEFUSE_CACHE", str(directory))
+    return directory
+
+
 STORAGE = {"f32": np.float32, "i32": np.int32, "u32": np.uint32}
 
 

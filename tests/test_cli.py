@@ -13,11 +13,8 @@ import pytest
 import tilefuse as tf
 from tilefuse.cli import main
 
-
-@pytest.fixture(autouse=True)
-def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test its own cache: these tests clear and import."""
-    monkeypatch.setenv("TILEFUSE_CACHE", str(tmp_path / "cache"))
+# Each test its own cache: these tests clear and import.
+pytestmark = pytest.mark.usefixtures("own_cache")
 
 
 def _softmax_file(tmp_path: Path) -> Path:

@@ -95,6 +95,7 @@ def test_a_killed_worker_s_candidates_go_to_the_other() -> None:
     assert r.best_time <= r.default_time  # type: ignore[operator]
 
 
+@pytest.mark.usefixtures("own_cache")
 def test_two_device_fingerprints_give_two_cache_entries() -> None:
     ex = RayExecutor([Worker("cpu", 1), Worker("cpu", 2)])
     try:
@@ -112,6 +113,7 @@ def test_two_device_fingerprints_give_two_cache_entries() -> None:
     assert cores == [1, 2]
 
 
+@pytest.mark.usefixtures("own_cache")
 def test_a_run_that_died_resumes_from_its_journal(monkeypatch: pytest.MonkeyPatch) -> None:
     f, d = softmax(16, 64), tf.Device.cpu()
     with monkeypatch.context() as m:
@@ -139,6 +141,7 @@ def test_bad_executor_arguments_are_clear_errors() -> None:
         Worker("tpu")
 
 
+@pytest.mark.usefixtures("own_cache")
 def test_the_cli_tunes_on_ray_workers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fusion = tmp_path / "softmax.json"
     fusion.write_text(softmax(32, 256).to_json())

@@ -164,6 +164,7 @@ def test_a_params_file_for_another_fusion_or_device_warns_and_falls_back(
         run_file(path, w)
 
 
+@pytest.mark.usefixtures("own_cache")
 def test_select_from_the_cache_by_tuning_and_by_a_selector(tmp_path: Path) -> None:
     write(
         tmp_path,
