@@ -40,132 +40,154 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType> {
     match op {
         Op::Input { shape, dtype } => Ok(TensorType::new(shape.clone(), *dtype)),
         Op::Constant { dtype, .. } => Ok(TensorType::new(vec![], *dtype)),
-        Op::Unary { func } => {
-            let x = args[0];
-            let ok = if func.float_only() {
-                x.dtype.is_float()
-            } else {
-                x.dtype.is_signed()
-            };
-            if !ok {
-                let want = if func.float_only() {
-                    "f32"
-                } else {
-                    "f32 or i32"
-                };
-                return Err(fail(format!("expected a {want} operand, got {}", x.dtype)));
-            }
-            Ok(x.clone())
-        }
-        Op::Binary { func } => {
-            let (a, b) = (args[0], args[1]);
-            if a.dtype != b.dtype {
-                return Err(fail(format!(
-                    "operand dtypes differ: {} and {} (cast one first)",
-                    a.dtype, b.dtype
-                )));
-            }
-            let allowed = match func {
-                BinaryOp::Pow => a.dtype.is_float(),
-                BinaryOp::Eq | BinaryOp::Ne => true,
-                _ => a.dtype.is_numeric(),
-            };
-            if !allowed {
-                return Err(fail(format!("not defined for {} operands", a.dtype)));
-            }
-            let shape = broadcast(name, &a.shape, &b.shape)?;
-            let dtype = if func.is_comparison() {
-                DType::Bool
-            } else {
-                a.dtype
-            };
-            Ok(TensorType::new(shape, dtype))
-        }
-        Op::Where => {
-            let (c, a, b) = (args[0], args[1], args[2]);
-            if c.dtype != DType::Bool {
-                return Err(fail(format!("condition must be bool, got {}", c.dtype)));
-            }
-            if a.dtype != b.dtype {
-                return Err(fail(format!(
-                    "branch dtypes differ: {} and {}",
-                    a.dtype, b.dtype
-                )));
-            }
-            let shape = broadcast(name, &broadcast(name, &c.shape, &a.shape)?, &b.shape)?;
-            Ok(TensorType::new(shape, a.dtype))
-        }
+        Op::Unary { func } => unary(func.float_only(), args[0]).map_err(fail),
+        Op::Binary { func } => binary(name, *func, args[0], args[1]),
+        Op::Where => select(name, args[0], args[1], args[2]),
         Op::Cast { dtype } => Ok(TensorType::new(args[0].shape.clone(), *dtype)),
-        Op::Broadcast { shape } => {
-            if !broadcasts_to(&args[0].shape, shape) {
-                return Err(fail(format!(
-                    "cannot broadcast shape {} to {}",
-                    format_shape(&args[0].shape),
-                    format_shape(shape)
-                )));
-            }
-            Ok(TensorType::new(shape.clone(), args[0].dtype))
-        }
+        Op::Broadcast { shape } => broadcast_to(args[0], shape).map_err(fail),
         Op::Reduce {
             func,
             axes,
             keepdims,
-        } => {
-            let x = args[0];
-            let ok = match func {
-                ReduceOp::Mean => x.dtype.is_float(),
-                _ => x.dtype.is_numeric(),
-            };
-            if !ok {
-                return Err(fail(format!("not defined for {} operands", x.dtype)));
-            }
-            check_axes(name, axes, x.shape.len())?;
-            let shape = x
-                .shape
-                .iter()
-                .enumerate()
-                .filter_map(|(i, &d)| match (axes.contains(&i), keepdims) {
-                    (false, _) => Some(d),
-                    (true, true) => Some(1),
-                    (true, false) => None,
-                })
-                .collect();
-            Ok(TensorType::new(shape, x.dtype))
-        }
-        Op::Permute { perm } => {
-            let x = args[0];
-            let mut sorted = perm.clone();
-            sorted.sort_unstable();
-            if sorted != (0..x.shape.len()).collect::<Vec<_>>() {
-                return Err(fail(format!(
-                    "{perm:?} is not a permutation of the {} axes of shape {}",
-                    x.shape.len(),
-                    format_shape(&x.shape)
-                )));
-            }
-            Ok(TensorType::new(
-                perm.iter().map(|&p| x.shape[p]).collect(),
-                x.dtype,
-            ))
-        }
-        Op::Reshape { shape } => {
-            let x = args[0];
-            if numel(shape) != numel(&x.shape) {
-                return Err(fail(format!(
-                    "cannot reshape {} ({} elements) to {} ({} elements)",
-                    format_shape(&x.shape),
-                    numel(&x.shape),
-                    format_shape(shape),
-                    numel(shape)
-                )));
-            }
-            Ok(TensorType::new(shape.clone(), x.dtype))
-        }
+        } => reduce(name, *func, axes, *keepdims, args[0]),
+        Op::Permute { perm } => permute(perm, args[0]).map_err(fail),
+        Op::Reshape { shape } => reshape(shape, args[0]).map_err(fail),
         Op::Matmul {
             transpose_a,
             transpose_b,
         } => infer_matmul(args[0], args[1], *transpose_a, *transpose_b).map_err(fail),
     }
+}
+
+fn unary(float_only: bool, x: &TensorType) -> std::result::Result<TensorType, String> {
+    let ok = if float_only {
+        x.dtype.is_float()
+    } else {
+        x.dtype.is_signed()
+    };
+    if !ok {
+        let want = if float_only { "f32" } else { "f32 or i32" };
+        return Err(format!("expected a {want} operand, got {}", x.dtype));
+    }
+    Ok(x.clone())
+}
+
+fn binary(
+    name: &'static str,
+    func: BinaryOp,
+    a: &TensorType,
+    b: &TensorType,
+) -> Result<TensorType> {
+    let fail = |message: String| FusionError::op(name, message);
+    if a.dtype != b.dtype {
+        return Err(fail(format!(
+            "operand dtypes differ: {} and {} (cast one first)",
+            a.dtype, b.dtype
+        )));
+    }
+    let allowed = match func {
+        BinaryOp::Pow => a.dtype.is_float(),
+        BinaryOp::Eq | BinaryOp::Ne => true,
+        _ => a.dtype.is_numeric(),
+    };
+    if !allowed {
+        return Err(fail(format!("not defined for {} operands", a.dtype)));
+    }
+    let shape = broadcast(name, &a.shape, &b.shape)?;
+    let dtype = if func.is_comparison() {
+        DType::Bool
+    } else {
+        a.dtype
+    };
+    Ok(TensorType::new(shape, dtype))
+}
+
+/// `where(c, a, b)`.
+fn select(
+    name: &'static str,
+    c: &TensorType,
+    a: &TensorType,
+    b: &TensorType,
+) -> Result<TensorType> {
+    let fail = |message: String| FusionError::op(name, message);
+    if c.dtype != DType::Bool {
+        return Err(fail(format!("condition must be bool, got {}", c.dtype)));
+    }
+    if a.dtype != b.dtype {
+        return Err(fail(format!(
+            "branch dtypes differ: {} and {}",
+            a.dtype, b.dtype
+        )));
+    }
+    let shape = broadcast(name, &broadcast(name, &c.shape, &a.shape)?, &b.shape)?;
+    Ok(TensorType::new(shape, a.dtype))
+}
+
+fn broadcast_to(x: &TensorType, shape: &Shape) -> std::result::Result<TensorType, String> {
+    if !broadcasts_to(&x.shape, shape) {
+        return Err(format!(
+            "cannot broadcast shape {} to {}",
+            format_shape(&x.shape),
+            format_shape(shape)
+        ));
+    }
+    Ok(TensorType::new(shape.clone(), x.dtype))
+}
+
+fn reduce(
+    name: &'static str,
+    func: ReduceOp,
+    axes: &[usize],
+    keepdims: bool,
+    x: &TensorType,
+) -> Result<TensorType> {
+    let ok = match func {
+        ReduceOp::Mean => x.dtype.is_float(),
+        _ => x.dtype.is_numeric(),
+    };
+    if !ok {
+        let message = format!("not defined for {} operands", x.dtype);
+        return Err(FusionError::op(name, message));
+    }
+    check_axes(name, axes, x.shape.len())?;
+    let shape = x
+        .shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &d)| match (axes.contains(&i), keepdims) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect();
+    Ok(TensorType::new(shape, x.dtype))
+}
+
+fn permute(perm: &[usize], x: &TensorType) -> std::result::Result<TensorType, String> {
+    let mut sorted = perm.to_vec();
+    sorted.sort_unstable();
+    if sorted != (0..x.shape.len()).collect::<Vec<_>>() {
+        return Err(format!(
+            "{perm:?} is not a permutation of the {} axes of shape {}",
+            x.shape.len(),
+            format_shape(&x.shape)
+        ));
+    }
+    let shape = perm.iter().map(|&p| x.shape[p]).collect();
+    Ok(TensorType::new(shape, x.dtype))
+}
+
+fn reshape(shape: &Shape, x: &TensorType) -> std::result::Result<TensorType, String> {
+    if numel(shape) != numel(&x.shape) {
+        return Err(format!(
+            "cannot reshape {} ({} elements) to {} ({} elements)",
+            format_shape(&x.shape),
+            numel(&x.shape),
+            format_shape(shape),
+            numel(shape)
+        ));
+    }
+    Ok(TensorType::new(shape.clone(), x.dtype))
 }
 
 fn broadcast(op: &'static str, a: &[usize], b: &[usize]) -> Result<Shape> {

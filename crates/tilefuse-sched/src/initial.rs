@@ -149,73 +149,14 @@ impl Lowering<'_> {
         let ty = self.fusion.ty(t).expect("verified").clone();
         let shape = shape_of(self.fusion, t);
         let name = self.block_name(t);
-        let (iters, value, reduce) = match op {
-            Op::Input { .. } => {
-                let index = self
-                    .fusion
-                    .inputs()
-                    .iter()
-                    .position(|&i| i == t)
-                    .expect("input");
-                let name = self
-                    .fusion
-                    .node(t)
-                    .name
-                    .clone()
-                    .unwrap_or(format!("input{index}"));
-                return Value::Buffer(self.add_buffer(&name, ty.dtype, &shape, Role::Input(index)));
-            }
-            Op::Constant { value, dtype } => return Value::Const(value.0, *dtype),
-            Op::Unary { func } => (
-                IterVar::spatial(&shape),
-                Expr::Unary(*func, Box::new(self.operand(args[0], &shape))),
-                None,
-            ),
-            Op::Binary { func } => {
-                let a = self.operand(args[0], &shape);
-                let b = self.operand(args[1], &shape);
-                (
-                    IterVar::spatial(&shape),
-                    Expr::Binary(*func, Box::new(a), Box::new(b)),
-                    None,
-                )
-            }
-            Op::Where => {
-                let [c, a, b] = [0, 1, 2].map(|i| Box::new(self.operand(args[i], &shape)));
-                (IterVar::spatial(&shape), Expr::Select(c, a, b), None)
-            }
-            Op::Cast { dtype } => (
-                IterVar::spatial(&shape),
-                Expr::Cast(*dtype, Box::new(self.operand(args[0], &shape))),
-                None,
-            ),
-            Op::Broadcast { .. } => (
-                IterVar::spatial(&shape),
-                self.operand(args[0], &shape),
-                None,
-            ),
-            Op::Permute { perm } => {
-                let mut indices = vec![Index::Const(0); perm.len()];
-                for (i, &p) in perm.iter().enumerate() {
-                    indices[p] = Index::var(Var::Iter(i as u32));
-                }
-                (IterVar::spatial(&shape), self.load(args[0], indices), None)
-            }
-            Op::Reshape { .. } => {
-                let from = shape_of(self.fusion, args[0]);
-                (
-                    IterVar::spatial(&shape),
-                    self.load(args[0], reshape_indices(&shape, &from)),
-                    None,
-                )
-            }
+        match op {
+            Op::Input { .. } => Value::Buffer(self.input_buffer(t, ty.dtype, &shape)),
+            Op::Constant { value, dtype } => Value::Const(value.0, *dtype),
             Op::Reduce {
                 func,
                 axes,
                 keepdims,
-            } => {
-                return self.lower_reduce(&name, t, *func, args[0], axes, *keepdims);
-            }
+            } => self.lower_reduce(&name, t, *func, args[0], axes, *keepdims),
             Op::Matmul {
                 transpose_a,
                 transpose_b,
@@ -224,29 +165,72 @@ impl Lowering<'_> {
                     self.matmul_body(args[0], args[1], *transpose_a, *transpose_b);
                 let op =
                     over_one_identity_if_empty(&mut iters, &mut value, ReduceOp::Sum, ty.dtype);
-                let buffer = self.add_buffer(&name, ty.dtype, &shape, Role::Temp);
-                let rank = shape.len();
-                self.add_block(
-                    &name,
-                    iters,
-                    buffer,
-                    identity_indices(rank),
-                    value,
-                    Some(op),
-                );
-                return Value::Buffer(buffer);
+                self.store(&name, ty.dtype, &shape, iters, value, Some(op))
             }
-        };
-        let buffer = self.add_buffer(&name, ty.dtype, &shape, Role::Temp);
-        self.add_block(
-            &name,
-            iters,
-            buffer,
-            identity_indices(shape.len()),
-            value,
-            reduce,
-        );
+            _ => {
+                let value = self.elementwise(op, args, &shape);
+                self.store(
+                    &name,
+                    ty.dtype,
+                    &shape,
+                    IterVar::spatial(&shape),
+                    value,
+                    None,
+                )
+            }
+        }
+    }
+
+    /// The buffer of input `t`, named after it.
+    fn input_buffer(&mut self, t: TensorId, dtype: DType, shape: &[u64]) -> BufferId {
+        let inputs = self.fusion.inputs();
+        let index = inputs.iter().position(|&i| i == t).expect("input");
+        let name = (self.fusion.node(t).name.clone()).unwrap_or(format!("input{index}"));
+        self.add_buffer(&name, dtype, shape, Role::Input(index))
+    }
+
+    /// A block over `iters` storing `value` into a new intermediate of
+    /// `shape` at the output axes.
+    fn store(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        iters: Vec<IterVar>,
+        value: Expr,
+        reduce: Option<ReduceOp>,
+    ) -> Value {
+        let buffer = self.add_buffer(name, dtype, shape, Role::Temp);
+        let indices = identity_indices(shape.len());
+        self.add_block(name, iters, buffer, indices, value, reduce);
         Value::Buffer(buffer)
+    }
+
+    /// The value of an elementwise (or data movement) `op` at one element
+    /// of its output of `shape`.
+    fn elementwise(&self, op: &Op, args: &[TensorId], shape: &[u64]) -> Expr {
+        let operand = |i: usize| Box::new(self.operand(args[i], shape));
+        match op {
+            Op::Unary { func } => Expr::Unary(*func, operand(0)),
+            Op::Binary { func } => Expr::Binary(*func, operand(0), operand(1)),
+            Op::Where => Expr::Select(operand(0), operand(1), operand(2)),
+            Op::Cast { dtype } => Expr::Cast(*dtype, operand(0)),
+            Op::Broadcast { .. } => *operand(0),
+            Op::Permute { perm } => {
+                let mut indices = vec![Index::Const(0); perm.len()];
+                for (i, &p) in perm.iter().enumerate() {
+                    indices[p] = Index::var(Var::Iter(i as u32));
+                }
+                self.load(args[0], indices)
+            }
+            Op::Reshape { .. } => {
+                let from = shape_of(self.fusion, args[0]);
+                self.load(args[0], reshape_indices(shape, &from))
+            }
+            Op::Input { .. } | Op::Constant { .. } | Op::Reduce { .. } | Op::Matmul { .. } => {
+                unreachable!("lower_node lowers {} itself", op.name())
+            }
+        }
     }
 
     fn lower_reduce(

@@ -8,7 +8,7 @@ use tilefuse_ir::Fusion;
 use tilefuse_runtime::Device;
 
 use crate::measure::{self, Problem, Timing};
-use crate::search::TuneError;
+use crate::options::TuneError;
 use crate::space::Point;
 use crate::trial::Status;
 

@@ -11,7 +11,8 @@ use tilefuse_runtime::Device;
 
 use crate::executor::{Candidate, Executor, Finalist, Measured};
 use crate::measure::Timing;
-use crate::search::{Options, TuneError, tune};
+use crate::options::{Options, TuneError};
+use crate::search::tune;
 use crate::space::{Grid, Point};
 use crate::strategy::{Observation, Points, Strategy};
 use crate::trial::Status;

@@ -9,6 +9,7 @@
 use tilefuse_ir::{DType, ReduceOp};
 use tilefuse_sched::ir::Var;
 
+use super::accumulate::{accumulate, fold_into};
 use super::code::BlockCode;
 use super::ctx::{Ctx, Lane, lane_values, loop_value};
 use super::lanes::Column;
@@ -28,6 +29,58 @@ pub(super) struct Chunk<'a> {
 }
 
 impl Chunk<'_> {
+    /// Stores the chunk's `value` (a block without reduction).
+    pub(super) fn store(&self, b: &BlockCode, value: &Column) {
+        let buf = &self.ctx.buffers[b.store.buffer];
+        match (&b.store.linear, self.mask) {
+            (Some((1, rest)), None) => {
+                let at = rest.eval(&|v| loop_value(self.env, v));
+                value.write(buf, (at + self.start) as usize)
+            }
+            _ => value.scatter(buf, &self.offsets(&b.store), self.mask),
+        }
+    }
+
+    /// Combines the chunk's `value` into the elements it reduces to.
+    pub(super) fn reduce(&self, b: &BlockCode, op: ReduceOp, value: &Column) {
+        let buf = &self.ctx.buffers[b.store.buffer];
+        let at = |v| loop_value(self.env, v);
+        let first_lane = |k: usize| b.init && b.reduce_iters.iter().all(|&r| self.iters[r][k] == 0);
+        match (&b.store.linear, self.mask) {
+            // Lanes are consecutive elements, equally first or not.
+            (Some((1, rest)), None) if !b.lane_reduces => {
+                let start_at = (rest.eval(&at) + self.start) as usize;
+                if value.reduce_into(buf, start_at, op, first_lane(0)) {
+                    return;
+                }
+            }
+            // Every lane lands on one element: fold, then combine once.
+            // Lanes visit the element in order, so only lane 0 can be its
+            // first visit.
+            (Some((0, rest)), None) if b.lane_reduces => {
+                if let Some(folded) = value.fold(op) {
+                    let off = rest.eval(&at) as usize;
+                    return fold_into(buf, off, op, b.dtype, first_lane(0), folded);
+                }
+            }
+            _ => {}
+        }
+        let offsets = self.offsets(&b.store);
+        for k in 0..self.n {
+            if self.mask.is_some_and(|m| !m[k]) {
+                continue;
+            }
+            let off = offsets[k] as usize;
+            let first = match (b.per_lane, b.lane_reduces) {
+                (true, _) => first_lane(k),
+                // Only lane 0 can be the first visit (see above).
+                (false, true) => k == 0 && first_lane(0),
+                (false, false) => first_lane(0),
+            };
+            accumulate(buf, off, op, b.dtype, first, value.get(k));
+        }
+    }
+
     pub(super) fn offsets(&self, a: &Access) -> Vec<i64> {
         match &a.linear {
             Some((coef, rest)) => {

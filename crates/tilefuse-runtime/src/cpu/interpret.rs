@@ -9,9 +9,10 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tilefuse_ir::{DType, ReduceOp, Scalar, binary_scalar, reduce_identity, unary_scalar};
+use tilefuse_ir::{DType, Scalar, binary_scalar, unary_scalar};
 use tilefuse_sched::ir::{Index, Var};
 
+use super::accumulate::{accumulate, fold_into};
 use super::chunk::{CHUNK, Chunk};
 use super::code::{BlockCode, Counted, GemmCode, RowsCode, Step, TapeCode, TapeStore};
 use super::ctx::{Ctx, Lane, lane_values, loop_value};
@@ -149,12 +150,7 @@ impl Ctx<'_> {
             None => unsafe { buf.write(off, v) },
             Some(op) => {
                 let first = b.init && b.reduce_iters.iter().all(|&r| iters[r] == 0);
-                let acc = if first {
-                    reduce_identity(op, b.dtype)
-                } else {
-                    unsafe { buf.read(off) }
-                };
-                unsafe { buf.write(off, combine(op, acc, v)) };
+                accumulate(buf, off, op, b.dtype, first, v);
             }
         }
     }
@@ -210,35 +206,14 @@ impl Ctx<'_> {
         }
         // Iterator values per lane (only lane 0 where that is enough).
         let lanes = if b.per_lane { n } else { 1 };
-        let iters: Vec<Vec<i64>> = b
-            .bindings
-            .iter()
-            .map(|x| {
-                lane_values(x, lanes, &|v| match v {
-                    Var::Loop(l) if l.0 as usize == var => Lane::From(start),
-                    other => Lane::Same(loop_value(env, other)),
-                })
-            })
+        let at = |v| match v {
+            Var::Loop(l) if l.0 as usize == var => Lane::From(start),
+            other => Lane::Same(loop_value(env, other)),
+        };
+        let iters: Vec<Vec<i64>> = (b.bindings.iter())
+            .map(|x| lane_values(x, lanes, &at))
             .collect();
-        let mask: Option<Vec<bool>> =
-            (!b.guards.is_empty() || !b.predicates.is_empty()).then(|| {
-                let mut mask = vec![true; n];
-                for &g in &b.guards {
-                    mask.iter_mut()
-                        .zip(&iters[g])
-                        .for_each(|(m, &v)| *m &= v < b.extents[g]);
-                }
-                for (p, bound) in &b.predicates {
-                    let values = lane_values(p, n, &|v| match v {
-                        Var::Loop(l) if l.0 as usize == var => Lane::From(start),
-                        other => Lane::Same(loop_value(env, other)),
-                    });
-                    mask.iter_mut()
-                        .zip(&values)
-                        .for_each(|(m, &v)| *m &= v < *bound);
-                }
-                mask
-            });
+        let mask = lane_mask(b, &iters, n, &at);
         let mask = mask.as_deref().filter(|m| m.iter().any(|&x| !x));
         if mask.is_some_and(|m| m.iter().all(|&x| !x)) {
             return;
@@ -264,59 +239,33 @@ impl Ctx<'_> {
             return;
         }
         let value = chunk.column(&b.value);
-        let buf = &self.buffers[b.store.buffer];
         match b.reduce {
-            None => match (&b.store.linear, mask) {
-                (Some((1, rest)), None) => {
-                    value.write(buf, (rest.eval(&|v| loop_value(env, v)) + start) as usize)
-                }
-                _ => value.scatter(buf, &chunk.offsets(&b.store), mask),
-            },
-            Some(op) => {
-                let at = |v| loop_value(env, v);
-                let first_lane =
-                    |k: usize| b.init && b.reduce_iters.iter().all(|&r| iters[r][k] == 0);
-                match (&b.store.linear, mask) {
-                    // Lanes are consecutive elements, equally first or not.
-                    (Some((1, rest)), None) if !b.lane_reduces => {
-                        let start_at = (rest.eval(&at) + start) as usize;
-                        if value.reduce_into(buf, start_at, op, first_lane(0)) {
-                            return;
-                        }
-                    }
-                    // Every lane lands on one element: fold, then combine
-                    // once. Lanes visit the element in order, so only
-                    // lane 0 can be its first visit.
-                    (Some((0, rest)), None) if b.lane_reduces => {
-                        if let Some(folded) = value.fold(op) {
-                            let off = rest.eval(&at) as usize;
-                            return fold_into(buf, off, op, b.dtype, first_lane(0), folded);
-                        }
-                    }
-                    _ => {}
-                }
-                let offsets = chunk.offsets(&b.store);
-                for k in 0..n {
-                    if mask.is_some_and(|m| !m[k]) {
-                        continue;
-                    }
-                    let off = offsets[k] as usize;
-                    let first = match (b.per_lane, b.lane_reduces) {
-                        (true, _) => first_lane(k),
-                        // Only lane 0 can be the first visit (see above).
-                        (false, true) => k == 0 && first_lane(0),
-                        (false, false) => first_lane(0),
-                    };
-                    let acc = if first {
-                        reduce_identity(op, b.dtype)
-                    } else {
-                        unsafe { buf.read(off) }
-                    };
-                    unsafe { buf.write(off, combine(op, acc, value.get(k))) };
-                }
-            }
+            None => chunk.store(b, &value),
+            Some(op) => chunk.reduce(b, op, &value),
         }
     }
+}
+
+/// Which of `n` lanes are in bounds (`None` when `b` has no guards or
+/// predicates), given the lanes' iterator values.
+fn lane_mask<'a>(
+    b: &BlockCode,
+    iters: &[Vec<i64>],
+    n: usize,
+    at: &dyn Fn(Var) -> Lane<'a>,
+) -> Option<Vec<bool>> {
+    if b.guards.is_empty() && b.predicates.is_empty() {
+        return None;
+    }
+    let mut mask = vec![true; n];
+    for &g in &b.guards {
+        (mask.iter_mut().zip(&iters[g])).for_each(|(m, &v)| *m &= v < b.extents[g]);
+    }
+    for (p, bound) in &b.predicates {
+        let values = lane_values(p, n, at);
+        (mask.iter_mut().zip(&values)).for_each(|(m, &v)| *m &= v < *bound);
+    }
+    Some(mask)
 }
 
 impl BlockCode {
@@ -472,31 +421,4 @@ pub(super) fn run_share(
         env[var] = i;
         body.iter().for_each(|s| ctx.step(s, &mut env, false));
     }
-}
-
-/// Combines a folded chunk of lanes into element `off` (or stores it, on
-/// the element's first visit).
-pub(super) fn fold_into(
-    buf: &RawBuf,
-    off: usize,
-    op: ReduceOp,
-    dtype: DType,
-    first: bool,
-    folded: f32,
-) {
-    let acc = if first {
-        reduce_identity(op, dtype)
-    } else {
-        unsafe { buf.read(off) }
-    };
-    unsafe { buf.write(off, combine(op, acc, Scalar::F(f64::from(folded)))) };
-}
-
-pub(super) fn combine(op: ReduceOp, acc: Scalar, v: Scalar) -> Scalar {
-    let f = match op {
-        ReduceOp::Sum | ReduceOp::Mean => tilefuse_ir::BinaryOp::Add,
-        ReduceOp::Max => tilefuse_ir::BinaryOp::Max,
-        ReduceOp::Min => tilefuse_ir::BinaryOp::Min,
-    };
-    binary_scalar(f, acc, v)
 }

@@ -2,6 +2,7 @@
 //! parallel and workgroup-bound loops on threads, innermost loops a chunk
 //! of lanes at a time.
 
+mod accumulate;
 mod arena;
 mod chunk;
 mod code;

@@ -5,7 +5,9 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{Instruction, Result, Schedule, ScheduleError};
-use crate::ir::{BlockId, BufferId, Expr, Index, Node, Role, Var};
+use crate::ir::{Block, BlockId, BufferId, Expr, Index, Node, Role, Var};
+
+const REVERSE_INLINE: &str = "reverse_compute_inline";
 
 impl Schedule {
     /// Inlines, in order, every block `compute_inline` accepts except those
@@ -136,93 +138,17 @@ impl Schedule {
     /// the same extents, and nothing but `block` reads the buffer; every
     /// other buffer `block` reads is ready before the producer runs.
     pub fn reverse_compute_inline(&mut self, block: BlockId) -> Result<()> {
-        const P: &str = "reverse_compute_inline";
         self.check_block(block)?;
         let c = self.kernel.block(block).clone();
-        if c.reduce.is_some() {
-            return Err(
-                ScheduleError::pre(P, format!("block {} is a reduction", c.name)).blocks([c.name]),
-            );
-        }
-        let mut loads = Vec::new();
-        c.value.loads(&mut loads);
-        let temps: Vec<_> = loads
-            .iter()
-            .filter(|(buf, _)| self.kernel.buffer(*buf).role == Role::Temp)
-            .map(|(buf, idx)| (*buf, idx.to_vec()))
-            .collect();
-        let Some((temp, _)) = temps.first().cloned() else {
-            return Err(ScheduleError::pre(
-                P,
-                format!("block {} reads no intermediate buffer", c.name),
-            )
-            .blocks([c.name.clone()]));
-        };
-        if temps
-            .iter()
-            .any(|(b, idx)| *b != temp || !is_identity(idx, c.iters.len()))
-        {
-            return Err(ScheduleError::pre(
-                P,
-                format!(
-                    "block {} must read one intermediate, at exactly its iterators",
-                    c.name
-                ),
-            )
-            .blocks([c.name.clone()]));
-        }
+        let temp = self.sole_intermediate(&c)?;
         let order = self.kernel.blocks_in_order();
         let producer = *order
             .iter()
             .find(|&&b| self.kernel.block(b).buffer == temp)
             .expect("every intermediate has a producer");
-        self.check_inlinable(P, producer)?;
+        self.check_inlinable(REVERSE_INLINE, producer)?;
+        self.check_reverse_inline_into(&order, block, producer, temp)?;
         let p = self.kernel.block(producer).clone();
-        let extents = |b: &crate::ir::Block| b.iters.iter().map(|i| i.extent).collect::<Vec<_>>();
-        if extents(&p) != extents(&c) {
-            return Err(ScheduleError::pre(
-                P,
-                format!(
-                    "blocks {} and {} iterate over different domains",
-                    p.name, c.name
-                ),
-            )
-            .blocks([p.name, c.name.clone()]));
-        }
-        let p_pos = order.iter().position(|&b| b == producer).expect("in order");
-        for &other in &order {
-            if other != block && other != producer && self.kernel.block(other).reads(temp) {
-                return Err(ScheduleError::pre(
-                    P,
-                    format!(
-                        "buffer {} is also read by block {}",
-                        self.kernel.buffer(temp).name,
-                        self.kernel.block(other).name
-                    ),
-                )
-                .blocks([c.name.clone(), self.kernel.block(other).name.clone()]));
-            }
-        }
-        for (buf, _) in &loads {
-            if *buf == temp {
-                continue;
-            }
-            let writer = order
-                .iter()
-                .position(|&b| self.kernel.block(b).buffer == *buf);
-            if writer.is_some_and(|w| w >= p_pos) {
-                return Err(ScheduleError::pre(
-                    P,
-                    format!(
-                        "block {} reads {}, which is written after {} runs",
-                        c.name,
-                        self.kernel.buffer(*buf).name,
-                        p.name
-                    ),
-                )
-                .blocks([c.name.clone(), p.name]));
-            }
-        }
         // Iterators correspond one to one (same extents, identity indices).
         let value = c.value.map_loads(&mut |buffer, indices| {
             if buffer == temp {
@@ -237,9 +163,95 @@ impl Schedule {
         let pb = self.kernel.block_mut(producer);
         pb.value = value;
         pb.buffer = c.buffer;
-        pb.indices = c.indices.clone();
+        pb.indices = c.indices;
         self.remove_block(block);
         self.record(Instruction::ReverseComputeInline { block });
+        Ok(())
+    }
+
+    /// The one intermediate buffer consumer `c` reads, at exactly its
+    /// iterators (reverse_compute_inline's preconditions on the consumer).
+    fn sole_intermediate(&self, c: &Block) -> Result<BufferId> {
+        let fail = |msg: String| ScheduleError::pre(REVERSE_INLINE, msg).blocks([c.name.clone()]);
+        if c.reduce.is_some() {
+            return Err(fail(format!("block {} is a reduction", c.name)));
+        }
+        let mut loads = Vec::new();
+        c.value.loads(&mut loads);
+        let temps: Vec<_> = loads
+            .iter()
+            .filter(|(buf, _)| self.kernel.buffer(*buf).role == Role::Temp)
+            .collect();
+        let Some(&&(temp, _)) = temps.first() else {
+            return Err(fail(format!(
+                "block {} reads no intermediate buffer",
+                c.name
+            )));
+        };
+        if temps
+            .iter()
+            .any(|(b, idx)| *b != temp || !is_identity(idx, c.iters.len()))
+        {
+            let msg = format!(
+                "block {} must read one intermediate, at exactly its iterators",
+                c.name
+            );
+            return Err(fail(msg));
+        }
+        Ok(temp)
+    }
+
+    /// Whether `producer` may write consumer `block`'s result in its
+    /// place: the same domain, no other reader of `temp`, and every other
+    /// input of `block` ready before `producer` runs.
+    fn check_reverse_inline_into(
+        &self,
+        order: &[BlockId],
+        block: BlockId,
+        producer: BlockId,
+        temp: BufferId,
+    ) -> Result<()> {
+        let (c, p) = (self.kernel.block(block), self.kernel.block(producer));
+        let fail = |msg: String, other: &str| {
+            ScheduleError::pre(REVERSE_INLINE, msg).blocks([c.name.clone(), other.to_owned()])
+        };
+        let extents = |b: &Block| b.iters.iter().map(|i| i.extent).collect::<Vec<_>>();
+        if extents(p) != extents(c) {
+            let msg = format!(
+                "blocks {} and {} iterate over different domains",
+                p.name, c.name
+            );
+            return Err(
+                ScheduleError::pre(REVERSE_INLINE, msg).blocks([p.name.clone(), c.name.clone()])
+            );
+        }
+        for &other in order {
+            let o = self.kernel.block(other);
+            if other != block && other != producer && o.reads(temp) {
+                let temp = &self.kernel.buffer(temp).name;
+                return Err(fail(
+                    format!("buffer {temp} is also read by block {}", o.name),
+                    &o.name,
+                ));
+            }
+        }
+        let p_pos = order.iter().position(|&b| b == producer).expect("in order");
+        let mut loads = Vec::new();
+        c.value.loads(&mut loads);
+        for (buf, _) in loads.into_iter().filter(|(buf, _)| *buf != temp) {
+            let writer = order
+                .iter()
+                .position(|&b| self.kernel.block(b).buffer == buf);
+            if writer.is_some_and(|w| w >= p_pos) {
+                let msg = format!(
+                    "block {} reads {}, which is written after {} runs",
+                    c.name,
+                    self.kernel.buffer(buf).name,
+                    p.name
+                );
+                return Err(fail(msg, &p.name));
+            }
+        }
         Ok(())
     }
 

@@ -61,87 +61,11 @@ impl Schedule {
         factors: &[Option<u64>],
         names: Option<&[String]>,
     ) -> Result<Vec<LoopId>> {
-        const P: &str = "split";
         self.check_loop(l)?;
-        self.check_serial(P, l)?;
+        self.check_serial("split", l)?;
+        let resolved = self.split_factors(l, factors, names)?;
         let extent = self.kernel.loop_(l).extent;
-        if factors.is_empty() {
-            return Err(
-                ScheduleError::pre(P, "needs at least one factor").loops([self.loop_name(l)])
-            );
-        }
-        if factors.iter().filter(|f| f.is_none()).count() > 1 {
-            return Err(
-                ScheduleError::pre(P, "at most one factor may be None (inferred)")
-                    .loops([self.loop_name(l)]),
-            );
-        }
-        if factors.contains(&Some(0)) {
-            return Err(ScheduleError::pre(
-                P,
-                format!("factors must be positive, got {}", describe(factors)),
-            )
-            .loops([self.loop_name(l)]));
-        }
-        let Some(known) = factors
-            .iter()
-            .flatten()
-            .try_fold(1u64, |p, &f| p.checked_mul(f))
-        else {
-            return Err(ScheduleError::pre(
-                P,
-                format!(
-                    "factors {} overflow a 64-bit iteration count",
-                    describe(factors)
-                ),
-            )
-            .loops([self.loop_name(l)]));
-        };
-        let resolved: Vec<u64> = factors
-            .iter()
-            .map(|f| f.unwrap_or(extent.div_ceil(known)))
-            .collect();
-        // No overflow: the inferred factor is 1 once `known` covers the extent.
         let product: u64 = resolved.iter().product();
-        if product > extent.max(1).saturating_mul(MAX_OVERSHOOT) {
-            return Err(ScheduleError::pre(
-                P,
-                format!(
-                    "factors {resolved:?} cover {product} iterations, more than {MAX_OVERSHOOT} times the extent {extent} of loop {}: the iterations past the extent would all be skipped",
-                    self.loop_name(l)
-                ),
-            ).loops([self.loop_name(l)]));
-        }
-        if product < extent {
-            return Err(ScheduleError::pre(
-                P,
-                format!(
-                    "factors {resolved:?} cover {product} iterations, less than the extent {extent} of loop {}",
-                    self.loop_name(l)
-                ),
-            ).loops([self.loop_name(l)]));
-        }
-        if let Some(names) = names
-            && names.len() != factors.len()
-        {
-            return Err(ScheduleError::pre(
-                P,
-                format!("{} names for {} factors", names.len(), factors.len()),
-            )
-            .loops([self.loop_name(l)]));
-        }
-        if let Some(bad) = names
-            .into_iter()
-            .flatten()
-            .find(|n| !tilefuse_ir::is_identifier(n))
-        {
-            return Err(ScheduleError::pre(
-                P,
-                format!(
-                    "loop name {bad:?} is not an identifier (letters, digits and _, not starting with a digit)"
-                ),
-            ).loops([self.loop_name(l)]));
-        }
         let base = self.loop_name(l);
         let new: Vec<LoopId> = resolved
             .iter()
@@ -180,6 +104,78 @@ impl Schedule {
             names: names.map(<[String]>::to_vec),
         });
         Ok(new)
+    }
+
+    /// `factors` with the `None` inferred, once checked against loop
+    /// `l`'s extent and `names` against the factors (split's
+    /// preconditions).
+    fn split_factors(
+        &self,
+        l: LoopId,
+        factors: &[Option<u64>],
+        names: Option<&[String]>,
+    ) -> Result<Vec<u64>> {
+        let fail = |msg: String| ScheduleError::pre("split", msg).loops([self.loop_name(l)]);
+        let extent = self.kernel.loop_(l).extent;
+        if factors.is_empty() {
+            return Err(fail("needs at least one factor".into()));
+        }
+        if factors.iter().filter(|f| f.is_none()).count() > 1 {
+            return Err(fail("at most one factor may be None (inferred)".into()));
+        }
+        if factors.contains(&Some(0)) {
+            return Err(fail(format!(
+                "factors must be positive, got {}",
+                describe(factors)
+            )));
+        }
+        let known = factors
+            .iter()
+            .flatten()
+            .try_fold(1u64, |p, &f| p.checked_mul(f));
+        let Some(known) = known else {
+            let d = describe(factors);
+            return Err(fail(format!(
+                "factors {d} overflow a 64-bit iteration count"
+            )));
+        };
+        let resolved: Vec<u64> = factors
+            .iter()
+            .map(|f| f.unwrap_or(extent.div_ceil(known)))
+            .collect();
+        // No overflow: the inferred factor is 1 once `known` covers the extent.
+        let product: u64 = resolved.iter().product();
+        let name = self.loop_name(l);
+        if product > extent.max(1).saturating_mul(MAX_OVERSHOOT) {
+            return Err(fail(format!(
+                "factors {resolved:?} cover {product} iterations, more than {MAX_OVERSHOOT} times \
+                 the extent {extent} of loop {name}: the iterations past the extent would all be \
+                 skipped"
+            )));
+        }
+        if product < extent {
+            return Err(fail(format!(
+                "factors {resolved:?} cover {product} iterations, less than the extent {extent} \
+                 of loop {name}"
+            )));
+        }
+        if let Some(names) = names
+            && names.len() != factors.len()
+        {
+            let msg = format!("{} names for {} factors", names.len(), factors.len());
+            return Err(fail(msg));
+        }
+        if let Some(bad) = names
+            .into_iter()
+            .flatten()
+            .find(|n| !tilefuse_ir::is_identifier(n))
+        {
+            return Err(fail(format!(
+                "loop name {bad:?} is not an identifier (letters, digits and _, not starting \
+                 with a digit)"
+            )));
+        }
+        Ok(resolved)
     }
 
     /// Fuses a chain of directly nested loops into one.
