@@ -55,25 +55,23 @@ pub(super) fn bind_capped(
     grid: LoopId,
     axis: ThreadAxis,
     cap: Option<u64>,
-) -> LoopId {
+) -> Result<LoopId, ParamsError> {
     let extent = s.kernel().loop_(grid).extent;
     let bound = match cap {
-        Some(c) if c < extent => s
-            .split(grid, &[None, Some(c)], None)
-            .expect("valid factors")[1],
+        Some(c) if c < extent => s.split(grid, &[None, Some(c)], None)?[1],
         _ => grid,
     };
-    s.bind(bound, axis).expect("an unbound spatial loop");
-    bound
+    s.bind(bound, axis)?;
+    Ok(bound)
 }
 
 /// Fuses a chain of fresh loops (`None` when there are none).
-pub(super) fn fuse(s: &mut Schedule, loops: &[LoopId]) -> Option<LoopId> {
-    match loops {
+pub(super) fn fuse(s: &mut Schedule, loops: &[LoopId]) -> Result<Option<LoopId>, ParamsError> {
+    Ok(match loops {
         [] => None,
         [one] => Some(*one),
-        _ => Some(s.fuse(loops).expect("a chain of fresh loops")),
-    }
+        _ => Some(s.fuse(loops)?),
+    })
 }
 
 /// The field a limit's overrun is blamed on, and how to fix it.

@@ -24,7 +24,7 @@ pub use pointwise::{Pointwise, pointwise_heuristics, schedule_pointwise};
 pub use reduction::{Reduction, reduction_heuristics, schedule_reduction};
 pub use segment::{Segment, segments};
 
-use crate::{DeviceInfo, Schedule};
+use crate::{DeviceInfo, Schedule, ScheduleError};
 use canonical::canonical;
 
 /// An automatic scheduler, over the canonical form of a fusion.
@@ -102,6 +102,22 @@ impl<S: Scheduler> AnyScheduler for S {
 
     fn tunables(&self, fusion: &Fusion, device: &DeviceInfo) -> Vec<Tunable> {
         Scheduler::tunables(self, fusion, device)
+    }
+}
+
+/// A schedule primitive refusing one of a scheduler's own steps is a bug in
+/// the scheduler (params it cannot serve must be refused with the field at
+/// fault first); steps propagate it with `?` as a `ParamsError` at
+/// `scheduler` that names the primitive and what it refused.
+impl From<ScheduleError> for ParamsError {
+    fn from(e: ScheduleError) -> Self {
+        ParamsError::new(
+            "scheduler",
+            format!(
+                "internal error: a scheduling step failed ({e}); these params should have been \
+                 accepted or rejected with a reason, please report them"
+            ),
+        )
     }
 }
 
@@ -223,6 +239,8 @@ fn contained<T>(
 #[cfg(test)]
 mod tests {
     use super::{SchedulerKind, contained};
+    use crate::ScheduleError;
+    use tilefuse_params::ParamsError;
 
     #[test]
     fn a_panicking_scheduler_is_a_params_error() {
@@ -231,5 +249,17 @@ mod tests {
         assert_eq!(err.path, "scheduler");
         assert!(err.to_string().contains("a loop went missing"), "{err}");
         assert_eq!(contained(SchedulerKind::Matmul, || Ok(7)).unwrap(), 7);
+    }
+
+    #[test]
+    fn a_refused_step_is_a_params_error_naming_the_primitive() {
+        let refused = ScheduleError::pre("split", "factors must be positive").loops(["i"]);
+        let err = ParamsError::from(refused);
+        assert_eq!(err.path, "scheduler");
+        let text = err.to_string();
+        assert!(
+            text.contains("split") && text.contains("factors must be positive"),
+            "{text}"
+        );
     }
 }

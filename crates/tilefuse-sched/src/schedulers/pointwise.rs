@@ -192,7 +192,7 @@ pub fn schedule_pointwise(
     let mut s = Schedule::new(fusion);
     s.compute_inline_all(&[]); // outputs stay
     for b in s.get_blocks() {
-        let loops = s.get_loops(b).expect("a live block");
+        let loops = s.get_loops(b)?;
         if loops.is_empty() {
             continue; // a scalar output
         }
@@ -204,7 +204,7 @@ pub fn schedule_pointwise(
                 format!("must be less than the output rank {rank}, got {bp}"),
             ));
         }
-        let inner = fuse(&mut s, &loops[bp..]).expect("loops after the break point");
+        let inner = fuse(&mut s, &loops[bp..])?.expect("loops after the break point");
         let inner_extent = s.kernel().loop_(inner).extent;
         let v = u64::from(p.vectorization_factor);
         if !inner_extent.is_multiple_of(v) {
@@ -220,7 +220,7 @@ pub fn schedule_pointwise(
         if bp == 0 {
             nest.one_dimensional(&mut s, inner)?;
         } else {
-            let outer = fuse(&mut s, &loops[..bp]).expect("loops before the break point");
+            let outer = fuse(&mut s, &loops[..bp])?.expect("loops before the break point");
             nest.two_dimensional(&mut s, outer, inner)?;
         }
     }
@@ -246,9 +246,9 @@ impl Nest<'_> {
             f(self.size[0]),
             f(p.vectorization_factor),
         ];
-        let parts = s.split(inner, &factors, None).expect("valid factors");
+        let parts = s.split(inner, &factors, None)?;
         let (grid, uo, ui, tx, vec) = (parts[0], parts[1], parts[2], parts[3], parts[4]);
-        annotate(s, &[uo, ui], tx, None, vec);
+        annotate(s, &[uo, ui], tx, None, vec)?;
         self.bind_grid(s, grid, ThreadAxis::WorkgroupX)
     }
 
@@ -263,35 +263,29 @@ impl Nest<'_> {
     ) -> Result<(), ParamsError> {
         let (p, f) = (self.p, |x: u32| Some(u64::from(x)));
         let [bx, by, _] = self.size;
-        let ip = s
-            .split(
-                inner,
-                &[
-                    None,
-                    f(p.unroll_factor_inner),
-                    f(bx),
-                    f(p.vectorization_factor),
-                ],
+        let ip = s.split(
+            inner,
+            &[
                 None,
-            )
-            .expect("valid factors");
+                f(p.unroll_factor_inner),
+                f(bx),
+                f(p.vectorization_factor),
+            ],
+            None,
+        )?;
         let (ig, ui, tx, vec) = (ip[0], ip[1], ip[2], ip[3]);
         let (og, uo, ty) = if p.split_block {
-            let op = s
-                .split(outer, &[None, f(p.unroll_factor_outer), f(by)], None)
-                .expect("valid factors");
+            let op = s.split(outer, &[None, f(p.unroll_factor_outer), f(by)], None)?;
             (op[0], op[1], Some(op[2]))
         } else {
-            let op = s
-                .split(outer, &[None, f(p.unroll_factor_outer)], None)
-                .expect("valid factors");
+            let op = s.split(outer, &[None, f(p.unroll_factor_outer)], None)?;
             (op[0], op[1], None)
         };
         let mut order = vec![og, ig, uo, ui];
         order.extend(ty);
         order.extend([tx, vec]);
-        s.reorder(&order).expect("one chain");
-        annotate(s, &[uo, ui], tx, ty, vec);
+        s.reorder(&order)?;
+        annotate(s, &[uo, ui], tx, ty, vec)?;
         let (outer_axis, inner_axis) = if p.flip_grid_binding {
             (ThreadAxis::WorkgroupX, ThreadAxis::WorkgroupY)
         } else {
@@ -329,21 +323,26 @@ impl Nest<'_> {
             }
             None => None,
         };
-        bind_capped(s, grid, axis, cap);
+        bind_capped(s, grid, axis, cap)?;
         Ok(())
     }
 }
 
 /// Unrolls, binds invocations and vectorizes the inner loops.
-fn annotate(s: &mut Schedule, unrolled: &[LoopId], tx: LoopId, ty: Option<LoopId>, vec: LoopId) {
+fn annotate(
+    s: &mut Schedule,
+    unrolled: &[LoopId],
+    tx: LoopId,
+    ty: Option<LoopId>,
+    vec: LoopId,
+) -> Result<(), ParamsError> {
     for &u in unrolled {
-        s.unroll(u).expect("a small serial loop");
+        s.unroll(u)?;
     }
     if let Some(ty) = ty {
-        s.bind(ty, ThreadAxis::InvocationY)
-            .expect("an unbound spatial loop");
+        s.bind(ty, ThreadAxis::InvocationY)?;
     }
-    s.bind(tx, ThreadAxis::InvocationX)
-        .expect("an unbound spatial loop");
-    s.vectorize(vec).expect("the innermost spatial loop");
+    s.bind(tx, ThreadAxis::InvocationX)?;
+    s.vectorize(vec)?;
+    Ok(())
 }

@@ -59,10 +59,7 @@ use tilefuse_params::{MatmulParams, ParamsError};
 
 use super::launch::{Fix, check_launch_limits, err, fuse};
 use crate::ir::{BlockId, LoopId, Scope, ThreadAxis};
-use crate::{DeviceInfo, Schedule, ScheduleError};
-fn internal(e: &ScheduleError) -> ParamsError {
-    err("scheduler", format!("the matmul scheduler failed: {e}"))
-}
+use crate::{DeviceInfo, Schedule};
 
 /// Builds the matmul schedule of `fusion` from `p` (see the module docs).
 pub fn schedule_matmul(
@@ -87,8 +84,8 @@ pub fn schedule_matmul(
     // step outside them, each step's rows of B are reused from cache by
     // every invocation's rows.
     let k_outside = staged || !device.is_gpu();
-    let t = tile(&mut s, &plan, ijk, k_outside);
-    let grid = bind_tiles(&mut s, p, t.i[0], t.j[0], device);
+    let t = tile(&mut s, &plan, ijk, k_outside)?;
+    let grid = bind_tiles(&mut s, p, t.i[0], t.j[0], device)?;
     register_tile(&mut s, &plan, &t)?;
     if staged {
         stage_operands(&mut s, p, &plan, mm, t.k[0])?;
@@ -97,7 +94,7 @@ pub fn schedule_matmul(
     let owner = if k_outside { grid } else { t.j[2] };
     let epilogue = epilogue.filter(|_| later.is_empty());
     let (init, store, staged_out) = accumulators(&mut s, p, mm, epilogue, owner, grid, t.k[0])?;
-    bind_invocations(&mut s, t.invocation_loops());
+    bind_invocations(&mut s, t.invocation_loops())?;
     // The accumulators start in vec4 steps where the register tile's
     // columns allow (a quarter of the statements).
     let init_vec = if plan.instr.n.is_multiple_of(4) { 4 } else { 1 };
@@ -105,18 +102,18 @@ pub fn schedule_matmul(
         let (rows, cols) = if k_outside {
             // A block over the workgroup tile: each invocation takes its
             // own register tile, as in the matmul block.
-            per_invocation(&mut s, &plan, block)
+            per_invocation(&mut s, &plan, block)?
         } else {
-            let own = own_loops(&s, block);
+            let own = own_loops(&s, block)?;
             (own[..own.len() - 1].to_vec(), own[own.len() - 1])
         };
-        store_rows(&mut s, &rows, cols, vec);
+        store_rows(&mut s, &rows, cols, vec)?;
     }
     if let Some(copy) = staged_out {
-        cooperative(&mut s, &plan, copy, p.supported_vec_size.epilogue);
+        cooperative(&mut s, &plan, copy, p.supported_vec_size.epilogue)?;
     }
     for b in later {
-        flat(&mut s, &plan, b);
+        flat(&mut s, &plan, b)?;
     }
     check_limits(&s, p, device)?;
     Ok(s)
@@ -132,23 +129,22 @@ fn split_k(
     mm: BlockId,
     epilogue: Option<BlockId>,
 ) -> Result<([LoopId; 3], Vec<BlockId>), ParamsError> {
-    let loops = s.get_loops(mm).expect("live");
+    let loops = s.get_loops(mm)?;
     let nb = loops.len() - 3;
     let (batch, [i, j, k]) = (&loops[..nb], [loops[nb], loops[nb + 1], loops[nb + 2]]);
     if plan.splitk == 1 {
-        if let Some(z) = fuse(s, batch) {
-            s.bind(z, ThreadAxis::WorkgroupZ).expect("a spatial loop");
+        if let Some(z) = fuse(s, batch)? {
+            s.bind(z, ThreadAxis::WorkgroupZ)?;
         }
         return Ok(([i, j, k], Vec::new()));
     }
-    let parts = s.split(k, &[Some(plan.splitk), None], None).expect("valid");
-    s.reorder(&[parts[0], i, j]).expect("one chain");
+    let parts = s.split(k, &[Some(plan.splitk), None], None)?;
+    s.reorder(&[parts[0], i, j])?;
     let name = s.block_name(mm);
     // rfactor keeps the block id for the partial products.
-    s.rfactor(parts[0]).map_err(|e| internal(&e))?;
-    s.bind(parts[0], ThreadAxis::WorkgroupZ)
-        .expect("a spatial loop");
-    let mut later = vec![s.get_block(&name).expect("rfactor's combining block")];
+    s.rfactor(parts[0])?;
+    s.bind(parts[0], ThreadAxis::WorkgroupZ)?;
+    let mut later = vec![s.get_block(&name)?];
     later.extend(epilogue);
     Ok(([i, j, parts[1]], later))
 }
@@ -170,23 +166,28 @@ impl Tiles {
 
 /// Splits the matmul's loops by the tiles and orders them (module docs);
 /// the k step loop goes outside the invocation loops with `k_outside`.
-fn tile(s: &mut Schedule, plan: &plan::Plan, [i, j, k]: [LoopId; 3], k_outside: bool) -> Tiles {
+fn tile(
+    s: &mut Schedule,
+    plan: &plan::Plan,
+    [i, j, k]: [LoopId; 3],
+    k_outside: bool,
+) -> Result<Tiles, ParamsError> {
     let (cta, warp, instr) = (plan.cta, plan.warp, plan.instr);
     let f = |x: u32| Some(u64::from(x));
-    let mut split = |l, factors: [Option<u64>; 4]| s.split(l, &factors, None).expect("valid");
+    let mut split = |l, factors: [Option<u64>; 4]| s.split(l, &factors, None);
     let t = Tiles {
         i: split(
             i,
             [None, f(cta.m / warp.m), f(warp.m / instr.m), f(instr.m)],
-        ),
+        )?,
         j: split(
             j,
             [None, f(cta.n / warp.n), f(warp.n / instr.n), f(instr.n)],
-        ),
+        )?,
         k: split(
             k,
             [None, f(cta.k / warp.k), f(warp.k / instr.k), f(instr.k)],
-        ),
+        )?,
     };
     let mut order = vec![t.i[0], t.j[0]];
     if k_outside {
@@ -197,8 +198,8 @@ fn tile(s: &mut Schedule, plan: &plan::Plan, [i, j, k]: [LoopId; 3], k_outside: 
         order.push(t.k[0]);
     }
     order.extend([t.k[1], t.k[2], t.k[3], t.i[3], t.j[3]]);
-    s.reorder(&order).expect("one chain");
-    t
+    s.reorder(&order)?;
+    Ok(t)
 }
 
 /// The register tile: rows and k unrolled; columns in vec4 steps (the
@@ -214,11 +215,11 @@ fn register_tile(s: &mut Schedule, plan: &plan::Plan, t: &Tiles) -> Result<(), P
     match plan.instr.n {
         n if n < 4 => unroll(s, t.j[3])?,
         n if n > 4 && n <= 16 && n % 4 == 0 => {
-            let parts = s.split(t.j[3], &[None, Some(4)], None).expect("valid");
+            let parts = s.split(t.j[3], &[None, Some(4)], None)?;
             unroll(s, parts[0])?;
-            s.vectorize(parts[1]).expect("the innermost spatial loop");
+            s.vectorize(parts[1])?;
         }
-        _ => s.vectorize(t.j[3]).expect("the innermost spatial loop"),
+        _ => s.vectorize(t.j[3])?,
     }
     Ok(())
 }
@@ -240,27 +241,19 @@ fn accumulators(
     k_step: LoopId,
 ) -> Result<(BlockId, BlockId, Option<BlockId>), ParamsError> {
     let staged_out = if p.use_smem_epilogue {
-        Some(
-            s.cache_write(mm, Scope::Workgroup)
-                .map_err(|e| internal(&e))?,
-        )
+        Some(s.cache_write(mm, Scope::Workgroup)?)
     } else {
         None
     };
-    let store = s
-        .cache_write(mm, Scope::Private)
-        .map_err(|e| internal(&e))?;
+    let store = s.cache_write(mm, Scope::Private)?;
     if let Some(e) = epilogue {
-        s.reverse_compute_inline(e).map_err(|e| internal(&e))?;
+        s.reverse_compute_inline(e)?;
     }
-    s.reverse_compute_at(store, owner)
-        .map_err(|e| internal(&e))?;
+    s.reverse_compute_at(store, owner)?;
     if let Some(copy) = staged_out {
-        s.reverse_compute_at(copy, grid).map_err(|e| internal(&e))?;
+        s.reverse_compute_at(copy, grid)?;
     }
-    let init = s
-        .decompose_reduction(mm, k_step)
-        .map_err(|e| internal(&e))?;
+    let init = s.decompose_reduction(mm, k_step)?;
     Ok((init, store, staged_out))
 }
 

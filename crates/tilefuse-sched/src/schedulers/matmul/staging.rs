@@ -4,7 +4,6 @@
 
 use tilefuse_params::{CtaOrder, MatmulParams, ParamsError, TilingStrategy};
 
-use super::internal;
 use super::plan::Plan;
 use crate::ir::{BlockId, Buffer, IterKind, LoopId, Role, Scope, ThreadAxis};
 use crate::schedulers::launch::{bind_capped, err, fuse};
@@ -18,46 +17,45 @@ pub(super) fn per_invocation(
     s: &mut Schedule,
     plan: &Plan,
     block: BlockId,
-) -> (Vec<LoopId>, LoopId) {
+) -> Result<(Vec<LoopId>, LoopId), ParamsError> {
     let (cta, warp, instr) = (plan.cta, plan.warp, plan.instr);
     let f = |x: u32| Some(u64::from(x));
-    let own = own_loops(s, block);
+    let own = own_loops(s, block)?;
     let [.., rows, cols] = own[..] else {
         unreachable!("a matmul output has two axes or more")
     };
-    let a = s
-        .split(
-            rows,
-            &[f(cta.m / warp.m), f(warp.m / instr.m), f(instr.m)],
-            None,
-        )
-        .expect("valid");
-    let b = s
-        .split(
-            cols,
-            &[f(cta.n / warp.n), f(warp.n / instr.n), f(instr.n)],
-            None,
-        )
-        .expect("valid");
-    s.reorder(&[a[0], a[1], b[0], b[1], a[2], b[2]])
-        .expect("one chain");
-    bind_invocations(s, [a[0], a[1], b[0], b[1]]);
-    (vec![a[2]], b[2])
+    let a = s.split(
+        rows,
+        &[f(cta.m / warp.m), f(warp.m / instr.m), f(instr.m)],
+        None,
+    )?;
+    let b = s.split(
+        cols,
+        &[f(cta.n / warp.n), f(warp.n / instr.n), f(instr.n)],
+        None,
+    )?;
+    s.reorder(&[a[0], a[1], b[0], b[1], a[2], b[2]])?;
+    bind_invocations(s, [a[0], a[1], b[0], b[1]])?;
+    Ok((vec![a[2]], b[2]))
 }
 
 /// Fuses the (warp, invocation) loops of each axis and binds them to
 /// invocation.y (rows) and invocation.x (columns).
-pub(super) fn bind_invocations(s: &mut Schedule, [a1, a2, b1, b2]: [LoopId; 4]) {
-    let ty = s.fuse(&[a1, a2]).expect("adjacent");
-    let tx = s.fuse(&[b1, b2]).expect("adjacent");
-    s.bind(ty, ThreadAxis::InvocationY).expect("a spatial loop");
-    s.bind(tx, ThreadAxis::InvocationX).expect("a spatial loop");
+pub(super) fn bind_invocations(
+    s: &mut Schedule,
+    [a1, a2, b1, b2]: [LoopId; 4],
+) -> Result<(), ParamsError> {
+    let ty = s.fuse(&[a1, a2])?;
+    let tx = s.fuse(&[b1, b2])?;
+    s.bind(ty, ThreadAxis::InvocationY)?;
+    s.bind(tx, ThreadAxis::InvocationX)?;
+    Ok(())
 }
 
 /// The block's own loops (one per iterator, as `compute_at` leaves them).
-pub(super) fn own_loops(s: &Schedule, b: BlockId) -> Vec<LoopId> {
-    let loops = s.get_loops(b).expect("live");
-    loops[loops.len() - s.kernel().block(b).iters.len()..].to_vec()
+pub(super) fn own_loops(s: &Schedule, b: BlockId) -> Result<Vec<LoopId>, ParamsError> {
+    let loops = s.get_loops(b)?;
+    Ok(loops[loops.len() - s.kernel().block(b).iters.len()..].to_vec())
 }
 
 /// Binds the tile loops to workgroups (see the module docs); returns the
@@ -68,7 +66,7 @@ pub(super) fn bind_tiles(
     ti: LoopId,
     tj: LoopId,
     device: &DeviceInfo,
-) -> LoopId {
+) -> Result<LoopId, ParamsError> {
     let (fast, slow) = match p.cta_order {
         CtaOrder::RowMajor => (tj, ti),
         CtaOrder::ColumnMajor => (ti, tj),
@@ -78,16 +76,16 @@ pub(super) fn bind_tiles(
     // Swizzle: consecutive workgroups walk `g` tiles along the slow axis
     // before moving along the fast one.
     let (x, y) = if g > 1 {
-        let sp = s.split(slow, &[None, Some(g)], None).expect("valid");
-        s.reorder(&[sp[0], fast, sp[1]]).expect("one chain");
-        (s.fuse(&[fast, sp[1]]).expect("adjacent"), sp[0])
+        let sp = s.split(slow, &[None, Some(g)], None)?;
+        s.reorder(&[sp[0], fast, sp[1]])?;
+        (s.fuse(&[fast, sp[1]])?, sp[0])
     } else {
         if slow != ti {
-            s.reorder(&[tj, ti]).expect("one chain");
+            s.reorder(&[tj, ti])?;
         }
         (fast, slow)
     };
-    match p.tiling_strategy {
+    Ok(match p.tiling_strategy {
         TilingStrategy::OneTilePerWorkgroup => {
             let fixed = p.launch.grid.map(|g| (u64::from(g[0]), u64::from(g[1])));
             bind_capped(
@@ -95,17 +93,17 @@ pub(super) fn bind_tiles(
                 y,
                 ThreadAxis::WorkgroupY,
                 Some(fixed.map_or(cap, |f| f.1)),
-            );
+            )?;
             bind_capped(
                 s,
                 x,
                 ThreadAxis::WorkgroupX,
                 Some(fixed.map_or(cap, |f| f.0)),
-            )
+            )?
         }
         TilingStrategy::DistributeTilesAcrossWorkgroups => {
             // A persistent grid: each workgroup loops over its share of tiles.
-            let tiles = s.fuse(&[y, x]).expect("adjacent");
+            let tiles = s.fuse(&[y, x])?;
             let n = s.kernel().loop_(tiles).extent;
             let workgroups = p
                 .launch
@@ -115,15 +113,12 @@ pub(super) fn bind_tiles(
                 })
                 .min(n)
                 .min(cap);
-            let parts = s
-                .split(tiles, &[None, Some(workgroups)], None)
-                .expect("valid");
-            s.reorder(&[parts[1], parts[0]]).expect("one chain");
-            s.bind(parts[1], ThreadAxis::WorkgroupX)
-                .expect("a spatial loop");
+            let parts = s.split(tiles, &[None, Some(workgroups)], None)?;
+            s.reorder(&[parts[1], parts[0]])?;
+            s.bind(parts[1], ThreadAxis::WorkgroupX)?;
             parts[0]
         }
-    }
+    })
 }
 
 /// Stages each cta-tile step of the operands in workgroup memory, copied
@@ -140,11 +135,9 @@ pub(super) fn stage_operands(
         .iter()
         .zip([p.supported_vec_size.a, p.supported_vec_size.b])
     {
-        let copy = s
-            .cache_read(block, name, Scope::Workgroup)
-            .map_err(|e| internal(&e))?;
-        s.compute_at(copy, step).map_err(|e| internal(&e))?;
-        cooperative(s, plan, copy, vec);
+        let copy = s.cache_read(block, name, Scope::Workgroup)?;
+        s.compute_at(copy, step)?;
+        cooperative(s, plan, copy, vec)?;
     }
     Ok(())
 }
@@ -162,20 +155,17 @@ pub(super) fn pipeline_operands(
     let cb = &p.circular_buffer_options;
     if cb.smem_read {
         for name in buffers_read(s, block, |b| b.scope == Scope::Workgroup) {
-            let copy = s
-                .cache_read(block, &name, Scope::Private)
-                .map_err(|e| internal(&e))?;
-            s.compute_at(copy, fragment_step)
-                .map_err(|e| internal(&e))?;
-            for l in own_loops(s, copy) {
-                s.unroll(l).map_err(|e| internal(&e))?;
+            let copy = s.cache_read(block, &name, Scope::Private)?;
+            s.compute_at(copy, fragment_step)?;
+            for l in own_loops(s, copy)? {
+                s.unroll(l)?;
             }
         }
-        s.pipeline(fragment_step, 2, 1).map_err(|e| internal(&e))?;
+        s.pipeline(fragment_step, 2, 1)?;
         // Unrolled, each step's register buffer is a constant index: a
         // GPU compiler keeps the fragments in registers, not local memory.
         if s.kernel().loop_(fragment_step).extent <= MAX_UNROLLED_FRAGMENT_STEPS {
-            s.unroll(fragment_step).map_err(|e| internal(&e))?;
+            s.unroll(fragment_step)?;
         }
     }
     if cb.smem_write {
@@ -211,8 +201,13 @@ pub(super) fn buffers_read(
 
 /// Spreads a copy block's loops over the workgroup's invocations, `vec`
 /// contiguous elements each where the innermost extent allows.
-pub(super) fn cooperative(s: &mut Schedule, plan: &Plan, copy: BlockId, vec: u32) {
-    let own = own_loops(s, copy);
+pub(super) fn cooperative(
+    s: &mut Schedule,
+    plan: &Plan,
+    copy: BlockId,
+    vec: u32,
+) -> Result<(), ParamsError> {
+    let own = own_loops(s, copy)?;
     let inner = s
         .kernel()
         .loop_(*own.last().expect("a copy has loops"))
@@ -221,59 +216,59 @@ pub(super) fn cooperative(s: &mut Schedule, plan: &Plan, copy: BlockId, vec: u32
         .into_iter()
         .find(|&v| v <= u64::from(vec) && inner.is_multiple_of(v))
         .unwrap_or(1);
-    let flat = fuse(s, &own).expect("loops");
+    let flat = fuse(s, &own)?.expect("loops");
     // As many invocations as there are vectors to copy, no more: a split
     // that overshoots only adds guarded-off work.
     let vectors = s.kernel().loop_(flat).extent.div_ceil(v);
     let x = plan.invocations[0].min(vectors);
     let y = plan.invocations[1].min(vectors.div_ceil(x));
-    let parts = s
-        .split(flat, &[None, Some(y), Some(x), Some(v)], None)
-        .expect("valid");
-    s.bind(parts[1], ThreadAxis::InvocationY)
-        .expect("a spatial loop");
-    s.bind(parts[2], ThreadAxis::InvocationX)
-        .expect("a spatial loop");
-    s.vectorize(parts[3]).expect("the innermost loop");
+    let parts = s.split(flat, &[None, Some(y), Some(x), Some(v)], None)?;
+    s.bind(parts[1], ThreadAxis::InvocationY)?;
+    s.bind(parts[2], ThreadAxis::InvocationX)?;
+    s.vectorize(parts[3])?;
+    Ok(())
 }
 
 /// A register tile's block (the accumulators' start, or the store with the
 /// epilogue): its rows unrolled, its columns in vectors of `vec` (a few
 /// unrolled, or one strip when there are many: SIMD lanes on the CPU).
-pub(super) fn store_rows(s: &mut Schedule, rows: &[LoopId], cols: LoopId, vec: u32) {
+pub(super) fn store_rows(
+    s: &mut Schedule,
+    rows: &[LoopId],
+    cols: LoopId,
+    vec: u32,
+) -> Result<(), ParamsError> {
     for &r in rows {
-        s.unroll(r)
-            .expect("as many rows as the matmul block unrolled");
+        s.unroll(r)?;
     }
     let n = s.kernel().loop_(cols).extent;
     let v = u64::from(vec);
     if v > 1 && n > v && n.is_multiple_of(v) && n / v <= 16 {
-        let parts = s.split(cols, &[None, Some(v)], None).expect("valid");
-        s.unroll(parts[0]).expect("at most 16 iterations");
-        s.vectorize(parts[1]).expect("the innermost loop");
+        let parts = s.split(cols, &[None, Some(v)], None)?;
+        s.unroll(parts[0])?;
+        s.vectorize(parts[1])?;
     } else if n <= 16 && v == 1 {
-        s.unroll(cols).expect("at most 16 iterations");
+        s.unroll(cols)?;
     } else {
-        s.vectorize(cols).expect("the innermost loop");
+        s.vectorize(cols)?;
     }
+    Ok(())
 }
 
 /// A later stage (split-k's sum, then the epilogue): flat over the
 /// workgroup's invocations.
-pub(super) fn flat(s: &mut Schedule, plan: &Plan, b: BlockId) {
+pub(super) fn flat(s: &mut Schedule, plan: &Plan, b: BlockId) -> Result<(), ParamsError> {
     let block = s.kernel().block(b).clone();
-    let loops = s.get_loops(b).expect("live");
+    let loops = s.get_loops(b)?;
     let spatial: Vec<LoopId> = loops
         .iter()
         .zip(&block.iters)
         .filter(|(_, it)| it.kind == IterKind::Spatial)
         .map(|(l, _)| *l)
         .collect();
-    let flat = fuse(s, &spatial).expect("spatial loops");
-    let parts = s
-        .split(flat, &[None, Some(plan.flat_invocations)], None)
-        .expect("valid");
-    bind_capped(s, parts[0], ThreadAxis::WorkgroupX, Some(plan.grid_cap));
-    s.bind(parts[1], ThreadAxis::InvocationX)
-        .expect("a spatial loop");
+    let flat = fuse(s, &spatial)?.expect("spatial loops");
+    let parts = s.split(flat, &[None, Some(plan.flat_invocations)], None)?;
+    bind_capped(s, parts[0], ThreadAxis::WorkgroupX, Some(plan.grid_cap))?;
+    s.bind(parts[1], ThreadAxis::InvocationX)?;
+    Ok(())
 }

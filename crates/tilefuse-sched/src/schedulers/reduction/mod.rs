@@ -82,7 +82,7 @@ use tilefuse_ir::Fusion;
 use tilefuse_params::{ParamsError, ReductionParams};
 
 use super::launch::{Fix, check_launch_limits, err};
-use crate::{DeviceInfo, Schedule, ScheduleError};
+use crate::{DeviceInfo, Schedule};
 /// Builds the reduction schedule of `fusion` from `p` (see the module docs).
 pub fn schedule_reduction(
     fusion: &Fusion,
@@ -126,10 +126,6 @@ pub fn schedule_reduction(
     }
     check_limits(&s, !kept.is_empty(), device)?;
     Ok(s)
-}
-
-fn internal(e: &ScheduleError) -> ParamsError {
-    err("scheduler", format!("the reduction scheduler failed: {e}"))
 }
 
 /// Workgroup memory and per-invocation loop budgets, checked on the WGSL

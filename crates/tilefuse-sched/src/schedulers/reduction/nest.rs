@@ -4,7 +4,6 @@
 
 use tilefuse_params::ParamsError;
 
-use super::internal;
 use super::plan::{Plan, Rows};
 use super::topology::Topology;
 use crate::Schedule;
@@ -41,9 +40,13 @@ pub(super) fn full_shape(s: &Schedule, b: BlockId, topo: &Topology) -> bool {
 /// The block's own loops (one per iterator, as a fresh or `compute_at`
 /// nest has them), split into those over rows and those over the
 /// reduction domain.
-pub(super) fn own_loops(s: &Schedule, topo: &Topology, b: BlockId) -> (Vec<LoopId>, Vec<LoopId>) {
+pub(super) fn own_loops(
+    s: &Schedule,
+    topo: &Topology,
+    b: BlockId,
+) -> Result<(Vec<LoopId>, Vec<LoopId>), ParamsError> {
     let block = s.kernel().block(b);
-    let loops = s.get_loops(b).expect("a live block");
+    let loops = s.get_loops(b)?;
     let own = &loops[loops.len() - block.iters.len()..];
     let full = full_shape(s, b, topo) && block.reduce.is_none();
     let in_r =
@@ -54,7 +57,7 @@ pub(super) fn own_loops(s: &Schedule, topo: &Topology, b: BlockId) -> (Vec<LoopI
             .map(|i| own[i])
             .collect()
     };
-    (pick(false), pick(true))
+    Ok((pick(false), pick(true)))
 }
 
 /// Splits `l` by the given factors after an inferred outermost one, keeping
@@ -64,7 +67,7 @@ pub(super) fn split_kept(
     s: &mut Schedule,
     l: LoopId,
     factors: &[(u64, bool)],
-) -> (LoopId, Vec<Option<LoopId>>) {
+) -> Result<(LoopId, Vec<Option<LoopId>>), ParamsError> {
     let mut wanted = vec![None];
     wanted.extend(
         factors
@@ -72,13 +75,13 @@ pub(super) fn split_kept(
             .filter(|(f, keep)| *f > 1 || *keep)
             .map(|(f, _)| Some(*f)),
     );
-    let parts = s.split(l, &wanted, None).expect("valid factors");
+    let parts = s.split(l, &wanted, None)?;
     let mut rest = parts[1..].iter();
     let loops = factors
         .iter()
         .map(|(f, keep)| (*f > 1 || *keep).then(|| *rest.next().expect("one per kept factor")))
         .collect();
-    (parts[0], loops)
+    Ok((parts[0], loops))
 }
 
 /// Schedules a block in its own root nest (the anchor, or a block not
@@ -89,10 +92,10 @@ pub(super) fn own_nest(
     b: BlockId,
     rows: Rows,
 ) -> Result<LoopId, ParamsError> {
-    let (mut row_loops, mut r) = own_loops(s, &plan.topo, b);
+    let (mut row_loops, mut r) = own_loops(s, &plan.topo, b)?;
     let chain: Vec<LoopId> = row_loops.iter().chain(&r).copied().collect();
     if chain.len() > 1 {
-        s.reorder(&chain).expect("one fresh chain");
+        s.reorder(&chain)?;
     }
     if row_loops.is_empty() {
         if rows.invocations > 1 {
@@ -109,22 +112,22 @@ pub(super) fn own_nest(
             ));
         }
         // A full reduction: one row, split off the reduction domain.
-        let parts = s.split(r[0], &[Some(1), None], None).expect("valid");
+        let parts = s.split(r[0], &[Some(1), None], None)?;
         row_loops.push(parts[0]);
         r[0] = parts[1];
     }
     if plan.schedule_3d && row_loops.len() > 1 {
         let outer_dims = plan.topo.axes[0].min(row_loops.len() - 1);
-        let outer = fuse(s, &row_loops[..outer_dims]).expect("outer rows");
+        let outer = fuse(s, &row_loops[..outer_dims])?.expect("outer rows");
         bind_capped(
             s,
             outer,
             plan.other_grid_axis,
             Some(plan.grid(plan.other_grid_axis)),
-        );
+        )?;
         row_loops.drain(..outer_dims);
     }
-    let row = fuse(s, &row_loops).expect("rows");
+    let row = fuse(s, &row_loops)?.expect("rows");
     let (grid, parts) = split_kept(
         s,
         row,
@@ -134,46 +137,45 @@ pub(super) fn own_nest(
             (rows.invocations, true),
             (rows.vector, false),
         ],
-    );
+    )?;
     let [serial, unroll, invocations, vector] = parts[..] else {
         unreachable!("four factors")
     };
     let unroll_or_serial = [serial, unroll];
     let invocations = invocations.expect("kept");
-    let mut r = fuse(s, &r);
+    let mut r = fuse(s, &r)?;
     let mut next_stage = None;
     if let (Some(r_loop), Some(groups), true) = (r, rows.groups, is_reduction(s, b)) {
         // Partials per workgroup: the group loop goes outermost and is
         // factored into a global buffer that the next stage combines.
-        let parts = s.split(r_loop, &[Some(groups), None], None).expect("valid");
+        let parts = s.split(r_loop, &[Some(groups), None], None)?;
         let mut order = vec![parts[0], grid];
         order.extend(unroll_or_serial.iter().flatten());
         order.push(invocations);
         order.extend(vector);
-        s.reorder(&order).expect("one chain");
+        s.reorder(&order)?;
         let name = s.block_name(b);
-        s.rfactor(parts[0]).map_err(|e| internal(&e))?;
+        s.rfactor(parts[0])?;
         if let Ok(fill) = s.get_block(&format!("{name}_rf_init")) {
-            flat_nest(s, plan, fill);
+            flat_nest(s, plan, fill)?;
         }
-        next_stage = Some(s.get_block(&name).expect("rfactor's combining block"));
+        next_stage = Some(s.get_block(&name)?);
         bind_capped(
             s,
             parts[0],
             plan.other_grid_axis,
             Some(plan.grid(plan.other_grid_axis)),
-        );
+        )?;
         r = Some(parts[1]);
     }
-    bind_capped(s, grid, plan.grid_axis, Some(plan.grid(plan.grid_axis)));
+    bind_capped(s, grid, plan.grid_axis, Some(plan.grid(plan.grid_axis)))?;
     if let Some(u) = unroll {
-        s.unroll(u).expect("a small serial loop");
+        s.unroll(u)?;
     }
-    s.bind(invocations, plan.row_axis)
-        .expect("an unbound row loop");
+    s.bind(invocations, plan.row_axis)?;
     reduction_domain(s, plan, b, r, vector, rows.reduction_invocations, false)?;
     if plan.reduce_outside_rows && is_reduction(s, b) {
-        reduce_outside(s, b, invocations);
+        reduce_outside(s, b, invocations)?;
     }
     if let Some(combine) = next_stage {
         own_nest(s, plan, combine, plan.combine_rows())?;
@@ -184,8 +186,12 @@ pub(super) fn own_nest(
 /// Moves the reduction loops of `b` inside `rows` (its row invocation loop)
 /// outside it, keeping their order and that of the row loops, where they
 /// are one chain of `b`'s own loops.
-pub(super) fn reduce_outside(s: &mut Schedule, b: BlockId, rows: LoopId) {
-    let loops = s.get_loops(b).expect("a live block");
+pub(super) fn reduce_outside(
+    s: &mut Schedule,
+    b: BlockId,
+    rows: LoopId,
+) -> Result<(), ParamsError> {
+    let loops = s.get_loops(b)?;
     let from = loops.iter().position(|&l| l == rows).expect("b's row loop");
     let block = s.kernel().block(b);
     let reduces = |l: LoopId| {
@@ -198,13 +204,14 @@ pub(super) fn reduce_outside(s: &mut Schedule, b: BlockId, rows: LoopId) {
     let (mut order, spatial): (Vec<LoopId>, Vec<LoopId>) =
         loops[from..].iter().partition(|&&l| reduces(l));
     if order.is_empty() {
-        return;
+        return Ok(());
     }
     order.extend(spatial);
     // Where other blocks share these loops (a cross-workgroup stage's
     // partials, a combining block), the nest stays as it is: the same
     // result, with a strided walk per column.
     let _unchanged = s.reorder(&order).is_err();
+    Ok(())
 }
 
 /// Schedules a block that `compute_at` placed under the anchor's rows.
@@ -214,16 +221,16 @@ pub(super) fn under_row(
     b: BlockId,
     kept: bool,
 ) -> Result<(), ParamsError> {
-    let (rows, r) = own_loops(s, &plan.topo, b);
+    let (rows, r) = own_loops(s, &plan.topo, b)?;
     let chain: Vec<LoopId> = rows.iter().chain(&r).copied().collect();
     if chain.len() > 1 {
-        s.reorder(&chain).expect("one chain of fresh loops");
+        s.reorder(&chain)?;
     }
     let vector = rows
         .iter()
         .copied()
         .rfind(|&l| s.kernel().loop_(l).extent > 1);
-    let r = fuse(s, &r);
+    let r = fuse(s, &r)?;
     reduction_domain(s, plan, b, r, vector, plan.rows.reduction_invocations, true)?;
     let temp = s.kernel().buffer(s.kernel().block(b).buffer).role == Role::Temp;
     if kept {
@@ -232,9 +239,9 @@ pub(super) fn under_row(
         } else {
             Scope::Private
         };
-        s.set_scope(b, scope).map_err(|e| internal(&e))?;
+        s.set_scope(b, scope)?;
     } else if temp && plan.t == 1 && is_reduction(s, b) {
-        s.set_scope(b, Scope::Private).map_err(|e| internal(&e))?;
+        s.set_scope(b, Scope::Private)?;
     }
     Ok(())
 }
@@ -257,7 +264,7 @@ pub(super) fn reduction_domain(
     let reduce = is_reduction(s, b);
     let Some(r) = r else {
         if let (Some(v), false) = (vector, reduce) {
-            s.vectorize(v).expect("the innermost loop");
+            s.vectorize(v)?;
         }
         return Ok(());
     };
@@ -265,82 +272,75 @@ pub(super) fn reduction_domain(
         s,
         r,
         &[(plan.unroll_r, false), (t, false), (plan.vec_r, false)],
-    );
+    )?;
     let [unroll, lanes, vec_r] = parts[..] else {
         unreachable!("three factors")
     };
     if let Some(v) = vector {
         if reduce {
-            s.unroll(v).expect("a small spatial loop");
+            s.unroll(v)?;
         } else {
             let mut order = vec![serial];
             order.extend(unroll.iter().chain(&lanes));
             order.push(v);
-            s.reorder(&order).expect("one chain");
-            s.vectorize(v).expect("the innermost spatial loop");
+            s.reorder(&order)?;
+            s.vectorize(v)?;
         }
     }
     if let Some(u) = unroll {
-        s.unroll(u).expect("a small loop");
+        s.unroll(u)?;
     }
     if let Some(lanes) = lanes {
         if reduce {
             let name = s.block_name(b);
-            s.rfactor(lanes).map_err(|e| internal(&e))?;
+            s.rfactor(lanes)?;
             // Partials: each invocation's own with subgroups, else shared.
             let partials = if plan.subgroup {
                 Scope::Private
             } else {
                 Scope::Workgroup
             };
-            s.set_scope(b, partials).map_err(|e| internal(&e))?;
+            s.set_scope(b, partials)?;
             if let Ok(fill) = s.get_block(&format!("{name}_rf_init")) {
-                let fill_loop = *s.get_loops(fill).expect("live").last().expect("its loop");
-                s.bind(fill_loop, plan.red_axis).expect("a spatial loop");
+                let fill_loop = *s.get_loops(fill)?.last().expect("its loop");
+                s.bind(fill_loop, plan.red_axis)?;
             }
-            let combine = s.get_block(&name).expect("rfactor's combining block");
+            let combine = s.get_block(&name)?;
             let temp = s.kernel().buffer(s.kernel().block(combine).buffer).role == Role::Temp;
             if under_row && temp {
                 // Every invocation combines the partials into its own copy.
-                s.set_scope(combine, Scope::Private)
-                    .map_err(|e| internal(&e))?;
+                s.set_scope(combine, Scope::Private)?;
             }
-            let over_lanes = *s
-                .get_loops(combine)
-                .expect("live")
-                .last()
-                .expect("its loop");
+            let over_lanes = *s.get_loops(combine)?.last().expect("its loop");
             let tree = t.is_power_of_two();
             if plan.subgroup || tree {
                 // Private partials are shuffled together, workgroup ones
                 // folded as a tree.
-                s.bind(over_lanes, plan.red_axis)
-                    .map_err(|e| internal(&e))?;
+                s.bind(over_lanes, plan.red_axis)?;
             } else if !(under_row && temp) {
                 // One invocation writes the global result.
-                let one = s.split(over_lanes, &[Some(1), None], None).expect("valid")[0];
-                s.bind(one, plan.red_axis).expect("a loop of one iteration");
+                let one = s.split(over_lanes, &[Some(1), None], None)?[0];
+                s.bind(one, plan.red_axis)?;
             }
         }
-        s.bind(lanes, plan.red_axis).expect("a spatial loop");
+        s.bind(lanes, plan.red_axis)?;
     }
     if let Some(v) = vec_r {
         if reduce {
-            s.unroll(v).expect("a small loop");
+            s.unroll(v)?;
         } else {
-            s.vectorize(v).expect("the innermost spatial loop");
+            s.vectorize(v)?;
         }
     }
     Ok(())
 }
 
 /// A fill nest of a cross-workgroup reduction: flat over workgroups.
-pub(super) fn flat_nest(s: &mut Schedule, plan: &Plan, b: BlockId) {
-    let loops = s.get_loops(b).expect("live");
-    let flat = fuse(s, &loops).expect("a non-empty nest");
-    let parts = s
-        .split(flat, &[None, Some(plan.invocations)], None)
-        .expect("valid");
-    bind_capped(s, parts[0], plan.grid_axis, Some(plan.grid_cap));
-    s.bind(parts[1], plan.row_axis).expect("a spatial loop");
+pub(super) fn flat_nest(s: &mut Schedule, plan: &Plan, b: BlockId) -> Result<(), ParamsError> {
+    let loops = s.get_loops(b)?;
+    let flat = fuse(s, &loops)?.expect("a non-empty nest");
+    let parts = s.split(flat, &[None, Some(plan.invocations)], None)?;
+    bind_capped(s, parts[0], plan.grid_axis, Some(plan.grid_cap))?;
+    s.bind(parts[1], plan.row_axis)?;
+    Ok(())
 }
