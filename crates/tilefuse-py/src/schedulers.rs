@@ -3,7 +3,7 @@
 
 use pyo3::prelude::*;
 use tilefuse::params::{HeuristicParams, ParamsError, SchedulerKind};
-use tilefuse::sched::schedulers as auto;
+use tilefuse::schedulers as auto;
 
 use crate::errors::{OrRaise, guard};
 use crate::fusion::PyFusion;

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tilefuse::ir::check_arguments;
 use tilefuse::params::{HeuristicParams, ParamsError};
 use tilefuse::sched::DeviceInfo;
-use tilefuse::sched::schedulers::pick;
+use tilefuse::schedulers::pick;
 use tilefuse::tune::seeds::builtin;
 use tilefuse::tune::{
     AutotunerHeuristic, Bundle, Cache, CacheError, CacheKey, Effort, Entry, Measured, Options,

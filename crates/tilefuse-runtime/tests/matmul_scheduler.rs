@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, MatmulParams, ParamsStruct};
 use tilefuse_runtime::Device;
-use tilefuse_sched::schedulers::{heuristics, schedule};
+use tilefuse_schedulers::{heuristics, schedule};
 use tilefuse_testing::matmul_fusions;
 
 #[test]

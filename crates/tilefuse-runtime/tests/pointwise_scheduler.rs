@@ -8,7 +8,7 @@ use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
 use tilefuse_params::{HeuristicParams, ParamsStruct, PointwiseParams, SchedulerKind};
 use tilefuse_runtime::Device;
 use tilefuse_sched::codegen::generate;
-use tilefuse_sched::schedulers::{can_schedule, heuristics, schedule};
+use tilefuse_schedulers::{can_schedule, heuristics, schedule};
 use tilefuse_testing::fusions;
 
 /// `tanh(a * b + 1) * 0.5 + exp(-a)` over `[rows, cols]`, `b` broadcast.

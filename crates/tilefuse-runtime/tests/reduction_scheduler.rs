@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, ParamsStruct, ReductionParams};
 use tilefuse_runtime::Device;
-use tilefuse_sched::schedulers::{heuristics, schedule};
+use tilefuse_schedulers::{heuristics, schedule};
 use tilefuse_testing::reduction_fusions;
 
 fn fusion(name: &str) -> Fusion {

@@ -14,7 +14,7 @@ use common::device_kinds;
 use tilefuse_ir::Fusion;
 use tilefuse_params::{Domain, HeuristicParams, SchedulerKind, Tunable};
 use tilefuse_sched::DeviceInfo;
-use tilefuse_sched::schedulers::{heuristics, schedule, tunables};
+use tilefuse_schedulers::{heuristics, schedule, tunables};
 use tilefuse_testing::{fusions, matmul_fusions, reduction_fusions};
 
 /// One fusion on one device kind, with its scheduler's defaults.

@@ -7,7 +7,6 @@ mod initial;
 pub mod ir;
 pub mod lowering;
 pub mod schedule;
-pub mod schedulers;
 mod target;
 
 pub use lowering::{LowerError, Lowered, Target, lower};

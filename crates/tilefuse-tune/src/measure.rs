@@ -13,7 +13,7 @@ use rand::{RngExt, SeedableRng};
 use tilefuse_ir::{DType, Data, Fusion, Tensor, evaluate};
 use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::{Device, Kernel};
-use tilefuse_sched::schedulers::schedule;
+use tilefuse_schedulers::schedule;
 
 use crate::executor::{Candidate, Measured};
 use crate::trial::Status;

@@ -17,8 +17,8 @@ use std::time::Instant;
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, SchedulerKind, Tunable};
 use tilefuse_runtime::Device;
-use tilefuse_sched::schedulers::{Features, features, heuristics, schedule, tunables};
 use tilefuse_sched::{DeviceInfo, Schedule};
+use tilefuse_schedulers::{Features, features, heuristics, schedule, tunables};
 
 use crate::executor::{Candidate, Executor, Finalist, LocalExecutor, Measured};
 use crate::measure::Problem;

@@ -6,8 +6,8 @@
 use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
 use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::Device;
-use tilefuse_sched::schedulers::{features, heuristics, schedule};
 use tilefuse_sched::{DeviceInfo, DeviceLimits};
+use tilefuse_schedulers::{features, heuristics, schedule};
 use tilefuse_testing::softmax;
 use tilefuse_tune::seeds::{applies, builtin};
 use tilefuse_tune::{AutotunerHeuristic, Options, SeedContext, Status, Strategy, tune};

@@ -4,7 +4,7 @@
 
 use tilefuse_ir::{DType, Fusion, UnaryOp};
 use tilefuse_runtime::Device;
-use tilefuse_sched::schedulers::{heuristics, schedule};
+use tilefuse_schedulers::{heuristics, schedule};
 use tilefuse_testing::softmax;
 use tilefuse_tune::{Effort, Options, Problem, Status, Strategy, tune};
 

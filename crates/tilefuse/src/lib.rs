@@ -67,8 +67,9 @@ pub use tilefuse_params::{
 pub use tilefuse_runtime as runtime;
 pub use tilefuse_runtime::{Device, DeviceInfo, Kernel, RuntimeError, Timing};
 pub use tilefuse_sched as sched;
-pub use tilefuse_sched::schedulers::{
+pub use tilefuse_sched::{LowerError, Lowered, Schedule, ScheduleError, Target, lower};
+pub use tilefuse_schedulers as schedulers;
+pub use tilefuse_schedulers::{
     Scheduler, Segment, can_schedule, heuristics, pick, schedule, segments, tunables,
 };
-pub use tilefuse_sched::{LowerError, Lowered, Schedule, ScheduleError, Target, lower};
 pub use tilefuse_tune as tune;

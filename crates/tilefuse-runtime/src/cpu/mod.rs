@@ -151,7 +151,7 @@ impl CpuKernel {
 #[cfg(test)]
 mod tests {
     use tilefuse_ir::{DType, Fusion, evaluate};
-    use tilefuse_sched::schedulers::{heuristics, schedule};
+    use tilefuse_schedulers::{heuristics, schedule};
     use tilefuse_testing::{compare, fusions, inputs};
 
     use super::simd_math::{Simd, at_most, detected};

@@ -4,7 +4,7 @@
 use tilefuse_ir::{Fusion, evaluate};
 use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::Device;
-use tilefuse_sched::schedulers::schedule;
+use tilefuse_schedulers::schedule;
 use tilefuse_testing::{compare, inputs};
 
 /// The GPU device; in CI (`CI=true`) a missing adapter is a failure, not a

@@ -17,7 +17,7 @@ use serde_json::Value;
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, SchedulerKind};
 use tilefuse_sched::DeviceInfo;
-use tilefuse_sched::schedulers::Features;
+use tilefuse_schedulers::Features;
 
 pub use long_chain::LongChain;
 pub use outer_reduction::OuterReduction;

@@ -79,16 +79,17 @@ pub(super) fn shape(fusion: &Fusion) -> Result<super::ReductionShape, String> {
 }
 
 use tilefuse_ir::Fusion;
-use tilefuse_params::{ParamsError, ReductionParams};
+use tilefuse_params::ReductionParams;
 
 use super::launch::{Fix, check_launch_limits, err};
-use crate::{DeviceInfo, Schedule};
+use crate::step::Step;
+use tilefuse_sched::{DeviceInfo, Schedule};
 /// Builds the reduction schedule of `fusion` from `p` (see the module docs).
-pub fn schedule_reduction(
+pub(crate) fn schedule_reduction(
     fusion: &Fusion,
     p: &ReductionParams,
     device: &DeviceInfo,
-) -> Result<Schedule, ParamsError> {
+) -> Step<Schedule> {
     let plan = plan::plan(fusion, p, device)?;
     let mut s = Schedule::new(fusion);
     let kept = if p.project_persistent_buffers {
@@ -130,7 +131,7 @@ pub fn schedule_reduction(
 
 /// Workgroup memory and per-invocation loop budgets, checked on the WGSL
 /// the schedule produces.
-fn check_limits(s: &Schedule, kept: bool, device: &DeviceInfo) -> Result<(), ParamsError> {
+fn check_limits(s: &Schedule, kept: bool, device: &DeviceInfo) -> Step<()> {
     let storage = if kept {
         Fix(
             "project_persistent_buffers",

@@ -3,16 +3,18 @@
 use serde_json::{Value, json};
 use tilefuse_params::{IndexType, ParamsError, Tunable};
 
-use crate::ir::{LoopId, ThreadAxis};
-use crate::lowering::{LaunchLimit, Target, launch_violations, lower};
-use crate::{DeviceInfo, DeviceLimits, Schedule};
+use crate::step::{Step, StepError};
+use tilefuse_sched::ir::{LoopId, ThreadAxis};
+use tilefuse_sched::lowering::{LaunchLimit, Target, launch_violations, lower};
+use tilefuse_sched::{DeviceInfo, DeviceLimits, Schedule};
 
-pub(super) fn err(path: &str, message: impl Into<String>) -> ParamsError {
-    ParamsError::new(path, message)
+/// Params that cannot work: the field at fault and why.
+pub(super) fn err(path: &str, message: impl Into<String>) -> StepError {
+    StepError::Params(ParamsError::new(path, message))
 }
 
 /// Kernels index with u32: the only index type a scheduler accepts.
-pub(super) fn check_index_type(index_type: IndexType) -> Result<(), ParamsError> {
+pub(super) fn check_index_type(index_type: IndexType) -> Step<()> {
     if index_type != IndexType::U32 {
         return Err(err(
             "compile.index_type",
@@ -24,7 +26,7 @@ pub(super) fn check_index_type(index_type: IndexType) -> Result<(), ParamsError>
 
 /// The workgroup size (`launch.workgroup_size`, given or derived) within
 /// the device's per-axis and total limits.
-pub(super) fn check_workgroup(size: [u32; 3], limits: &DeviceLimits) -> Result<(), ParamsError> {
+pub(super) fn check_workgroup(size: [u32; 3], limits: &DeviceLimits) -> Step<()> {
     for (d, (&size, &max)) in size.iter().zip(&limits.max_workgroup_size).enumerate() {
         if size > max {
             let axis = ["x", "y", "z"][d];
@@ -55,7 +57,7 @@ pub(super) fn bind_capped(
     grid: LoopId,
     axis: ThreadAxis,
     cap: Option<u64>,
-) -> Result<LoopId, ParamsError> {
+) -> Step<LoopId> {
     let extent = s.kernel().loop_(grid).extent;
     let bound = match cap {
         Some(c) if c < extent => s.split(grid, &[None, Some(c)], None)?[1],
@@ -66,7 +68,7 @@ pub(super) fn bind_capped(
 }
 
 /// Fuses a chain of fresh loops (`None` when there are none).
-pub(super) fn fuse(s: &mut Schedule, loops: &[LoopId]) -> Result<Option<LoopId>, ParamsError> {
+pub(super) fn fuse(s: &mut Schedule, loops: &[LoopId]) -> Step<Option<LoopId>> {
     Ok(match loops {
         [] => None,
         [one] => Some(*one),
@@ -86,7 +88,7 @@ pub(super) fn check_launch_limits(
     device: &DeviceInfo,
     storage: Fix,
     loops: Fix,
-) -> Result<(), ParamsError> {
+) -> Step<()> {
     let lowered = lower(s.kernel(), Target::of(device))
         .map_err(|e| err("scheduler", format!("the generated kernel is invalid: {e}")))?;
     for e in launch_violations(&lowered, device) {

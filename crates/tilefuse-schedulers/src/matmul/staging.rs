@@ -2,13 +2,14 @@
 //! through workgroup memory (cooperative copies, circular buffers) and the
 //! epilogue's stores.
 
-use tilefuse_params::{CtaOrder, MatmulParams, ParamsError, TilingStrategy};
+use tilefuse_params::{CtaOrder, MatmulParams, TilingStrategy};
 
 use super::plan::Plan;
-use crate::ir::{BlockId, Buffer, IterKind, LoopId, Role, Scope, ThreadAxis};
-use crate::schedulers::launch::{bind_capped, err, fuse};
+use crate::launch::{bind_capped, err, fuse};
+use crate::step::Step;
+use tilefuse_sched::ir::{BlockId, Buffer, IterKind, LoopId, Role, Scope, ThreadAxis};
 
-use crate::{DeviceInfo, Schedule};
+use tilefuse_sched::{DeviceInfo, Schedule};
 
 /// Splits, fuses and binds a block over the workgroup tile as the matmul
 /// block's invocations are (warp tile, then register tile); returns the
@@ -17,7 +18,7 @@ pub(super) fn per_invocation(
     s: &mut Schedule,
     plan: &Plan,
     block: BlockId,
-) -> Result<(Vec<LoopId>, LoopId), ParamsError> {
+) -> Step<(Vec<LoopId>, LoopId)> {
     let (cta, warp, instr) = (plan.cta, plan.warp, plan.instr);
     let f = |x: u32| Some(u64::from(x));
     let own = own_loops(s, block)?;
@@ -41,10 +42,7 @@ pub(super) fn per_invocation(
 
 /// Fuses the (warp, invocation) loops of each axis and binds them to
 /// invocation.y (rows) and invocation.x (columns).
-pub(super) fn bind_invocations(
-    s: &mut Schedule,
-    [a1, a2, b1, b2]: [LoopId; 4],
-) -> Result<(), ParamsError> {
+pub(super) fn bind_invocations(s: &mut Schedule, [a1, a2, b1, b2]: [LoopId; 4]) -> Step<()> {
     let ty = s.fuse(&[a1, a2])?;
     let tx = s.fuse(&[b1, b2])?;
     s.bind(ty, ThreadAxis::InvocationY)?;
@@ -53,7 +51,7 @@ pub(super) fn bind_invocations(
 }
 
 /// The block's own loops (one per iterator, as `compute_at` leaves them).
-pub(super) fn own_loops(s: &Schedule, b: BlockId) -> Result<Vec<LoopId>, ParamsError> {
+pub(super) fn own_loops(s: &Schedule, b: BlockId) -> Step<Vec<LoopId>> {
     let loops = s.get_loops(b)?;
     Ok(loops[loops.len() - s.kernel().block(b).iters.len()..].to_vec())
 }
@@ -66,7 +64,7 @@ pub(super) fn bind_tiles(
     ti: LoopId,
     tj: LoopId,
     device: &DeviceInfo,
-) -> Result<LoopId, ParamsError> {
+) -> Step<LoopId> {
     let (fast, slow) = match p.cta_order {
         CtaOrder::RowMajor => (tj, ti),
         CtaOrder::ColumnMajor => (ti, tj),
@@ -129,7 +127,7 @@ pub(super) fn stage_operands(
     plan: &Plan,
     block: BlockId,
     step: LoopId,
-) -> Result<(), ParamsError> {
+) -> Step<()> {
     let operands = buffers_read(s, block, |b| matches!(b.role, Role::Input(_)));
     for (name, vec) in operands
         .iter()
@@ -151,7 +149,7 @@ pub(super) fn pipeline_operands(
     block: BlockId,
     step: LoopId,
     fragment_step: LoopId,
-) -> Result<(), ParamsError> {
+) -> Step<()> {
     let cb = &p.circular_buffer_options;
     if cb.smem_read {
         for name in buffers_read(s, block, |b| b.scope == Scope::Workgroup) {
@@ -201,12 +199,7 @@ pub(super) fn buffers_read(
 
 /// Spreads a copy block's loops over the workgroup's invocations, `vec`
 /// contiguous elements each where the innermost extent allows.
-pub(super) fn cooperative(
-    s: &mut Schedule,
-    plan: &Plan,
-    copy: BlockId,
-    vec: u32,
-) -> Result<(), ParamsError> {
+pub(super) fn cooperative(s: &mut Schedule, plan: &Plan, copy: BlockId, vec: u32) -> Step<()> {
     let own = own_loops(s, copy)?;
     let inner = s
         .kernel()
@@ -232,12 +225,7 @@ pub(super) fn cooperative(
 /// A register tile's block (the accumulators' start, or the store with the
 /// epilogue): its rows unrolled, its columns in vectors of `vec` (a few
 /// unrolled, or one strip when there are many: SIMD lanes on the CPU).
-pub(super) fn store_rows(
-    s: &mut Schedule,
-    rows: &[LoopId],
-    cols: LoopId,
-    vec: u32,
-) -> Result<(), ParamsError> {
+pub(super) fn store_rows(s: &mut Schedule, rows: &[LoopId], cols: LoopId, vec: u32) -> Step<()> {
     for &r in rows {
         s.unroll(r)?;
     }
@@ -257,7 +245,7 @@ pub(super) fn store_rows(
 
 /// A later stage (split-k's sum, then the epilogue): flat over the
 /// workgroup's invocations.
-pub(super) fn flat(s: &mut Schedule, plan: &Plan, b: BlockId) -> Result<(), ParamsError> {
+pub(super) fn flat(s: &mut Schedule, plan: &Plan, b: BlockId) -> Step<()> {
     let block = s.kernel().block(b).clone();
     let loops = s.get_loops(b)?;
     let spatial: Vec<LoopId> = loops

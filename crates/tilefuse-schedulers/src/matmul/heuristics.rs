@@ -4,7 +4,7 @@ use tilefuse_ir::Fusion;
 use tilefuse_params::{GemmTile, MatmulParams};
 
 use super::analysis::problem;
-use crate::DeviceInfo;
+use tilefuse_sched::DeviceInfo;
 
 /// Default params. The CPU device: invocations of 8 whole rows (the
 /// executor's register-blocked micro-kernel), up to 64 rows a workgroup

@@ -4,7 +4,7 @@ use tilefuse_ir::Fusion;
 use tilefuse_params::ReductionParams;
 
 use super::topology::topology;
-use crate::DeviceInfo;
+use tilefuse_sched::DeviceInfo;
 
 /// Default params. The CPU device: one row per workgroup (rows run on
 /// threads), each reduced serially as SIMD lanes, intermediates kept per

@@ -5,8 +5,8 @@ use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, MatmulParams, ParamsError, SchedulerKind, Tunable};
 
 use super::{accepts, matmul_heuristics, schedule_matmul};
-use crate::schedulers::Scheduler;
-use crate::{DeviceInfo, Schedule};
+use crate::Scheduler;
+use tilefuse_sched::{DeviceInfo, Schedule};
 
 /// One matmul with its pointwise prologue and epilogue (nvFuser's matmul
 /// scheduler).
@@ -30,7 +30,7 @@ impl Scheduler for Matmul {
         params: &MatmulParams,
         device: &DeviceInfo,
     ) -> Result<Schedule, ParamsError> {
-        schedule_matmul(fusion, params, device)
+        Ok(schedule_matmul(fusion, params, device)?)
     }
 
     /// The workgroup, invocation and per-invocation tiles, split-k, the

@@ -2,13 +2,12 @@
 //! domain split, bound and ordered, partials factored across invocations
 //! or workgroups.
 
-use tilefuse_params::ParamsError;
-
 use super::plan::{Plan, Rows};
 use super::topology::Topology;
-use crate::Schedule;
-use crate::ir::{BlockId, IterKind, LoopId, Role, Scope};
-use crate::schedulers::launch::{bind_capped, err, fuse};
+use crate::launch::{bind_capped, err, fuse};
+use crate::step::Step;
+use tilefuse_sched::Schedule;
+use tilefuse_sched::ir::{BlockId, IterKind, LoopId, Role, Scope};
 
 /// Full-shape intermediates that a reduction and another block both read.
 pub(super) fn shared_rows(s: &Schedule, topo: &Topology) -> Vec<BlockId> {
@@ -44,7 +43,7 @@ pub(super) fn own_loops(
     s: &Schedule,
     topo: &Topology,
     b: BlockId,
-) -> Result<(Vec<LoopId>, Vec<LoopId>), ParamsError> {
+) -> Step<(Vec<LoopId>, Vec<LoopId>)> {
     let block = s.kernel().block(b);
     let loops = s.get_loops(b)?;
     let own = &loops[loops.len() - block.iters.len()..];
@@ -67,7 +66,7 @@ pub(super) fn split_kept(
     s: &mut Schedule,
     l: LoopId,
     factors: &[(u64, bool)],
-) -> Result<(LoopId, Vec<Option<LoopId>>), ParamsError> {
+) -> Step<(LoopId, Vec<Option<LoopId>>)> {
     let mut wanted = vec![None];
     wanted.extend(
         factors
@@ -86,12 +85,7 @@ pub(super) fn split_kept(
 
 /// Schedules a block in its own root nest (the anchor, or a block not
 /// computed at the anchor's rows); returns its innermost row loop.
-pub(super) fn own_nest(
-    s: &mut Schedule,
-    plan: &Plan,
-    b: BlockId,
-    rows: Rows,
-) -> Result<LoopId, ParamsError> {
+pub(super) fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) -> Step<LoopId> {
     let (mut row_loops, mut r) = own_loops(s, &plan.topo, b)?;
     let chain: Vec<LoopId> = row_loops.iter().chain(&r).copied().collect();
     if chain.len() > 1 {
@@ -186,20 +180,14 @@ pub(super) fn own_nest(
 /// Moves the reduction loops of `b` inside `rows` (its row invocation loop)
 /// outside it, keeping their order and that of the row loops, where they
 /// are one chain of `b`'s own loops.
-pub(super) fn reduce_outside(
-    s: &mut Schedule,
-    b: BlockId,
-    rows: LoopId,
-) -> Result<(), ParamsError> {
+pub(super) fn reduce_outside(s: &mut Schedule, b: BlockId, rows: LoopId) -> Step<()> {
     let loops = s.get_loops(b)?;
     let from = loops.iter().position(|&l| l == rows).expect("b's row loop");
     let block = s.kernel().block(b);
     let reduces = |l: LoopId| {
-        block
-            .iters
-            .iter()
-            .zip(&block.bindings)
-            .any(|(it, x)| it.kind == IterKind::Reduce && x.mentions(crate::ir::Var::Loop(l)))
+        block.iters.iter().zip(&block.bindings).any(|(it, x)| {
+            it.kind == IterKind::Reduce && x.mentions(tilefuse_sched::ir::Var::Loop(l))
+        })
     };
     let (mut order, spatial): (Vec<LoopId>, Vec<LoopId>) =
         loops[from..].iter().partition(|&&l| reduces(l));
@@ -215,12 +203,7 @@ pub(super) fn reduce_outside(
 }
 
 /// Schedules a block that `compute_at` placed under the anchor's rows.
-pub(super) fn under_row(
-    s: &mut Schedule,
-    plan: &Plan,
-    b: BlockId,
-    kept: bool,
-) -> Result<(), ParamsError> {
+pub(super) fn under_row(s: &mut Schedule, plan: &Plan, b: BlockId, kept: bool) -> Step<()> {
     let (rows, r) = own_loops(s, &plan.topo, b)?;
     let chain: Vec<LoopId> = rows.iter().chain(&r).copied().collect();
     if chain.len() > 1 {
@@ -260,7 +243,7 @@ pub(super) fn reduction_domain(
     vector: Option<LoopId>,
     t: u64,
     under_row: bool,
-) -> Result<(), ParamsError> {
+) -> Step<()> {
     let reduce = is_reduction(s, b);
     let Some(r) = r else {
         if let (Some(v), false) = (vector, reduce) {
@@ -336,7 +319,7 @@ pub(super) fn reduction_domain(
 }
 
 /// A fill nest of a cross-workgroup reduction: flat over workgroups.
-pub(super) fn flat_nest(s: &mut Schedule, plan: &Plan, b: BlockId) -> Result<(), ParamsError> {
+pub(super) fn flat_nest(s: &mut Schedule, plan: &Plan, b: BlockId) -> Step<()> {
     let loops = s.get_loops(b)?;
     let flat = fuse(s, &loops)?.expect("a non-empty nest");
     let parts = s.split(flat, &[None, Some(plan.invocations)], None)?;

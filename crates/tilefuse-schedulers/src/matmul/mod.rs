@@ -55,18 +55,19 @@ use staging::{
 };
 
 use tilefuse_ir::Fusion;
-use tilefuse_params::{MatmulParams, ParamsError};
+use tilefuse_params::MatmulParams;
 
 use super::launch::{Fix, check_launch_limits, err, fuse};
-use crate::ir::{BlockId, LoopId, Scope, ThreadAxis};
-use crate::{DeviceInfo, Schedule};
+use crate::step::Step;
+use tilefuse_sched::ir::{BlockId, LoopId, Scope, ThreadAxis};
+use tilefuse_sched::{DeviceInfo, Schedule};
 
 /// Builds the matmul schedule of `fusion` from `p` (see the module docs).
-pub fn schedule_matmul(
+pub(crate) fn schedule_matmul(
     fusion: &Fusion,
     p: &MatmulParams,
     device: &DeviceInfo,
-) -> Result<Schedule, ParamsError> {
+) -> Step<Schedule> {
     let plan = plan::plan(fusion, p, device)?;
     let mut s = Schedule::new(fusion);
     s.compute_inline_all(&[]); // the matmul and the output stay
@@ -128,7 +129,7 @@ fn split_k(
     plan: &plan::Plan,
     mm: BlockId,
     epilogue: Option<BlockId>,
-) -> Result<([LoopId; 3], Vec<BlockId>), ParamsError> {
+) -> Step<([LoopId; 3], Vec<BlockId>)> {
     let loops = s.get_loops(mm)?;
     let nb = loops.len() - 3;
     let (batch, [i, j, k]) = (&loops[..nb], [loops[nb], loops[nb + 1], loops[nb + 2]]);
@@ -171,7 +172,7 @@ fn tile(
     plan: &plan::Plan,
     [i, j, k]: [LoopId; 3],
     k_outside: bool,
-) -> Result<Tiles, ParamsError> {
+) -> Step<Tiles> {
     let (cta, warp, instr) = (plan.cta, plan.warp, plan.instr);
     let f = |x: u32| Some(u64::from(x));
     let mut split = |l, factors: [Option<u64>; 4]| s.split(l, &factors, None);
@@ -205,7 +206,7 @@ fn tile(
 /// The register tile: rows and k unrolled; columns in vec4 steps (the
 /// private accumulators then hold vectors), or as one vectorized strip
 /// when wide (SIMD lanes on the CPU device).
-fn register_tile(s: &mut Schedule, plan: &plan::Plan, t: &Tiles) -> Result<(), ParamsError> {
+fn register_tile(s: &mut Schedule, plan: &plan::Plan, t: &Tiles) -> Step<()> {
     let unroll = |s: &mut Schedule, l: LoopId| {
         s.unroll(l)
             .map_err(|e| err("tile_sizes.instruction_tile", e.to_string()))
@@ -239,7 +240,7 @@ fn accumulators(
     owner: LoopId,
     grid: LoopId,
     k_step: LoopId,
-) -> Result<(BlockId, BlockId, Option<BlockId>), ParamsError> {
+) -> Step<(BlockId, BlockId, Option<BlockId>)> {
     let staged_out = if p.use_smem_epilogue {
         Some(s.cache_write(mm, Scope::Workgroup)?)
     } else {
@@ -258,7 +259,7 @@ fn accumulators(
 }
 
 /// The device limits, each failure naming the params field to change.
-fn check_limits(s: &Schedule, p: &MatmulParams, device: &DeviceInfo) -> Result<(), ParamsError> {
+fn check_limits(s: &Schedule, p: &MatmulParams, device: &DeviceInfo) -> Step<()> {
     let storage = if p.circular_buffer_options.smem_write {
         Fix(
             "circular_buffer_options.stages",

@@ -2,12 +2,13 @@
 //! tiles, invocations and staging the nest is built from.
 
 use tilefuse_ir::Fusion;
-use tilefuse_params::{GemmTile, MatmulParams, ParamsError};
+use tilefuse_params::{GemmTile, MatmulParams};
 
 use super::analysis::{accepts, fusion_has_batch, problem};
+use crate::step::Step;
 
-use crate::DeviceInfo;
-use crate::schedulers::launch::{check_index_type, check_workgroup, err};
+use crate::launch::{check_index_type, check_workgroup, err};
+use tilefuse_sched::DeviceInfo;
 
 pub(super) struct Plan {
     pub(super) cta: GemmTile,
@@ -20,11 +21,7 @@ pub(super) struct Plan {
     pub(super) grid_cap: u64,
 }
 
-pub(super) fn plan(
-    fusion: &Fusion,
-    p: &MatmulParams,
-    device: &DeviceInfo,
-) -> Result<Plan, ParamsError> {
+pub(super) fn plan(fusion: &Fusion, p: &MatmulParams, device: &DeviceInfo) -> Step<Plan> {
     accepts(fusion).map_err(|e| err("scheduler", e))?;
     check_index_type(p.compile.index_type)?;
     if p.compile.use_subgroups {

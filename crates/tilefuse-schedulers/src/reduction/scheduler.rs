@@ -5,9 +5,9 @@ use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{HeuristicParams, ParamsError, ReductionParams, SchedulerKind, Tunable};
 
 use super::{reduction_heuristics, schedule_reduction, topology};
-use crate::schedulers::launch::workgroup_sizes;
-use crate::schedulers::{Scheduler, has_op};
-use crate::{DeviceInfo, Schedule};
+use crate::launch::workgroup_sizes;
+use crate::{Scheduler, has_op};
+use tilefuse_sched::{DeviceInfo, Schedule};
 
 /// Reductions with their pointwise prologue and epilogue (nvFuser's
 /// reduction and normalization schedulers).
@@ -34,7 +34,7 @@ impl Scheduler for Reduction {
         params: &ReductionParams,
         device: &DeviceInfo,
     ) -> Result<Schedule, ParamsError> {
-        schedule_reduction(fusion, params, device)
+        Ok(schedule_reduction(fusion, params, device)?)
     }
 
     /// The vector widths and unrolls of both loops, the invocations across

@@ -24,8 +24,9 @@ use tilefuse_params::{HeuristicParams, ParamsError, PointwiseParams, SchedulerKi
 
 use super::launch::{bind_capped, check_index_type, check_workgroup, err, fuse, workgroup_sizes};
 use super::{Scheduler, has_op};
-use crate::ir::{LoopId, ThreadAxis};
-use crate::{DeviceInfo, Schedule};
+use crate::step::Step;
+use tilefuse_sched::ir::{LoopId, ThreadAxis};
+use tilefuse_sched::{DeviceInfo, Schedule};
 
 /// Elementwise and broadcast fusions (nvFuser's pointwise scheduler).
 pub struct Pointwise;
@@ -56,7 +57,7 @@ impl Scheduler for Pointwise {
         params: &PointwiseParams,
         device: &DeviceInfo,
     ) -> Result<Schedule, ParamsError> {
-        schedule_pointwise(fusion, params, device)
+        Ok(schedule_pointwise(fusion, params, device)?)
     }
 
     /// The workgroup size, vector width and unrolls; with outputs of rank
@@ -167,11 +168,11 @@ fn output_shapes(fusion: &Fusion) -> Vec<Vec<usize>> {
 }
 
 /// Builds the pointwise schedule of `fusion` from `p` (see the module docs).
-pub fn schedule_pointwise(
+pub(crate) fn schedule_pointwise(
     fusion: &Fusion,
     p: &PointwiseParams,
     device: &DeviceInfo,
-) -> Result<Schedule, ParamsError> {
+) -> Step<Schedule> {
     check_index_type(p.compile.index_type)?;
     // Not given: as the default heuristic would pick it.
     let size = (p.launch).workgroup_size_or(|| defaults(&output_shapes(fusion), device).workgroup);
@@ -237,7 +238,7 @@ struct Nest<'a> {
 impl Nest<'_> {
     /// `break_point` 0: the fused loop split into grid, outer and inner
     /// unroll, invocations and the vector.
-    fn one_dimensional(&self, s: &mut Schedule, inner: LoopId) -> Result<(), ParamsError> {
+    fn one_dimensional(&self, s: &mut Schedule, inner: LoopId) -> Step<()> {
         let (p, f) = (self.p, |x: u32| Some(u64::from(x)));
         let factors = [
             None,
@@ -255,12 +256,7 @@ impl Nest<'_> {
     /// A `break_point`: the loops before it fused into an outer loop (grid,
     /// outer unroll and, with `split_block`, invocation.y), those after it
     /// into an inner one (grid, inner unroll, invocation.x, the vector).
-    fn two_dimensional(
-        &self,
-        s: &mut Schedule,
-        outer: LoopId,
-        inner: LoopId,
-    ) -> Result<(), ParamsError> {
+    fn two_dimensional(&self, s: &mut Schedule, outer: LoopId, inner: LoopId) -> Step<()> {
         let (p, f) = (self.p, |x: u32| Some(u64::from(x)));
         let [bx, by, _] = self.size;
         let ip = s.split(
@@ -298,12 +294,7 @@ impl Nest<'_> {
     /// Binds a grid loop to `axis`: split by a fixed `launch.grid` into a
     /// grid-stride loop, or by the device limit where `split_grid_y_dim`
     /// allows.
-    fn bind_grid(
-        &self,
-        s: &mut Schedule,
-        grid: LoopId,
-        axis: ThreadAxis,
-    ) -> Result<(), ParamsError> {
+    fn bind_grid(&self, s: &mut Schedule, grid: LoopId, axis: ThreadAxis) -> Step<()> {
         let (p, max) = (self.p, self.device.limits.max_workgroups_per_dimension);
         let fixed = p.launch.grid.map(|g| g[axis.dim()]);
         let extent = s.kernel().loop_(grid).extent;
@@ -335,7 +326,7 @@ fn annotate(
     tx: LoopId,
     ty: Option<LoopId>,
     vec: LoopId,
-) -> Result<(), ParamsError> {
+) -> Step<()> {
     for &u in unrolled {
         s.unroll(u)?;
     }

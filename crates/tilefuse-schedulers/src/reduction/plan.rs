@@ -3,12 +3,13 @@
 //! reduction, vector widths, unrolls, grid axes, partials per row.
 
 use tilefuse_ir::Fusion;
-use tilefuse_params::{ParamsError, ReductionParams};
+use tilefuse_params::ReductionParams;
 
 use super::topology::{Topology, topology};
-use crate::DeviceInfo;
-use crate::ir::ThreadAxis;
-use crate::schedulers::launch::{check_index_type, check_workgroup, err};
+use crate::launch::{check_index_type, check_workgroup, err};
+use crate::step::Step;
+use tilefuse_sched::DeviceInfo;
+use tilefuse_sched::ir::ThreadAxis;
 
 /// How one nest lays out its rows and reduction.
 #[derive(Clone, Copy, Debug)]
@@ -81,11 +82,7 @@ pub(super) fn derived_workgroup(p: &ReductionParams, device: &DeviceInfo) -> [u3
     [t * (budget / t).max(1), 1, 1]
 }
 
-pub(super) fn plan(
-    fusion: &Fusion,
-    p: &ReductionParams,
-    device: &DeviceInfo,
-) -> Result<Plan, ParamsError> {
+pub(super) fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> Step<Plan> {
     let topo = topology(fusion).map_err(|e| err("scheduler", e))?;
     check_index_type(p.compile.index_type)?;
     let size = p.launch.workgroup_size_or(|| derived_workgroup(p, device));
@@ -191,7 +188,7 @@ struct CrossFlags {
 impl CrossFlags {
     /// The flags for `inner` or outer reductions; the other kind's must be
     /// off.
-    fn of(p: &ReductionParams, inner: bool) -> Result<Self, ParamsError> {
+    fn of(p: &ReductionParams, inner: bool) -> Step<Self> {
         let inner_flags = [
             (
                 "cross_invocation_inner_reduction",
@@ -245,11 +242,7 @@ fn kind(inner: bool) -> &'static str {
 /// `(rows, reduction)` vector widths: only along the contiguous domain
 /// (the reduction for inner reductions, the rows for outer ones), which
 /// the width must divide.
-fn vectorization(
-    p: &ReductionParams,
-    topo: &Topology,
-    inner: bool,
-) -> Result<(u64, u64), ParamsError> {
+fn vectorization(p: &ReductionParams, topo: &Topology, inner: bool) -> Step<(u64, u64)> {
     let (vec_rows, vec_r) = (
         u64::from(p.vectorization_factor_iteration),
         u64::from(p.vectorization_factor_reduction),
@@ -294,7 +287,7 @@ fn groups_per_row(
     topo: &Topology,
     flag_field: &str,
     per_invocation_step: u64,
-) -> Result<u64, ParamsError> {
+) -> Step<u64> {
     if p.persistent_kernel {
         return Err(err(
             flag_field,
@@ -329,7 +322,7 @@ fn groups_per_row(
 /// A subgroup reduction combines the partials of the `t` reduction
 /// invocations (on invocation.x) with shuffles, so they must be several, a
 /// power of two, and fit in the device's smallest subgroup.
-pub(super) fn check_subgroups(inner: bool, t: u64, device: &DeviceInfo) -> Result<(), ParamsError> {
+pub(super) fn check_subgroups(inner: bool, t: u64, device: &DeviceInfo) -> Step<()> {
     let (field, cross) = if inner {
         (
             "subgroup_inner_reduction",

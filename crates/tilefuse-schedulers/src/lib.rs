@@ -12,6 +12,7 @@ mod matmul;
 mod pointwise;
 mod reduction;
 mod segment;
+mod step;
 
 use std::borrow::Cow;
 
@@ -19,13 +20,13 @@ use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{HeuristicParams, ParamsError, SchedulerKind, Tunable};
 
 pub use features::{Features, ReductionShape, features};
-pub use matmul::{Matmul, matmul_heuristics, schedule_matmul};
-pub use pointwise::{Pointwise, pointwise_heuristics, schedule_pointwise};
-pub use reduction::{Reduction, reduction_heuristics, schedule_reduction};
+pub use matmul::{Matmul, matmul_heuristics};
+pub use pointwise::{Pointwise, pointwise_heuristics};
+pub use reduction::{Reduction, reduction_heuristics};
 pub use segment::{Segment, segments};
 
-use crate::{DeviceInfo, Schedule, ScheduleError};
 use canonical::canonical;
+use tilefuse_sched::{DeviceInfo, Schedule};
 
 /// An automatic scheduler, over the canonical form of a fusion.
 pub trait Scheduler: Sync {
@@ -102,22 +103,6 @@ impl<S: Scheduler> AnyScheduler for S {
 
     fn tunables(&self, fusion: &Fusion, device: &DeviceInfo) -> Vec<Tunable> {
         Scheduler::tunables(self, fusion, device)
-    }
-}
-
-/// A schedule primitive refusing one of a scheduler's own steps is a bug in
-/// the scheduler (params it cannot serve must be refused with the field at
-/// fault first); steps propagate it with `?` as a `ParamsError` at
-/// `scheduler` that names the primitive and what it refused.
-impl From<ScheduleError> for ParamsError {
-    fn from(e: ScheduleError) -> Self {
-        ParamsError::new(
-            "scheduler",
-            format!(
-                "internal error: a scheduling step failed ({e}); these params should have been \
-                 accepted or rejected with a reason, please report them"
-            ),
-        )
     }
 }
 
@@ -239,8 +224,9 @@ fn contained<T>(
 #[cfg(test)]
 mod tests {
     use super::{SchedulerKind, contained};
-    use crate::ScheduleError;
+    use crate::step::StepError;
     use tilefuse_params::ParamsError;
+    use tilefuse_sched::ScheduleError;
 
     #[test]
     fn a_panicking_scheduler_is_a_params_error() {
@@ -254,7 +240,7 @@ mod tests {
     #[test]
     fn a_refused_step_is_a_params_error_naming_the_primitive() {
         let refused = ScheduleError::pre("split", "factors must be positive").loops(["i"]);
-        let err = ParamsError::from(refused);
+        let err = ParamsError::from(StepError::from(refused));
         assert_eq!(err.path, "scheduler");
         let text = err.to_string();
         assert!(
