@@ -193,6 +193,7 @@ class RayGroup:
     ) -> None:
         self.ray = _ray()
         self.live = list(actors)
+        self.workers = len(actors)
         self.idle = list(actors)
         problem: _Problem = (fusion.to_json(), seed, inputs, replay)
         self.problem = (uuid.uuid4().hex, self.ray.put(problem))
@@ -204,6 +205,16 @@ class RayGroup:
 
     def capacity(self) -> int:
         return len(self.live)
+
+    def losses(self) -> str | None:
+        """What worker deaths cost this group, to warn about; None if none."""
+        dead = self.workers - len(self.live)
+        if not dead:
+            return None
+        return (
+            f"{dead} of {self.workers} Ray workers died while tuning; {self.requeued} "
+            "candidates they held were measured on the others"
+        )
 
     def submit(self, candidate: dict[str, Any]) -> None:
         self.queue.append(candidate)

@@ -385,6 +385,8 @@ class _Run:
             self.replay,
         )
         journal.finish()
+        if group is not None and (losses := group.losses()):
+            r["warnings"].append(losses)
         for message in r["warnings"]:
             warnings.warn(message, RuntimeWarning, stacklevel=4)
         return r
