@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -39,7 +40,9 @@ def _free_port() -> int:
 def _ray_start(log: Path, *args: str) -> subprocess.Popen[bytes]:
     """`ray start ... --block` in a session of its own, so that killing its
     process group takes the node's raylet and workers down with it."""
-    ray_cli = shutil.which("ray")
+    # Ray's command sits beside this Python (a venv need not be on PATH).
+    here = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    ray_cli = shutil.which("ray", path=here)
     assert ray_cli is not None, "Ray's `ray` command is not on PATH"
     with log.open("wb") as out:
         return subprocess.Popen(
