@@ -84,7 +84,7 @@ impl Bundle {
     pub fn add(&mut self, entry: Entry) -> Written {
         let stem = entry.key.file_stem();
         match self.entries.get(&stem) {
-            Some(old) if !replaces(&entry, old) => Written::KeptFaster,
+            Some(old) if !entry.replaces(old) => Written::KeptFaster,
             _ => {
                 self.entries.insert(stem, entry);
                 Written::Stored
@@ -130,16 +130,5 @@ impl Bundle {
             warnings.extend(w);
         }
         Ok((stored, warnings))
-    }
-}
-
-/// Whether `new` should replace `old` of the same key: a measurement made
-/// here beats an imported one whatever their times (times from another
-/// machine do not compare), else the faster wins.
-pub(crate) fn replaces(new: &Entry, old: &Entry) -> bool {
-    match (new.origin, old.origin) {
-        (Origin::Measured, Origin::Imported) => true,
-        (Origin::Imported, Origin::Measured) => false,
-        _ => new.best_time < old.best_time,
     }
 }

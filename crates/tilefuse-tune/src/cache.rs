@@ -16,7 +16,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bundle::replaces;
 use crate::key::CacheKey;
 
 /// Where an entry's measurement was made.
@@ -78,6 +77,17 @@ impl Entry {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             origin: Origin::Measured,
+        }
+    }
+
+    /// Whether this entry should replace `old` of the same key: a
+    /// measurement made here beats an imported one whatever their times
+    /// (times from another machine do not compare), else the faster wins.
+    pub(crate) fn replaces(&self, old: &Entry) -> bool {
+        match (self.origin, old.origin) {
+            (Origin::Measured, Origin::Imported) => true,
+            (Origin::Imported, Origin::Measured) => false,
+            _ => self.best_time < old.best_time,
         }
     }
 }
@@ -214,7 +224,7 @@ impl Cache {
         let mut warnings = Vec::new();
         let existing = self.read(&path, &mut warnings);
         let written = match existing {
-            Some(old) if old.key == entry.key && !replaces(entry, &old) => {
+            Some(old) if old.key == entry.key && !entry.replaces(&old) => {
                 let _ = fs::remove_file(&tmp);
                 Written::KeptFaster
             }

@@ -3,64 +3,12 @@
 //! them: [`LocalExecutor`] one at a time on a device of this process,
 //! others (Ray workers, from Python) several at once elsewhere.
 
-use serde::{Deserialize, Serialize};
 use tilefuse_ir::Fusion;
 use tilefuse_runtime::Device;
 
-use crate::measure::{self, Problem, Timing};
+use crate::candidate::{Candidate, Finalist, Measured, Timing};
+use crate::measure::{self, Problem};
 use crate::options::TuneError;
-use crate::space::Point;
-use crate::trial::Status;
-
-/// One candidate to schedule, build, check and time.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Candidate {
-    /// Its trial's id in the run.
-    pub id: usize,
-    pub params: serde_json::Value,
-    /// Its point in the space (what a replay reads its time by).
-    pub point: Point,
-    /// The best median so far: a short timing over `CUT_RATIO` times it
-    /// is cut before the full measurement.
-    pub best: Option<f64>,
-    /// Fault injection for tests: corrupt its outputs before the check.
-    #[serde(default)]
-    pub corrupt: bool,
-    /// Launches of its full timing.
-    pub timing: Timing,
-}
-
-/// A candidate of the final round.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Finalist {
-    pub params: serde_json::Value,
-    pub point: Point,
-}
-
-/// What measuring a candidate found.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Measured {
-    /// `Ok`, `Failed` (refused, failed to build or to run), `Wrong` or `Cut`.
-    pub status: Status,
-    /// Median seconds (the short timing of a cut candidate).
-    pub time: Option<f64>,
-    pub error: Option<String>,
-    /// The fingerprint of the device that measured it, where the executor
-    /// knows it: a search refuses timings of another device.
-    #[serde(default)]
-    pub device: Option<String>,
-}
-
-impl Measured {
-    pub(crate) fn failed(error: String) -> Measured {
-        Measured {
-            status: Status::Failed,
-            time: None,
-            error: Some(error),
-            device: None,
-        }
-    }
-}
 
 /// Measures candidates for a search, possibly several at once.
 pub trait Executor {

@@ -9,6 +9,7 @@
 
 mod bundle;
 mod cache;
+mod candidate;
 mod executor;
 mod key;
 pub mod measure;
@@ -24,14 +25,15 @@ mod trial;
 
 pub use bundle::Bundle;
 pub use cache::{Cache, CacheError, Entry, Lookup, Origin, Written};
-pub use executor::{Candidate, Executor, Finalist, LocalExecutor, Measured};
+pub use candidate::{Candidate, Finalist, Measured, Timing};
+pub use executor::{Executor, LocalExecutor};
 pub use key::{CODEGEN_VERSION, CacheKey, DeviceKey};
-pub use measure::{Problem, Timing};
+pub use measure::Problem;
 pub use options::{Effort, Observer, Options, TuneError};
 pub use replay::{Recording, ReplayExecutor};
 pub use search::{Search, tune, tune_with};
 pub use seeding::HeuristicReport;
 pub use seeds::{AutotunerHeuristic, DeviceKind, SeedContext};
-pub use space::{Grid, Point, Space};
-pub use strategy::{Observation, Strategy};
+pub use space::{Grid, Observation, Point, Space};
+pub use strategy::Strategy;
 pub use trial::{Source, Status, Trial, TuneResult};

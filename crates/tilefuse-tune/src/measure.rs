@@ -6,8 +6,6 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tilefuse_ir::{DType, Data, Fusion, Tensor, evaluate};
@@ -15,7 +13,7 @@ use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::{Device, Kernel};
 use tilefuse_schedulers::schedule;
 
-use crate::executor::{Candidate, Measured};
+use crate::candidate::{Candidate, Measured, Timing};
 use crate::trial::Status;
 
 /// Relative error a candidate's f32 outputs may have against the
@@ -24,13 +22,6 @@ const RTOL: f64 = 1e-3;
 
 /// Candidates whose short timing is this much slower than the best are cut.
 pub const CUT_RATIO: f64 = 3.0;
-
-/// Launches per timing.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct Timing {
-    pub warmup: usize,
-    pub repeat: usize,
-}
 
 /// Schedules `c`'s params, builds, checks and times the kernel on
 /// `device`: a short timing first, cut when over [`CUT_RATIO`] times the

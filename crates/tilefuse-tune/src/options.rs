@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tilefuse_ir::Tensor;
 
-use crate::executor::Measured;
-use crate::measure::Timing;
+use crate::candidate::Measured;
+use crate::candidate::Timing;
 use crate::strategy::Strategy;
 use crate::trial::Trial;
 

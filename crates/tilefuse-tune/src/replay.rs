@@ -9,12 +9,14 @@ use serde::{Deserialize, Serialize};
 use tilefuse_ir::Fusion;
 use tilefuse_runtime::Device;
 
-use crate::executor::{Candidate, Executor, Finalist, Measured};
-use crate::measure::Timing;
+use crate::candidate::Timing;
+use crate::candidate::{Candidate, Finalist, Measured};
+use crate::executor::Executor;
 use crate::options::{Options, TuneError};
 use crate::search::tune;
+use crate::space::Observation;
 use crate::space::{Grid, Point};
-use crate::strategy::{Observation, Points, Strategy};
+use crate::strategy::{Points, Strategy};
 use crate::trial::Status;
 
 /// Every point of a space with its time (`None`: it failed).

@@ -20,13 +20,15 @@ use tilefuse_runtime::Device;
 use tilefuse_sched::{DeviceInfo, Schedule};
 use tilefuse_schedulers::{Features, features, heuristics, schedule, tunables};
 
-use crate::executor::{Candidate, Executor, Finalist, LocalExecutor, Measured};
+use crate::candidate::{Candidate, Finalist, Measured};
+use crate::executor::{Executor, LocalExecutor};
 use crate::measure::Problem;
 use crate::options::{INTERRUPTED, Observer, Options, TuneError};
 use crate::seeding::{Proposal, Seeding};
 use crate::seeds::{AutotunerHeuristic, SeedContext};
+use crate::space::Observation;
 use crate::space::{Point, Space};
-use crate::strategy::{Observation, Points, Strategy};
+use crate::strategy::{Points, Strategy};
 use crate::trial::{Source, Status, Trial, TuneResult};
 
 /// Finalists re-measured at the end.

@@ -4,6 +4,7 @@
 
 use rand::RngExt;
 use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tilefuse_params::{HeuristicParams, ParamsError, Tunable};
 
@@ -141,4 +142,20 @@ impl Space {
     pub fn base_point(&self) -> Point {
         self.point_of(&self.base)
     }
+}
+
+/// What a strategy learns from one candidate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    pub point: Point,
+    /// Its time; `None` when it failed or computed wrong results.
+    pub time: Option<f64>,
+}
+
+/// The point of the fastest observation.
+pub(crate) fn best_point(history: &[Observation]) -> Option<&Point> {
+    (history.iter())
+        .filter_map(|o| o.time.map(|t| (t, &o.point)))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, p)| p)
 }

@@ -7,7 +7,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
-use crate::space::{Grid, Point};
+use crate::space::{Grid, Observation, Point, best_point};
 use crate::surrogate;
 
 /// How the next candidates are chosen.
@@ -24,14 +24,6 @@ pub enum Strategy {
     Surrogate,
     /// Every point, in order (small spaces).
     Exhaustive,
-}
-
-/// What a strategy learns from one candidate.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Observation {
-    pub point: Point,
-    /// Its time; `None` when it failed or computed wrong results.
-    pub time: Option<f64>,
 }
 
 /// The candidates a strategy proposes, in order, without repeats.
@@ -106,12 +98,4 @@ impl Points {
             }
         })
     }
-}
-
-/// The point of the fastest observation.
-pub(crate) fn best_point(history: &[Observation]) -> Option<&Point> {
-    (history.iter())
-        .filter_map(|o| o.time.map(|t| (t, &o.point)))
-        .min_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, p)| p)
 }

@@ -18,7 +18,7 @@ use smartcore::ensemble::random_forest_regressor::{
 use smartcore::linalg::basic::matrix::DenseMatrix;
 
 use crate::space::{Grid, Point};
-use crate::strategy::{Observation, best_point};
+use crate::space::{Observation, best_point};
 
 /// Random points measured before the model is trusted.
 const INITIAL: usize = 8;

@@ -2,8 +2,7 @@
 
 use tilefuse_ir::{BinaryOp, DType, UnaryOp};
 
-use super::index::{Index, Var};
-use super::kernel::BufferId;
+use super::index::{BufferId, Index, Var};
 
 /// A scalar expression evaluated once per block instance.
 #[derive(Clone, Debug, PartialEq)]

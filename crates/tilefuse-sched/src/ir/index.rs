@@ -11,6 +11,12 @@ use serde::{Deserialize, Serialize};
 #[serde(transparent)]
 pub struct LoopId(pub u32);
 
+/// A buffer of a kernel (an index into `Kernel::buffers`), what loads and
+/// stores address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BufferId(pub u32);
+
 /// A variable of an index expression: a loop variable (in bindings) or a
 /// block iterator (in block bodies, by position).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -7,11 +7,7 @@ use serde::{Deserialize, Serialize};
 use tilefuse_ir::{DType, ReduceOp};
 
 use super::expr::Expr;
-use super::index::{Index, LoopId, Var};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct BufferId(pub u32);
+use super::index::{BufferId, Index, LoopId, Var};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]

@@ -8,9 +8,9 @@ mod printer;
 mod region;
 
 pub use expr::Expr;
-pub use index::{Index, LoopId, Var, flat_offset};
+pub use index::{BufferId, Index, LoopId, Var, flat_offset};
 pub use kernel::{
-    Block, BlockId, Buffer, BufferId, CrossInvocation, IterKind, IterVar, Kernel, Loop, LoopKind,
-    Node, Role, Scope, ThreadAxis,
+    Block, BlockId, Buffer, CrossInvocation, IterKind, IterVar, Kernel, Loop, LoopKind, Node, Role,
+    Scope, ThreadAxis,
 };
 pub use region::{Region, RegionError};

@@ -1,0 +1,66 @@
+//! What travels between a search and the executors that measure for it:
+//! a [`Candidate`] out, its [`Measured`] result back, the [`Finalist`]s of
+//! the final round, the [`Timing`] they are measured with. Plain data,
+//! serializable, so that an executor may measure anywhere.
+
+use serde::{Deserialize, Serialize};
+
+use crate::space::Point;
+use crate::trial::Status;
+
+/// Launches per timing.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Timing {
+    pub warmup: usize,
+    pub repeat: usize,
+}
+
+/// One candidate to schedule, build, check and time.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Candidate {
+    /// Its trial's id in the run.
+    pub id: usize,
+    pub params: serde_json::Value,
+    /// Its point in the space (what a replay reads its time by).
+    pub point: Point,
+    /// The best median so far: a short timing over `CUT_RATIO` times it
+    /// is cut before the full measurement.
+    pub best: Option<f64>,
+    /// Fault injection for tests: corrupt its outputs before the check.
+    #[serde(default)]
+    pub corrupt: bool,
+    /// Launches of its full timing.
+    pub timing: Timing,
+}
+
+/// A candidate of the final round.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Finalist {
+    pub params: serde_json::Value,
+    pub point: Point,
+}
+
+/// What measuring a candidate found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// `Ok`, `Failed` (refused, failed to build or to run), `Wrong` or `Cut`.
+    pub status: Status,
+    /// Median seconds (the short timing of a cut candidate).
+    pub time: Option<f64>,
+    pub error: Option<String>,
+    /// The fingerprint of the device that measured it, where the executor
+    /// knows it: a search refuses timings of another device.
+    #[serde(default)]
+    pub device: Option<String>,
+}
+
+impl Measured {
+    pub(crate) fn failed(error: String) -> Measured {
+        Measured {
+            status: Status::Failed,
+            time: None,
+            error: Some(error),
+            device: None,
+        }
+    }
+}
