@@ -1,6 +1,7 @@
-"""The size limits CONTRIBUTING.md sets for the Rust sources: no file over
-600 lines and no function over 100 lines outside tests, so that every
-module and function can be read on a screen or two."""
+"""What CONTRIBUTING.md asks of the Rust sources' shape: no file over 600
+lines and no function over 100 lines outside tests, so that every module
+and function can be read on a screen or two; and module dependencies
+that point one way (no import circles between a crate's modules)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,79 @@ def test_source_files_and_functions_fit_the_limits(path: Path) -> None:
     assert len(text.splitlines()) <= MAX_FILE_LINES, f"{path.name}: split the module"
     long = [(name, at, n) for name, at, n in _functions(_code_lines(text)) if n > MAX_FN_LINES]
     assert long == [], f"functions over {MAX_FN_LINES} lines (name, line, length): {long}"
+
+
+_USE = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+(crate|super|self)::([^;]+);", re.M)
+
+
+def _module(src: Path, path: Path) -> tuple[str, ...]:
+    parts = path.relative_to(src).with_suffix("").parts
+    return parts[:-1] if parts[-1] in ("lib", "mod") else parts
+
+
+def _targets(tree: str) -> list[list[str]]:
+    """The module paths a `use` tree names (`a::{b::C, d}` gives a::b::C
+    and a::d)."""
+    head, brace, rest = tree.partition("{")
+    prefix = [p for p in head.strip().split("::") if p]
+    if not brace:
+        return [prefix]
+    inner, depth, items, item = rest.rsplit("}", 1)[0], 0, [], ""
+    for ch in inner:
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            items, item = [*items, item], ""
+        else:
+            item += ch
+    return [prefix + t for i in [*items, item] if i.strip() for t in _targets(i)]
+
+
+def _imports(crate: Path) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+    """Each module's imports of other modules of its crate, ancestors and
+    descendants left out (a module declares its children and may use
+    what its parent re-exports)."""
+    src = crate / "src"
+    modules = {_module(src, p): p for p in src.rglob("*.rs")}
+    graph: dict[tuple[str, ...], set[tuple[str, ...]]] = {m: set() for m in modules}
+    for m, path in modules.items():
+        text = path.read_text().split("#[cfg(test)]")[0]
+        for root, tree in _USE.findall(text):
+            base = {"crate": (), "super": m[:-1], "self": m}[root]
+            for target in _targets(tree):
+                full = base + tuple(target)
+                named = next((full[:k] for k in range(len(full), 0, -1) if full[:k] in modules), ())
+                related = named[: len(m)] == m or m[: len(named)] == named
+                if not related:
+                    graph[m].add(named)
+    return graph
+
+
+def _cycle(graph: dict[tuple[str, ...], set[tuple[str, ...]]]) -> list[str] | None:
+    state: dict[tuple[str, ...], int] = {}
+
+    def visit(m: tuple[str, ...], path: list[tuple[str, ...]]) -> list[str] | None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return ["::".join(x) for x in [*path[path.index(n) :], n]]
+            if n not in state and (found := visit(n, [*path, n])):
+                return found
+        state[m] = 2
+        return None
+
+    return next((c for m in sorted(graph) if m not in state and (c := visit(m, [m]))), None)
+
+
+def test_the_import_graph_finds_a_circle() -> None:
+    a, b, c = ("a",), ("b",), ("c",)
+    assert _cycle({a: {b}, b: {c}, c: set()}) is None
+    assert _cycle({a: {b}, b: {c}, c: {a}}) == ["a", "b", "c", "a"]
+    assert _targets("a::{b::C, d}") == [["a", "b", "C"], ["a", "d"]]
+
+
+CRATES = sorted(src.parent for src in ROOT.glob("crates/*/src"))
+
+
+@pytest.mark.parametrize("crate", CRATES, ids=lambda p: p.name)
+def test_modules_import_one_way(crate: Path) -> None:
+    assert _cycle(_imports(crate)) is None, "modules import each other in a circle"
