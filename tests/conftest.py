@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,19 @@ def assert_close(actual: Any, expected: Any, rtol: float = RTOL) -> None:
 
 def in_ci() -> bool:
     return os.environ.get("CI") == "true"
+
+
+def ray_or_skip() -> ModuleType:
+    """Ray, for a module of Ray tests; without it the module is skipped,
+    except in CI, which installs the test extras (Ray among them) and must
+    never skip them."""
+    try:
+        import ray
+    except ImportError:
+        if in_ci():
+            raise
+        pytest.skip("the Ray executor's tests need Ray (tilefuse[ray])", allow_module_level=True)
+    return ray
 
 
 def preserves_nan(device: tf.Device) -> bool:

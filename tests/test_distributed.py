@@ -17,18 +17,13 @@ from pathlib import Path
 import pytest
 
 import tilefuse as tf
-from conftest import in_ci
+from conftest import ray_or_skip
 from tilefuse.cli import main
 from tilefuse.distributed import RayExecutor, Worker
 from tilefuse.journal import Journal
 from tilefuse.tune import record
 
-try:
-    import ray
-except ImportError:
-    if in_ci():  # CI installs the test extras, Ray among them: never skip there
-        raise
-    pytest.skip("the Ray executor's tests need Ray (tilefuse[ray])", allow_module_level=True)
+ray = ray_or_skip()
 
 FIELDS = ["reduction_invocations", "unroll_factor_reduction"]
 

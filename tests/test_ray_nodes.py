@@ -20,14 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import in_ci
+from conftest import ray_or_skip
 
-try:
-    import ray  # noqa: F401  (the driver below imports it)
-except ImportError:
-    if in_ci():  # CI installs the test extras, Ray among them: never skip there
-        raise
-    pytest.skip("the Ray executor's tests need Ray (tilefuse[ray])", allow_module_level=True)
+ray_or_skip()  # the driver below imports it
 
 
 def _free_port() -> int:

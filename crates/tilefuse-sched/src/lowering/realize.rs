@@ -249,9 +249,7 @@ impl<'k> Users<'k> {
     /// `start`, over the canonical invocation loops, in block `b`'s own.
     fn own_start(&self, b: BlockId, start: &[Index]) -> Result<Vec<Index>, String> {
         let own = |axis: ThreadAxis| {
-            let path = self.paths[&b].iter().copied();
-            path.into_iter()
-                .find(|&l| invocation_axis(self.k, l) == Some(axis))
+            (self.paths[&b].iter().copied()).find(|&l| invocation_axis(self.k, l) == Some(axis))
         };
         let missing = std::cell::Cell::new(false);
         let start = start
