@@ -33,14 +33,13 @@ def main() -> None:
     print("| workers | tune wall time (median) | trials/s | best |")
     print("|---|---|---|---|")
     for n in (1, 2):
-        ex = RayExecutor(n)
         walls, best = [], []
-        for seed in range(args.rep):
-            start = time.perf_counter()
-            r = tf.tune(f, executor=ex, trials=args.trials, seed=seed, cache=False)
-            walls.append(time.perf_counter() - start)
-            best.append(r.best_time)
-        ex.shutdown()
+        with RayExecutor(n) as ex:
+            for seed in range(args.rep):
+                start = time.perf_counter()
+                r = tf.tune(f, executor=ex, trials=args.trials, seed=seed, cache=False)
+                walls.append(time.perf_counter() - start)
+                best.append(r.best_time)
         wall = statistics.median(walls)
         rate = args.trials / wall
         print(f"| {n} | {wall:.2f} s | {rate:.1f} | {statistics.median(best) * 1e3:.3f} ms |")

@@ -19,7 +19,7 @@ import pytest
 import tilefuse as tf
 from conftest import ray_or_skip
 from tilefuse.cli import main
-from tilefuse.distributed import RayExecutor, Worker
+from tilefuse.distributed import RayExecutor, RayGroup, Worker
 from tilefuse.journal import Journal
 from tilefuse.tune import record
 
@@ -52,15 +52,12 @@ def test_two_workers_find_the_local_winner_on_a_recorded_space() -> None:
     f = softmax(16, 64)
     local = tf.Device.cpu()
     recording = record(f, local, FIELDS)
-    ex = RayExecutor([Worker("cpu", local.info["cores"])] * 2)
-    try:
+    with RayExecutor([Worker("cpu", local.info["cores"])] * 2) as ex:
         ((fingerprint, (remote, _)),) = ex.groups().items()
         assert fingerprint == local.fingerprint and remote.info == local.info
         kw = {"strategy": "exhaustive", "trials": 1000, "fields": FIELDS, "replay": recording}
         here = tf.tune(f, local, cache=False, **kw)
         there = tf.tune(f, executor=ex, cache=False, **kw)
-    finally:
-        ex.shutdown()
     assert there.best_params == here.best_params
     assert there.best_time == here.best_time
     assert {t["device"] for t in there.trials} == {local.fingerprint}
@@ -80,11 +77,8 @@ def test_a_killed_worker_s_candidates_go_to_the_other() -> None:
 
     start = time.monotonic()
     threading.Thread(target=kill, daemon=True).start()
-    try:
-        with pytest.warns(RuntimeWarning, match=r"1 of 2 Ray workers died .* [1-9]\d* candidates"):
-            r = tf.tune(softmax(128, 1024), executor=ex, trials=16, seconds=60, cache=False, seed=2)
-    finally:
-        ex.shutdown()
+    with ex, pytest.warns(RuntimeWarning, match=r"1 of 2 Ray workers died .* [1-9]\d* candidates"):
+        r = tf.tune(softmax(128, 1024), executor=ex, trials=16, seconds=60, cache=False, seed=2)
     assert killed_at, "the worker was not killed"
     assert killed_at[0] - start < r.elapsed, "the run ended before the worker died"
     assert_nothing_lost_or_twice(r)
@@ -94,13 +88,10 @@ def test_a_killed_worker_s_candidates_go_to_the_other() -> None:
 
 @pytest.mark.usefixtures("own_cache")
 def test_two_device_fingerprints_give_two_cache_entries() -> None:
-    ex = RayExecutor([Worker("cpu", 1), Worker("cpu", 2)])
-    try:
+    with RayExecutor([Worker("cpu", 1), Worker("cpu", 2)]) as ex:
         found = tf.tune(softmax(32, 128), executor=ex, devices="all", trials=3)
         with pytest.raises(ValueError, match="2 device fingerprints"):
             tf.tune(softmax(32, 128), executor=ex, trials=3)
-    finally:
-        ex.shutdown()
     assert len(found) == 2
     for fingerprint, r in found.items():
         assert {t["device"] for t in r.trials} == {fingerprint}
@@ -126,6 +117,24 @@ def test_a_run_that_died_resumes_from_its_journal(monkeypatch: pytest.MonkeyPatc
     times = {str(t["params"]): t["time"] for t in first.trials}
     assert all(times[str(t["params"])] == t["time"] for t in again.trials)
     assert not journal.path.exists()
+
+
+def test_the_workers_tune_started_stop_with_it_also_on_ctrl_c(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def interrupted(self: RayGroup) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RayGroup, "next", interrupted)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        tf.tune(softmax(16, 64), executor="ray", trials=2, cache=False)
+    # The traceback (kept, as an interactive session keeps it) holds
+    # tune's frames: its workers must be stopped, not merely unreferenced.
+    assert caught.traceback
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
+        assert time.monotonic() < deadline, "tune's Ray workers still hold their CPUs"
+        time.sleep(0.2)
 
 
 def test_bad_executor_arguments_are_clear_errors() -> None:

@@ -65,8 +65,8 @@ def _tune(args: argparse.Namespace) -> int:
     if args.executor == "ray":
         from .distributed import RayExecutor
 
-        ex = RayExecutor(args.workers, address=args.address, threads=args.threads)
-        results = tune(f, executor=ex, devices="all", **options)
+        with RayExecutor(args.workers, address=args.address, threads=args.threads) as ex:
+            results = tune(f, executor=ex, devices="all", **options)
         named = {d.fingerprint: d.info["name"] for d in ex.devices}
         done = [(r, f"{named[fp]} ({fp})") for fp, r in results.items()]
     else:

@@ -121,7 +121,8 @@ class RayExecutor:
     initialized Ray is used, else a local one is started. ``workers`` is
     a count of CPU workers with ``threads`` threads each, or a list of
     :class:`Worker`; by default one GPU worker per GPU of the cluster, or,
-    without GPUs, one CPU worker per node with all its CPUs."""
+    without GPUs, one CPU worker per node with all its CPUs. Used as a
+    context manager, it stops its workers on leaving."""
 
     def __init__(
         self,
@@ -152,6 +153,12 @@ class RayExecutor:
         ray = _ray()
         for a in self.actors:
             ray.kill(a)
+
+    def __enter__(self) -> RayExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
 
 
 def _specs(ray: Any, workers: int | Sequence[Worker] | None, threads: int) -> list[Worker]:

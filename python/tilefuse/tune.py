@@ -273,33 +273,41 @@ def tune(
         sys.stderr.isatty() if progress is None else progress,
         replay,
     )
+    if devices not in (None, "all"):
+        raise ValueError(f"tune: devices={devices!r} is not 'all' or None")
     if executor == "local":
         if devices is not None:
             raise ValueError("tune: devices='all' needs a Ray executor (executor='ray')")
         return run.tune(fusion, arrays, device or Device.default())
-    ray = _ray_executor(executor, device)
+    if device is not None:
+        raise ValueError("tune: with a Ray executor the workers' devices are tuned; omit device")
+    from .distributed import RayExecutor
+
+    if isinstance(executor, RayExecutor):
+        return _tune_on_ray(run, fusion, arrays, executor, devices)
+    if executor != "ray":
+        raise ValueError(f"tune: executor={executor!r} is not 'local', 'ray' or a RayExecutor")
+    # Workers this call started are stopped when it ends, also by an
+    # error or Ctrl-C (whose traceback would otherwise keep them alive).
+    with RayExecutor() as ray:
+        return _tune_on_ray(run, fusion, arrays, ray, devices)
+
+
+def _tune_on_ray(
+    run: _Run,
+    fusion: Fusion,
+    arrays: tuple[np.ndarray, ...] | None,
+    ray: RayExecutor,
+    devices: Literal["all"] | None,
+) -> TuneResult | dict[str, TuneResult]:
     groups = ray.groups()
     if devices is None and len(groups) > 1:
         raise ValueError(
             f"tune: the Ray workers have {len(groups)} device fingerprints "
             f"({', '.join(groups)}); pass devices='all' to tune for each"
         )
-    if devices not in (None, "all"):
-        raise ValueError(f"tune: devices={devices!r} is not 'all' or None")
     found = {fp: run.tune(fusion, arrays, d, actors) for fp, (d, actors) in groups.items()}
     return found if devices == "all" else next(iter(found.values()))
-
-
-def _ray_executor(executor: str | RayExecutor, device: DeviceFacts | None) -> RayExecutor:
-    from .distributed import RayExecutor
-
-    if device is not None:
-        raise ValueError("tune: with a Ray executor the workers' devices are tuned; omit device")
-    if isinstance(executor, RayExecutor):
-        return executor
-    if executor == "ray":
-        return RayExecutor()
-    raise ValueError(f"tune: executor={executor!r} is not 'local', 'ray' or a RayExecutor")
 
 
 @dataclass
