@@ -116,6 +116,26 @@ def from_schema(root: dict[str, Any], schema: dict[str, Any]) -> st.SearchStrate
     return st.fixed_dictionaries({}, optional=fields)
 
 
+class ScaledReference(tf.Workload):
+    """Row sums of exp(x) whose reference is the exact one scaled by
+    ``1 + off``, checked within ``rtol``; it counts its calls."""
+
+    name = "scaled_reference"
+
+    def __init__(self, off: float, rtol: float) -> None:
+        super().__init__()
+        self.off, self.tolerance, self.calls = off, tf.Tolerance(rtol), 0
+
+    def fusion(self) -> tf.Fusion:
+        f = tf.Fusion()
+        f.output(f.input((8, 64), "f32", name="x").exp().sum(axis=1))
+        return f
+
+    def reference(self, *inputs: np.ndarray) -> Any:
+        self.calls += 1
+        return np.exp(inputs[0].astype(np.float64)).sum(axis=1) * (1 + self.off)
+
+
 def schedule_or_reject(
     f: tf.Fusion, values: dict[str, Any], device: tf.Device, outcomes: dict[str, int]
 ) -> Any:

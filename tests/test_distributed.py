@@ -13,11 +13,12 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import tilefuse as tf
-from conftest import ray_or_skip
+from conftest import ScaledReference, ray_or_skip
 from tilefuse.cli import main
 from tilefuse.distributed import RayExecutor, RayGroup, Worker
 from tilefuse.journal import Journal
@@ -117,6 +118,15 @@ def test_a_run_that_died_resumes_from_its_journal(monkeypatch: pytest.MonkeyPatc
     times = {str(t["params"]): t["time"] for t in first.trials}
     assert all(times[str(t["params"])] == t["time"] for t in again.trials)
     assert not journal.path.exists()
+
+
+def test_workers_check_against_the_workloads_reference_and_tolerance() -> None:
+    kw: dict[str, Any] = {"trials": 2, "seed": 1, "cache": False, "progress": False}
+    with RayExecutor(1) as ex:
+        r = tf.tune(ScaledReference(off=1e-4, rtol=1e-3), executor=ex, **kw)
+        assert {t["status"] for t in r.trials} <= {"ok", "cut", "duplicate"}
+        with pytest.raises(tf.ParamsError, match="no candidate ran correctly"):
+            tf.tune(ScaledReference(off=1e-4, rtol=1e-6), executor=ex, **kw)
 
 
 def test_the_workers_tune_started_stop_with_it_also_on_ctrl_c(

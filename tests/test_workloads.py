@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tilefuse as tf
-from conftest import assert_close
+from conftest import ScaledReference, assert_close
 
 # Small, odd sizes: every built-in, each option of the matmul.
 SMALL: list[tuple[str, dict[str, Any]]] = [
@@ -220,3 +220,30 @@ def test_inputs_a_workload_gets_wrong_are_named() -> None:
     wrong = r"input 0 \(x\): expected f32\[4, 8\], got f32\[4, 9\]"
     with pytest.raises(tf.FusionError, match=wrong):
         tf.tune(Wrong(), tf.Device.cpu(), trials=1, cache=False, progress=False)
+
+
+def test_the_tuner_checks_against_the_workloads_reference_and_tolerance(
+    device: tf.Device,
+) -> None:
+    kw: dict[str, Any] = {"trials": 2, "seed": 1, "cache": False, "progress": False}
+    close = ScaledReference(off=1e-4, rtol=1e-3)
+    r = tf.tune(close, device, **kw)
+    assert {t["status"] for t in r.trials} <= {"ok", "cut", "duplicate"}
+    assert tf.Engine(device).verify(close, r.best_params, seed=1).passed
+    assert close.calls == 1  # one reference per seed, shared with the engine
+    # The same outputs fail a tighter tolerance, and a reference that is
+    # wrong fails every candidate although the evaluator's would pass.
+    for wrong in (ScaledReference(off=1e-4, rtol=1e-6), ScaledReference(off=0.5, rtol=1e-3)):
+        with pytest.raises(tf.ParamsError, match="no candidate ran correctly"):
+            tf.tune(wrong, device, **kw)
+
+
+def test_a_segmented_workload_s_outputs_are_checked_against_its_reference() -> None:
+    base = type(tf.workloads.get("attention", seq=16, dim=8))
+
+    class Doubled(base):  # type: ignore[misc, valid-type]
+        def reference(self, *inputs: np.ndarray) -> Any:
+            return super().reference(*inputs) * 2
+
+    with pytest.raises(tf.ParamsError, match="no candidate ran correctly"):
+        tf.tune(Doubled(seq=16, dim=8), tf.Device.cpu(), trials=1, cache=False, progress=False)

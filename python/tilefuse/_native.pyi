@@ -141,6 +141,7 @@ def tune(
     ] = ...,
     builtin_heuristics: bool = True,
     inputs: tuple[npt.NDArray[Any], ...] | None = None,
+    expected: tuple[npt.NDArray[Any], ...] | None = None,
     executor: Any | None = None,
     replay: str | None = None,
 ) -> dict[str, Any]: ...
@@ -151,13 +152,16 @@ def record(
 @final
 class TuneProblem:
     """What a tuning worker measures candidates on: a fusion, its inputs
-    (given, or random from ``seed``) and the reference's outputs."""
+    (given, or random from ``seed``) and the outputs they must give within
+    ``rtol`` (given, or the reference evaluator's)."""
 
     def __new__(
         cls,
         fusion: Fusion,
         seed: int = 0,
         inputs: tuple[npt.NDArray[Any], ...] | None = None,
+        expected: tuple[npt.NDArray[Any], ...] | None = None,
+        rtol: float = 1e-3,
         replay: str | None = None,
     ) -> TuneProblem: ...
     def measure(self, device: Device, candidate: dict[str, Any]) -> dict[str, Any]:

@@ -26,8 +26,6 @@ from .schedule import Device, DeviceFacts
 if TYPE_CHECKING:
     import numpy as np
 
-    from .fusion import Fusion
-
 __all__ = ["RayExecutor", "RemoteDevice", "Worker"]
 
 #: Times a candidate is measured again after its worker died.
@@ -72,10 +70,26 @@ class RemoteDevice(DeviceFacts):
         return f"<RemoteDevice {self._info['name']} ({self._info['backend']}, {self.fingerprint})>"
 
 
-#: What candidates are measured on: the fusion's JSON, the seed of random
-#: inputs, given inputs, a recording to replay. Sent to workers as one Ray
-#: object (put once), made into a native problem once per worker.
-_Problem = tuple[str, int, "tuple[np.ndarray, ...] | None", "str | None"]
+@dataclass(frozen=True)
+class Problem:
+    """What workers check and time candidates on. Sent to them as one Ray
+    object (put once), made into a native problem once per worker."""
+
+    #: The fusion, as JSON.
+    fusion: str
+    #: Makes the random inputs when there are no ``inputs``.
+    seed: int
+    inputs: tuple[np.ndarray, ...] | None
+    #: The outputs the inputs must give; the reference evaluator's if None.
+    expected: tuple[np.ndarray, ...] | None
+    #: How close f32 outputs must be (see :class:`~tilefuse.Tolerance`).
+    rtol: float
+    #: A recording whose times are read instead of measured.
+    replay: str | None
+
+    def native(self) -> _native.TuneProblem:
+        f = _native.Fusion.from_json(self.fusion)
+        return _native.TuneProblem(f, self.seed, self.inputs, self.expected, self.rtol, self.replay)
 
 
 class _TuneWorker:
@@ -88,20 +102,18 @@ class _TuneWorker:
     def describe(self) -> tuple[dict[str, Any], int]:
         return self.device.info, os.getpid()
 
-    def _problem(self, key: str, problem: _Problem) -> _native.TuneProblem:
+    def _problem(self, key: str, problem: Problem) -> _native.TuneProblem:
         if self.problem is None or self.problem[0] != key:
-            fusion, seed, inputs, replay = problem
-            f = _native.Fusion.from_json(fusion)
-            self.problem = (key, _native.TuneProblem(f, seed, inputs, replay))
+            self.problem = (key, problem.native())
         return self.problem[1]
 
-    def measure(self, key: str, problem: _Problem, candidate: dict[str, Any]) -> dict[str, Any]:
+    def measure(self, key: str, problem: Problem, candidate: dict[str, Any]) -> dict[str, Any]:
         m = self._problem(key, problem).measure(self.device._native, candidate)
         m["device"] = self.device.fingerprint
         return m
 
     def final_round(
-        self, key: str, problem: _Problem, finalists: list[dict[str, Any]], warmup: int, repeat: int
+        self, key: str, problem: Problem, finalists: list[dict[str, Any]], warmup: int, repeat: int
     ) -> list[float]:
         tp = self._problem(key, problem)
         return tp.final_round(self.device._native, finalists, warmup, repeat)
@@ -190,19 +202,11 @@ class RayGroup:
     """The native tuner's executor over the workers of one device
     fingerprint: one candidate in flight per worker."""
 
-    def __init__(
-        self,
-        actors: list[Any],
-        fusion: Fusion,
-        seed: int,
-        inputs: tuple[np.ndarray, ...] | None,
-        replay: str | None = None,
-    ) -> None:
+    def __init__(self, actors: list[Any], problem: Problem) -> None:
         self.ray = _ray()
         self.live = list(actors)
         self.workers = len(actors)
         self.idle = list(actors)
-        problem: _Problem = (fusion.to_json(), seed, inputs, replay)
         self.problem = (uuid.uuid4().hex, self.ray.put(problem))
         self.queue: deque[dict[str, Any]] = deque()
         self.running: dict[Any, tuple[Any, dict[str, Any]]] = {}

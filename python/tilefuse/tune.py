@@ -10,6 +10,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+import numpy as np
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -18,14 +19,18 @@ from . import cache as _cache
 from . import heuristic as _heuristic
 from .journal import Journal
 from .params import HeuristicParams
+from .workload import Tolerance
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from .distributed import RayExecutor
     from .fusion import Fusion
     from .schedule import Device, DeviceFacts
-    from .workload import WorkloadLike
+    from .workload import Workload, WorkloadLike
+
+Arrays = tuple[np.ndarray, ...]
+
+#: The numpy dtype of each of the fusion's dtypes.
+_NUMPY_DTYPES = {"f32": np.float32, "i32": np.int32, "u32": np.uint32, "bool": np.bool_}
 
 __all__ = ["TuneResult", "record", "tune"]
 
@@ -141,26 +146,37 @@ class _Progress:
             self.bar.stop()
 
 
-_Fed = list[tuple["Fusion", "tuple[np.ndarray, ...] | None"]]
+@dataclass(frozen=True)
+class _Part:
+    """A fusion tuned on its own (the whole, or a segment) and what its
+    candidates are checked on: inputs and the outputs they must give, or
+    ``None`` for random inputs and the reference evaluator's outputs."""
+
+    fusion: Fusion
+    inputs: Arrays | None = None
+    expected: Arrays | None = None
 
 
-def _segments_fed(fusion: Fusion, arrays: tuple[np.ndarray, ...] | None) -> _Fed:
+def _parts(fusion: Fusion, arrays: Arrays | None, expected: Arrays | None) -> list[_Part]:
     """The fusions to tune (the segments of a segmented fusion, in order)
-    with the inputs each runs on: from ``arrays`` (a workload's) and the
-    reference's values of earlier segments' outputs, or ``None`` (random
-    inputs) without ``arrays``."""
+    with what each is checked on: ``arrays`` (a workload's), the
+    reference evaluator's values of earlier segments' outputs, and the
+    ``expected`` outputs (a workload's reference's) where a segment
+    computes one of the fusion's outputs."""
     if not fusion._segmented():
-        return [(fusion, arrays)]
+        return [_Part(fusion, arrays, expected)]
     segments = fusion.segments()
     if arrays is None:
-        return [(seg.fusion, None) for seg in segments]
+        return [_Part(seg.fusion) for seg in segments]
     values = {t.id: a for t, a in zip(fusion.inputs, arrays, strict=True)}
-    out: _Fed = []
+    wanted = {t.id: e for t, e in zip(fusion.outputs, expected or (), strict=False)}
+    out = []
     for seg in segments:
         fed = tuple(values[t.id] for t in seg.inputs)
-        out.append((seg.fusion, fed))
         outs = seg.fusion._native.evaluate(*fed)
         values.update(zip((t.id for t in seg.outputs), outs, strict=True))
+        want = tuple(wanted.get(t.id, v) for t, v in zip(seg.outputs, outs, strict=True))
+        out.append(_Part(seg.fusion, fed, want))
     return out
 
 
@@ -223,8 +239,10 @@ def tune(
     :class:`Fusion`, whose candidates run on random inputs, or anything
     :func:`~tilefuse.as_workload` takes, whose payload is tuned on the
     workload's ``inputs(seed)``, each segment of a segmented one on the
-    reference's values of what feeds it) (of each segment's, for fusions
-    that run as several kernels) on ``device``
+    reference evaluator's values of what feeds it, and candidates are
+    checked against the workload's ``expected(seed)`` within its
+    ``tolerance``) (of each segment's, for fusions that run as several
+    kernels) on ``device``
     (``Device.default()`` when omitted), starting from the default
     heuristic and the seeds of the seed heuristics that apply (the built-in
     ones unless ``builtin_heuristics`` is false, and every registered
@@ -253,19 +271,21 @@ def tune(
     from .schedule import Device
     from .workload import as_workload
 
-    arrays, inputs = None, "random"
-    if not isinstance(fusion, Fusion):
+    options: dict[str, Any] = {
+        "effort": effort,
+        "strategy": strategy,
+        "trials": trials,
+        "seconds": seconds,
+        "fields": fields,
+    }
+    if isinstance(fusion, Fusion):
+        parts, inputs = _parts(fusion, None, None), "random"
+    else:
         workload = as_workload(fusion)
-        fusion, arrays = workload.payload, workload.inputs(seed or 0)
-        inputs = workload.key
+        parts, inputs = _workload_parts(workload, seed or 0), workload.key
+        options["rtol"] = workload.tolerance.rtol
     run = _Run(
-        {
-            "effort": effort,
-            "strategy": strategy,
-            "trials": trials,
-            "seconds": seconds,
-            "fields": fields,
-        },
+        options,
         seed,
         inputs,
         cache,
@@ -278,25 +298,39 @@ def tune(
     if executor == "local":
         if devices is not None:
             raise ValueError("tune: devices='all' needs a Ray executor (executor='ray')")
-        return run.tune(fusion, arrays, device or Device.default())
+        return run.tune(parts, device or Device.default())
     if device is not None:
         raise ValueError("tune: with a Ray executor the workers' devices are tuned; omit device")
     from .distributed import RayExecutor
 
     if isinstance(executor, RayExecutor):
-        return _tune_on_ray(run, fusion, arrays, executor, devices)
+        return _tune_on_ray(run, parts, executor, devices)
     if executor != "ray":
         raise ValueError(f"tune: executor={executor!r} is not 'local', 'ray' or a RayExecutor")
     # Workers this call started are stopped when it ends, also by an
     # error or Ctrl-C (whose traceback would otherwise keep them alive).
     with RayExecutor() as ray:
-        return _tune_on_ray(run, fusion, arrays, ray, devices)
+        return _tune_on_ray(run, parts, ray, devices)
+
+
+def _workload_parts(workload: Workload, seed: int) -> list[_Part]:
+    """:func:`_parts` of a workload's payload, checked on its inputs and
+    on its reference's outputs for them (cached by the workload: shared
+    with the engine), each converted to the output's dtype."""
+    f, expected = workload.payload, workload.expected(seed)
+    if len(expected) != len(f.outputs):
+        raise ValueError(
+            f"tune: {workload.label}'s reference gave {len(expected)} outputs, "
+            f"the fusion has {len(f.outputs)}"
+        )
+    outs = zip(expected, f.outputs, strict=True)
+    wanted: Arrays = tuple(np.asarray(e, dtype=_NUMPY_DTYPES[t.dtype]) for e, t in outs)
+    return _parts(f, workload.inputs(seed), wanted)
 
 
 def _tune_on_ray(
     run: _Run,
-    fusion: Fusion,
-    arrays: tuple[np.ndarray, ...] | None,
+    parts: list[_Part],
     ray: RayExecutor,
     devices: Literal["all"] | None,
 ) -> TuneResult | dict[str, TuneResult]:
@@ -306,7 +340,7 @@ def _tune_on_ray(
             f"tune: the Ray workers have {len(groups)} device fingerprints "
             f"({', '.join(groups)}); pass devices='all' to tune for each"
         )
-    found = {fp: run.tune(fusion, arrays, d, actors) for fp, (d, actors) in groups.items()}
+    found = {fp: run.tune(parts, d, actors) for fp, (d, actors) in groups.items()}
     return found if devices == "all" else next(iter(found.values()))
 
 
@@ -326,23 +360,21 @@ class _Run:
 
     def tune(
         self,
-        fusion: Fusion,
-        arrays: tuple[np.ndarray, ...] | None,
+        parts: list[_Part],
         device: DeviceFacts,
         actors: list[Any] | None = None,
     ) -> TuneResult:
-        """Tunes each segment of ``fusion`` on ``device`` (or on the Ray
-        ``actors`` that own it) and caches the winners."""
+        """Tunes each part on ``device`` (or on the Ray ``actors`` that own
+        it) and caches the winners."""
         show = _Progress(self.progress)
-        segments = _segments_fed(fusion, arrays)
         try:
-            results = [self._segment(f, fed, device, actors, show) for f, fed in segments]
+            results = [self._part(p, device, actors, show) for p in parts]
         finally:
             show.close()
         if self.cache:
-            for (f, _), r in zip(segments, results, strict=True):
+            for p, r in zip(parts, results, strict=True):
                 _cache.store(
-                    f,
+                    p.fusion,
                     device,
                     r["best_params"],
                     r["best_time"],
@@ -353,18 +385,17 @@ class _Run:
                 )
         return _result(results)
 
-    def _segment(
+    def _part(
         self,
-        f: Fusion,
-        fed: tuple[np.ndarray, ...] | None,
+        part: _Part,
         device: DeviceFacts,
         actors: list[Any] | None,
         show: _Progress,
     ) -> dict[str, Any]:
-        from .distributed import RayGroup
+        from .distributed import Problem, RayGroup
         from .schedule import Device
 
-        seed = self.seed or 0
+        f, seed = part.fusion, self.seed or 0
         journal = Journal.of(f, device, self.inputs, seed) if self.cache else Journal(None)
         options = {
             **self.options,
@@ -380,7 +411,11 @@ class _Run:
         kind = f.features()["scheduler"]
         seeders = _heuristic.for_tuning(f, device, kind)
         target: Any = device._native if isinstance(device, Device) else device.info
-        group = None if actors is None else RayGroup(actors, f, seed, fed, self.replay)
+        group = None
+        if actors is not None:
+            rtol = self.options.get("rtol", Tolerance.rtol)
+            problem = Problem(f.to_json(), seed, part.inputs, part.expected, rtol, self.replay)
+            group = RayGroup(actors, problem)
         r = _native.tune(
             f._native,
             target,
@@ -388,7 +423,8 @@ class _Run:
             observe,
             seeders,
             self.builtin_heuristics,
-            fed,
+            part.inputs,
+            part.expected,
             group,
             self.replay,
         )

@@ -41,4 +41,5 @@ pub use summary::{Complexity, MatmulSummary, ReductionSummary, Summary, summariz
 pub use tensor::{Data, Scalar, Tensor};
 pub use view::{
     AsTensorRef, DataMut, DataRef, TensorMut, TensorRef, check_arguments, check_outputs,
+    check_results,
 };

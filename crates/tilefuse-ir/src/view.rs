@@ -213,6 +213,13 @@ pub fn check_arguments(fusion: &Fusion, inputs: &[TensorRef<'_>]) -> Result<()> 
     check_tensors(fusion, "input", fusion.inputs(), given)
 }
 
+/// Checks that `outputs` computed elsewhere (a workload's own reference)
+/// match the fusion's outputs as [`check_arguments`] does its inputs.
+pub fn check_results(fusion: &Fusion, outputs: &[TensorRef<'_>]) -> Result<()> {
+    let given = outputs.iter().map(|t| (t.ty(), t.data.len()));
+    check_tensors(fusion, "output", fusion.outputs(), given)
+}
+
 /// Checks that `outputs` match the fusion's tensors `ids` (its outputs, or
 /// those a sequence of kernels returns) as [`check_arguments`] does its
 /// inputs.

@@ -16,6 +16,8 @@ use numpy::{
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::os::raw::c_int;
+use std::sync::Arc;
+use tilefuse::ir::{check_arguments, check_results};
 use tilefuse::{
     DType, Data, DataMut, DataRef, Fusion, FusionError, RuntimeError, Tensor, TensorId, TensorMut,
     TensorRef,
@@ -78,12 +80,18 @@ fn in_place(a: &Bound<'_, PyUntypedArray>) -> bool {
     a.is_c_contiguous() && a.is_aligned()
 }
 
-/// Borrows one numpy array as an input; `index` and `label` name it in
-/// errors.
-fn input<'py>(obj: &Bound<'py, PyAny>, index: usize, label: &str) -> PyResult<Input<'py>> {
+/// Borrows one numpy array as an input; `what`, `index` and `label` name
+/// it in errors.
+fn input<'py>(
+    obj: &Bound<'py, PyAny>,
+    what: &str,
+    index: usize,
+    label: &str,
+) -> PyResult<Input<'py>> {
     let Ok(untyped) = obj.cast::<PyUntypedArray>() else {
         return Err(wrong_input(
             obj,
+            what,
             index,
             label,
             obj.get_type().name()?.to_string(),
@@ -109,13 +117,19 @@ fn input<'py>(obj: &Bound<'py, PyAny>, index: usize, label: &str) -> PyResult<In
         Ok(Input::U32(a.try_readonly()?))
     } else {
         let dtype = format!("an array of {}", untyped.dtype().str()?);
-        Err(wrong_input(obj, index, label, dtype))
+        Err(wrong_input(obj, what, index, label, dtype))
     }
 }
 
-fn wrong_input(obj: &Bound<'_, PyAny>, index: usize, label: &str, got: String) -> PyErr {
+fn wrong_input(
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    index: usize,
+    label: &str,
+    got: String,
+) -> PyErr {
     let e = FusionError::Argument(format!(
-        "input {index} ({label}): expected a numpy array of float32, int32, uint32 or bool, got {got}"
+        "{what} {index} ({label}): expected a numpy array of float32, int32, uint32 or bool, got {got}"
     ));
     e.to_py_err(obj.py())
 }
@@ -163,7 +177,16 @@ pub fn call<'py>(
 
 /// Borrows the call's arrays as inputs, naming each in errors.
 pub fn inputs<'py>(fusion: &Fusion, arrays: &Bound<'py, PyTuple>) -> PyResult<Vec<Input<'py>>> {
-    let ids = fusion.inputs();
+    borrow(fusion, fusion.inputs(), "input", arrays)
+}
+
+/// Borrows `arrays`, one per tensor of `ids` (the fusion's `what`s).
+fn borrow<'py>(
+    fusion: &Fusion,
+    ids: &[TensorId],
+    what: &str,
+    arrays: &Bound<'py, PyTuple>,
+) -> PyResult<Vec<Input<'py>>> {
     arrays
         .iter()
         .enumerate()
@@ -171,9 +194,47 @@ pub fn inputs<'py>(fusion: &Fusion, arrays: &Bound<'py, PyTuple>) -> PyResult<Ve
             let label = ids
                 .get(i)
                 .map_or_else(|| "extra".to_owned(), |&t| fusion.label(t));
-            input(&a, i, &label)
+            input(&a, what, i, &label)
         })
         .collect()
+}
+
+/// A workload's inputs and the outputs they must give, from Python.
+pub struct Reference {
+    pub inputs: Option<Arc<[Tensor]>>,
+    pub expected: Option<Vec<Tensor>>,
+}
+
+impl Reference {
+    /// Copies `inputs` (one array per fusion input) and `expected` (one
+    /// per output), checked against the fusion's types.
+    pub fn new(
+        fusion: &Fusion,
+        inputs: Option<Bound<'_, PyTuple>>,
+        expected: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Reference> {
+        Ok(Reference {
+            inputs: inputs.map(|a| input_tensors(fusion, &a)).transpose()?,
+            expected: (expected.map(|a| output_tensors(fusion, &a))).transpose()?,
+        })
+    }
+}
+
+/// Copies `arrays` into tensors: the fusion's inputs, checked as a call's.
+fn input_tensors(fusion: &Fusion, arrays: &Bound<'_, PyTuple>) -> PyResult<Arc<[Tensor]>> {
+    let given = inputs(fusion, arrays)?;
+    let views: Vec<_> = given.iter().map(Input::view).collect();
+    check_arguments(fusion, &views).or_raise(arrays.py())?;
+    Ok(views.iter().map(TensorRef::to_tensor).collect())
+}
+
+/// Copies `arrays` into tensors: outputs the fusion must give (a
+/// reference's), checked against its outputs' types.
+fn output_tensors(fusion: &Fusion, arrays: &Bound<'_, PyTuple>) -> PyResult<Vec<Tensor>> {
+    let given = borrow(fusion, fusion.outputs(), "expected output", arrays)?;
+    let views: Vec<_> = given.iter().map(Input::view).collect();
+    check_results(fusion, &views).or_raise(arrays.py())?;
+    Ok(views.iter().map(TensorRef::to_tensor).collect())
 }
 
 /// One output of a call: a numpy array borrowed for writing.

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use serde_json::Value;
 use tilefuse::Fusion;
+use tilefuse::tune::measure::RTOL;
 use tilefuse::tune::{
     Candidate, Executor, Finalist, Measured, Problem, Recording, ReplayExecutor, Timing, TuneError,
     measure,
@@ -115,26 +116,23 @@ pub struct PyTuneProblem {
 
 #[pymethods]
 impl PyTuneProblem {
+    /// See `tilefuse._native.tune` for `inputs`, `expected` and `rtol`.
     #[new]
-    #[pyo3(signature = (fusion, seed=0, inputs=None, replay=None))]
+    #[pyo3(signature = (fusion, seed=0, inputs=None, expected=None, rtol=RTOL, replay=None))]
     fn new(
         py: Python<'_>,
         fusion: &PyFusion,
         seed: u64,
         inputs: Option<Bound<'_, PyTuple>>,
+        expected: Option<Bound<'_, PyTuple>>,
+        rtol: f64,
         replay: Option<&str>,
     ) -> PyResult<Self> {
         guard(|| {
             let replay = replay.map(|text| recording(py, text)).transpose()?;
-            let problem = match &inputs {
-                Some(arrays) => {
-                    let given = arrays::inputs(&fusion.inner, arrays)?;
-                    let tensors: Vec<_> = given.iter().map(|a| a.view().to_tensor()).collect();
-                    Problem::given(&fusion.inner, tensors.into())
-                }
-                None => Problem::new(&fusion.inner, seed),
-            };
-            let problem = problem.map_err(|e| params_error(py, "inputs", e))?;
+            let r = arrays::Reference::new(&fusion.inner, inputs, expected)?;
+            let problem = Problem::of(&fusion.inner, r.inputs, r.expected, seed, rtol)
+                .map_err(|e| params_error(py, "inputs", e))?;
             Ok(PyTuneProblem {
                 fusion: Arc::clone(&fusion.inner),
                 problem,

@@ -9,7 +9,6 @@ use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use serde_json::Value;
-use tilefuse::ir::check_arguments;
 use tilefuse::params::{HeuristicParams, ParamsError};
 use tilefuse::sched::DeviceInfo;
 use tilefuse::schedulers::pick;
@@ -40,8 +39,9 @@ fn field<T: serde::de::DeserializeOwned>(
 }
 
 /// Tuning options from `{"effort", "strategy", "trials", "seconds",
-/// "seed", "warmup", "repeat", "fingerprint", "recorded"}` (missing or
-/// `None`: the defaults; `recorded`: trials of an earlier run, as dicts).
+/// "seed", "rtol", "warmup", "repeat", "fingerprint", "recorded"}`
+/// (missing or `None`: the defaults; `recorded`: trials of an earlier
+/// run, as dicts).
 fn options(value: &Value) -> Result<Options, ParamsError> {
     let mut o = Options::default();
     if let Some(e) = field::<Effort>(value, "effort")? {
@@ -51,6 +51,7 @@ fn options(value: &Value) -> Result<Options, ParamsError> {
     o.trials = field(value, "trials")?;
     o.seconds = field(value, "seconds")?;
     o.seed = field(value, "seed")?.unwrap_or(0);
+    o.rtol = field(value, "rtol")?.unwrap_or(o.rtol);
     o.warmup = field(value, "warmup")?.unwrap_or(o.warmup);
     o.repeat = field(value, "repeat")?.unwrap_or(o.repeat).max(1);
     o.corrupt_trial = field(value, "corrupt_trial")?;
@@ -135,7 +136,9 @@ impl AutotunerHeuristic for PyHeuristic<'_> {
 /// `builtin_heuristics` is false) and by `heuristics`, `(name, seeds,
 /// neighbors or None)` of the Python ones that apply; `progress(trial,
 /// best_time)` is called after each trial; candidates run on `inputs`
-/// (one array per fusion input) where given, else on random ones. With
+/// (one array per fusion input) where given, else on random ones, and
+/// must give the `expected` outputs for them (one array per fusion
+/// output; by default the reference evaluator's). With
 /// an `executor` (see `remote::PyExecutor`), candidates are measured
 /// there and `device` is the info dict of its workers' device; with
 /// `replay` (a `Recording`'s JSON) their times are read from it. Returns
@@ -143,7 +146,7 @@ impl AutotunerHeuristic for PyHeuristic<'_> {
 #[pyfunction]
 #[pyo3(signature = (
     fusion, device, options, progress=None, heuristics=Vec::new(), builtin_heuristics=true,
-    inputs=None, executor=None, replay=None,
+    inputs=None, expected=None, executor=None, replay=None,
 ))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments
 pub fn tune<'py>(
@@ -155,18 +158,15 @@ pub fn tune<'py>(
     heuristics: Vec<Bound<'py, PyAny>>,
     builtin_heuristics: bool,
     inputs: Option<Bound<'py, PyTuple>>,
+    expected: Option<Bound<'py, PyTuple>>,
     executor: Option<Bound<'py, PyAny>>,
     replay: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
     guard(|| {
         fusion.check_outputs(py)?;
         let mut opts = self::options(&to_value(options.as_any())?).or_raise(py)?;
-        if let Some(arrays) = &inputs {
-            let given = arrays::inputs(&fusion.inner, arrays)?;
-            let views: Vec<_> = given.iter().map(|a| a.view()).collect();
-            check_arguments(&fusion.inner, &views).or_raise(py)?;
-            opts.inputs = Some(views.iter().map(|v| v.to_tensor()).collect());
-        }
+        let reference = arrays::Reference::new(&fusion.inner, inputs, expected)?;
+        (opts.inputs, opts.expected) = (reference.inputs, reference.expected);
         let ours = if builtin_heuristics {
             builtin()
         } else {

@@ -1,6 +1,7 @@
 //! Checking and timing a candidate: fresh random inputs (fixed by the
-//! seed), the reference evaluator's outputs computed once, every
-//! candidate's outputs compared with them before its time counts, and a
+//! seed) or a workload's, the reference evaluator's outputs (or the
+//! workload's own reference's) computed once, every candidate's outputs
+//! compared with them before its time counts, and a
 //! short timing first so that a candidate far slower than the best is cut
 //! before its full measurement (tinygrad's BEAM, CubeCL).
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use tilefuse_ir::{DType, Data, Fusion, Tensor, evaluate};
+use tilefuse_ir::{AsTensorRef, DType, Data, Fusion, Tensor, check_results, evaluate};
 use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::{Device, Kernel};
 use tilefuse_schedulers::schedule;
@@ -17,8 +18,9 @@ use crate::candidate::{Candidate, Measured, Timing};
 use crate::trial::Status;
 
 /// Relative error a candidate's f32 outputs may have against the
-/// reference, scaled by the largest finite value: reductions reassociate.
-const RTOL: f64 = 1e-3;
+/// reference by default, scaled by the largest finite value: reductions
+/// reassociate. The same rule and default as Python's `Tolerance`.
+pub const RTOL: f64 = 1e-3;
 
 /// Candidates whose short timing is this much slower than the best are cut.
 pub const CUT_RATIO: f64 = 3.0;
@@ -91,9 +93,41 @@ pub struct Problem {
     /// be large).
     pub inputs: Arc<[Tensor]>,
     pub want: Vec<Tensor>,
+    /// How close f32 outputs must be to `want` (see [`RTOL`]).
+    pub rtol: f64,
 }
 
 impl Problem {
+    /// What candidates of `fusion` are checked and timed on: `inputs` (or
+    /// random ones from `seed`), the `expected` outputs for them (or the
+    /// reference evaluator's), within `rtol`.
+    pub fn of(
+        fusion: &Fusion,
+        inputs: Option<Arc<[Tensor]>>,
+        expected: Option<Vec<Tensor>>,
+        seed: u64,
+        rtol: f64,
+    ) -> Result<Problem, String> {
+        if !(rtol >= 0.0 && rtol.is_finite()) {
+            return Err(format!("rtol is {rtol}, not a finite number >= 0"));
+        }
+        let problem = match (inputs, expected) {
+            (None, Some(_)) => return Err("expected outputs need the inputs they are for".into()),
+            (None, None) => Problem::new(fusion, seed)?,
+            (Some(inputs), None) => Problem::given(fusion, inputs)?,
+            (Some(inputs), Some(want)) => {
+                let views: Vec<_> = want.iter().map(|t| t.as_tensor_ref()).collect();
+                check_results(fusion, &views).map_err(|e| format!("expected {e}"))?;
+                Problem {
+                    inputs,
+                    want,
+                    rtol: RTOL,
+                }
+            }
+        };
+        Ok(Problem { rtol, ..problem })
+    }
+
     /// Random inputs for `fusion` (values in [-1, 1], small integers,
     /// random masks) and the reference's outputs.
     pub fn new(fusion: &Fusion, seed: u64) -> Result<Problem, String> {
@@ -116,7 +150,11 @@ impl Problem {
     /// `inputs` (a workload's, say) and the reference's outputs for them.
     pub fn given(fusion: &Fusion, inputs: Arc<[Tensor]>) -> Result<Problem, String> {
         let want = evaluate(fusion, &inputs).map_err(|e| e.to_string())?;
-        Ok(Problem { inputs, want })
+        Ok(Problem {
+            inputs,
+            want,
+            rtol: RTOL,
+        })
     }
 
     /// Runs `kernel` and compares its outputs with the reference: `Err`
@@ -134,7 +172,7 @@ impl Problem {
             corrupt_first(&mut out.data);
         }
         for (o, (w, g)) in self.want.iter().zip(&got).enumerate() {
-            compare(&w.data, &g.data).map_err(|e| format!("output {o}: {e}"))?;
+            compare(&w.data, &g.data, self.rtol).map_err(|e| format!("output {o}: {e}"))?;
         }
         Ok(())
     }
@@ -157,7 +195,7 @@ fn corrupt_first(data: &mut Data) {
     }
 }
 
-fn compare(want: &Data, got: &Data) -> Result<(), String> {
+fn compare(want: &Data, got: &Data, rtol: f64) -> Result<(), String> {
     if want.len() != got.len() || want.dtype() != got.dtype() {
         return Err(format!(
             "{} {} elements, want {} {}",
@@ -176,7 +214,7 @@ fn compare(want: &Data, got: &Data) -> Result<(), String> {
         let close = match (w.is_nan(), g.is_nan()) {
             (true, true) => true,
             (false, false) if want.dtype() == DType::F32 => {
-                w == g || (w - g).abs() <= RTOL * (scale + w.abs())
+                w == g || (w - g).abs() <= rtol * (scale + w.abs())
             }
             (false, false) => w == g,
             _ => false,

@@ -9,6 +9,7 @@ use tilefuse_ir::Tensor;
 
 use crate::candidate::Measured;
 use crate::candidate::Timing;
+use crate::measure::RTOL;
 use crate::strategy::Strategy;
 use crate::trial::Trial;
 
@@ -55,6 +56,12 @@ pub struct Options {
     /// The inputs candidates are checked and timed on (a workload's);
     /// random ones made from `seed` when `None`.
     pub inputs: Option<Arc<[Tensor]>>,
+    /// The outputs candidates must give on `inputs` (a workload's own
+    /// reference's); the reference evaluator's when `None`.
+    pub expected: Option<Vec<Tensor>>,
+    /// How close a candidate's f32 outputs must be to them (see
+    /// [`crate::measure::RTOL`]).
+    pub rtol: f64,
     pub warmup: usize,
     pub repeat: usize,
     /// Tune only these fields (paths of the scheduler's tunable fields);
@@ -80,6 +87,8 @@ impl Default for Options {
             seconds: None,
             seed: 0,
             inputs: None,
+            expected: None,
+            rtol: RTOL,
             warmup: 2,
             repeat: 10,
             fields: None,

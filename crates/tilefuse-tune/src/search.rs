@@ -11,7 +11,6 @@
 //! that picked it.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use tilefuse_ir::Fusion;
@@ -45,10 +44,13 @@ pub fn tune(
     heuristics: &[&dyn AutotunerHeuristic],
     observe: &mut Observer,
 ) -> Result<TuneResult, TuneError> {
-    let problem = match &options.inputs {
-        Some(inputs) => Problem::given(fusion, Arc::clone(inputs)),
-        None => Problem::new(fusion, options.seed),
-    }
+    let problem = Problem::of(
+        fusion,
+        options.inputs.clone(),
+        options.expected.clone(),
+        options.seed,
+        options.rtol,
+    )
     .map_err(TuneError::Failed)?;
     let mut local = LocalExecutor::new(fusion, device, problem);
     let info = device.info();

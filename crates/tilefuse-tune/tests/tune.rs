@@ -2,7 +2,7 @@
 //! recorded, duplicates are not measured twice, the winner is never slower
 //! than the default in the final run, and a wrong kernel is caught.
 
-use tilefuse_ir::{DType, Fusion, UnaryOp};
+use tilefuse_ir::{DType, Data, Fusion, Tensor, UnaryOp};
 use tilefuse_runtime::Device;
 use tilefuse_schedulers::{heuristics, schedule};
 use tilefuse_testing::softmax;
@@ -81,6 +81,49 @@ fn a_kernel_with_wrong_results_is_disqualified() {
     problem.check(&build(&right)).unwrap();
     let err = problem.check(&build(&wrong)).unwrap_err();
     assert!(err.contains("output 0: element"), "{err}");
+}
+
+#[test]
+fn given_outputs_and_tolerance_are_what_candidates_are_checked_against() {
+    let f = softmax(&[4, 16], -1);
+    let device = Device::cpu();
+    let kernel = {
+        let p = heuristics(&f, None, &device.info()).unwrap();
+        device
+            .build(&schedule(&f, &p, &device.info()).unwrap())
+            .unwrap()
+    };
+    let exact = Problem::new(&f, 2).unwrap();
+    let off: Vec<Tensor> = (exact.want.iter())
+        .map(|t| {
+            let Data::F32(v) = &t.data else {
+                panic!("softmax gives f32")
+            };
+            let v = v.iter().map(|x| x * 1.0001).collect();
+            Tensor::new(t.shape.clone(), Data::F32(v)).unwrap()
+        })
+        .collect();
+    let given =
+        |want: Vec<Tensor>, rtol| Problem::of(&f, Some(exact.inputs.clone()), Some(want), 0, rtol);
+    given(off.clone(), 1e-3).unwrap().check(&kernel).unwrap();
+    let err = given(off.clone(), 1e-6)
+        .unwrap()
+        .check(&kernel)
+        .unwrap_err();
+    assert!(err.contains("output 0: element"), "{err}");
+    // Outputs of the wrong shape, outputs without inputs and a NaN
+    // tolerance are refused before anything runs.
+    let short = Tensor::new(vec![4], Data::F32(vec![0.0; 4])).unwrap();
+    let err = given(vec![short], 1e-3).err().unwrap();
+    assert!(
+        err.contains("expected") && err.contains("output 0"),
+        "{err}"
+    );
+    let err = Problem::of(&f, None, Some(off.clone()), 0, 1e-3)
+        .err()
+        .unwrap();
+    assert!(err.contains("need the inputs"), "{err}");
+    assert!(given(off, f64::NAN).err().unwrap().contains("rtol"));
 }
 
 #[test]
