@@ -96,7 +96,16 @@ def call_sampler(fn: Callable[[], Any]) -> Sampler:
 
 
 def _counts(run: Sampler, budget: Budget) -> tuple[int, int]:
+    """Warm-up and timed launches of ``run`` under ``budget``, estimated
+    from a few launches. Their warm-up is the only one ``run`` is asked
+    for: a kernel's own timer warms a GPU for at least 200 ms whenever
+    asked, so the budget's warm-up launches follow as untimed samples."""
     return budget.counts(statistics.median(run(1, 3)))
+
+
+def _warm(run: Sampler, launches: int) -> None:
+    if launches:
+        run(0, launches)
 
 
 def _timed(run: Sampler, repeat: int, flush: Callable[[], None] | None) -> list[float]:
@@ -113,9 +122,7 @@ def measure(run: Sampler, budget: Budget, flush: Callable[[], None] | None = Non
     """Every timed sample of ``run`` under ``budget``, ``flush()`` before
     each when given."""
     warmup, repeat = _counts(run, budget)
-    if flush is None:
-        return run(warmup, repeat)
-    run(warmup, 1)
+    _warm(run, warmup)
     return _timed(run, repeat, flush)
 
 
@@ -132,7 +139,7 @@ def interleave(
     chunks = {}
     for name, run in runs.items():
         warmup, repeat = _counts(run, budget)
-        run(warmup, 1)
+        _warm(run, warmup)
         chunks[name] = math.ceil(repeat / rounds)
     samples: dict[str, list[float]] = {name: [] for name in runs}
     order = list(runs)
