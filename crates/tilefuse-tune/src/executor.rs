@@ -1,14 +1,21 @@
 //! Where candidates are measured. The search hands out [`Candidate`]s
 //! and learns from their [`Measured`] results; an [`Executor`] measures
-//! them: [`LocalExecutor`] one at a time on a device of this process,
-//! others (Ray workers, from Python) several at once elsewhere.
+//! them: [`LocalExecutor`] on a device of this process (building ahead
+//! of the timing on a GPU), others (Ray workers, from Python) several at
+//! once elsewhere.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::thread;
 
 use tilefuse_ir::Fusion;
-use tilefuse_runtime::Device;
+use tilefuse_runtime::{Device, Kernel};
 
 use crate::candidate::{Candidate, Finalist, Measured, Timing};
 use crate::measure::{self, Problem};
 use crate::options::TuneError;
+use crate::trial::Status;
 
 /// Measures candidates for a search, possibly several at once.
 pub trait Executor {
@@ -31,12 +38,26 @@ pub trait Executor {
     ) -> Result<Vec<f64>, TuneError>;
 }
 
-/// Measures on a device of this process, one candidate at a time.
+/// Candidates a [`LocalExecutor`] that overlaps builds hands out at once:
+/// builds run this far ahead of the timing. A constant, not the machine's
+/// core count, so that a seed gives the same search on every machine.
+const LOOKAHEAD: usize = 4;
+
+/// Measures on a device of this process, timing one candidate at a time
+/// in the order submitted. On a GPU the builds (schedule, lower, codegen,
+/// pipeline) of the next candidates run on a pool of threads while one is
+/// timed; on a device that computes on the host's cores (the CPU device,
+/// lavapipe) builds would disturb the timing, so each is built just
+/// before it is timed.
 pub struct LocalExecutor<'a> {
     fusion: &'a Fusion,
     device: &'a Device,
     problem: Problem,
-    queued: Option<Candidate>,
+    overlap: bool,
+    queued: Vec<Candidate>,
+    done: VecDeque<(usize, Measured)>,
+    /// The best median it timed: candidates far slower are cut.
+    best: Option<f64>,
 }
 
 impl<'a> LocalExecutor<'a> {
@@ -45,26 +66,86 @@ impl<'a> LocalExecutor<'a> {
             fusion,
             device,
             problem,
-            queued: None,
+            overlap: device.info().adapter_type != "cpu",
+            queued: Vec::new(),
+            done: VecDeque::new(),
+            best: None,
         }
+    }
+
+    /// Overlaps builds with timing, or not, whatever the device (tests).
+    pub fn overlapping(mut self, overlap: bool) -> Self {
+        self.overlap = overlap;
+        self
+    }
+
+    /// Builds the queued candidates on a pool of threads and times each
+    /// as soon as it and those before it are built.
+    fn measure_queued(&mut self) {
+        let batch = std::mem::take(&mut self.queued);
+        let (fusion, device) = (self.fusion, self.device);
+        let next = AtomicUsize::new(0);
+        let (tx, rx) = mpsc::channel();
+        let builders = thread::available_parallelism().map_or(1, |n| n.get().min(batch.len()));
+        thread::scope(|s| {
+            for _ in 0..builders {
+                let (tx, next, batch) = (tx.clone(), &next, &batch);
+                s.spawn(move || {
+                    while let Some(c) = batch.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        let built = measure::build(fusion, device, &c.params);
+                        if tx.send((c.id, built)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            let mut built = HashMap::new();
+            for c in &batch {
+                while !built.contains_key(&c.id) {
+                    let (id, kernel) = rx.recv().expect("every candidate is built");
+                    built.insert(id, kernel);
+                }
+                let kernel = built.remove(&c.id).expect("built just above");
+                self.time(kernel, c.clone());
+            }
+        });
+    }
+
+    /// Checks and times `c`, cut against the best this executor timed
+    /// (newer than the one the search knew when it handed `c` out).
+    fn time(&mut self, kernel: Result<Kernel, String>, mut c: Candidate) {
+        c.best = faster(c.best, self.best);
+        let m = measure::built(kernel, &self.problem, &c);
+        if m.status == Status::Ok {
+            self.best = faster(self.best, m.time);
+        }
+        self.done.push_back((c.id, m));
+    }
+}
+
+fn faster(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        _ => a.or(b),
     }
 }
 
 impl Executor for LocalExecutor<'_> {
     fn capacity(&self) -> usize {
-        1
+        if self.overlap { LOOKAHEAD } else { 1 }
     }
 
     fn submit(&mut self, candidate: Candidate) -> Result<(), TuneError> {
-        assert!(self.queued.is_none(), "one candidate at a time");
-        self.queued = Some(candidate);
+        self.queued.push(candidate);
         Ok(())
     }
 
     fn next(&mut self) -> Result<(usize, Measured), TuneError> {
-        let c = self.queued.take().expect("a submitted candidate");
-        let m = measure::candidate(self.fusion, self.device, &self.problem, &c);
-        Ok((c.id, m))
+        if self.done.is_empty() {
+            self.measure_queued();
+        }
+        Ok(self.done.pop_front().expect("a submitted candidate"))
     }
 
     fn final_round(

@@ -29,7 +29,12 @@ pub const CUT_RATIO: f64 = 3.0;
 /// `device`: a short timing first, cut when over [`CUT_RATIO`] times the
 /// best so far.
 pub fn candidate(fusion: &Fusion, device: &Device, problem: &Problem, c: &Candidate) -> Measured {
-    let kernel = match build(fusion, device, &c.params) {
+    built(build(fusion, device, &c.params), problem, c)
+}
+
+/// [`candidate`] for its `kernel`, built already (or why it failed to).
+pub(crate) fn built(kernel: Result<Kernel, String>, problem: &Problem, c: &Candidate) -> Measured {
+    let kernel = match kernel {
         Ok(k) => k,
         Err(e) => return Measured::failed(e),
     };
@@ -38,11 +43,14 @@ pub fn candidate(fusion: &Fusion, device: &Device, problem: &Problem, c: &Candid
         m.status = Status::Wrong;
         return m;
     }
-    let timed = problem.time(&kernel, 1, 3).and_then(|short| {
+    // The short timing warms up (a GPU for at least 200 ms): the full one
+    // right after it needs none.
+    let warmup = c.timing.warmup.max(1);
+    let timed = problem.time(&kernel, warmup, 3).and_then(|short| {
         if c.best.is_some_and(|best| short > CUT_RATIO * best) {
             return Ok((Status::Cut, short, Some("over 3x the best".to_owned())));
         }
-        let full = problem.time(&kernel, c.timing.warmup, c.timing.repeat)?;
+        let full = problem.time(&kernel, 0, c.timing.repeat)?;
         Ok((Status::Ok, full, None))
     });
     match timed {
@@ -56,7 +64,8 @@ pub fn candidate(fusion: &Fusion, device: &Device, problem: &Problem, c: &Candid
     }
 }
 
-/// Medians of the `finalists` over three interleaved rounds on `device`.
+/// Medians of the `finalists` over three interleaved rounds on `device`;
+/// the first warms each up, the device stays warm for the others.
 pub fn final_round(
     fusion: &Fusion,
     device: &Device,
@@ -68,15 +77,21 @@ pub fn final_round(
         .map(|p| build(fusion, device, p))
         .collect::<Result<Vec<_>, _>>()?;
     let mut times = vec![Vec::new(); kernels.len()];
-    for _ in 0..3 {
+    for round in 0..3 {
+        let warmup = if round == 0 { timing.warmup.max(1) } else { 0 };
         for (k, t) in kernels.iter().zip(&mut times) {
-            t.push(problem.time(k, 1, timing.repeat)?);
+            t.push(problem.time(k, warmup, timing.repeat)?);
         }
     }
     Ok(times.iter_mut().map(|t| median(t)).collect())
 }
 
-fn build(fusion: &Fusion, device: &Device, params: &serde_json::Value) -> Result<Kernel, String> {
+/// Schedules `params`, lowers and compiles the kernel on `device`.
+pub(crate) fn build(
+    fusion: &Fusion,
+    device: &Device,
+    params: &serde_json::Value,
+) -> Result<Kernel, String> {
     let params = HeuristicParams::from_value(params.clone()).map_err(|e| e.to_string())?;
     let s = schedule(fusion, &params, &device.info()).map_err(|e| e.to_string())?;
     device.build(&s).map_err(|e| e.to_string())

@@ -6,7 +6,9 @@ use tilefuse_ir::{DType, Data, Fusion, Tensor, UnaryOp};
 use tilefuse_runtime::Device;
 use tilefuse_schedulers::{heuristics, schedule};
 use tilefuse_testing::softmax;
-use tilefuse_tune::{Effort, Options, Problem, Status, Strategy, tune};
+use tilefuse_tune::{
+    Effort, Executor, LocalExecutor, Options, Problem, Status, Strategy, tune, tune_with,
+};
 
 #[test]
 fn tuning_records_every_trial_and_never_loses_to_the_default() {
@@ -151,4 +153,42 @@ fn an_injected_wrong_candidate_is_disqualified_and_reported() {
     // the winner is another candidate that passed the check.
     assert_eq!(r.default_time, None);
     assert!(r.trials[1..].iter().any(|t| t.status == Status::Ok));
+}
+
+#[test]
+fn builds_run_ahead_of_the_timing_without_losing_or_repeating_a_trial() {
+    // What a GPU does (the CPU device times one build at a time): four
+    // candidates out at once, built on a pool, timed in the order given.
+    let f = softmax(&[32, 128], -1);
+    let device = Device::cpu();
+    let options = Options {
+        trials: Some(12),
+        seed: 4,
+        repeat: 2,
+        ..Options::default()
+    };
+    let problem = Problem::new(&f, options.seed).unwrap();
+    let mut ex = LocalExecutor::new(&f, &device, problem).overlapping(true);
+    assert_eq!(ex.capacity(), 4);
+    let mut seen = Vec::new();
+    let r = tune_with(&f, &device.info(), &options, &[], &mut ex, &mut |t, _| {
+        seen.push(t.id);
+        true
+    })
+    .unwrap();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..r.trials.len()).collect::<Vec<_>>());
+    let measured: Vec<_> = (r.trials.iter())
+        .filter(|t| t.status != Status::Duplicate)
+        .map(|t| t.params.to_string())
+        .collect();
+    let unique: std::collections::HashSet<_> = measured.iter().collect();
+    assert_eq!(
+        unique.len(),
+        measured.len(),
+        "a candidate was measured twice"
+    );
+    assert!(measured.len() >= 12, "{} measured", measured.len());
+    assert_eq!(r.trials[0].status, Status::Ok);
+    assert!(r.best_time <= r.default_time.unwrap());
 }
