@@ -88,9 +88,20 @@ def test_a_killed_worker_s_candidates_go_to_the_other() -> None:
 
 
 @pytest.mark.usefixtures("own_cache")
-def test_two_device_fingerprints_give_two_cache_entries() -> None:
+def test_two_device_fingerprints_give_two_cache_entries_tuned_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    waits: list[tuple[int, float]] = []
+    next_result = RayGroup.next
+
+    def spy(self: RayGroup) -> Any:
+        waits.append((id(self), time.monotonic()))
+        return next_result(self)
+
     with RayExecutor([Worker("cpu", 1), Worker("cpu", 2)]) as ex:
-        found = tf.tune(softmax(32, 128), executor=ex, devices="all", trials=3)
+        with monkeypatch.context() as m:
+            m.setattr(RayGroup, "next", spy)
+            found = tf.tune(softmax(32, 128), executor=ex, devices="all", trials=3)
         with pytest.raises(ValueError, match="2 device fingerprints"):
             tf.tune(softmax(32, 128), executor=ex, trials=3)
     assert len(found) == 2
@@ -100,6 +111,31 @@ def test_two_device_fingerprints_give_two_cache_entries() -> None:
     entries = [e for e in tf.cache.entries() if e["key"]["fusion"] == mine]
     cores = sorted(e["key"]["device"]["cores"] for e in entries)
     assert cores == [1, 2]
+    # Both devices were tuned at once: each waited for results while the
+    # other was still waiting for its own.
+    spans = {}
+    for group, at in waits:
+        first, _ = spans.get(group, (at, at))
+        spans[group] = (first, at)
+    (a_first, a_last), (b_first, b_last) = spans.values()
+    assert a_first < b_last and b_first < a_last, spans
+
+
+def test_an_error_on_one_device_stops_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    next_result = RayGroup.next
+    with RayExecutor([Worker("cpu", 1), Worker("cpu", 2)]) as ex:
+        doomed = ex.actors[1]  # the group tuned second, were they in turn
+
+        def failing(self: RayGroup) -> Any:
+            if self.live == [doomed]:
+                raise RuntimeError("every Ray worker of this device died")
+            return next_result(self)
+
+        monkeypatch.setattr(RayGroup, "next", failing)
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match="every Ray worker of this device died"):
+            tf.tune(softmax(128, 1024), executor=ex, devices="all", trials=200, cache=False)
+        assert time.monotonic() - start < 15, "the other device's tuning went on"
 
 
 @pytest.mark.usefixtures("own_cache")
@@ -127,6 +163,17 @@ def test_workers_check_against_the_workloads_reference_and_tolerance() -> None:
         assert {t["status"] for t in r.trials} <= {"ok", "cut", "duplicate"}
         with pytest.raises(tf.ParamsError, match="no candidate ran correctly"):
             tf.tune(ScaledReference(off=1e-4, rtol=1e-6), executor=ex, **kw)
+
+
+def test_ctrl_c_stops_every_device_s_tuning() -> None:
+    threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    with RayExecutor([Worker("cpu", 1), Worker("cpu", 2)]) as ex:
+        with pytest.raises(KeyboardInterrupt):
+            tf.tune(softmax(128, 1024), executor=ex, devices="all", trials=200, cache=False)
+        stopped = time.monotonic() - start
+    assert stopped < 15, f"tuning went on {stopped:.0f} s after Ctrl-C"
+    assert [t.name for t in threading.enumerate() if t.name.startswith("tilefuse")] == []
 
 
 def test_the_workers_tune_started_stop_with_it_also_on_ctrl_c(

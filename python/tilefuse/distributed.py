@@ -14,6 +14,7 @@ recorded as failed.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections import deque
 from collections.abc import Sequence
@@ -119,6 +120,11 @@ class _TuneWorker:
         return tp.final_round(self.device._native, finalists, warmup, repeat)
 
 
+class Stopped(Exception):
+    """Raised in a device group's tuning when another's failed or Ctrl-C
+    stopped the run."""
+
+
 def _ray() -> Any:
     try:
         import ray
@@ -202,8 +208,12 @@ class RayGroup:
     """The native tuner's executor over the workers of one device
     fingerprint: one candidate in flight per worker."""
 
-    def __init__(self, actors: list[Any], problem: Problem) -> None:
+    def __init__(
+        self, actors: list[Any], problem: Problem, stop: threading.Event | None = None
+    ) -> None:
         self.ray = _ray()
+        #: Set when the run stops (tuning for several devices at once).
+        self.stop = stop
         self.live = list(actors)
         self.workers = len(actors)
         self.idle = list(actors)
@@ -241,6 +251,8 @@ class RayGroup:
         while True:
             if not self.running:
                 raise RuntimeError("every Ray worker of this device died; tuning cannot go on")
+            if self.stop is not None and self.stop.is_set():
+                raise Stopped("stopped with the other devices' tuning")
             # A timeout, so that Ctrl-C reaches the driver between waits.
             ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=0.5)
             if not ready:

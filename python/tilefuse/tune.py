@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import warnings
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -22,7 +25,7 @@ from .params import HeuristicParams
 from .workload import Tolerance
 
 if TYPE_CHECKING:
-    from .distributed import RayExecutor
+    from .distributed import RayExecutor, RemoteDevice
     from .fusion import Fusion
     from .schedule import Device, DeviceFacts
     from .workload import Workload, WorkloadLike
@@ -111,12 +114,15 @@ class TuneResult:
         plt.close(fig)
 
 
+#: Shows a trial and the best time so far.
+_Shown = Callable[[dict[str, Any], "float | None"], None]
+
+
 class _Progress:
-    """A live status line on stderr while tuning (rich): trials, trials/s,
-    the best time so far, failures, elapsed time."""
+    """Live status lines on stderr while tuning (rich), one per device
+    tuned: trials, trials/s, the best time so far, failures, elapsed time."""
 
     def __init__(self, enabled: bool) -> None:
-        self.n = self.failed = 0
         self.bar: Progress | None = None
         if enabled:
             self.bar = Progress(
@@ -126,22 +132,32 @@ class _Progress:
                 console=Console(stderr=True),
                 transient=False,
             )
-            self.task = self.bar.add_task("tuning")
             self.bar.start()
 
-    def __call__(self, trial: dict[str, Any], best: float | None) -> None:
-        self.n += 1
-        self.failed += trial["status"] in ("failed", "wrong")
-        if self.bar is not None:
-            rate = self.n / max(trial["at"], 1e-9)
+    def line(self, label: str = "") -> _Shown:
+        """A status line for one device (``label`` names it beside others'):
+        call it with each trial and the best time so far."""
+        if self.bar is None:
+            return lambda trial, best: None
+        bar, task, counts = self.bar, self.bar.add_task("tuning"), [0, 0]
+
+        def show(trial: dict[str, Any], best: float | None) -> None:
+            counts[0] += 1
+            counts[1] += trial["status"] in ("failed", "wrong")
+            rate = counts[0] / max(trial["at"], 1e-9)
             best_ms = "-" if best is None else f"{best * 1e3:.3f} ms"
-            self.bar.update(
-                self.task,
-                description=f"tuning: {self.n} trials ({rate:.1f}/s), best {best_ms}, "
-                f"{self.failed} failed",
+            bar.update(
+                task,
+                description=f"tuning{label}: {counts[0]} trials ({rate:.1f}/s), best {best_ms}, "
+                f"{counts[1]} failed",
             )
 
-    def close(self) -> None:
+        return show
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
 
@@ -259,8 +275,8 @@ def tune(
 
     ``executor="ray"`` (or a :class:`~tilefuse.distributed.RayExecutor`)
     measures candidates on Ray workers instead of ``device``: their one
-    device fingerprint is tuned, or with ``devices="all"`` each of theirs,
-    giving ``{fingerprint: TuneResult}``.
+    device fingerprint is tuned, or with ``devices="all"`` each of theirs
+    at once, giving ``{fingerprint: TuneResult}``.
 
     ``replay`` (what :func:`record` returns) reads candidates' times from
     a recorded space instead of measuring them (Kernel Tuner's simulation
@@ -298,7 +314,8 @@ def tune(
     if executor == "local":
         if devices is not None:
             raise ValueError("tune: devices='all' needs a Ray executor (executor='ray')")
-        return run.tune(parts, device or Device.default())
+        with _Progress(run.progress) as shown:
+            return run.tune(parts, device or Device.default(), shown.line())
     if device is not None:
         raise ValueError("tune: with a Ray executor the workers' devices are tuned; omit device")
     from .distributed import RayExecutor
@@ -340,8 +357,41 @@ def _tune_on_ray(
             f"tune: the Ray workers have {len(groups)} device fingerprints "
             f"({', '.join(groups)}); pass devices='all' to tune for each"
         )
-    found = {fp: run.tune(parts, d, actors) for fp, (d, actors) in groups.items()}
+    with _Progress(run.progress) as shown:
+        if len(groups) == 1:
+            ((fp, (d, actors)),) = groups.items()
+            found = {fp: run.tune(parts, d, shown.line(), actors)}
+        else:
+            found = _concurrently(run, parts, groups, shown)
     return found if devices == "all" else next(iter(found.values()))
+
+
+def _concurrently(
+    run: _Run,
+    parts: list[_Part],
+    groups: dict[str, tuple[RemoteDevice, list[Any]]],
+    shown: _Progress,
+) -> dict[str, TuneResult]:
+    """Tunes for every device group at once, a thread each (their waits
+    on Ray release the GIL); Ctrl-C or an error in one stops them all."""
+    from .distributed import Stopped
+
+    stop = threading.Event()
+    with ThreadPoolExecutor(len(groups), thread_name_prefix="tilefuse-tune") as pool:
+        futures = {
+            fp: pool.submit(
+                run.tune, parts, d, shown.line(f" on {d.info['name']} ({fp})"), actors, stop
+            )
+            for fp, (d, actors) in groups.items()
+        }
+        try:
+            wait(futures.values(), return_when=FIRST_EXCEPTION)
+        finally:
+            stop.set()
+    errors = [e for f in futures.values() if (e := f.exception()) is not None]
+    if first := next((e for e in errors if not isinstance(e, Stopped)), None):
+        raise first
+    return {fp: f.result() for fp, f in futures.items()}
 
 
 @dataclass
@@ -362,15 +412,14 @@ class _Run:
         self,
         parts: list[_Part],
         device: DeviceFacts,
+        show: _Shown,
         actors: list[Any] | None = None,
+        stop: threading.Event | None = None,
     ) -> TuneResult:
         """Tunes each part on ``device`` (or on the Ray ``actors`` that own
-        it) and caches the winners."""
-        show = _Progress(self.progress)
-        try:
-            results = [self._part(p, device, actors, show) for p in parts]
-        finally:
-            show.close()
+        it, until ``stop`` is set), shows each trial, and caches the
+        winners."""
+        results = [self._part(p, device, actors, show, stop) for p in parts]
         if self.cache:
             for p, r in zip(parts, results, strict=True):
                 _cache.store(
@@ -390,7 +439,8 @@ class _Run:
         part: _Part,
         device: DeviceFacts,
         actors: list[Any] | None,
-        show: _Progress,
+        show: _Shown,
+        stop: threading.Event | None,
     ) -> dict[str, Any]:
         from .distributed import Problem, RayGroup
         from .schedule import Device
@@ -415,7 +465,7 @@ class _Run:
         if actors is not None:
             rtol = self.options.get("rtol", Tolerance.rtol)
             problem = Problem(f.to_json(), seed, part.inputs, part.expected, rtol, self.replay)
-            group = RayGroup(actors, problem)
+            group = RayGroup(actors, problem, stop)
         r = _native.tune(
             f._native,
             target,
