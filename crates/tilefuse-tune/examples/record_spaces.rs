@@ -1,0 +1,101 @@
+//! Records the spaces the strategy-replay tests and benchmarks run on:
+//! every point's time, measured once by an exhaustive run.
+//!
+//! ```text
+//! cargo run --release -p tilefuse-tune --example record_spaces -- crates/tilefuse-tune/tests/fixtures
+//! ```
+//!
+//! Re-record after a scheduler or codegen change that moves the timings
+//! much; the replay tests only need the landscape to be a real one.
+
+use std::path::PathBuf;
+
+use tilefuse_ir::{BinaryOp, DType, Fusion, UnaryOp};
+use tilefuse_runtime::Device;
+use tilefuse_testing::softmax;
+use tilefuse_tune::{Options, Recording};
+
+fn chain() -> Fusion {
+    let mut f = Fusion::new();
+    let mut x = f.input(&[512, 1024], DType::F32, Some("x")).unwrap();
+    let half = f.constant(0.5, DType::F32).unwrap();
+    for i in 0..8 {
+        x = match i % 2 {
+            0 => f.unary(UnaryOp::Tanh, x).unwrap(),
+            _ => f.binary(BinaryOp::Mul, x, half).unwrap(),
+        };
+    }
+    f.output(x).unwrap();
+    f
+}
+
+fn matmul() -> Fusion {
+    let mut f = Fusion::new();
+    let a = f.input(&[256, 256], DType::F32, Some("a")).unwrap();
+    let b = f.input(&[256, 256], DType::F32, Some("b")).unwrap();
+    let c = f.matmul(a, b, false, false).unwrap();
+    f.output(c).unwrap();
+    f
+}
+
+fn main() {
+    let out = PathBuf::from(std::env::args().nth(1).expect("an output directory"));
+    let fields = |paths: &[&str]| Options {
+        fields: Some(paths.iter().map(|p| (*p).to_owned()).collect()),
+        repeat: 5,
+        ..Options::default()
+    };
+    let gpu = Device::gpu().expect("a GPU adapter (lavapipe will do)");
+    let cases = [
+        (
+            "chain_cpu",
+            "8-op pointwise chain 512x1024, CPU device",
+            chain(),
+            Device::cpu(),
+            fields(&[
+                "launch.workgroup_size",
+                "vectorization_factor",
+                "unroll_factor_inner",
+                "unroll_factor_outer",
+            ]),
+        ),
+        (
+            "softmax_gpu",
+            "softmax 256x1024, wgpu device",
+            softmax(&[256, 1024], -1),
+            gpu.clone(),
+            fields(&[
+                "reduction_invocations",
+                "rows_per_workgroup",
+                "unroll_factor_reduction",
+                "vectorization_factor_reduction",
+            ]),
+        ),
+        (
+            "matmul_gpu",
+            "matmul 256x256x256, wgpu device",
+            matmul(),
+            gpu,
+            fields(&[
+                "tile_sizes.cta_tile.m",
+                "tile_sizes.cta_tile.n",
+                "tile_sizes.cta_tile.k",
+                "tile_sizes.instruction_tile.m",
+                "tile_sizes.instruction_tile.n",
+            ]),
+        ),
+    ];
+    for (name, description, fusion, device, options) in cases {
+        let description = format!("{description} ({})", device.info().name);
+        let r = Recording::record(&fusion, &device, &options, &description).unwrap();
+        let path = out.join(format!("{name}.json"));
+        std::fs::write(&path, serde_json::to_string(&r).unwrap()).unwrap();
+        let ok = r.times.iter().filter(|(_, t)| t.is_some()).count();
+        println!(
+            "{}: {} points ({ok} ran), best {:.4} ms",
+            path.display(),
+            r.size(),
+            r.best() * 1e3
+        );
+    }
+}
