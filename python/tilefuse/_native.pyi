@@ -161,7 +161,7 @@ class TuneProblem:
         seed: int = 0,
         inputs: tuple[npt.NDArray[Any], ...] | None = None,
         expected: tuple[npt.NDArray[Any], ...] | None = None,
-        rtol: float = 1e-3,
+        rtol: float | None = None,
         replay: str | None = None,
     ) -> TuneProblem: ...
     def measure(self, device: Device, candidate: dict[str, Any]) -> dict[str, Any]:

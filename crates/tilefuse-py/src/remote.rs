@@ -116,21 +116,23 @@ pub struct PyTuneProblem {
 
 #[pymethods]
 impl PyTuneProblem {
-    /// See `tilefuse._native.tune` for `inputs`, `expected` and `rtol`.
+    /// See `tilefuse._native.tune` for `inputs` and `expected`; `rtol`
+    /// by default `measure::RTOL`.
     #[new]
-    #[pyo3(signature = (fusion, seed=0, inputs=None, expected=None, rtol=RTOL, replay=None))]
+    #[pyo3(signature = (fusion, seed=0, inputs=None, expected=None, rtol=None, replay=None))]
     fn new(
         py: Python<'_>,
         fusion: &PyFusion,
         seed: u64,
         inputs: Option<Bound<'_, PyTuple>>,
         expected: Option<Bound<'_, PyTuple>>,
-        rtol: f64,
+        rtol: Option<f64>,
         replay: Option<&str>,
     ) -> PyResult<Self> {
         guard(|| {
             let replay = replay.map(|text| recording(py, text)).transpose()?;
             let r = arrays::Reference::new(&fusion.inner, inputs, expected)?;
+            let rtol = rtol.unwrap_or(RTOL);
             let problem = Problem::of(&fusion.inner, r.inputs, r.expected, seed, rtol)
                 .map_err(|e| params_error(py, "inputs", e))?;
             Ok(PyTuneProblem {
