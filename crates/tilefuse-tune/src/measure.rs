@@ -25,9 +25,14 @@ pub const RTOL: f64 = 1e-3;
 /// Candidates whose short timing is this much slower than the best are cut.
 pub const CUT_RATIO: f64 = 3.0;
 
+/// Candidates whose first, cold launch is this much slower than the best
+/// are cut at once: a random point can be 1000x slower than the default,
+/// and a cold launch is not 10x a warm one.
+pub const PROBE_RATIO: f64 = 10.0;
+
 /// Schedules `c`'s params, builds, checks and times the kernel on
-/// `device`: a short timing first, cut when over [`CUT_RATIO`] times the
-/// best so far.
+/// `device`: one launch first, cut when over [`PROBE_RATIO`] times the
+/// best so far, then a short timing, cut when over [`CUT_RATIO`] times it.
 pub fn candidate(fusion: &Fusion, device: &Device, problem: &Problem, c: &Candidate) -> Measured {
     built(build(fusion, device, &c.params), problem, c)
 }
@@ -43,12 +48,20 @@ pub(crate) fn built(kernel: Result<Kernel, String>, problem: &Problem, c: &Candi
         m.status = Status::Wrong;
         return m;
     }
-    // The short timing warms up (a GPU for at least 200 ms): the full one
-    // right after it needs none.
-    let warmup = c.timing.warmup.max(1);
-    let timed = problem.time(&kernel, warmup, 3).and_then(|short| {
-        if c.best.is_some_and(|best| short > CUT_RATIO * best) {
-            return Ok((Status::Cut, short, Some("over 3x the best".to_owned())));
+    let slower = |time: f64, ratio: f64| c.best.is_some_and(|best| time > ratio * best);
+    let timed = problem.time(&kernel, 0, 1).and_then(|probe| {
+        if slower(probe, PROBE_RATIO) {
+            return Ok((
+                Status::Cut,
+                probe,
+                Some("its first launch took over 10x the best"),
+            ));
+        }
+        // The short timing warms up (a GPU for at least 200 ms): the full
+        // one right after it needs none.
+        let short = problem.time(&kernel, 1, 3)?;
+        if slower(short, CUT_RATIO) {
+            return Ok((Status::Cut, short, Some("over 3x the best")));
         }
         let full = problem.time(&kernel, 0, c.timing.repeat)?;
         Ok((Status::Ok, full, None))
@@ -57,7 +70,7 @@ pub(crate) fn built(kernel: Result<Kernel, String>, problem: &Problem, c: &Candi
         Ok((status, time, error)) => Measured {
             status,
             time: Some(time),
-            error,
+            error: error.map(str::to_owned),
             device: None,
         },
         Err(e) => Measured::failed(e),

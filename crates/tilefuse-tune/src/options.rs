@@ -62,7 +62,10 @@ pub struct Options {
     /// How close a candidate's f32 outputs must be to them (see
     /// [`crate::measure::RTOL`]).
     pub rtol: f64,
+    /// Warm-up launches of each finalist before the final round (a
+    /// candidate is warmed up by its check and its short timing).
     pub warmup: usize,
+    /// Launches of a candidate's full timing and of each final round.
     pub repeat: usize,
     /// Tune only these fields (paths of the scheduler's tunable fields);
     /// every one when `None`.

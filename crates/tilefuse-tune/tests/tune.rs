@@ -7,7 +7,8 @@ use tilefuse_runtime::Device;
 use tilefuse_schedulers::{heuristics, schedule};
 use tilefuse_testing::softmax;
 use tilefuse_tune::{
-    Effort, Executor, LocalExecutor, Options, Problem, Status, Strategy, tune, tune_with,
+    Candidate, Effort, Executor, LocalExecutor, Options, Problem, Status, Strategy, Timing,
+    measure, tune, tune_with,
 };
 
 #[test]
@@ -191,4 +192,29 @@ fn builds_run_ahead_of_the_timing_without_losing_or_repeating_a_trial() {
     assert!(measured.len() >= 12, "{} measured", measured.len());
     assert_eq!(r.trials[0].status, Status::Ok);
     assert!(r.best_time <= r.default_time.unwrap());
+}
+
+#[test]
+fn a_candidate_far_slower_than_the_best_is_cut_on_its_first_launch() {
+    let f = softmax(&[64, 256], -1);
+    let device = Device::cpu();
+    let problem = Problem::new(&f, 1).unwrap();
+    let params = heuristics(&f, None, &device.info()).unwrap().to_value();
+    let candidate = |best| Candidate {
+        id: 0,
+        params: params.clone(),
+        point: Vec::new(),
+        best,
+        corrupt: false,
+        timing: Timing {
+            warmup: 1,
+            repeat: 5,
+        },
+    };
+    let hopeless = measure::candidate(&f, &device, &problem, &candidate(Some(1e-12)));
+    assert_eq!(hopeless.status, Status::Cut);
+    let why = hopeless.error.unwrap();
+    assert!(why.contains("first launch"), "{why}");
+    let first = measure::candidate(&f, &device, &problem, &candidate(None));
+    assert_eq!(first.status, Status::Ok);
 }
