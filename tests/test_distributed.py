@@ -66,18 +66,24 @@ def test_two_workers_find_the_local_winner_on_a_recorded_space() -> None:
     assert_nothing_lost_or_twice(there)
 
 
-def test_a_killed_worker_s_candidates_go_to_the_other() -> None:
+def test_a_killed_worker_s_candidates_go_to_the_other(monkeypatch: pytest.MonkeyPatch) -> None:
     ex = RayExecutor(2)
     victim = ex.pids[0]
-    killed_at = []
+    killed_at: list[float] = []
+    waits = []
+    next_result = RayGroup.next
 
-    def kill() -> None:
-        time.sleep(0.5)
-        os.kill(victim, signal.SIGKILL)
-        killed_at.append(time.monotonic())
+    def next_killing_a_worker(self: RayGroup) -> Any:
+        # Mid-run whatever the machine's speed: from the third wait on,
+        # once both workers hold a candidate.
+        waits.append(time.monotonic())
+        if not killed_at and len(waits) >= 3 and len(self.running) == 2:
+            os.kill(victim, signal.SIGKILL)
+            killed_at.append(time.monotonic())
+        return next_result(self)
 
+    monkeypatch.setattr(RayGroup, "next", next_killing_a_worker)
     start = time.monotonic()
-    threading.Thread(target=kill, daemon=True).start()
     with ex, pytest.warns(RuntimeWarning, match=r"1 of 2 Ray workers died .* [1-9]\d* candidates"):
         r = tf.tune(softmax(128, 1024), executor=ex, trials=16, seconds=60, cache=False, seed=2)
     assert killed_at, "the worker was not killed"

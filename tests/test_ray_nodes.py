@@ -95,10 +95,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int
 # The driver runs in a process of its own: a process that was connected to
 # another Ray cluster (test_distributed's) keeps that one's authentication.
 _DRIVER = """
-import json, os, signal, sys, threading, time, warnings
+import json, os, signal, sys, time, warnings
 import ray
 import tilefuse as tf
-from tilefuse.distributed import RayExecutor, Worker
+from tilefuse.distributed import RayExecutor, RayGroup, Worker
 
 address, victim = sys.argv[1], int(sys.argv[2])
 ray.init(address=address, log_to_driver=False)
@@ -110,13 +110,20 @@ while alive() != 2:
 ex = RayExecutor([Worker("cpu", 1, {"head": 1}), Worker("cpu", 1, {"node2": 1})])
 killed = []
 
-def kill_the_worker_node():
-    time.sleep(1.0)
-    os.killpg(victim, signal.SIGKILL)
-    killed.append(time.monotonic())
+next_result = RayGroup.next
 
+def next_killing_the_worker_node(self):
+    # Mid-run whatever the machine's speed: from the third wait on, once
+    # both workers hold a candidate.
+    waits.append(time.monotonic())
+    if not killed and len(waits) >= 3 and len(self.running) == 2:
+        os.killpg(victim, signal.SIGKILL)
+        killed.append(time.monotonic())
+    return next_result(self)
+
+waits = []
+RayGroup.next = next_killing_the_worker_node
 start = time.monotonic()
-threading.Thread(target=kill_the_worker_node, daemon=True).start()
 fusion = tf.workloads.get("softmax", rows=128, cols=1024).payload
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
