@@ -202,7 +202,7 @@ fn borrow<'py>(
 /// A workload's inputs and the outputs they must give, from Python.
 pub struct Reference {
     pub inputs: Option<Arc<[Tensor]>>,
-    pub expected: Option<Vec<Tensor>>,
+    pub expected: Option<Arc<[Tensor]>>,
 }
 
 impl Reference {
@@ -230,7 +230,7 @@ fn input_tensors(fusion: &Fusion, arrays: &Bound<'_, PyTuple>) -> PyResult<Arc<[
 
 /// Copies `arrays` into tensors: outputs the fusion must give (a
 /// reference's), checked against its outputs' types.
-fn output_tensors(fusion: &Fusion, arrays: &Bound<'_, PyTuple>) -> PyResult<Vec<Tensor>> {
+fn output_tensors(fusion: &Fusion, arrays: &Bound<'_, PyTuple>) -> PyResult<Arc<[Tensor]>> {
     let given = borrow(fusion, fusion.outputs(), "expected output", arrays)?;
     let views: Vec<_> = given.iter().map(Input::view).collect();
     check_results(fusion, &views).or_raise(arrays.py())?;

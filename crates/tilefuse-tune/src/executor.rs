@@ -79,10 +79,18 @@ impl<'a> LocalExecutor<'a> {
         self
     }
 
-    /// Builds the queued candidates on a pool of threads and times each
-    /// as soon as it and those before it are built.
+    /// Builds the queued candidates (on a pool of threads when it
+    /// overlaps builds) and times each as soon as it and those before it
+    /// are built.
     fn measure_queued(&mut self) {
         let batch = std::mem::take(&mut self.queued);
+        if !self.overlap {
+            for c in batch {
+                let kernel = measure::build(self.fusion, self.device, &c.params);
+                self.time(kernel, c);
+            }
+            return;
+        }
         let (fusion, device) = (self.fusion, self.device);
         let next = AtomicUsize::new(0);
         let (tx, rx) = mpsc::channel();

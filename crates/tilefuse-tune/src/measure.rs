@@ -120,7 +120,8 @@ pub struct Problem {
     /// Shared, not copied, with whoever gave them (a workload's inputs can
     /// be large).
     pub inputs: Arc<[Tensor]>,
-    pub want: Vec<Tensor>,
+    /// Shared like the inputs: a workload's expected outputs can be large.
+    pub want: Arc<[Tensor]>,
     /// How close f32 outputs must be to `want` (see [`RTOL`]).
     pub rtol: f64,
 }
@@ -132,7 +133,7 @@ impl Problem {
     pub fn of(
         fusion: &Fusion,
         inputs: Option<Arc<[Tensor]>>,
-        expected: Option<Vec<Tensor>>,
+        expected: Option<Arc<[Tensor]>>,
         seed: u64,
         rtol: f64,
     ) -> Result<Problem, String> {
@@ -180,7 +181,7 @@ impl Problem {
         let want = evaluate(fusion, &inputs).map_err(|e| e.to_string())?;
         Ok(Problem {
             inputs,
-            want,
+            want: want.into(),
             rtol: RTOL,
         })
     }

@@ -58,7 +58,7 @@ pub struct Options {
     pub inputs: Option<Arc<[Tensor]>>,
     /// The outputs candidates must give on `inputs` (a workload's own
     /// reference's); the reference evaluator's when `None`.
-    pub expected: Option<Vec<Tensor>>,
+    pub expected: Option<Arc<[Tensor]>>,
     /// How close a candidate's f32 outputs must be to them (see
     /// [`crate::measure::RTOL`]).
     pub rtol: f64,

@@ -106,8 +106,9 @@ fn given_outputs_and_tolerance_are_what_candidates_are_checked_against() {
             Tensor::new(t.shape.clone(), Data::F32(v)).unwrap()
         })
         .collect();
-    let given =
-        |want: Vec<Tensor>, rtol| Problem::of(&f, Some(exact.inputs.clone()), Some(want), 0, rtol);
+    let given = |want: Vec<Tensor>, rtol| {
+        Problem::of(&f, Some(exact.inputs.clone()), Some(want.into()), 0, rtol)
+    };
     given(off.clone(), 1e-3).unwrap().check(&kernel).unwrap();
     let err = given(off.clone(), 1e-6)
         .unwrap()
@@ -122,7 +123,7 @@ fn given_outputs_and_tolerance_are_what_candidates_are_checked_against() {
         err.contains("expected") && err.contains("output 0"),
         "{err}"
     );
-    let err = Problem::of(&f, None, Some(off.clone()), 0, 1e-3)
+    let err = Problem::of(&f, None, Some(off.clone().into()), 0, 1e-3)
         .err()
         .unwrap();
     assert!(err.contains("need the inputs"), "{err}");
