@@ -35,7 +35,7 @@ def test_tune_prints_a_table_and_caches_the_winner(
     argv = ["tune", str(fusion), "--device", "cpu", "--trials", "4", "--seed", "1"]
     assert main([*argv, "--json", str(out_json), "--plot", str(png)]) == 0
     table = capsys.readouterr().out
-    for row in ("default heuristic", "best", "speedup", "seed heuristics"):
+    for row in ("default heuristic", "best", "speedup", "seed heuristics", "warm start"):
         assert row in table, table
     result = json.loads(out_json.read_text())
     assert result["best_time"] > 0 and png.stat().st_size > 0

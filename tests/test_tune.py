@@ -205,6 +205,28 @@ def test_a_served_entry_is_read_again_only_when_its_file_changes(
     assert f.params_source(d) == "default heuristic"
 
 
+def test_tuning_starts_from_the_cached_winners_of_the_same_structure(own_cache: Path) -> None:
+    d = tf.Device.cpu()
+    small = softmax(8, 64)
+    tuned = small.heuristics(device=d).to_dict()
+    tuned.update(unroll_factor_reduction=4, vectorization_factor_reduction=2)
+    tf.cache.store(small, d, tuned, 1e-6)
+
+    def first_tried(f: tf.Fusion, cache: bool = True) -> dict[str, Any]:
+        r = tf.tune(f, d, trials=2, seed=5, cache=cache, progress=False)
+        return r.trials[1]
+
+    warm = first_tried(softmax(16, 256))
+    assert warm["origin"] == "warm_start"
+    assert warm["params"]["unroll_factor_reduction"] == 4
+    assert warm["params"]["vectorization_factor_reduction"] == 2
+    assert warm["status"] in ("ok", "cut")  # measured
+    # Another structure, or no cache, starts cold.
+    assert first_tried(softmax(16, 256), cache=False)["origin"] != "warm_start"
+    log_softmax = tf.workloads.get("log_softmax", rows=16, cols=256).fusion()
+    assert first_tried(log_softmax)["origin"] != "warm_start"
+
+
 def test_progress_shows_a_status_line(capsys: pytest.CaptureFixture[str]) -> None:
     tf.tune(softmax(8, 64), tf.Device.cpu(), trials=3, cache=False, progress=True)
     err = capsys.readouterr().err

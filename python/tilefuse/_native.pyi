@@ -33,6 +33,7 @@ __all__ = [
     "cache_explain",
     "cache_get",
     "cache_put",
+    "cache_warm_start",
     "features",
     "heuristics",
     "params_from_json",
@@ -193,6 +194,17 @@ def cache_put(
     heuristics: list[str] = ...,
     directory: str | None = None,
 ) -> tuple[bool, list[str]]: ...
+def cache_warm_start(
+    fusion: Fusion,
+    device: Device | dict[str, Any],
+    scheduler: str,
+    directory: str | None = None,
+    bundles: list[str] = ...,
+    limit: int = 4,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The params of the cached winners of the fusion's family (its
+    structure at any sizes) on the device, nearest sizes first."""
+
 def cache_entries(directory: str | None = None) -> tuple[list[dict[str, Any]], list[str]]: ...
 def cache_clear(directory: str | None = None) -> int: ...
 def cache_dir() -> str | None: ...

@@ -40,6 +40,7 @@ __all__ = [
     "register_bundle",
     "store",
     "unregister_bundle",
+    "warm_start",
 ]
 
 _registered: list[str] = []
@@ -115,6 +116,18 @@ def store(
     )
     _warn(messages)
     return stored
+
+
+def warm_start(fusion: Fusion, device: DeviceFacts, scheduler: str) -> list[dict[str, Any]]:
+    """The params of the winners tuned for ``fusion``'s family (its
+    structure at any sizes) with ``scheduler`` on ``device``, from the cache
+    and the bundles, nearest sizes first: where :func:`tilefuse.tune`
+    starts its search after the default heuristic."""
+    found, messages = _native.cache_warm_start(
+        fusion._native, device.info, scheduler, None, bundles()
+    )
+    _warn(messages)
+    return found
 
 
 def entries() -> list[dict[str, Any]]:

@@ -47,7 +47,8 @@ class TuneResult:
     best_params: HeuristicParams | list[HeuristicParams]
     best_time: float
     default_time: float | None
-    #: Every candidate: ``params``, ``origin`` (``default``, ``seed``,
+    #: Every candidate: ``params``, ``origin`` (``default``, ``warm_start``
+    #: (a cached winner of the same structure at other sizes), ``seed``,
     #: ``heuristic_neighbor``, ``random``, ``neighbor``, ``exhaustive``),
     #: ``heuristic`` (of a seed or its neighbour), ``status`` (``ok``,
     #: ``failed``, ``wrong``, ``duplicate``, ``cut``), ``time``, ``error``,
@@ -60,6 +61,12 @@ class TuneResult:
     scheduler: str | list[str] = ""
     strategy: str = ""
     elapsed: float = 0.0
+
+    @property
+    def warm_start(self) -> list[dict[str, Any]]:
+        """The trials of the cached winners of this structure at other sizes
+        on this device that tuning started from."""
+        return [t for t in self.trials if t["origin"] == "warm_start"]
 
     @property
     def speedup(self) -> float | None:
@@ -447,10 +454,12 @@ class _Run:
 
         f, seed = part.fusion, self.seed or 0
         journal = Journal.of(f, device, self.inputs, seed) if self.cache else Journal(None)
+        kind = f.features()["scheduler"]
         options = {
             **self.options,
             "seed": self.seed,
             "fingerprint": device.fingerprint,
+            "warm_start": _cache.warm_start(f, device, kind) if self.cache else [],
             "recorded": journal.recorded(),
         }
 
@@ -458,7 +467,6 @@ class _Run:
             journal.append(trial)
             show(trial, best)
 
-        kind = f.features()["scheduler"]
         seeders = _heuristic.for_tuning(f, device, kind)
         target: Any = device._native if isinstance(device, Device) else device.info
         group = None

@@ -8,16 +8,35 @@
 use sha2::{Digest, Sha256};
 
 use crate::fusion::{FUSION_SCHEMA_VERSION, Fusion};
+use crate::op::Op;
 
 impl Fusion {
     /// 32 hex digits (128 bits) identifying the fusion's structure.
     pub fn fingerprint(&self) -> String {
-        let mut hasher = Sha256::new();
-        hasher.update(format!("tilefuse-fusion/v{FUSION_SCHEMA_VERSION}\n"));
-        hasher.update(self.structural_json());
-        hasher.finalize()[..16]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        digest("fusion", &self.structural_json(|_| {}))
     }
+
+    /// 32 hex digits identifying the fusion's structure with its extents
+    /// left out: the fusions of one family differ only in how large their
+    /// dimensions are (a softmax of 1024² and one of 4096² x 128), so a
+    /// winner tuned for one is a good first guess for another. Ranks stay,
+    /// and so do extents 0 and 1: they change broadcasting and emptiness.
+    pub fn family(&self) -> String {
+        let sizeless = self.structural_json(|op| {
+            if let Op::Input { shape, .. } | Op::Broadcast { shape } | Op::Reshape { shape } = op {
+                shape.iter_mut().for_each(|d| *d = (*d).min(2));
+            }
+        });
+        digest("family", &sizeless)
+    }
+}
+
+fn digest(what: &str, json: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(format!("tilefuse-{what}/v{FUSION_SCHEMA_VERSION}\n"));
+    hasher.update(json);
+    hasher.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

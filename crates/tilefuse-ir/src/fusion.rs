@@ -301,10 +301,14 @@ impl Fusion {
         }
     }
 
-    /// The fusion as fingerprinting sees it: JSON without names.
-    pub(crate) fn structural_json(&self) -> String {
+    /// The fusion as fingerprinting sees it: JSON without names, each op
+    /// passed through `edit` first.
+    pub(crate) fn structural_json(&self, edit: impl Fn(&mut Op)) -> String {
         let mut json = self.as_json();
-        json.nodes.iter_mut().for_each(|n| n.name = None);
+        for n in &mut json.nodes {
+            n.name = None;
+            edit(&mut n.op);
+        }
         serde_json::to_string(&json).expect("fusion JSON serializes")
     }
 

@@ -83,8 +83,12 @@ proptest! {
 }
 
 fn softmax() -> Fusion {
+    softmax_of(&[4, 8])
+}
+
+fn softmax_of(shape: &[usize]) -> Fusion {
     let mut f = Fusion::new();
-    let x = f.input(&[4, 8], DType::F32, Some("x")).unwrap();
+    let x = f.input(shape, DType::F32, Some("x")).unwrap();
     let m = f.reduce(ReduceOp::Max, x, Some(&[1]), true).unwrap();
     let d = f.binary(BinaryOp::Sub, x, m).unwrap();
     let e = f.unary(UnaryOp::Exp, d).unwrap();
@@ -111,6 +115,20 @@ fn fingerprint_changes_with_any_structure() {
     same_but_shape.set_name(TensorId(0), "renamed").unwrap();
     assert_eq!(same_but_shape.fingerprint(), base);
     assert_ne!(other.fingerprint(), base);
+}
+
+#[test]
+fn family_leaves_out_extents_but_not_ranks_or_unit_dims() {
+    let family = softmax().family();
+    assert_eq!(softmax_of(&[4096, 128]).family(), family);
+    assert_ne!(
+        softmax_of(&[4096, 128]).fingerprint(),
+        softmax().fingerprint()
+    );
+    // A row of one broadcasts differently, a third axis is another structure.
+    assert_ne!(softmax_of(&[1, 8]).family(), family);
+    assert_ne!(softmax_of(&[2, 4, 8]).family(), family);
+    assert_ne!(family, softmax().fingerprint());
 }
 
 #[test]

@@ -14,8 +14,9 @@ use tilefuse::sched::DeviceInfo;
 use tilefuse::schedulers::pick;
 use tilefuse::tune::seeds::builtin;
 use tilefuse::tune::{
-    AutotunerHeuristic, Bundle, Cache, CacheError, CacheKey, Effort, Entry, Measured, Options,
-    Recording, ReplayExecutor, SeedContext, Status, Strategy, TuneError, Written, tune_with,
+    AutotunerHeuristic, Bundle, Cache, CacheError, CacheKey, Effort, Entry, Family, Measured,
+    Options, Recording, ReplayExecutor, SeedContext, Status, Strategy, TuneError, Written, nearest,
+    tune_with,
 };
 
 use crate::arrays;
@@ -39,9 +40,9 @@ fn field<T: serde::de::DeserializeOwned>(
 }
 
 /// Tuning options from `{"effort", "strategy", "trials", "seconds",
-/// "seed", "rtol", "warmup", "repeat", "fingerprint", "recorded"}`
-/// (missing or `None`: the defaults; `recorded`: trials of an earlier
-/// run, as dicts).
+/// "seed", "rtol", "warmup", "repeat", "fingerprint", "warm_start",
+/// "recorded"}` (missing or `None`: the defaults; `warm_start`: params
+/// dicts; `recorded`: trials of an earlier run, as dicts).
 fn options(value: &Value) -> Result<Options, ParamsError> {
     let mut o = Options::default();
     if let Some(e) = field::<Effort>(value, "effort")? {
@@ -57,6 +58,14 @@ fn options(value: &Value) -> Result<Options, ParamsError> {
     o.corrupt_trial = field(value, "corrupt_trial")?;
     o.fields = field(value, "fields")?;
     o.fingerprint = field(value, "fingerprint")?;
+    for (i, p) in (field::<Vec<Value>>(value, "warm_start")?.unwrap_or_default())
+        .into_iter()
+        .enumerate()
+    {
+        let p =
+            HeuristicParams::from_value(p).map_err(|e| e.within(&format!("warm_start[{i}]")))?;
+        o.warm_start.push(p);
+    }
     for trial in field::<Vec<Value>>(value, "recorded")?.unwrap_or_default() {
         let measured: Measured = serde_json::from_value(trial.clone())
             .map_err(|e| ParamsError::new("recorded", e.to_string()))?;
@@ -414,6 +423,45 @@ pub fn bundle_import(
     })
 }
 
+/// `(params dicts, warnings)`: the winners of `fusion`'s family (its
+/// structure at any sizes) for `scheduler` on `device` (a `Device` or a
+/// worker's info dict), in the user's cache and in `bundles`, nearest
+/// sizes first, at most `limit`: a tuning run's warm start.
+#[pyfunction]
+#[pyo3(signature = (fusion, device, scheduler, directory=None, bundles=Vec::new(), limit=4))]
+pub fn cache_warm_start<'py>(
+    py: Python<'py>,
+    fusion: &PyFusion,
+    device: &Bound<'py, PyAny>,
+    scheduler: &str,
+    directory: Option<String>,
+    bundles: Vec<String>,
+    limit: usize,
+) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<String>)> {
+    guard(|| {
+        let kind = scheduler
+            .parse()
+            .map_err(|e| params_error(py, "scheduler", e))?;
+        let key = CacheKey::new(&fusion.inner, kind, &device_info(device)?);
+        let dir = directory_of(directory).or_raise(py)?;
+        let (mut entries, mut warnings) = match dir.is_dir() {
+            true => Cache::at(dir).entries().map_err(cache_failed(py))?,
+            false => (Vec::new(), Vec::new()),
+        };
+        for path in bundles {
+            match bundle(Path::new(&path)) {
+                Ok(b) => entries.extend(b.entries().cloned()),
+                Err(e) => warnings.push(format!("tilefuse bundle skipped: {e}")),
+            }
+        }
+        let params = nearest(&entries, &key, &Family::of(&fusion.inner), limit)
+            .into_iter()
+            .map(|e| to_py(py, &e.params))
+            .collect::<PyResult<_>>()?;
+        Ok((params, warnings))
+    })
+}
+
 /// Stores a tuning winner as the entry of its key; `(stored, warnings)`,
 /// `stored` false when a faster entry was there.
 #[pyfunction]
@@ -435,6 +483,7 @@ pub fn cache_put(
         let params = HeuristicParams::from_value(to_value(params)?).or_raise(py)?;
         let key = CacheKey::new(&fusion.inner, params.kind(), &device_info(device)?);
         let mut entry = Entry::measured(key, params.to_value(), best_time);
+        entry.family = Family::of(&fusion.inner);
         entry.default_time = default_time;
         entry.trials = trials;
         entry.strategy = strategy;

@@ -17,6 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::key::CacheKey;
+use crate::warm::Family;
 
 /// Where an entry's measurement was made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +59,10 @@ pub struct Entry {
     pub created: u64,
     #[serde(default)]
     pub origin: Origin,
+    /// The fusions it is a first guess for (none, in entries older than
+    /// warm start).
+    #[serde(default)]
+    pub family: Family,
 }
 
 impl Entry {
@@ -77,6 +82,7 @@ impl Entry {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             origin: Origin::Measured,
+            family: Family::default(),
         }
     }
 

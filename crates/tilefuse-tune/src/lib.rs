@@ -22,6 +22,7 @@ mod space;
 mod strategy;
 mod surrogate;
 mod trial;
+mod warm;
 
 pub use bundle::Bundle;
 pub use cache::{Cache, CacheError, Entry, Lookup, Origin, Written};
@@ -37,3 +38,4 @@ pub use seeds::{AutotunerHeuristic, DeviceKind, SeedContext};
 pub use space::{Grid, Observation, Point, Space};
 pub use strategy::Strategy;
 pub use trial::{Source, Status, Trial, TuneResult};
+pub use warm::{Family, nearest};

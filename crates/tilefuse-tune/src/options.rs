@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tilefuse_ir::Tensor;
+use tilefuse_params::HeuristicParams;
 
 use crate::candidate::Measured;
 use crate::candidate::Timing;
@@ -76,6 +77,9 @@ pub struct Options {
     /// The fingerprint of the device tuned for: trials carry it, and
     /// results measured on another device are refused.
     pub fingerprint: Option<String>,
+    /// Cached winners of the fusion's family on this device, nearest
+    /// first (see [`crate::nearest`]): tried right after the default.
+    pub warm_start: Vec<HeuristicParams>,
     /// Results recorded by an earlier run of the same tuning (a journal),
     /// by params JSON: a candidate found here is not measured again.
     pub recorded: HashMap<String, Measured>,
@@ -97,6 +101,7 @@ impl Default for Options {
             fields: None,
             corrupt_trial: None,
             fingerprint: None,
+            warm_start: Vec::new(),
             recorded: HashMap::new(),
         }
     }

@@ -1,7 +1,8 @@
 //! The tuning loop, as a search that hands out candidates and learns from
 //! their results ([`Search::ask`] / [`Search::tell`]) so that an
 //! [`Executor`] can measure them anywhere, several at once. The default
-//! heuristic's params always enter first, then the seed heuristics'
+//! heuristic's params always enter first, then the cached winners of the
+//! fusion's family on the device (warm start), then the seed heuristics'
 //! seeds (their neighbours of each new best go before the strategy's next
 //! point); a candidate the scheduler refuses is recorded with its error
 //! and skipped, one whose kernel was measured already is not measured
@@ -10,7 +11,7 @@
 //! so a tuned result is never slower than the default on the measurement
 //! that picked it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use tilefuse_ir::Fusion;
@@ -138,6 +139,8 @@ pub struct Search<'a> {
     base: HeuristicParams,
     space: Space,
     strategy: Strategy,
+    /// Warm-start params not yet proposed.
+    warm: VecDeque<&'a HeuristicParams>,
     seeding: Seeding<'a>,
     points: Points,
     /// Candidates that count against the trial budget (all but the
@@ -202,6 +205,7 @@ impl<'a> Search<'a> {
             base,
             space,
             strategy,
+            warm: options.warm_start.iter().collect(),
             seeding,
             points,
             budget,
@@ -252,10 +256,16 @@ impl<'a> Search<'a> {
         (s.map(|s| (p, s)), point, Source::of("default"))
     }
 
-    /// A seed heuristic's proposal, else the strategy's next point; `None`
-    /// when neither has one.
+    /// A warm start's params, else a seed heuristic's proposal, else the
+    /// strategy's next point; `None` when none has one.
     #[allow(clippy::type_complexity)]
     fn next_proposal(&mut self) -> Option<(Scheduled, Point, Source)> {
+        if let Some(cached) = self.warm.pop_front() {
+            // Only the tuned fields carry over: the rest of a winner of
+            // other sizes is the default's business here.
+            let point = self.space.point_of(cached);
+            return Some((self.repaired(&point), point, Source::of("warm_start")));
+        }
         let cx = SeedContext {
             fusion: self.fusion,
             device: self.info,

@@ -38,8 +38,8 @@ impl Status {
 /// Where a candidate came from.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Source {
-    /// `"default"`, `"seed"`, `"heuristic_neighbor"`, `"random"`,
-    /// `"neighbor"` or `"exhaustive"`.
+    /// `"default"`, `"warm_start"`, `"seed"`, `"heuristic_neighbor"`,
+    /// `"random"`, `"neighbor"` or `"exhaustive"`.
     pub origin: &'static str,
     /// The seed heuristic of a seed or its neighbour.
     pub heuristic: Option<String>,

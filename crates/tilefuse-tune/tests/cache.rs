@@ -7,7 +7,7 @@ use serde_json::json;
 use tilefuse_ir::{DType, Fusion, UnaryOp};
 use tilefuse_params::SchedulerKind;
 use tilefuse_runtime::Device;
-use tilefuse_tune::{Bundle, Cache, CacheKey, Entry, Origin, Written};
+use tilefuse_tune::{Bundle, Cache, CacheKey, Entry, Family, Origin, Written, nearest};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tilefuse-cache-{name}-{}", std::process::id()));
@@ -15,12 +15,53 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn key(n: usize) -> CacheKey {
+fn exp(n: usize, op: UnaryOp) -> Fusion {
     let mut f = Fusion::new();
     let x = f.input(&[n], DType::F32, Some("x")).unwrap();
-    let y = f.unary(UnaryOp::Exp, x).unwrap();
+    let y = f.unary(op, x).unwrap();
     f.output(y).unwrap();
-    CacheKey::new(&f, SchedulerKind::Pointwise, &Device::cpu().info())
+    f
+}
+
+fn key(n: usize) -> CacheKey {
+    CacheKey::new(
+        &exp(n, UnaryOp::Exp),
+        SchedulerKind::Pointwise,
+        &Device::cpu().info(),
+    )
+}
+
+/// A winner for `f` on `device`, its params marked with `n`.
+fn winner(f: &Fusion, device: &tilefuse_sched::DeviceInfo, n: usize) -> Entry {
+    let key = CacheKey::new(f, SchedulerKind::Pointwise, device);
+    let mut e = Entry::measured(key, json!({"scheduler": "pointwise", "vectorize": n}), 1e-3);
+    e.family = Family::of(f);
+    e
+}
+
+#[test]
+fn warm_start_serves_the_family_on_the_same_device_nearest_first() {
+    let cpu = Device::cpu().info();
+    let mut other = cpu.clone();
+    other.cores += 1;
+    let entries = [
+        winner(&exp(1 << 10, UnaryOp::Exp), &cpu, 1),
+        winner(&exp(1 << 21, UnaryOp::Exp), &cpu, 2),
+        winner(&exp(1 << 16, UnaryOp::Exp), &cpu, 3),
+        winner(&exp(1 << 16, UnaryOp::Exp), &other, 4),
+        winner(&exp(1 << 16, UnaryOp::Tanh), &cpu, 5),
+        // An entry from before warm start: no family, never served.
+        Entry::measured(key(1 << 17), json!({"vectorize": 6}), 1e-3),
+    ];
+    let tuned = exp(1 << 18, UnaryOp::Exp);
+    let k = CacheKey::new(&tuned, SchedulerKind::Pointwise, &cpu);
+    let found = nearest(&entries, &k, &Family::of(&tuned), 4);
+    let marks: Vec<_> = found
+        .iter()
+        .map(|e| e.params["vectorize"].clone())
+        .collect();
+    assert_eq!(marks, [json!(3), json!(2), json!(1)]);
+    assert_eq!(nearest(&entries, &k, &Family::of(&tuned), 1).len(), 1);
 }
 
 #[test]
