@@ -16,6 +16,7 @@
 //! assert_eq!(tilefuse_ir::Fusion::from_json(&f.to_json()).unwrap(), f);
 //! ```
 
+mod close;
 mod dtype;
 mod error;
 mod evaluate;
@@ -30,6 +31,7 @@ mod summary;
 mod tensor;
 mod view;
 
+pub use close::check_close;
 pub use dtype::{DType, UnknownDType};
 pub use error::{FusionError, Result};
 pub use evaluate::{binary_scalar, evaluate, gelu, reduce_identity, unary_scalar};

@@ -2,7 +2,7 @@
 //! hand schedules, the matrix that tests of every device run and that
 //! examples start from; random inputs; the comparison with the reference.
 
-use tilefuse_ir::{BinaryOp, DType, Data, Fusion, ReduceOp, Tensor, UnaryOp};
+use tilefuse_ir::{BinaryOp, DType, Data, Fusion, ReduceOp, Tensor, UnaryOp, check_close};
 
 use tilefuse_sched::Schedule;
 use tilefuse_sched::ir::{IterKind, LoopId, Scope, ThreadAxis};
@@ -420,38 +420,14 @@ pub fn inputs(fusion: &Fusion, seed: u64) -> Vec<Tensor> {
         .collect()
 }
 
-/// Whether f32 outputs match the reference within `rtol` of the largest
-/// reference magnitude; the message names the first element that does not.
+/// Whether outputs match the reference by [`check_close`]'s rule; the
+/// message names the first output and element that do not.
 pub fn compare(want: &[Tensor], got: &[Tensor], rtol: f32) -> Result<(), String> {
+    if want.len() != got.len() {
+        return Err(format!("want {} outputs, got {}", want.len(), got.len()));
+    }
     for (o, (w, g)) in want.iter().zip(got).enumerate() {
-        let (Data::F32(w), Data::F32(g)) = (&w.data, &g.data) else {
-            return Err(format!("output {o} is not f32"));
-        };
-        if w.len() != g.len() {
-            return Err(format!(
-                "output {o}: want {} elements, got {}",
-                w.len(),
-                g.len()
-            ));
-        }
-        let scale = w
-            .iter()
-            .filter(|x| x.is_finite())
-            .fold(0f32, |m, x| m.max(x.abs()))
-            .max(1e-30);
-        // NaN only where NaN is wanted (a NaN difference compares false).
-        let close = |a: f32, b: f32| match (a.is_nan(), b.is_nan()) {
-            (false, false) => a == b || (a - b).abs() <= rtol * scale + rtol * a.abs(),
-            (want_nan, got_nan) => want_nan && got_nan,
-        };
-        if let Some((i, (a, b))) = w
-            .iter()
-            .zip(g)
-            .enumerate()
-            .find(|(_, (a, b))| !close(**a, **b))
-        {
-            return Err(format!("output {o}, element {i}: want {a}, got {b}"));
-        }
+        check_close(&w.data, &g.data, f64::from(rtol)).map_err(|e| format!("output {o}: {e}"))?;
     }
     Ok(())
 }

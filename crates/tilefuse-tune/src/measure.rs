@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use tilefuse_ir::{AsTensorRef, DType, Data, Fusion, Tensor, check_results, evaluate};
+use tilefuse_ir::{AsTensorRef, DType, Data, Fusion, Tensor, check_close, check_results, evaluate};
 use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::{Device, Kernel};
 use tilefuse_schedulers::schedule;
@@ -201,7 +201,7 @@ impl Problem {
             corrupt_first(&mut out.data);
         }
         for (o, (w, g)) in self.want.iter().zip(&got).enumerate() {
-            compare(&w.data, &g.data, self.rtol).map_err(|e| format!("output {o}: {e}"))?;
+            check_close(&w.data, &g.data, self.rtol).map_err(|e| format!("output {o}: {e}"))?;
         }
         Ok(())
     }
@@ -222,35 +222,4 @@ fn corrupt_first(data: &mut Data) {
         Data::U32(v) => v.iter_mut().take(1).for_each(|x| *x = x.wrapping_add(1)),
         Data::Bool(v) => v.iter_mut().take(1).for_each(|x| *x = !*x),
     }
-}
-
-fn compare(want: &Data, got: &Data, rtol: f64) -> Result<(), String> {
-    if want.len() != got.len() || want.dtype() != got.dtype() {
-        return Err(format!(
-            "{} {} elements, want {} {}",
-            got.len(),
-            got.dtype().name(),
-            want.len(),
-            want.dtype().name()
-        ));
-    }
-    let scale = (0..want.len())
-        .map(|i| want.get(i).as_f64().abs())
-        .filter(|x| x.is_finite())
-        .fold(0.0, f64::max);
-    for i in 0..want.len() {
-        let (w, g) = (want.get(i).as_f64(), got.get(i).as_f64());
-        let close = match (w.is_nan(), g.is_nan()) {
-            (true, true) => true,
-            (false, false) if want.dtype() == DType::F32 => {
-                w == g || (w - g).abs() <= rtol * (scale + w.abs())
-            }
-            (false, false) => w == g,
-            _ => false,
-        };
-        if !close {
-            return Err(format!("element {i} is {g}, want {w}"));
-        }
-    }
-    Ok(())
 }
