@@ -258,6 +258,31 @@ def test_many_threads_call_one_kernel(device: tf.Device, rng: np.random.Generato
     assert not failures, failures[0]
 
 
+def test_large_outputs_recycle_the_memory_of_freed_ones(
+    device: tf.Device, rng: np.random.Generator
+) -> None:
+    # A fresh output of megabytes is page faults on first touch: a freed
+    # large output's memory serves the next call, and only once it is free.
+    f = tf.Fusion()
+    a = f.input((512, 1024), "f32")
+    f.output((a * 0.5).exp())
+    k = f.schedule(f.heuristics(device=device), device)
+    x = rng.standard_normal((512, 1024)).astype(f32)
+    first = k(x)
+    address = first.ctypes.data
+    second = k(x)
+    assert second.ctypes.data != address
+    view = first[1:]
+    del first
+    assert k(x).ctypes.data != address, "a view still holds it"
+    del view
+    again = k(2 * x)
+    assert again.ctypes.data == address
+    assert again.flags.c_contiguous and again.flags.writeable and again.flags.aligned
+    assert_close(again, np.exp(x.astype(np.float64)))
+    assert_close(second, np.exp(0.5 * x.astype(np.float64)))
+
+
 def test_contiguous_inputs_are_not_copied() -> None:
     # Peak memory of a call on a 256 MB input, in a process of its own:
     # borrowed where it lies (plus the `out` array the caller made) vs one

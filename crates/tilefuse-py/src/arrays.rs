@@ -3,9 +3,10 @@
 //! layouts take one copy); outputs are numpy arrays the kernel writes in
 //! place: new, uninitialized ones, or the caller's (`out=`).
 //!
-//! `unsafe` is allowed here for one call: creating an uninitialized numpy
+//! `unsafe` is allowed here for one thing: creating an uninitialized numpy
 //! array (numpy's `empty`, through its C API so that a refused allocation
-//! is a `MemoryError`), which every kernel writes in full.
+//! is a `MemoryError`, over a recycled buffer when it is large), which
+//! every kernel writes in full.
 #![allow(unsafe_code)]
 
 use numpy::npyffi::{self, PY_ARRAY_API, npy_intp};
@@ -24,6 +25,7 @@ use tilefuse::{
 };
 
 use crate::errors::{OrRaise, ToPyErr};
+use crate::output_pool::{self, PooledBuffer};
 
 /// One input of a call, borrowed from numpy.
 pub enum Input<'py> {
@@ -275,15 +277,25 @@ impl Output<'_> {
 }
 
 /// A new, uninitialized numpy array for output `id` (the kernel writes
-/// every element); `MemoryError` when numpy cannot allocate it.
+/// every element), its memory recycled when it is large (see
+/// [`output_pool`]); `MemoryError` when it cannot be allocated.
 fn new_output<'py>(py: Python<'py>, fusion: &Fusion, id: TensorId) -> PyResult<Output<'py>> {
     fn make<'py, T: Element>(
         py: Python<'py>,
         shape: &[usize],
     ) -> PyResult<PyReadwriteArrayDyn<'py, T>> {
         let mut dims: Vec<npy_intp> = shape.iter().map(|&d| d as npy_intp).collect();
-        // SAFETY: numpy's `empty`: a C-order array of `T` with these
-        // dimensions; a null result is an error numpy has set.
+        let bytes = shape.iter().product::<usize>() * size_of::<T>();
+        let owner = (bytes >= output_pool::MIN_BYTES)
+            .then(|| PooledBuffer::new(bytes))
+            .transpose()?;
+        let data = owner
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |o| o.ptr().cast());
+        // SAFETY: numpy's `empty` (a C-order array of `T` with these
+        // dimensions), over `data` when that is given: `data` holds
+        // `bytes`, aligned, and the array's base below keeps it alive. A
+        // null result is an error numpy has set.
         let a = unsafe {
             let ptr = PY_ARRAY_API.PyArray_NewFromDescr(
                 py,
@@ -292,12 +304,27 @@ fn new_output<'py>(py: Python<'py>, fusion: &Fusion, id: TensorId) -> PyResult<O
                 dims.len() as c_int,
                 dims.as_mut_ptr(),
                 std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
+                data,
+                if data.is_null() {
+                    0
+                } else {
+                    npyffi::flags::NPY_ARRAY_CARRAY
+                },
                 std::ptr::null_mut(),
             );
             Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked::<PyArrayDyn<T>>()
         };
+        if let Some(owner) = owner {
+            let owner = Bound::new(py, owner)?;
+            // SAFETY: `a` is a new array without a base; the call takes
+            // the reference to `owner` whether it succeeds or not.
+            let status = unsafe {
+                PY_ARRAY_API.PyArray_SetBaseObject(py, a.as_array_ptr(), owner.into_ptr())
+            };
+            if status < 0 {
+                return Err(PyErr::fetch(py));
+            }
+        }
         Ok(a.try_readwrite()?)
     }
     let ty = fusion.ty(id).or_raise(py)?;

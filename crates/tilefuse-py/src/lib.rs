@@ -9,6 +9,7 @@ mod errors;
 mod file_memo;
 mod fusion;
 mod json_value;
+mod output_pool;
 mod params;
 mod remote;
 mod schedule;
