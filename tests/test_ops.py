@@ -173,6 +173,29 @@ def test_matmul_transposes(ta: bool, tb: bool, rng: np.random.Generator) -> None
     assert_close(y, (a64.T if ta else a64) @ (b64.T if tb else b64))
 
 
+@pytest.mark.parametrize("mkn", [(5, 7, 3), (0, 4, 3), (4, 0, 3), (4, 5, 0), (1, 1, 1)], ids=str)
+@pytest.mark.parametrize("tb", [False, True])
+def test_matmul_reference_over_batches_and_empty_dims(
+    mkn: tuple[int, int, int], tb: bool, rng: np.random.Generator
+) -> None:
+    m, k, n = mkn
+    a = rng.standard_normal((2, 1, k, m)).astype(f32)  # read transposed
+    b = rng.standard_normal((1, 3, n, k) if tb else (1, 3, k, n)).astype(f32)
+    y = run(lambda x, z: tf.matmul(x, z, transpose_a=True, transpose_b=tb), a, b)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = a64.swapaxes(-1, -2) @ (b64.swapaxes(-1, -2) if tb else b64)
+    assert y.shape == want.shape == (2, 3, m, n)
+    assert_close(y, want)
+    if k == 0:
+        assert not np.signbit(y).any(), "a sum of no terms is +0"
+
+
+def test_a_matmul_of_negative_zeros_is_negative_zero() -> None:
+    a = np.full((2, 3), -0.0, f32)
+    b = np.ones((3, 2), f32)
+    assert np.signbit(run(lambda x, z: x @ z, a, b)).all()
+
+
 def test_batched_matmul_with_epilogue(rng: np.random.Generator) -> None:
     a = rng.standard_normal((3, 8, 16)).astype(f32)
     b = rng.standard_normal((16, 5)).astype(f32)  # broadcast over the batch

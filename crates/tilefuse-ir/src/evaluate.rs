@@ -272,26 +272,41 @@ fn matmul(a: &Tensor, b: &Tensor, ta: bool, tb: bool, ty: &TensorType) -> Result
     let (m, k, n) = (dims.m, dims.k, dims.n);
     let batch_a = &a.shape[..a.shape.len() - 2];
     let batch_b = &b.shape[..b.shape.len() - 2];
-    // Element (row, col) of an operand's `batch`-th matrix as the matmul
-    // reads it; `rows` x `cols` is the stored (untransposed) matrix.
-    let elem = |t: &Tensor, batch: usize, rows: usize, cols: usize, r: usize, c: usize, tr| {
-        let (r, c) = if tr { (c, r) } else { (r, c) };
-        t.data.get(batch * rows * cols + r * cols + c).as_f64()
-    };
-    let (a_rows, a_cols) = if ta { (k, m) } else { (m, k) };
-    let (b_rows, b_cols) = if tb { (n, k) } else { (k, n) };
-    Data::from_fn(ty.dtype, numel(&ty.shape), |flat| {
-        let (batch, row, col) = (flat / (m * n), flat / n % m, flat % n);
-        let ba = broadcast_index(batch, &dims.batch, batch_a);
-        let bb = broadcast_index(batch, &dims.batch, batch_b);
-        // From the identity -0, so one term -0 stays -0; no terms give +0.
-        let term = |kk| {
-            elem(a, ba, a_rows, a_cols, row, kk, ta) * elem(b, bb, b_rows, b_cols, kk, col, tb)
-        };
-        Scalar::F(if k == 0 {
-            0.0
-        } else {
-            (0..k).fold(-0.0, |acc, kk| acc + term(kk))
+    let mut out = Vec::with_capacity(numel(&ty.shape));
+    for batch in 0..numel(&dims.batch) {
+        let lhs = operand(a, broadcast_index(batch, &dims.batch, batch_a), m, k, ta);
+        let rhs = operand(b, broadcast_index(batch, &dims.batch, batch_b), k, n, tb);
+        for r in 0..m {
+            let row = &lhs[r * k..(r + 1) * k];
+            if crate::interrupt::requested() {
+                return Err(FusionError::Interrupted);
+            }
+            // Each element sums its terms in order from the identity -0,
+            // so one term -0 stays -0; no terms give +0. Row by row over
+            // `rhs` (not a dot product per element): the same sums, read
+            // in memory order.
+            let mut acc = vec![if k == 0 { 0.0 } else { -0.0 }; n];
+            for (&x, rhs_row) in row.iter().zip(rhs.chunks_exact(n.max(1))) {
+                for (acc, &y) in acc.iter_mut().zip(rhs_row) {
+                    *acc += x * y;
+                }
+            }
+            out.extend(acc);
+        }
+    }
+    Data::from_fn(ty.dtype, out.len(), |i| Scalar::F(out[i]))
+}
+
+/// The `batch`-th matrix of `t` as a matmul reads it: `rows` x `cols`,
+/// row-major, in f64; stored transposed (`cols` x `rows`) when
+/// `transposed`.
+fn operand(t: &Tensor, batch: usize, rows: usize, cols: usize, transposed: bool) -> Vec<f64> {
+    let base = batch * rows * cols;
+    (0..rows * cols)
+        .map(|i| {
+            let (r, c) = (i / cols, i % cols);
+            let stored = if transposed { c * rows + r } else { i };
+            t.data.get(base + stored).as_f64()
         })
-    })
+        .collect()
 }
