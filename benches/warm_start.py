@@ -92,14 +92,8 @@ def bench_case(name: str, device: tf.Device, seeds: int, rounds: int, work: Path
         row[f"{how} s"] = statistics.median(r.elapsed for r in results)
         row[f"{how} trials to best"] = statistics.median(trials_to_best(r) for r in results)
         row[f"{how} speedup"] = statistics.median(speedups)
-    row["warm won"] = f"{sum(won_warm(r) for r in runs['warm'])}/{seeds}"
+    row["warm won"] = f"{sum(r.warm_start_won for r in runs['warm'])}/{seeds}"
     return row
-
-
-def won_warm(r: tf.TuneResult) -> bool:
-    best = r.best_params
-    assert isinstance(best, tf.HeuristicParams)
-    return any(t["params"] == best.to_dict() for t in r.warm_start)
 
 
 def show(rows: list[dict[str, Any]], seeds: int) -> None:

@@ -212,12 +212,17 @@ def test_tuning_starts_from_the_cached_winners_of_the_same_structure(own_cache: 
     tuned.update(unroll_factor_reduction=4, vectorization_factor_reduction=2)
     tf.cache.store(small, d, tuned, 1e-6)
 
-    def first_tried(f: tf.Fusion, cache: bool = True) -> dict[str, Any]:
-        r = tf.tune(f, d, trials=2, seed=5, cache=cache, progress=False)
-        return r.trials[1]
+    def tuned(f: tf.Fusion, cache: bool = True) -> tf.TuneResult:
+        return tf.tune(f, d, trials=2, seed=5, cache=cache, progress=False)
 
-    warm = first_tried(softmax(16, 256))
-    assert warm["origin"] == "warm_start"
+    def first_tried(f: tf.Fusion, cache: bool = True) -> dict[str, Any]:
+        return tuned(f, cache).trials[1]
+
+    r = tuned(softmax(16, 256))
+    warm = r.trials[1]
+    assert warm["origin"] == "warm_start" and r.warm_start == [warm]
+    assert isinstance(r.best_params, tf.HeuristicParams)
+    assert r.warm_start_won == (r.best_params.to_dict() == warm["params"])
     assert warm["params"]["unroll_factor_reduction"] == 4
     assert warm["params"]["vectorization_factor_reduction"] == 2
     assert warm["status"] in ("ok", "cut")  # measured

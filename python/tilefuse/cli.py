@@ -93,8 +93,7 @@ def _nth(path: str, i: int, n: int) -> str:
 def _result_table(r: TuneResult, title: str) -> Table:
     statuses = Counter(t["status"] for t in r.trials)
     applied = [f"{h['name']}{' (won)' if h['won'] else ''}" for h in r.heuristics]
-    best = r.best_params if isinstance(r.best_params, list) else [r.best_params]
-    warm_won = any(t["params"] == p.to_dict() for t in r.warm_start for p in best)
+    warm = f"{len(r.warm_start)} cached winners of this structure"
     t = Table(title=title, show_header=False)
     t.add_column(style="bold")
     t.add_column()
@@ -106,10 +105,7 @@ def _result_table(r: TuneResult, title: str) -> Table:
         ("best", _ms(r.best_time)),
         ("speedup", "-" if r.speedup is None else f"{r.speedup:.2f}x"),
         ("seed heuristics", ", ".join(applied) or "none applied"),
-        (
-            "warm start",
-            f"{len(r.warm_start)} cached winners of this structure{' (won)' if warm_won else ''}",
-        ),
+        ("warm start", f"{warm}{' (won)' if r.warm_start_won else ''}"),
         ("tuning time", f"{r.elapsed:.1f} s"),
     ]:
         t.add_row(name, value)

@@ -69,6 +69,12 @@ class TuneResult:
         return [t for t in self.trials if t["origin"] == "warm_start"]
 
     @property
+    def warm_start_won(self) -> bool:
+        """Whether the winner (of a segment) is a warm start's params."""
+        best = self.best_params if isinstance(self.best_params, list) else [self.best_params]
+        return any(t["params"] == p.to_dict() for t in self.warm_start for p in best)
+
+    @property
     def speedup(self) -> float | None:
         """The default heuristic's time over the winner's."""
         return None if self.default_time is None else self.default_time / self.best_time
