@@ -16,8 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::key::CacheKey;
-use crate::warm::Family;
+use crate::key::{CacheKey, Family};
 
 /// Where an entry's measurement was made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -101,6 +101,39 @@ impl CacheKey {
     }
 }
 
+/// Which fusions a cached winner is a first guess for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Family {
+    /// `Fusion::family`: the structure without the extents.
+    pub id: String,
+    /// The extents of the fusion's inputs, to rank members by closeness.
+    pub sizes: Vec<Vec<usize>>,
+}
+
+impl Family {
+    pub fn of(fusion: &Fusion) -> Family {
+        let types = fusion.types();
+        Family {
+            id: fusion.family(),
+            sizes: (fusion.inputs().iter())
+                .map(|t| types[t.0].shape.clone())
+                .collect(),
+        }
+    }
+
+    /// How far apart two members' sizes are: the sum over their inputs'
+    /// dimensions of |ln| of the ratio of extents (0 for the same sizes).
+    pub(crate) fn distance(&self, other: &Family) -> f64 {
+        let dims = self
+            .sizes
+            .iter()
+            .flatten()
+            .zip(other.sizes.iter().flatten());
+        dims.map(|(&a, &b)| ((a as f64 + 1.0) / (b as f64 + 1.0)).ln().abs())
+            .sum()
+    }
+}
+
 fn digest(text: &str) -> String {
     Sha256::digest(text.as_bytes())
         .iter()
