@@ -10,7 +10,7 @@
 use std::alloc::{Layout, alloc, dealloc};
 use std::collections::VecDeque;
 use std::ptr::NonNull;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
@@ -43,6 +43,12 @@ impl Drop for Block {
 
 static FREE: Mutex<VecDeque<Block>> = Mutex::new(VecDeque::new());
 
+/// The free blocks. Nothing panics while holding them, and a list of
+/// whole blocks is valid whatever happened: a poisoned lock is used as is.
+fn free_blocks() -> MutexGuard<'static, VecDeque<Block>> {
+    FREE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Owns the memory of one output array (its numpy `base`); gives it back
 /// to the pool when the array is freed.
 #[pyclass(frozen, module = "tilefuse._native")]
@@ -58,7 +64,7 @@ impl PooledBuffer {
         let layout = Layout::from_size_align(bytes, ALIGN)
             .map_err(|e| PyMemoryError::new_err(e.to_string()))?;
         let recycled = {
-            let mut free = FREE.lock().expect("the pool's lock");
+            let mut free = free_blocks();
             let i = free.iter().position(|b| b.layout == layout);
             i.and_then(|i| free.remove(i))
         };
@@ -83,7 +89,7 @@ impl Drop for PooledBuffer {
         let Some(block) = self.block.take() else {
             return;
         };
-        let mut free = FREE.lock().expect("the pool's lock");
+        let mut free = free_blocks();
         free.push_front(block);
         let mut kept = 0;
         free.retain(|b| {
