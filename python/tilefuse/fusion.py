@@ -54,6 +54,8 @@ Scalar: TypeAlias = "int | float | bool"
 Operand: TypeAlias = "Tensor | int | float | bool"
 
 _NUMPY_NAMES = {"float32": "f32", "int32": "i32", "uint32": "u32", "bool": "bool"}
+#: The numpy dtype of each of the fusion's dtypes.
+NUMPY_DTYPES = {name: np.dtype(numpy) for numpy, name in _NUMPY_NAMES.items()}
 
 
 def _dtype_name(dtype: DTypeLike) -> str:

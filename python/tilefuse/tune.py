@@ -20,6 +20,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from . import _native
 from . import cache as _cache
 from . import heuristic as _heuristic
+from .fusion import NUMPY_DTYPES
 from .journal import Journal
 from .params import HeuristicParams
 from .workload import Tolerance
@@ -31,9 +32,6 @@ if TYPE_CHECKING:
     from .workload import Workload, WorkloadLike
 
 Arrays = tuple[np.ndarray, ...]
-
-#: The numpy dtype of each of the fusion's dtypes.
-_NUMPY_DTYPES = {"f32": np.float32, "i32": np.int32, "u32": np.uint32, "bool": np.bool_}
 
 __all__ = ["TuneResult", "record", "tune"]
 
@@ -354,7 +352,7 @@ def _workload_parts(workload: Workload, seed: int) -> list[_Part]:
             f"the fusion has {len(f.outputs)}"
         )
     outs = zip(expected, f.outputs, strict=True)
-    wanted: Arrays = tuple(np.asarray(e, dtype=_NUMPY_DTYPES[t.dtype]) for e, t in outs)
+    wanted: Arrays = tuple(np.asarray(e, dtype=NUMPY_DTYPES[t.dtype]) for e, t in outs)
     return _parts(f, workload.inputs(seed), wanted)
 
 

@@ -224,18 +224,33 @@ impl Reference {
 
 /// Copies `arrays` into tensors: the fusion's inputs, checked as a call's.
 fn input_tensors(fusion: &Fusion, arrays: &Bound<'_, PyTuple>) -> PyResult<Arc<[Tensor]>> {
-    let given = inputs(fusion, arrays)?;
-    let views: Vec<_> = given.iter().map(Input::view).collect();
-    check_arguments(fusion, &views).or_raise(arrays.py())?;
-    Ok(views.iter().map(TensorRef::to_tensor).collect())
+    tensors(fusion, fusion.inputs(), "input", arrays, check_arguments)
 }
 
 /// Copies `arrays` into tensors: outputs the fusion must give (a
 /// reference's), checked against its outputs' types.
 fn output_tensors(fusion: &Fusion, arrays: &Bound<'_, PyTuple>) -> PyResult<Arc<[Tensor]>> {
-    let given = borrow(fusion, fusion.outputs(), "expected output", arrays)?;
+    tensors(
+        fusion,
+        fusion.outputs(),
+        "expected output",
+        arrays,
+        check_results,
+    )
+}
+
+/// Copies `arrays`, one per tensor of `ids` (the fusion's `what`s), into
+/// tensors once `check` accepts them.
+fn tensors(
+    fusion: &Fusion,
+    ids: &[TensorId],
+    what: &str,
+    arrays: &Bound<'_, PyTuple>,
+    check: fn(&Fusion, &[TensorRef<'_>]) -> tilefuse::ir::Result<()>,
+) -> PyResult<Arc<[Tensor]>> {
+    let given = borrow(fusion, ids, what, arrays)?;
     let views: Vec<_> = given.iter().map(Input::view).collect();
-    check_results(fusion, &views).or_raise(arrays.py())?;
+    check(fusion, &views).or_raise(arrays.py())?;
     Ok(views.iter().map(TensorRef::to_tensor).collect())
 }
 

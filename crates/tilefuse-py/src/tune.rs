@@ -295,6 +295,14 @@ fn bundle(path: &Path) -> Result<Arc<Bundle>, CacheError> {
     Ok(loaded.expect("a loaded bundle is kept"))
 }
 
+/// The bundle at `path` as a lookup layer; one that does not load is
+/// skipped with a warning.
+fn layer(path: &str, warnings: &mut Vec<String>) -> Option<Arc<Bundle>> {
+    bundle(Path::new(path))
+        .map_err(|e| warnings.push(format!("tilefuse bundle skipped: {e}")))
+        .ok()
+}
+
 /// `(entry or None, layer, warnings)` of a lookup.
 type Found<'py> = (Option<Bound<'py, PyAny>>, Option<String>, Vec<String>);
 
@@ -320,14 +328,11 @@ pub fn cache_get<'py>(
             return Ok((Some(to_py(py, &e)?), Some("cache".into()), warnings));
         }
         for path in bundles {
-            match bundle(Path::new(&path)) {
-                Ok(b) => {
-                    if let Some(e) = b.get(&key) {
-                        let e = served(e).or_raise(py)?;
-                        return Ok((Some(to_py(py, &e)?), Some(path), warnings));
-                    }
-                }
-                Err(e) => warnings.push(format!("tilefuse bundle skipped: {e}")),
+            if let Some(b) = layer(&path, &mut warnings)
+                && let Some(e) = b.get(&key)
+            {
+                let e = served(e).or_raise(py)?;
+                return Ok((Some(to_py(py, &e)?), Some(path), warnings));
             }
         }
         Ok((None, None, warnings))
@@ -449,9 +454,8 @@ pub fn cache_warm_start<'py>(
             false => (Vec::new(), Vec::new()),
         };
         for path in bundles {
-            match bundle(Path::new(&path)) {
-                Ok(b) => entries.extend(b.entries().cloned()),
-                Err(e) => warnings.push(format!("tilefuse bundle skipped: {e}")),
+            if let Some(b) = layer(&path, &mut warnings) {
+                entries.extend(b.entries().cloned());
             }
         }
         let params = nearest(&entries, &key, &Family::of(&fusion.inner), limit)

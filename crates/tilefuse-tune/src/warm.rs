@@ -16,12 +16,8 @@ pub fn nearest<'e>(
     family: &Family,
     limit: usize,
 ) -> Vec<&'e Entry> {
-    let same_target = |k: &CacheKey| {
-        k.scheduler == key.scheduler
-            && k.device == key.device
-            && k.params_version == key.params_version
-            && k.codegen_version == key.codegen_version
-    };
+    // Every key field but the fusion must match.
+    let same_target = |k: &CacheKey| key.differences(k).iter().all(|d| d == "fusion");
     let mut found: Vec<(f64, &Entry)> = (entries.into_iter())
         .filter(|e| e.family.id == family.id && same_target(&e.key))
         .map(|e| (family.distance(&e.family), e))
