@@ -22,6 +22,7 @@ plotted with ``--plot`` when matplotlib is there.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import statistics
@@ -42,6 +43,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import handwritten
 
 Arrays = list[np.ndarray[Any, Any]]
+
+#: The hand-written WGSL runs under wgpu-py (the ``bench`` extra).
+HAS_WGPU_PY = importlib.util.find_spec("wgpu") is not None
 
 
 @dataclass
@@ -211,7 +215,7 @@ def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, budget: Budg
                 f"  {label}: call {call * 1e3:.2f} ms, kernel {launch * 1e3:.2f} ms",
                 file=sys.stderr,
             )
-        if dev_name == "gpu" and case.handwritten is not None:
+        if dev_name == "gpu" and case.handwritten is not None and HAS_WGPU_PY:
             time_handwritten(case, engine.lower(w))
     return case
 
@@ -340,6 +344,8 @@ def main() -> None:
         devices["gpu"] = tf.Device.gpu()
     except tf.DeviceError as exc:
         print(f"no GPU device ({exc}); timing the CPU device only", file=sys.stderr)
+    if "gpu" in devices and not HAS_WGPU_PY:
+        print("no wgpu-py: the hand-written WGSL is not timed", file=sys.stderr)
     try:
         import torch  # type: ignore[import-not-found]
 

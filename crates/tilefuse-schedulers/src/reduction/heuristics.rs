@@ -101,7 +101,7 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
             // workgroup), 0.035 ms with 32 per column, 16 columns a
             // workgroup and steps unrolled by 4 (softmax: 0.29 ms).
             let x = pow2_at_most(columns / 256).clamp(1, max.min(64));
-            let y = pow2_at_most((1 << 17) / columns)
+            let y = pow2_at_most((1 << 17) / columns.max(1))
                 .min(r / 64)
                 .clamp(1, (max / x).min(32));
             if r / y >= 16 {
