@@ -334,6 +334,9 @@ def main() -> None:
     parser.add_argument("--plot", help="plot the sweep to this image (needs matplotlib)")
     parser.add_argument("--no-sweep", action="store_true", help="skip the small-size sweep")
     parser.add_argument(
+        "--case", action="append", help="only cases whose name contains this (repeatable)"
+    )
+    parser.add_argument(
         "--latency-only", action="store_true", help="only heuristics + schedule + build latency"
     )
     args = parser.parse_args()
@@ -354,7 +357,8 @@ def main() -> None:
         torch = None
 
     only = args.latency_only
-    rows = [] if only else [run_case(c, devices, torch, budget) for c in cases(args.quick)]
+    chosen = [c for c in cases(args.quick) if not args.case or any(n in c.name for n in args.case)]
+    rows = [] if only else [run_case(c, devices, torch, budget) for c in chosen]
     swept = {} if args.no_sweep or only else sweep(devices, torch, budget, args.quick)
     latency = {
         (name, dev): scheduling_latency(f, device, budget)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -171,11 +172,30 @@ def test_flush_runs_before_every_sample_outside_the_timed_region() -> None:
     )
     assert samples == [1e-3] * 4
     # Only the estimate asks for a warm-up (a GPU kernel's timer warms
-    # for 200 ms whenever asked); the budget's follows as untimed launches.
-    assert events == ["run 1 3", "run 0 2"] + ["flush", "run 0 1"] * 4
+    # for 200 ms whenever asked), then times 3 launches by the host clock;
+    # the budget's warm-up follows as untimed launches.
+    estimate = ["run 1 3", "run 0 3"]
+    assert events == [*estimate, "run 0 2"] + ["flush", "run 0 1"] * 4
     events.clear()
     assert measure(run, Budget(warmup=0.002, rep=0.004, min_repeat=2)) == [1e-3] * 4
-    assert events == ["run 1 3", "run 0 2", "run 0 4"]
+    assert events == [*estimate, "run 0 2", "run 0 4"]
+
+
+def test_budgets_count_the_host_time_of_a_launch_not_only_what_it_reports() -> None:
+    # GPU timestamps report the kernel alone; each launch also waits for
+    # its submission and read-back (2 ms against 0.07 on an H100).
+    launches = []
+
+    def run(warmup: int, repeat: int) -> list[float]:
+        launches.append(warmup + repeat)
+        time.sleep(1e-3 * (warmup + repeat))
+        return [1e-6] * repeat
+
+    samples = measure(run, Budget(warmup=0.01, rep=0.02))
+    # At 1 ms a launch or more: at most 10 warm-up launches and 20 timed
+    # (the kernel's 1 µs would have asked for 10,000 and 10,000).
+    assert 5 <= len(samples) <= 20
+    assert sum(launches) <= 4 + 3 + 10 + 20
 
 
 def test_interleave_rotates_the_order_and_splits_the_budget_in_chunks() -> None:
@@ -192,7 +212,7 @@ def test_interleave_rotates_the_order_and_splits_the_budget_in_chunks() -> None:
     assert len(got["a"]) == 12 and len(got["b"]) == 6
     # estimate each (no further warm-up in a budget of 0 s), then chunks:
     # a b, then b a
-    assert order == ["a 1 3", "b 1 3", "a 0 6", "b 0 3", "b 0 3", "a 0 6"]
+    assert order == ["a 1 3", "a 0 3", "b 1 3", "b 0 3", "a 0 6", "b 0 3", "b 0 3", "a 0 6"]
     assert Budget(warmup=0.1, rep=0.5).counts(0.01) == (10, 50)
     assert Budget(rep=1.0, max_repeat=100).counts(1e-9) == (1_000_000, 100)
 
