@@ -20,15 +20,39 @@ pub fn set_hook(hook: fn() -> bool) {
     let _ = HOOK.set(hook);
 }
 
-/// Whether the work in progress should stop. Cheap: the hook runs at most
+thread_local!(static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) });
+
+/// Runs `work` on this thread with a time limit: once `limit` has passed,
+/// [`requested`] answers true here as for Ctrl-C (work that other threads
+/// do for this one stops with it: the CPU executor's callers watch for
+/// them). Also returns whether the limit passed.
+pub fn within<T>(limit: Duration, work: impl FnOnce() -> T) -> (T, bool) {
+    /// Puts the enclosing limit back, also when `work` panics.
+    struct Restore(Option<Instant>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEADLINE.set(self.0);
+        }
+    }
+    let deadline = Instant::now() + limit;
+    let _outer = Restore(DEADLINE.replace(Some(deadline)));
+    let out = work();
+    (out, Instant::now() >= deadline)
+}
+
+/// Whether the work in progress should stop: an interrupt, or this
+/// thread's time limit ([`within`]) passed. Cheap: the hook runs at most
 /// every [`EVERY`] per thread, and not on a thread's first call, so short
 /// work never pays for it.
 pub fn requested() -> bool {
+    let now = Instant::now();
+    if DEADLINE.get().is_some_and(|d| now >= d) {
+        return true;
+    }
     let Some(hook) = HOOK.get() else {
         return false;
     };
     thread_local!(static LAST: Cell<Option<Instant>> = const { Cell::new(None) });
-    let now = Instant::now();
     LAST.with(|last| match last.get() {
         Some(t) if now.duration_since(t) < EVERY => false,
         Some(_) => {

@@ -6,10 +6,13 @@
 //! before its full measurement (tinygrad's BEAM, CubeCL).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use tilefuse_ir::{AsTensorRef, DType, Data, Fusion, Tensor, check_close, check_results, evaluate};
+use tilefuse_ir::{
+    AsTensorRef, DType, Data, Fusion, Tensor, check_close, check_results, evaluate, interrupt,
+};
 use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::{Device, Kernel};
 use tilefuse_schedulers::schedule;
@@ -30,9 +33,19 @@ pub const CUT_RATIO: f64 = 3.0;
 /// and a cold launch is not 10x a warm one.
 pub const PROBE_RATIO: f64 = 10.0;
 
+/// A candidate's check and first launch (two launches) may take this many
+/// times the best launch, plus [`LIMIT_FLOOR`], before they are stopped:
+/// twice [`PROBE_RATIO`], so that only a candidate the probe would cut is.
+pub const LIMIT_RATIO: f64 = 2.0 * PROBE_RATIO;
+
+/// Time every candidate may take for its check and first launch whatever
+/// the best launch: their allocations and copies.
+pub const LIMIT_FLOOR: Duration = Duration::from_millis(500);
+
 /// Schedules `c`'s params, builds, checks and times the kernel on
 /// `device`: one launch first, cut when over [`PROBE_RATIO`] times the
-/// best so far, then a short timing, cut when over [`CUT_RATIO`] times it.
+/// best so far (stopped when the check and it run past [`LIMIT_RATIO`]
+/// times), then a short timing, cut when over [`CUT_RATIO`] times it.
 pub fn candidate(fusion: &Fusion, device: &Device, problem: &Problem, c: &Candidate) -> Measured {
     built(build(fusion, device, &c.params), problem, c)
 }
@@ -43,37 +56,68 @@ pub(crate) fn built(kernel: Result<Kernel, String>, problem: &Problem, c: &Candi
         Ok(k) => k,
         Err(e) => return Measured::failed(e),
     };
-    if let Err(e) = problem.check_with(&kernel, c.corrupt) {
-        let mut m = Measured::failed(e);
-        m.status = Status::Wrong;
-        return m;
-    }
+    let probe = match first_launches(&kernel, problem, c) {
+        Ok(probe) => probe,
+        Err(m) => return m,
+    };
     let slower = |time: f64, ratio: f64| c.best.is_some_and(|best| time > ratio * best);
-    let timed = problem.time(&kernel, 0, 1).and_then(|probe| {
-        if slower(probe, PROBE_RATIO) {
-            return Ok((
-                Status::Cut,
-                probe,
-                Some("its first launch took over 10x the best"),
-            ));
-        }
+    let timed = if slower(probe, PROBE_RATIO) {
+        Ok((
+            Status::Cut,
+            probe,
+            Some("its first launch took over 10x the best".to_owned()),
+        ))
+    } else {
         // The short timing warms up (a GPU for at least 200 ms): the full
         // one right after it needs none.
-        let short = problem.time(&kernel, 1, 3)?;
-        if slower(short, CUT_RATIO) {
-            return Ok((Status::Cut, short, Some("over 3x the best")));
-        }
-        let full = problem.time(&kernel, 0, c.timing.repeat)?;
-        Ok((Status::Ok, full, None))
-    });
+        problem.time(&kernel, 1, 3).and_then(|short| {
+            if slower(short, CUT_RATIO) {
+                return Ok((Status::Cut, short, Some("over 3x the best".to_owned())));
+            }
+            let full = problem.time(&kernel, 0, c.timing.repeat)?;
+            Ok((Status::Ok, full, None))
+        })
+    };
     match timed {
         Ok((status, time, error)) => Measured {
             status,
             time: Some(time),
-            error: error.map(str::to_owned),
+            error,
             device: None,
         },
         Err(e) => Measured::failed(e),
+    }
+}
+
+/// The check of `c`'s outputs and its first timed launch, stopped once
+/// they pass [`LIMIT_RATIO`] times the best launch (a random point can
+/// run for minutes); `Err`: what to record instead of timing it.
+fn first_launches(kernel: &Kernel, problem: &Problem, c: &Candidate) -> Result<f64, Measured> {
+    let run = || {
+        problem
+            .check_with(kernel, c.corrupt)
+            .map_err(|e| Measured {
+                status: Status::Wrong,
+                ..Measured::failed(e)
+            })?;
+        problem.time(kernel, 0, 1).map_err(Measured::failed)
+    };
+    let Some(best) = c.best else {
+        return run();
+    };
+    let limit = Duration::from_secs_f64(LIMIT_RATIO * best) + LIMIT_FLOOR;
+    match interrupt::within(limit, run) {
+        (_, true) => Err(Measured {
+            status: Status::Cut,
+            time: Some(limit.as_secs_f64()),
+            error: Some(format!(
+                "stopped after {:.2} s: its check and first launch ran past {LIMIT_RATIO}x \
+                 the best launch",
+                limit.as_secs_f64()
+            )),
+            device: None,
+        }),
+        (first, false) => first,
     }
 }
 

@@ -293,37 +293,15 @@ impl<'a> Search<'a> {
         Some((self.repaired(&point), point, Source::of(origin)))
     }
 
-    /// The params of `proposed` and their schedule, repaired first: a
-    /// field the scheduler refuses (by its error's path) goes back to the
-    /// base's value, until the params schedule or the refused field is at
-    /// its base value.
+    /// The params of `proposed` and their schedule, repaired first
+    /// ([`Space::repair`]).
     fn repaired(&self, proposed: &Point) -> Scheduled {
-        let space = &self.space;
-        let base = space.base_point();
-        let mut point = proposed.clone();
-        loop {
-            let attempt = space
-                .params(&point)
-                .and_then(|p| schedule(self.fusion, &p, self.info).map(|s| (p, s)));
-            let e = match attempt {
-                Ok(done) => return Ok(done),
-                Err(e) => e,
-            };
-            let culprit = space.fields.iter().position(|f| {
-                e.path == f.path
-                    || e.path.starts_with(&format!("{}[", f.path))
-                    || e.path.starts_with(&format!("{}.", f.path))
-            });
-            match culprit {
-                Some(i) if point[i] != base[i] => point[i] = base[i],
-                _ => {
-                    return Err(Refused {
-                        tried: space.describe(&point),
-                        error: e.to_string(),
-                    });
-                }
-            }
-        }
+        (self.space)
+            .repair(proposed, |p| schedule(self.fusion, p, self.info))
+            .map_err(|(point, e)| Refused {
+                tried: self.space.describe(&point),
+                error: e.to_string(),
+            })
     }
 
     /// Records a candidate that needs no measurement (refused, a

@@ -138,10 +138,103 @@ impl Space {
             .collect()
     }
 
+    /// The params of `proposed` and what `schedule` makes of them,
+    /// repaired first, one field back to its base value a step: the field
+    /// to blame for the error ([`Space::culprit`]), else the changed field
+    /// whose base value makes the most [`progress`] (a limit on a value
+    /// derived from several fields names none of them). `Err`: the last
+    /// point tried and its error, once no field is left to put back.
+    pub fn repair<S>(
+        &self,
+        proposed: &[usize],
+        schedule: impl Fn(&HeuristicParams) -> Result<S, ParamsError>,
+    ) -> Result<(HeuristicParams, S), (Point, ParamsError)> {
+        let base = self.base_point();
+        let attempt = |point: &[usize]| {
+            self.params(point)
+                .and_then(|p| schedule(&p).map(|s| (p, s)))
+        };
+        let reverted = |point: &[usize], i: usize| {
+            let mut p = point.to_vec();
+            p[i] = base[i];
+            p
+        };
+        let mut point = proposed.to_vec();
+        loop {
+            let e = match attempt(&point) {
+                Ok(done) => return Ok(done),
+                Err(e) => e,
+            };
+            let next = match self.culprit(&point, &e) {
+                Some(i) => Some(reverted(&point, i)),
+                None => (0..point.len())
+                    .filter(|&i| point[i] != base[i])
+                    .map(|i| reverted(&point, i))
+                    .filter_map(|p| Some((progress(&e, attempt(&p).err())?, p)))
+                    .min_by_key(|(rank, _)| *rank)
+                    .map(|(_, p)| p),
+            };
+            match next {
+                Some(p) => point = p,
+                None => return Err((point, e)),
+            }
+        }
+    }
+
+    /// The field of `point` off its base value to blame for the
+    /// scheduler's error `e`: the one it names, else one its message names
+    /// (a constraint between two fields names the other there:
+    /// "tile_sizes.warp_tile.n: 64 does not divide cta_tile.n (16)").
+    pub fn culprit(&self, point: &[usize], e: &ParamsError) -> Option<usize> {
+        let base = self.base_point();
+        let changed = || (0..point.len()).filter(|&i| point[i] != base[i]);
+        let path = |i: usize| self.fields[i].path;
+        changed()
+            .find(|&i| names_field(&e.path, path(i)))
+            .or_else(|| changed().find(|&i| mentions(&e.message, path(i))))
+    }
+
     /// The base params' point (every field's base value is in its domain).
     pub fn base_point(&self) -> Point {
         self.point_of(&self.base)
     }
+}
+
+/// How far putting a field back took a refused point from `error`, best
+/// first: it schedules (0), the error moved to another field (1), the
+/// error changed (2: the field is part of the limit); `None`: no change.
+fn progress(error: &ParamsError, after: Option<ParamsError>) -> Option<u8> {
+    match after {
+        None => Some(0),
+        Some(e) if e.path != error.path => Some(1),
+        Some(e) if e.message != error.message => Some(2),
+        Some(_) => None,
+    }
+}
+
+/// Whether an error at `path` is about `field` (itself, an element or a
+/// member of it).
+fn names_field(path: &str, field: &str) -> bool {
+    path.strip_prefix(field)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['[', '.']))
+}
+
+/// Whether `message` names `field` as a word: its whole path or a tail of
+/// it of three characters or more (messages name a sibling by the part
+/// they share: `cta_tile.n`, `stages`).
+fn mentions(message: &str, field: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_' || c == '.';
+    let tails = field.match_indices('.').map(|(i, _)| &field[i + 1..]);
+    std::iter::once(field)
+        .chain(tails)
+        .filter(|tail| tail.len() >= 3)
+        .any(|tail| {
+            message.match_indices(tail).any(|(i, _)| {
+                let before = message[..i].chars().next_back();
+                let after = message[i + tail.len()..].chars().next();
+                !before.is_some_and(word) && !after.is_some_and(word)
+            })
+        })
 }
 
 /// What a strategy learns from one candidate.

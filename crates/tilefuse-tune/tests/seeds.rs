@@ -3,68 +3,16 @@
 //! seeds and neighbours enter the search and are recorded; one that fails
 //! is skipped with a warning.
 
-use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
+mod common;
+
+use common::{chain, column_sum, gpu, matmul};
+use tilefuse_ir::Fusion;
 use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::Device;
-use tilefuse_sched::{DeviceInfo, DeviceLimits};
 use tilefuse_schedulers::{features, heuristics, schedule};
 use tilefuse_testing::softmax;
 use tilefuse_tune::seeds::{applies, builtin};
 use tilefuse_tune::{AutotunerHeuristic, Options, SeedContext, Status, Strategy, tune};
-
-fn gpu(adapter_type: &str, invocations: u32) -> DeviceInfo {
-    DeviceInfo {
-        backend: "vulkan".into(),
-        vendor: 0,
-        name: format!("test {adapter_type}"),
-        adapter_type: adapter_type.into(),
-        driver: String::new(),
-        limits: DeviceLimits {
-            max_workgroup_size: [invocations, invocations, 64],
-            max_invocations_per_workgroup: invocations,
-            max_workgroups_per_dimension: 65535,
-            max_workgroup_storage_bytes: 32768,
-            max_storage_buffer_binding_size: 1 << 30,
-            max_storage_buffers_per_stage: 8,
-            max_loop_iterations_per_invocation: None,
-        },
-        features: Vec::new(),
-        subgroup_sizes: Some((8, 32)),
-        cores: 0,
-        simd_width: 0,
-    }
-}
-
-fn matmul(m: usize, n: usize, k: usize) -> Fusion {
-    let mut f = Fusion::new();
-    let a = f.input(&[m, k], DType::F32, Some("a")).unwrap();
-    let b = f.input(&[k, n], DType::F32, Some("b")).unwrap();
-    let c = f.matmul(a, b, false, false).unwrap();
-    f.output(c).unwrap();
-    f
-}
-
-fn chain(ops: usize) -> Fusion {
-    let mut f = Fusion::new();
-    let mut x = f.input(&[64, 256], DType::F32, Some("x")).unwrap();
-    let half = f.constant(0.5, DType::F32).unwrap();
-    for i in 0..ops {
-        x = match i % 2 {
-            0 => f.unary(UnaryOp::Tanh, x).unwrap(),
-            _ => f.binary(BinaryOp::Mul, x, half).unwrap(),
-        };
-    }
-    f.output(x).unwrap();
-    f
-}
-
-fn column_sum(rows: usize, columns: usize) -> Fusion {
-    let mut f = Fusion::new();
-    let x = f.input(&[rows, columns], DType::F32, Some("x")).unwrap();
-    let s = f.reduce(ReduceOp::Sum, x, Some(&[0]), false).unwrap();
-    f.output(s).unwrap();
-    f
-}
 
 /// `(name, fusion, the built-in heuristic made for it)`.
 fn cases() -> Vec<(&'static str, Fusion, &'static str)> {

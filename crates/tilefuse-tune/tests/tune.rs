@@ -2,6 +2,12 @@
 //! recorded, duplicates are not measured twice, the winner is never slower
 //! than the default in the final run, and a wrong kernel is caught.
 
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::matmul;
+use serde_json::json;
 use tilefuse_ir::{DType, Data, Fusion, Tensor, UnaryOp};
 use tilefuse_runtime::Device;
 use tilefuse_schedulers::{heuristics, schedule};
@@ -218,4 +224,42 @@ fn a_candidate_far_slower_than_the_best_is_cut_on_its_first_launch() {
     assert!(why.contains("first launch"), "{why}");
     let first = measure::candidate(&f, &device, &problem, &candidate(None));
     assert_eq!(first.status, Status::Ok);
+}
+
+#[test]
+fn a_candidate_past_its_time_limit_is_stopped_and_recorded() {
+    // Scalar 16x16 tiles: 8 s a launch for 512^3 on a 2-vCPU VM, 2700x
+    // the default; a quick tune's random point like it ran for minutes.
+    let f = matmul(512, 512, 512);
+    let device = Device::cpu();
+    let problem = Problem::new(&f, 1).unwrap();
+    let mut params = heuristics(&f, None, &device.info()).unwrap().to_value();
+    let tile = |m, n, k| json!({"m": m, "n": n, "k": k});
+    params["tile_sizes"] = json!({
+        "cta_tile": tile(16, 16, 8),
+        "warp_tile": tile(16, 16, 8),
+        "instruction_tile": tile(1, 1, 1),
+    });
+    let candidate = Candidate {
+        id: 1,
+        params,
+        point: Vec::new(),
+        best: Some(1e-3),
+        corrupt: false,
+        timing: Timing {
+            warmup: 1,
+            repeat: 5,
+        },
+    };
+    let start = Instant::now();
+    let m = measure::candidate(&f, &device, &problem, &candidate);
+    // The limit: 20x the best (its check and first launch) + 0.5 s.
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(m.status, Status::Cut, "{m:?}");
+    let why = m.error.unwrap();
+    assert!(why.starts_with("stopped after 0.52 s"), "{why}");
 }
