@@ -140,8 +140,8 @@ impl Space {
 
     /// The params of `proposed` and what `schedule` makes of them,
     /// repaired first, one field back to its base value a step: the field
-    /// to blame for the error ([`Space::culprit`]), else the changed field
-    /// whose base value makes the most [`progress`] (a limit on a value
+    /// to blame for the error (`culprit`), else the changed field
+    /// whose base value makes the most `progress` (a limit on a value
     /// derived from several fields names none of them). `Err`: the last
     /// point tried and its error, once no field is left to put back.
     pub fn repair<S>(
@@ -185,7 +185,7 @@ impl Space {
     /// scheduler's error `e`: the one it names, else one its message names
     /// (a constraint between two fields names the other there:
     /// "tile_sizes.warp_tile.n: 64 does not divide cta_tile.n (16)").
-    pub fn culprit(&self, point: &[usize], e: &ParamsError) -> Option<usize> {
+    fn culprit(&self, point: &[usize], e: &ParamsError) -> Option<usize> {
         let base = self.base_point();
         let changed = || (0..point.len()).filter(|&i| point[i] != base[i]);
         let path = |i: usize| self.fields[i].path;
