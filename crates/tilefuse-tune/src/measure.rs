@@ -33,19 +33,21 @@ pub const CUT_RATIO: f64 = 3.0;
 /// and a cold launch is not 10x a warm one.
 pub const PROBE_RATIO: f64 = 10.0;
 
-/// A candidate's check and first launch (two launches) may take this many
-/// times the best launch, plus [`LIMIT_FLOOR`], before they are stopped:
-/// twice [`PROBE_RATIO`], so that only a candidate the probe would cut is.
+/// A candidate's first two launches (its check's and its probe's) may take
+/// this many times the best launch, plus [`LIMIT_FLOOR`], before they are
+/// stopped: twice [`PROBE_RATIO`], so that only a candidate the probe
+/// would cut is.
 pub const LIMIT_RATIO: f64 = 2.0 * PROBE_RATIO;
 
-/// Time every candidate may take for its check and first launch whatever
-/// the best launch: their allocations and copies.
+/// Time every candidate may take for its two first launches whatever the
+/// best launch: their allocations and copies.
 pub const LIMIT_FLOOR: Duration = Duration::from_millis(500);
 
 /// Schedules `c`'s params, builds, checks and times the kernel on
 /// `device`: one launch first, cut when over [`PROBE_RATIO`] times the
-/// best so far (stopped when the check and it run past [`LIMIT_RATIO`]
-/// times), then a short timing, cut when over [`CUT_RATIO`] times it.
+/// best so far (stopped when it and the check's launch run past
+/// [`LIMIT_RATIO`] times), then a short timing, cut when over [`CUT_RATIO`]
+/// times it.
 pub fn candidate(fusion: &Fusion, device: &Device, problem: &Problem, c: &Candidate) -> Measured {
     built(build(fusion, device, &c.params), problem, c)
 }
@@ -89,35 +91,45 @@ pub(crate) fn built(kernel: Result<Kernel, String>, problem: &Problem, c: &Candi
     }
 }
 
-/// The check of `c`'s outputs and its first timed launch, stopped once
-/// they pass [`LIMIT_RATIO`] times the best launch (a random point can
-/// run for minutes); `Err`: what to record instead of timing it.
+/// `c`'s outputs, checked, and its first timed launch. The two launches
+/// are stopped once they pass [`LIMIT_RATIO`] times the best launch (a
+/// random point can run for minutes); the comparison, whose cost grows
+/// with the outputs and not with the kernel, is not. `Err`: what to record
+/// instead of timing it.
 fn first_launches(kernel: &Kernel, problem: &Problem, c: &Candidate) -> Result<f64, Measured> {
-    let run = || {
-        problem
-            .check_with(kernel, c.corrupt)
-            .map_err(|e| Measured {
-                status: Status::Wrong,
-                ..Measured::failed(e)
-            })?;
-        problem.time(kernel, 0, 1).map_err(Measured::failed)
+    let launches = || {
+        let got = problem.run(kernel).map_err(Measured::failed)?;
+        let probe = problem.time(kernel, 0, 1).map_err(Measured::failed)?;
+        Ok((got, probe))
     };
-    let Some(best) = c.best else {
-        return run();
+    let (got, probe) = match c.best {
+        None => launches()?,
+        Some(best) => {
+            let limit = Duration::from_secs_f64(LIMIT_RATIO * best) + LIMIT_FLOOR;
+            match interrupt::within(limit, launches) {
+                (_, true) => return Err(stopped(limit)),
+                (done, false) => done?,
+            }
+        }
     };
-    let limit = Duration::from_secs_f64(LIMIT_RATIO * best) + LIMIT_FLOOR;
-    match interrupt::within(limit, run) {
-        (_, true) => Err(Measured {
-            status: Status::Cut,
-            time: Some(limit.as_secs_f64()),
-            error: Some(format!(
-                "stopped after {:.2} s: its check and first launch ran past {LIMIT_RATIO}x \
-                 the best launch",
-                limit.as_secs_f64()
-            )),
-            device: None,
-        }),
-        (first, false) => first,
+    problem.compare(got, c.corrupt).map_err(|e| Measured {
+        status: Status::Wrong,
+        ..Measured::failed(e)
+    })?;
+    Ok(probe)
+}
+
+/// Cut: its first launches ran past their time `limit`.
+fn stopped(limit: Duration) -> Measured {
+    let limit = limit.as_secs_f64();
+    Measured {
+        status: Status::Cut,
+        time: Some(limit),
+        error: Some(format!(
+            "stopped after {limit:.2} s: its first two launches ran past {LIMIT_RATIO}x the best \
+             launch"
+        )),
+        device: None,
     }
 }
 
@@ -240,7 +252,17 @@ impl Problem {
     /// first when `corrupt` (a fault injected by tests: the check must
     /// disqualify it).
     pub(crate) fn check_with(&self, kernel: &Kernel, corrupt: bool) -> Result<(), String> {
-        let mut got = kernel.run(&self.inputs[..]).map_err(|e| e.to_string())?;
+        let got = self.run(kernel)?;
+        self.compare(got, corrupt)
+    }
+
+    /// The kernel's outputs for the inputs.
+    fn run(&self, kernel: &Kernel) -> Result<Vec<Tensor>, String> {
+        kernel.run(&self.inputs[..]).map_err(|e| e.to_string())
+    }
+
+    /// `got` against the expected outputs (`corrupt`: see `check_with`).
+    fn compare(&self, mut got: Vec<Tensor>, corrupt: bool) -> Result<(), String> {
         if corrupt && let Some(out) = got.first_mut() {
             corrupt_first(&mut out.data);
         }

@@ -261,5 +261,8 @@ fn a_candidate_past_its_time_limit_is_stopped_and_recorded() {
     );
     assert_eq!(m.status, Status::Cut, "{m:?}");
     let why = m.error.unwrap();
-    assert!(why.starts_with("stopped after 0.52 s"), "{why}");
+    assert!(
+        why.starts_with("stopped after 0.52 s: its first two launches"),
+        "{why}"
+    );
 }
