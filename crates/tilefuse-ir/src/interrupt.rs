@@ -45,11 +45,15 @@ pub fn within<T>(limit: Duration, work: impl FnOnce() -> T) -> (T, bool) {
 /// every [`EVERY`] per thread, and not on a thread's first call, so short
 /// work never pays for it.
 pub fn requested() -> bool {
+    let (deadline, hook) = (DEADLINE.get(), HOOK.get());
+    if deadline.is_none() && hook.is_none() {
+        return false;
+    }
     let now = Instant::now();
-    if DEADLINE.get().is_some_and(|d| now >= d) {
+    if deadline.is_some_and(|d| now >= d) {
         return true;
     }
-    let Some(hook) = HOOK.get() else {
+    let Some(hook) = hook else {
         return false;
     };
     thread_local!(static LAST: Cell<Option<Instant>> = const { Cell::new(None) });

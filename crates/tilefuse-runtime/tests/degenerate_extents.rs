@@ -7,29 +7,12 @@
 mod common;
 
 use common::{device_kinds, run};
-use tilefuse_ir::{DType, Fusion, ReduceOp};
+use tilefuse_ir::Fusion;
 use tilefuse_runtime::Device;
 use tilefuse_schedulers::{heuristics, schedule};
-use tilefuse_testing::softmax;
+use tilefuse_testing::{matmul, softmax, sum};
 
 const EXTENTS: [usize; 3] = [0, 1, 3];
-
-fn sum(shape: &[usize], axis: i64) -> Fusion {
-    let mut f = Fusion::new();
-    let x = f.input(shape, DType::F32, Some("x")).unwrap();
-    let s = f.reduce(ReduceOp::Sum, x, Some(&[axis]), false).unwrap();
-    f.output(s).unwrap();
-    f
-}
-
-fn matmul(m: usize, k: usize, n: usize) -> Fusion {
-    let mut f = Fusion::new();
-    let a = f.input(&[m, k], DType::F32, Some("a")).unwrap();
-    let b = f.input(&[k, n], DType::F32, Some("b")).unwrap();
-    let mm = f.matmul(a, b, false, false).unwrap();
-    f.output(mm).unwrap();
-    f
-}
 
 /// Every fusion kind the schedulers take, at every mix of the extents.
 fn fusions() -> Vec<(String, Fusion)> {
@@ -44,7 +27,7 @@ fn fusions() -> Vec<(String, Fusion)> {
                 out.push((format!("sum [{m}, {n}] axis {axis}"), sum(&[m, n], axis)));
             }
             for k in EXTENTS {
-                out.push((format!("matmul {m}x{k} @ {k}x{n}"), matmul(m, k, n)));
+                out.push((format!("matmul {m}x{k} @ {k}x{n}"), matmul(m, n, k)));
             }
         }
     }

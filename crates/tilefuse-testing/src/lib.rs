@@ -166,6 +166,25 @@ pub fn matmul_fusions() -> Vec<(&'static str, Fusion)> {
     out
 }
 
+/// `[m, k] @ [k, n]`.
+pub fn matmul(m: usize, n: usize, k: usize) -> Fusion {
+    let mut f = Fusion::new();
+    let a = f.input(&[m, k], DType::F32, Some("a")).unwrap();
+    let b = f.input(&[k, n], DType::F32, Some("b")).unwrap();
+    let c = f.matmul(a, b, false, false).unwrap();
+    f.output(c).unwrap();
+    f
+}
+
+/// The sum of a tensor of `shape` over `axis` (the axis dropped).
+pub fn sum(shape: &[usize], axis: i64) -> Fusion {
+    let mut f = Fusion::new();
+    let x = f.input(shape, DType::F32, Some("x")).unwrap();
+    let s = f.reduce(ReduceOp::Sum, x, Some(&[axis]), false).unwrap();
+    f.output(s).unwrap();
+    f
+}
+
 /// Softmax of a tensor of `shape` over `axis`.
 pub fn softmax(shape: &[usize], axis: i64) -> Fusion {
     let mut f = Fusion::new();

@@ -245,15 +245,7 @@ impl Problem {
     /// Runs `kernel` and compares its outputs with the reference: `Err`
     /// names the first output and element that differ.
     pub fn check(&self, kernel: &Kernel) -> Result<(), String> {
-        self.check_with(kernel, false)
-    }
-
-    /// [`Problem::check`], with the kernel's first output element changed
-    /// first when `corrupt` (a fault injected by tests: the check must
-    /// disqualify it).
-    pub(crate) fn check_with(&self, kernel: &Kernel, corrupt: bool) -> Result<(), String> {
-        let got = self.run(kernel)?;
-        self.compare(got, corrupt)
+        self.compare(self.run(kernel)?, false)
     }
 
     /// The kernel's outputs for the inputs.
@@ -261,7 +253,9 @@ impl Problem {
         kernel.run(&self.inputs[..]).map_err(|e| e.to_string())
     }
 
-    /// `got` against the expected outputs (`corrupt`: see `check_with`).
+    /// `got` against the expected outputs, with its first output element
+    /// changed first when `corrupt` (a fault injected by tests: the check
+    /// must disqualify it).
     fn compare(&self, mut got: Vec<Tensor>, corrupt: bool) -> Result<(), String> {
         if corrupt && let Some(out) = got.first_mut() {
             corrupt_first(&mut out.data);

@@ -165,7 +165,7 @@ impl Space {
                 Ok(done) => return Ok(done),
                 Err(e) => e,
             };
-            let next = match self.culprit(&point, &e) {
+            let next = match self.culprit(&point, &base, &e) {
                 Some(i) => Some(reverted(&point, i)),
                 None => (0..point.len())
                     .filter(|&i| point[i] != base[i])
@@ -181,12 +181,11 @@ impl Space {
         }
     }
 
-    /// The field of `point` off its base value to blame for the
+    /// The field of `point` off its `base` value to blame for the
     /// scheduler's error `e`: the one it names, else one its message names
     /// (a constraint between two fields names the other there:
     /// "tile_sizes.warp_tile.n: 64 does not divide cta_tile.n (16)").
-    fn culprit(&self, point: &[usize], e: &ParamsError) -> Option<usize> {
-        let base = self.base_point();
+    fn culprit(&self, point: &[usize], base: &[usize], e: &ParamsError) -> Option<usize> {
         let changed = || (0..point.len()).filter(|&i| point[i] != base[i]);
         let path = |i: usize| self.fields[i].path;
         changed()

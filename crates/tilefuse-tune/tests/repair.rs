@@ -6,11 +6,11 @@
 
 mod common;
 
-use common::{chain, column_sum, gpu, matmul};
+use common::{chain, gpu};
 use tilefuse_ir::Fusion;
 use tilefuse_runtime::Device;
 use tilefuse_sched::DeviceInfo;
-use tilefuse_testing::softmax;
+use tilefuse_testing::{matmul, softmax, sum};
 use tilefuse_tune::{Measured, Options, Search, Status, Strategy, Trial};
 
 /// Of a random search's 100 counted trials (every candidate handed out
@@ -55,7 +55,7 @@ fn random_points_repair_into_schedules_on_every_device_kind() {
         ("matmul 256^3", matmul(256, 256, 256)),
         ("softmax 64x1000", softmax(&[64, 1000], -1)),
         ("chain of 8", chain(8)),
-        ("column sum 1024x256", column_sum(1024, 256)),
+        ("column sum 1024x256", sum(&[1024, 256], 0)),
     ];
     for (name, f) in &fusions {
         for info in &devices {

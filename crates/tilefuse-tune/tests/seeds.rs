@@ -5,12 +5,12 @@
 
 mod common;
 
-use common::{chain, column_sum, gpu, matmul};
+use common::{chain, gpu};
 use tilefuse_ir::Fusion;
 use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::Device;
 use tilefuse_schedulers::{features, heuristics, schedule};
-use tilefuse_testing::softmax;
+use tilefuse_testing::{matmul, softmax, sum};
 use tilefuse_tune::seeds::{applies, builtin};
 use tilefuse_tune::{AutotunerHeuristic, Options, SeedContext, Status, Strategy, tune};
 
@@ -24,10 +24,10 @@ fn cases() -> Vec<(&'static str, Fusion, &'static str)> {
         ("chain of 16", chain(16), "long_chain"),
         (
             "column sum 1024x256",
-            column_sum(1024, 256),
+            sum(&[1024, 256], 0),
             "outer_reduction",
         ),
-        ("column sum 96x18", column_sum(96, 18), "outer_reduction"),
+        ("column sum 96x18", sum(&[96, 18], 0), "outer_reduction"),
     ]
 }
 

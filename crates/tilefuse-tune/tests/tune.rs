@@ -2,16 +2,13 @@
 //! recorded, duplicates are not measured twice, the winner is never slower
 //! than the default in the final run, and a wrong kernel is caught.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::matmul;
 use serde_json::json;
 use tilefuse_ir::{DType, Data, Fusion, Tensor, UnaryOp};
 use tilefuse_runtime::Device;
 use tilefuse_schedulers::{heuristics, schedule};
-use tilefuse_testing::softmax;
+use tilefuse_testing::{matmul, softmax};
 use tilefuse_tune::{
     Candidate, Effort, Executor, LocalExecutor, Options, Problem, Status, Strategy, Timing,
     measure, tune, tune_with,

@@ -1,7 +1,7 @@
 //! Fusions and device descriptions the tuner's tests share.
 #![allow(dead_code)] // each test file uses its own subset
 
-use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
+use tilefuse_ir::{BinaryOp, DType, Fusion, UnaryOp};
 use tilefuse_sched::{DeviceInfo, DeviceLimits};
 
 /// A GPU of `adapter_type` (`"discrete_gpu"`, `"cpu"` for lavapipe, ...)
@@ -29,15 +29,6 @@ pub fn gpu(adapter_type: &str, invocations: u32) -> DeviceInfo {
     }
 }
 
-pub fn matmul(m: usize, n: usize, k: usize) -> Fusion {
-    let mut f = Fusion::new();
-    let a = f.input(&[m, k], DType::F32, Some("a")).unwrap();
-    let b = f.input(&[k, n], DType::F32, Some("b")).unwrap();
-    let c = f.matmul(a, b, false, false).unwrap();
-    f.output(c).unwrap();
-    f
-}
-
 pub fn chain(ops: usize) -> Fusion {
     let mut f = Fusion::new();
     let mut x = f.input(&[64, 256], DType::F32, Some("x")).unwrap();
@@ -49,13 +40,5 @@ pub fn chain(ops: usize) -> Fusion {
         };
     }
     f.output(x).unwrap();
-    f
-}
-
-pub fn column_sum(rows: usize, columns: usize) -> Fusion {
-    let mut f = Fusion::new();
-    let x = f.input(&[rows, columns], DType::F32, Some("x")).unwrap();
-    let s = f.reduce(ReduceOp::Sum, x, Some(&[0]), false).unwrap();
-    f.output(s).unwrap();
     f
 }
