@@ -385,6 +385,10 @@ class Fusion:
         """No single scheduler accepts the whole fusion."""
         return not any(r is None for r in self.schedulers().values())
 
+    def _parts(self) -> list[Fusion]:
+        """The fusions scheduled one by one: the segments', or the whole."""
+        return [s.fusion for s in self.segments()] if self._segmented() else [self]
+
     def segments(self) -> list[Segment]:
         """The parts this fusion runs as: one when a scheduler accepts it
         whole, else several (each a fusion one scheduler accepts), in

@@ -71,12 +71,6 @@ class PipelineRun:
     def fusion(self) -> Fusion:
         return self.workload.payload
 
-    @property
-    def parts(self) -> list[Fusion]:
-        """The fusions scheduled one by one: the segments', or the whole."""
-        f = self.fusion
-        return [s.fusion for s in f.segments()] if f._segmented() else [f]
-
     def kernel(self) -> Kernel | SegmentedKernel:
         """The kernel(s) of the schedules so far, built once."""
         if self._kernel is None:
@@ -200,9 +194,10 @@ def _from_selector(
         params = state.engine.resolve(state.workload, chosen)
     except Exception as e:
         raise stage.error(f"{reference} raised {type(e).__name__}: {e}", "selector") from e
-    if len(params) != len(state.parts):
+    segments = len(state.fusion._parts())
+    if len(params) != segments:
         raise stage.error(
-            f"{reference} returned {len(params)} params for {len(state.parts)} segment(s)",
+            f"{reference} returned {len(params)} params for {segments} segment(s)",
             "selector",
         )
     return params, f"selector {reference}"
@@ -210,7 +205,7 @@ def _from_selector(
 
 def _schedule(state: PipelineRun, stage: Stage) -> None:
     options = stage.options
-    device, parts = state.engine.device, state.parts
+    device, parts = state.engine.device, state.fusion._parts()
     if options is None or options == "auto":
         if state.params is None:
             _select(state, Stage("select", "cache", stage.path, stage.line, stage.key))

@@ -190,11 +190,11 @@ def _parts(fusion: Fusion, arrays: Arrays | None, expected: Arrays | None) -> li
     reference evaluator's values of earlier segments' outputs, and the
     ``expected`` outputs (a workload's reference's) where a segment
     computes one of the fusion's outputs."""
+    if arrays is None:
+        return [_Part(f) for f in fusion._parts()]
     if not fusion._segmented():
         return [_Part(fusion, arrays, expected)]
     segments = fusion.segments()
-    if arrays is None:
-        return [_Part(seg.fusion) for seg in segments]
     values = {t.id: a for t, a in zip(fusion.inputs, arrays, strict=True)}
     wanted = {t.id: e for t, e in zip(fusion.outputs, expected or (), strict=False)}
     out = []

@@ -32,10 +32,15 @@ impl Fusion {
 }
 
 fn digest(what: &str, json: &str) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(format!("tilefuse-{what}/v{FUSION_SCHEMA_VERSION}\n"));
-    hasher.update(json);
-    hasher.finalize()[..16]
+    let mut hex = sha256_hex(&format!("tilefuse-{what}/v{FUSION_SCHEMA_VERSION}\n{json}"));
+    hex.truncate(32);
+    hex
+}
+
+/// The SHA-256 of `text` in lowercase hex (64 digits), the digest every
+/// key in tilefuse is cut from.
+pub fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()

@@ -35,6 +35,7 @@ pub use close::check_close;
 pub use dtype::{DType, UnknownDType};
 pub use error::{FusionError, Result};
 pub use evaluate::{binary_scalar, evaluate, gelu, reduce_identity, unary_scalar};
+pub use fingerprint::sha256_hex;
 pub use fusion::{FUSION_SCHEMA_VERSION, Fusion, MAX_ELEMENTS, Node, TensorId, is_identifier};
 pub use infer::{MatmulDims, TensorType, infer, matmul_dims};
 pub use op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};

@@ -5,8 +5,7 @@
 //! a winner for one device must never serve another).
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use tilefuse_ir::Fusion;
+use tilefuse_ir::{Fusion, sha256_hex as digest};
 use tilefuse_params::{PARAMS_VERSION, SchedulerKind};
 use tilefuse_sched::DeviceInfo;
 
@@ -132,11 +131,4 @@ impl Family {
         dims.map(|(&a, &b)| ((a as f64 + 1.0) / (b as f64 + 1.0)).ln().abs())
             .sum()
     }
-}
-
-fn digest(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
