@@ -68,8 +68,9 @@ pub(super) enum Step {
         block: BlockCode,
     },
     /// A loop over `k` around a loop over a few rows `r` around a lane
-    /// loop over `j` whose block is `C[r, j] += A[r, k] * B[k, j]`: run by
-    /// the register-blocked micro-kernel (`gemm.rs`).
+    /// loop over `j` whose block is `C[r, j] += A[r, k] * B[k, j]`, maybe
+    /// under a loop over groups of such rows: run by the register-blocked
+    /// micro-kernel (`gemm.rs`).
     Gemm(Box<GemmCode>),
     /// A serial loop over `r` around a lane step whose tape combines into
     /// elements that stay put as `r` moves (an outer reduction, such as
@@ -109,7 +110,8 @@ pub(super) struct GemmCode {
     pub(super) k: Counted,
     pub(super) rows: Counted,
     pub(super) lanes: Counted,
-    /// Loops of one iteration in between (their variables stay 0).
+    /// Loops whose variables stay 0 in a call: those of one iteration in
+    /// between, and a loop over groups of rows (`gemm_match::grouped`).
     pub(super) units: Vec<usize>,
     /// `C` moves per row (not per `k`), `A` per row and `k`, `B` per `k`
     /// (not per row); `C` and `B` move one element per lane.

@@ -25,58 +25,132 @@ pub struct Panel<'a> {
     pub n: usize,
 }
 
-/// The most rows the program hands to one update.
+/// The most rows of the micro-kernel's own row loop (the instruction
+/// tile's; `gemm_match` may add a loop over groups of them), and the most
+/// a panel has that [`update`] runs with B in place.
 pub const MAX_ROWS: usize = 8;
 
-/// Runs the update over the whole panel (`rows` ≤ [`MAX_ROWS`]). With
-/// AVX-512, register blocks of up to 8 rows × 32 columns (16 of the 32
-/// vector registers accumulate); else 4 × 16 (8 of AVX2's 16), so that the
-/// accumulators, a row of B and a broadcast value of A stay in registers.
+/// Runs the update over the whole panel. With AVX-512, register blocks of
+/// up to 6 rows × 64 columns (see `update_avx512`); else 4 × 16 (8 of
+/// AVX2's 16 registers accumulate), so that the accumulators, a row of B
+/// and a broadcast value of A stay in registers. A panel of more rows than one
+/// block runs strip by strip of B (see [`in_strips`]).
 pub fn update(p: &mut Panel<'_>) {
-    match widest() {
+    let (width, blocks): (usize, fn(&mut Panel<'_>)) = match widest() {
         // SAFETY: the CPU supports the features the function was compiled for.
         #[cfg(target_arch = "x86_64")]
-        Simd::Avx512 => unsafe { update_avx512(p) },
+        Simd::Avx512 => (64, |p| unsafe { update_avx512(p) }),
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Simd::Avx2 => unsafe { update_avx2(p) },
-        _ => by_rows::<16, false>(p),
+        Simd::Avx2 => (16, |p| unsafe { update_avx2(p) }),
+        _ => (16, by_rows::<16, false>),
+    };
+    if p.rows > MAX_ROWS && p.n >= width {
+        in_strips(p, width, blocks);
+    } else {
+        blocks(p);
     }
 }
 
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[cfg(target_arch = "x86_64")]
-fn update_avx512(p: &mut Panel<'_>) {
-    for r0 in (0..p.rows).step_by(8) {
-        match p.rows - r0 {
-            1 => blocks_avx512::<1>(p, r0),
-            2 => blocks_avx512::<2>(p, r0),
-            3 => blocks_avx512::<3>(p, r0),
-            4 => blocks_avx512::<4>(p, r0),
-            5 => blocks_avx512::<5>(p, r0),
-            6 => blocks_avx512::<6>(p, r0),
-            7 => blocks_avx512::<7>(p, r0),
-            _ => blocks_avx512::<8>(p, r0),
+thread_local! {
+    /// A strip of B, copied contiguous (see [`in_strips`]).
+    static STRIP: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `blocks` on the panel one strip of `width` columns at a time, all
+/// rows of a strip before the next, each strip of B copied once into a
+/// contiguous buffer first. Read in place, B's rows lie a whole row of the
+/// matrix apart (4 KB for 1024 columns, the stride at which every row
+/// falls into the same L1 set), so every row block re-read B from L2; the
+/// copy (k × `width`) stays in L1 across the panel's row blocks. The last
+/// columns (fewer than `width`) run in place.
+fn in_strips(p: &mut Panel<'_>, width: usize, blocks: fn(&mut Panel<'_>)) {
+    let full = p.n / width * width;
+    STRIP.with_borrow_mut(|strip| {
+        strip.resize(p.k * width, 0.0);
+        for j0 in (0..full).step_by(width) {
+            for (kk, row) in strip.chunks_exact_mut(width).enumerate() {
+                row.copy_from_slice(&p.b[kk * p.b_k + j0..][..width]);
+            }
+            blocks(&mut p.columns(j0, width, strip, width));
+        }
+    });
+    if full < p.n {
+        let (b, b_k) = (p.b, p.b_k);
+        blocks(&mut p.columns(full, p.n - full, &b[full..], b_k));
+    }
+}
+
+impl Panel<'_> {
+    /// Columns `j0..j0 + n` of every row, with B (its first column at
+    /// `j0`) read from `b` with step `b_k`.
+    fn columns<'s>(&'s mut self, j0: usize, n: usize, b: &'s [f32], b_k: usize) -> Panel<'s> {
+        Panel {
+            c: &mut self.c[j0..],
+            c_row: self.c_row,
+            a: self.a,
+            a_row: self.a_row,
+            a_k: self.a_k,
+            b,
+            b_k,
+            rows: self.rows,
+            k: self.k,
+            n,
         }
     }
 }
 
-/// Rows `r0..r0 + R` in blocks of 32 columns, written with intrinsics
-/// (LLVM leaves a 32-wide array loop scalar), the last columns by the
-/// portable path. The k loop runs on raw pointers: a bounds check per
-/// access there costs about as many instructions as the FMAs, and this
-/// loop is limited by how many instructions a cycle the core issues
-/// (1024^3 on a 2-core AVX-512 Xeon: 14.2–16.1 ms with checks, see
-/// BENCHMARKS.md for without).
+/// Blocks of 6 rows × 64 columns: 24 of the 32 vector registers
+/// accumulate, so that each step's 4 loads of B and 6 broadcasts of A feed
+/// 24 FMAs (8 × 32 fed 16 FMAs with 10: 1024^3 on one core of a 2-core
+/// AVX-512 Xeon, 64 rows a call, B in strips: 121 GFLOP/s against 108,
+/// and 105 for 8 × 32 on B in place, 8 rows a call; numpy's OpenBLAS on
+/// that core: 145).
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[cfg(target_arch = "x86_64")]
-fn blocks_avx512<const R: usize>(p: &mut Panel<'_>, r0: usize) {
+fn update_avx512(p: &mut Panel<'_>) {
+    for r0 in (0..p.rows).step_by(6) {
+        match p.rows - r0 {
+            1 => rows_avx512::<1>(p, r0),
+            2 => rows_avx512::<2>(p, r0),
+            3 => rows_avx512::<3>(p, r0),
+            4 => rows_avx512::<4>(p, r0),
+            5 => rows_avx512::<5>(p, r0),
+            _ => rows_avx512::<6>(p, r0),
+        }
+    }
+}
+
+/// Rows `r0..r0 + R`: blocks of 64 columns, then of 16, then the last
+/// columns one by one.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[cfg(target_arch = "x86_64")]
+fn rows_avx512<const R: usize>(p: &mut Panel<'_>, r0: usize) {
+    let wide = blocks_avx512::<R, 4>(p, r0, 0);
+    let narrow = blocks_avx512::<R, 1>(p, r0, wide);
+    tail_columns::<R>(p, r0, narrow);
+}
+
+/// Rows `r0..r0 + R`, columns from `from` in blocks of `V` vectors (16
+/// columns each) as far as whole blocks go; returns where they end.
+/// Written with intrinsics (LLVM leaves a wide array loop scalar). The k
+/// loop runs on raw pointers: a bounds check per access there costs about
+/// as many instructions as the FMAs, and this loop is limited by how many
+/// instructions a cycle the core issues (1024^3 on a 2-core AVX-512 Xeon:
+/// 14.2–16.1 ms with checks, see BENCHMARKS.md for without).
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[cfg(target_arch = "x86_64")]
+fn blocks_avx512<const R: usize, const V: usize>(
+    p: &mut Panel<'_>,
+    r0: usize,
+    from: usize,
+) -> usize {
     use std::arch::x86_64::{
         __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps,
     };
-    const L: usize = 32;
-    let full = p.n / L * L;
-    if full > 0 && p.k > 0 {
+    let width = 16 * V;
+    let full = from + (p.n - from) / width * width;
+    if full > from && p.k > 0 {
         // Every access below lies within these bounds.
         let last_row = r0 + R - 1;
         assert!(
@@ -87,21 +161,22 @@ fn blocks_avx512<const R: usize>(p: &mut Panel<'_>, r0: usize) {
         assert!(last_row * p.c_row + full <= p.c.len(), "C panel");
     }
     let (a, b, c) = (p.a.as_ptr(), p.b.as_ptr(), p.c.as_mut_ptr());
-    for j0 in (0..full).step_by(L) {
+    for j0 in (from..full).step_by(width) {
         // SAFETY: the asserts above bound every offset: rows below r0 + R,
         // columns below `full`, steps below k.
         unsafe {
-            let mut acc: [[__m512; 2]; R] = std::array::from_fn(|r| {
+            let mut acc: [[__m512; V]; R] = std::array::from_fn(|r| {
                 let row = c.add((r0 + r) * p.c_row + j0);
-                [_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(16))]
+                std::array::from_fn(|v| _mm512_loadu_ps(row.add(16 * v)))
             });
             let (mut a_k, mut b_k) = (a.add(r0 * p.a_row), b.add(j0));
             for _ in 0..p.k {
-                let (b0, b1) = (_mm512_loadu_ps(b_k), _mm512_loadu_ps(b_k.add(16)));
+                let b: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(b_k.add(16 * v)));
                 for (r, acc) in acc.iter_mut().enumerate() {
                     let a = _mm512_set1_ps(*a_k.add(r * p.a_row));
-                    acc[0] = _mm512_fmadd_ps(a, b0, acc[0]);
-                    acc[1] = _mm512_fmadd_ps(a, b1, acc[1]);
+                    for v in 0..V {
+                        acc[v] = _mm512_fmadd_ps(a, b[v], acc[v]);
+                    }
                 }
                 // Past the last step these point beyond the panel, unread.
                 a_k = a_k.wrapping_add(p.a_k);
@@ -109,12 +184,13 @@ fn blocks_avx512<const R: usize>(p: &mut Panel<'_>, r0: usize) {
             }
             for (r, acc) in acc.iter().enumerate() {
                 let row = c.add((r0 + r) * p.c_row + j0);
-                _mm512_storeu_ps(row, acc[0]);
-                _mm512_storeu_ps(row.add(16), acc[1]);
+                for (v, acc) in acc.iter().enumerate() {
+                    _mm512_storeu_ps(row.add(16 * v), *acc);
+                }
             }
         }
     }
-    tail_columns::<R>(p, r0, full);
+    full
 }
 
 #[target_feature(enable = "avx2,fma")]
@@ -192,7 +268,13 @@ mod tests {
 
     #[test]
     fn matches_the_naive_product() {
-        for (rows, k, n) in [(3, 37, 53), (7, 19, 70), (8, 5, 64)] {
+        for (rows, k, n) in [
+            (3, 37, 53),
+            (7, 19, 70),
+            (8, 5, 64),
+            (19, 37, 70),
+            (64, 64, 96),
+        ] {
             let a: Vec<f32> = (0..rows * k).map(|i| (i % 7) as f32 - 3.0).collect();
             let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.5).collect();
             let c: Vec<f32> = (0..rows * n).map(|i| i as f32).collect();
@@ -205,7 +287,9 @@ mod tests {
                 }
             }
             // The baseline kernel, and each this CPU can run.
-            let mut kernels: Vec<fn(&mut Panel<'_>)> = vec![by_rows::<16, false>, update];
+            let mut kernels: Vec<fn(&mut Panel<'_>)> = vec![by_rows::<16, false>, update, |p| {
+                in_strips(p, 16, by_rows::<16, false>)
+            }];
             #[cfg(target_arch = "x86_64")]
             if matches!(widest(), Simd::Avx512 | Simd::Avx2) {
                 // SAFETY: the CPU has AVX2 and FMA.

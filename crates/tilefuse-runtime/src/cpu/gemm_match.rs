@@ -4,7 +4,44 @@ use tilefuse_ir::{DType, ReduceOp};
 use tilefuse_sched::ir::{BlockId, BufferId, Expr, Index, Kernel, LoopId, Node, Var, flat_offset};
 
 use super::code::{Counted, GemmCode, Operand};
-use super::nest::{is_serial, through_units};
+use super::nest::{in_one_thread, is_serial, through_units};
+
+/// The micro-kernel's loop nest under loop `l`: its own (see [`micro`]),
+/// or one under a loop over groups of its rows (see [`grouped`]).
+pub(super) fn gemm_code(kernel: &Kernel, l: LoopId, body: &[Node]) -> Option<GemmCode> {
+    grouped(kernel, l, body).or_else(|| micro(kernel, l, body))
+}
+
+/// A loop `g` run in one thread (an invocation loop) around the
+/// micro-kernel's nest, when `g` moves C and A on by the nest's rows and
+/// leaves B: one call then takes every group's rows, so that it reads
+/// each part of B once for all of them (`gemm::update`). The order of the
+/// sums into each element of C stays as written: only the groups, which
+/// write disjoint rows, run interleaved.
+fn grouped(kernel: &Kernel, g: LoopId, body: &[Node]) -> Option<GemmCode> {
+    let mut units = Vec::new();
+    let Node::Loop(k, k_body) = through_units(kernel, body, &mut units)? else {
+        return None;
+    };
+    if !in_one_thread(kernel, g) {
+        return None;
+    }
+    let mut code = micro(kernel, *k, k_body)?;
+    let var = Var::Loop(g);
+    let rows = code.rows.extent;
+    let per_row = |op: &Operand| {
+        let (per_group, _) = op.offset.linear_in(var)?;
+        match rows {
+            1 => Some(per_group),
+            _ => (per_group == rows * op.per_row).then_some(op.per_row),
+        }
+    };
+    (code.c.per_row, code.a.per_row) = (per_row(&code.c)?, per_row(&code.a)?);
+    code.rows.extent *= kernel.loop_(g).extent as i64;
+    code.units.extend(units);
+    code.units.push(g.0 as usize);
+    (code.b.offset.linear_in(var)?.0 == 0 && code.rows_apart()).then_some(code)
+}
 
 /// The micro-kernel's loop nest under loop `k`, if `body` is one: a serial
 /// loop over at most `gemm::MAX_ROWS` rows `r`, then a serial loop over `j` with one
@@ -12,7 +49,7 @@ use super::nest::{is_serial, through_units};
 /// B` in f32, where C moves with `r` and one step per `j` but not with `k`,
 /// A with `r` and `k` but not `j`, and B with `k` and one step per `j` but
 /// not `r`.
-pub(super) fn gemm_code(kernel: &Kernel, k: LoopId, body: &[Node]) -> Option<GemmCode> {
+fn micro(kernel: &Kernel, k: LoopId, body: &[Node]) -> Option<GemmCode> {
     let nest = MicroNest::find(kernel, k, body)?;
     let block = kernel.block(nest.block);
     let Expr::Binary(tilefuse_ir::BinaryOp::Mul, x, y) = &block.value else {
@@ -45,22 +82,30 @@ pub(super) fn gemm_code(kernel: &Kernel, k: LoopId, body: &[Node]) -> Option<Gem
     if !(distinct && f32s(a_id) && f32s(b_id) && c_lane == 1 && c.per_k == 0 && b.per_row == 0) {
         return None;
     }
-    let lanes = Counted::of(kernel, nest.j);
-    // Rows of C must not overlap: each is held in registers on its own.
-    let rows = kernel.loop_(nest.r).extent;
-    let disjoint_rows = rows == 1 || c.per_row >= lanes.extent;
-    if c.per_row < 0 || a.per_row < 0 || a.per_k < 0 || b.per_k < 0 || !disjoint_rows {
+    if a.per_k < 0 || b.per_k < 0 {
         return None;
     }
-    Some(GemmCode {
+    let code = GemmCode {
         k: Counted::of(kernel, k),
         rows: Counted::of(kernel, nest.r),
-        lanes,
+        lanes: Counted::of(kernel, nest.j),
         units: nest.units,
         c,
         a,
         b,
-    })
+    };
+    code.rows_apart().then_some(code)
+}
+
+impl GemmCode {
+    /// Rows of C that do not overlap (each is held in registers on its
+    /// own), and rows of A and C in ascending order.
+    fn rows_apart(&self) -> bool {
+        let (c, a) = (&self.c, &self.a);
+        c.per_row >= 0
+            && a.per_row >= 0
+            && (self.rows.extent == 1 || c.per_row >= self.lanes.extent)
+    }
 }
 
 /// The micro-kernel's loops: `k`, then rows `r`, then lanes `j` around one
@@ -126,6 +171,7 @@ impl MicroNest {
         let offset = (kernel.block(self.block))
             .over_loops(&[flat_offset(indices, &kernel.buffer(buffer).shape)])
             .remove(0)
+            .within(&|v| kernel.loop_range(v))
             .simplified();
         let (sj, rest) = offset.linear_in(Var::Loop(self.j))?;
         let (sr, rest) = rest.linear_in(Var::Loop(self.r))?;
@@ -141,5 +187,47 @@ impl MicroNest {
             per_k: sk,
         };
         Some((operand, sj))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tilefuse_sched::{Target, lower};
+    use tilefuse_schedulers::{heuristics, schedule};
+
+    use super::super::code::Step;
+    use super::super::compile::compile_node;
+
+    /// Rows of each micro-kernel call in the steps.
+    fn gemm_rows(steps: &[Step], out: &mut Vec<i64>) {
+        for step in steps {
+            match step {
+                Step::Gemm(g) => out.push(g.rows.extent),
+                Step::Loop { body, .. } => gemm_rows(body, out),
+                _ => {}
+            }
+        }
+    }
+
+    /// On two cores the default matmul params give workgroups of 64 rows,
+    /// invocations of 8: one call takes all 64 for each k step, so that
+    /// B's rows of the step are read once a workgroup.
+    #[test]
+    fn a_call_takes_every_invocation_of_a_workgroup() {
+        let f = tilefuse_testing::matmul(256, 256, 256);
+        let mut info = crate::Device::cpu().info();
+        info.cores = 2;
+        let params = heuristics(&f, None, &info).unwrap();
+        let kernel = lower(schedule(&f, &params, &info).unwrap().kernel(), Target::Cpu)
+            .unwrap()
+            .kernel;
+        let steps: Vec<Step> = kernel
+            .body
+            .iter()
+            .map(|n| compile_node(&kernel, n))
+            .collect();
+        let mut rows = Vec::new();
+        gemm_rows(&steps, &mut rows);
+        assert_eq!(rows, [64]);
     }
 }

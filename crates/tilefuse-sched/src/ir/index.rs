@@ -158,6 +158,26 @@ impl Index {
         }
     }
 
+    /// The expression with each quotient that cannot change over the
+    /// variables' ranges (`i / 8` for `i` in `0..8`) made a constant and
+    /// each remainder whose dividend stays within `0..divisor` (`i % 8`)
+    /// made its dividend, so that a fused loop's variable reads as linear.
+    pub fn within(&self, range: &impl Fn(Var) -> (i64, i64)) -> Index {
+        match self {
+            Index::Const(_) | Index::Var(_) => self.clone(),
+            Index::Add(a, b) => a.within(range) + b.within(range),
+            Index::Mul(a, c) => a.within(range) * *c,
+            Index::Div(a, c) => match a.bounds(range) {
+                (l, h) if l.div_euclid(*c) == h.div_euclid(*c) => Index::Const(l.div_euclid(*c)),
+                _ => a.within(range) / *c,
+            },
+            Index::Mod(a, c) => match a.bounds(range) {
+                (l, h) if l >= 0 && h < *c => a.within(range),
+                _ => a.within(range) % *c,
+            },
+        }
+    }
+
     /// Every variable the expression mentions.
     pub fn vars(&self, out: &mut Vec<Var>) {
         match self {
@@ -349,5 +369,36 @@ impl fmt::Display for IndexDisplay<'_> {
             Index::Div(a, c) => write!(f, "({}) / {c}", sub(a)),
             Index::Mod(a, c) => write!(f, "({}) % {c}", sub(a)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::LoopId;
+
+    #[test]
+    fn within_reads_a_fused_variable_as_linear_only_where_its_range_allows() {
+        let i = Index::var(Var::Loop(LoopId(0)));
+        let fused = (i.clone() / 8) * 64 + (i.clone() % 8) * 8;
+        let up_to = |n: i64| move |_| (0, n - 1);
+        assert_eq!(
+            fused.within(&up_to(8)).simplified(),
+            (i * 8).simplified()
+        );
+        assert_eq!(
+            fused
+                .within(&up_to(8))
+                .linear_in(Var::Loop(LoopId(0)))
+                .unwrap()
+                .0,
+            8
+        );
+        // Past 8 the quotient and remainder change with i: kept.
+        assert_eq!(fused.within(&up_to(9)), fused);
+        assert_eq!(
+            fused.within(&up_to(9)).linear_in(Var::Loop(LoopId(0))),
+            None
+        );
     }
 }
