@@ -142,7 +142,8 @@ impl Space {
     /// repaired first, one field back to its base value a step: the field
     /// to blame for the error (`culprit`), else the changed field
     /// whose base value makes the most `progress` (a limit on a value
-    /// derived from several fields names none of them). `Err`: the last
+    /// derived from several fields names none of them), else the pair of
+    /// changed fields that does. `Err`: the last
     /// point tried and its error, once no field is left to put back.
     pub fn repair<S>(
         &self,
@@ -154,9 +155,9 @@ impl Space {
             self.params(point)
                 .and_then(|p| schedule(&p).map(|s| (p, s)))
         };
-        let reverted = |point: &[usize], i: usize| {
+        let reverted = |point: &[usize], fields: &[usize]| {
             let mut p = point.to_vec();
-            p[i] = base[i];
+            fields.iter().for_each(|&i| p[i] = base[i]);
             p
         };
         let mut point = proposed.to_vec();
@@ -165,14 +166,20 @@ impl Space {
                 Ok(done) => return Ok(done),
                 Err(e) => e,
             };
-            let next = match self.culprit(&point, &base, &e) {
-                Some(i) => Some(reverted(&point, i)),
-                None => (0..point.len())
-                    .filter(|&i| point[i] != base[i])
-                    .map(|i| reverted(&point, i))
+            let best = |sets: Vec<Vec<usize>>| {
+                sets.iter()
+                    .map(|set| reverted(&point, set))
                     .filter_map(|p| Some((progress(&e, attempt(&p).err())?, p)))
                     .min_by_key(|(rank, _)| *rank)
-                    .map(|(_, p)| p),
+                    .map(|(_, p)| p)
+            };
+            let changed: Vec<usize> = (0..point.len()).filter(|&i| point[i] != base[i]).collect();
+            let next = match self.culprit(&point, &base, &e) {
+                Some(i) => Some(reverted(&point, &[i])),
+                // Fields that only go back together (a flag and the count
+                // it gives a meaning to) make no progress one by one.
+                None => best(changed.iter().map(|&i| vec![i]).collect())
+                    .or_else(|| best(pairs(&changed))),
             };
             match next {
                 Some(p) => point = p,
@@ -197,6 +204,13 @@ impl Space {
     pub fn base_point(&self) -> Point {
         self.point_of(&self.base)
     }
+}
+
+/// Every pair of `fields`.
+fn pairs(fields: &[usize]) -> Vec<Vec<usize>> {
+    (fields.iter().enumerate())
+        .flat_map(|(n, &i)| fields[n + 1..].iter().map(move |&j| vec![i, j]))
+        .collect()
 }
 
 /// How far putting a field back took a refused point from `error`, best

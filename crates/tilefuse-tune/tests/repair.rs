@@ -1,8 +1,9 @@
 //! Random points of each scheduler's space on every device kind, repaired
 //! before they are measured: few may still fail to schedule. A repair puts
 //! back the field the scheduler names, or a changed field its message
-//! names (a constraint between two fields); an H100 refused 22 of 25
-//! random matmul points when only the first was put back.
+//! names (a constraint between two fields), or the field or pair of fields
+//! whose base values get furthest; an H100 refused 22 of 25 random matmul
+//! points when only the first was put back.
 
 mod common;
 
@@ -60,10 +61,11 @@ fn random_points_repair_into_schedules_on_every_device_kind() {
     for (name, f) in &fusions {
         for info in &devices {
             let (n, errors) = refused(f, info);
-            // A column sum on a discrete GPU keeps 19: reduction_invocations
-            // and cross_invocation_outer_reduction only go back together.
+            // None is refused on this machine; a column sum on a discrete
+            // GPU kept 19 until pairs of fields could go back together
+            // (reduction_invocations and cross_invocation_outer_reduction).
             assert!(
-                n <= 25,
+                n <= 5,
                 "{name} on {}: {n} of 100 refused, e.g. {}",
                 info.name,
                 errors[0]

@@ -382,10 +382,7 @@ mod tests {
         let i = Index::var(Var::Loop(LoopId(0)));
         let fused = (i.clone() / 8) * 64 + (i.clone() % 8) * 8;
         let up_to = |n: i64| move |_| (0, n - 1);
-        assert_eq!(
-            fused.within(&up_to(8)).simplified(),
-            (i * 8).simplified()
-        );
+        assert_eq!(fused.within(&up_to(8)).simplified(), (i * 8).simplified());
         assert_eq!(
             fused
                 .within(&up_to(8))
