@@ -150,15 +150,18 @@ fn blocks_avx512<const R: usize, const V: usize>(
     };
     let width = 16 * V;
     let full = from + (p.n - from) / width * width;
+    // Every access below lies within these bounds (A and B are read only
+    // when there are k steps; C is loaded and stored regardless).
+    let last_row = r0 + R - 1;
+    if full > from {
+        assert!(last_row * p.c_row + full <= p.c.len(), "C panel");
+    }
     if full > from && p.k > 0 {
-        // Every access below lies within these bounds.
-        let last_row = r0 + R - 1;
         assert!(
             last_row * p.a_row + (p.k - 1) * p.a_k < p.a.len(),
             "A panel"
         );
         assert!((p.k - 1) * p.b_k + full <= p.b.len(), "B panel");
-        assert!(last_row * p.c_row + full <= p.c.len(), "C panel");
     }
     let (a, b, c) = (p.a.as_ptr(), p.b.as_ptr(), p.c.as_mut_ptr());
     for j0 in (from..full).step_by(width) {
