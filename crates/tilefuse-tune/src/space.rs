@@ -173,13 +173,16 @@ impl Space {
                     .min_by_key(|(rank, _)| *rank)
                     .map(|(_, p)| p)
             };
-            let changed: Vec<usize> = (0..point.len()).filter(|&i| point[i] != base[i]).collect();
             let next = match self.culprit(&point, &base, &e) {
                 Some(i) => Some(reverted(&point, &[i])),
-                // Fields that only go back together (a flag and the count
-                // it gives a meaning to) make no progress one by one.
-                None => best(changed.iter().map(|&i| vec![i]).collect())
-                    .or_else(|| best(pairs(&changed))),
+                None => {
+                    let changed: Vec<usize> =
+                        (0..point.len()).filter(|&i| point[i] != base[i]).collect();
+                    // Fields that only go back together (a flag and the
+                    // count it gives a meaning to) make no progress one by one.
+                    best(changed.iter().map(|&i| vec![i]).collect())
+                        .or_else(|| best(pairs(&changed)))
+                }
             };
             match next {
                 Some(p) => point = p,
