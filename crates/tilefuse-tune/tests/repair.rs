@@ -7,9 +7,8 @@
 
 mod common;
 
-use common::{chain, gpu};
+use common::{chain, device_kinds};
 use tilefuse_ir::Fusion;
-use tilefuse_runtime::Device;
 use tilefuse_sched::DeviceInfo;
 use tilefuse_testing::{matmul, softmax, sum};
 use tilefuse_tune::{Measured, Options, Search, Status, Strategy, Trial};
@@ -47,11 +46,7 @@ fn refused(f: &Fusion, info: &DeviceInfo) -> (usize, Vec<String>) {
 
 #[test]
 fn random_points_repair_into_schedules_on_every_device_kind() {
-    let devices = [
-        Device::cpu().info(),
-        gpu("cpu", 256),
-        gpu("discrete_gpu", 1024),
-    ];
+    let devices = device_kinds();
     let fusions = [
         ("matmul 256^3", matmul(256, 256, 256)),
         ("softmax 64x1000", softmax(&[64, 1000], -1)),

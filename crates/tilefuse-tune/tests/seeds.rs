@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{chain, gpu};
+use common::{chain, device_kinds, gpu};
 use tilefuse_ir::Fusion;
 use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::Device;
@@ -33,12 +33,7 @@ fn cases() -> Vec<(&'static str, Fusion, &'static str)> {
 
 #[test]
 fn every_builtin_applies_where_meant_and_its_seeds_schedule() {
-    let devices = [
-        Device::cpu().info(),
-        gpu("cpu", 256),
-        gpu("discrete_gpu", 1024),
-        gpu("integrated_gpu", 128),
-    ];
+    let devices = device_kinds();
     let builtin = builtin();
     for (case, f, meant) in cases() {
         let feats = features(&f).unwrap();

@@ -29,6 +29,17 @@ pub fn gpu(adapter_type: &str, invocations: u32) -> DeviceInfo {
     }
 }
 
+/// This machine's CPU device, then a GPU of each kind: lavapipe, discrete
+/// and integrated.
+pub fn device_kinds() -> [DeviceInfo; 4] {
+    [
+        tilefuse_runtime::Device::cpu().info(),
+        gpu("cpu", 256),
+        gpu("discrete_gpu", 1024),
+        gpu("integrated_gpu", 128),
+    ]
+}
+
 pub fn chain(ops: usize) -> Fusion {
     let mut f = Fusion::new();
     let mut x = f.input(&[64, 256], DType::F32, Some("x")).unwrap();
