@@ -14,10 +14,10 @@ pub fn check_close(want: &Data, got: &Data, rtol: f64) -> Result<(), String> {
     // every candidate's outputs (16M elements: 0.18 s through `Data::get`).
     match (want, got) {
         _ if want.len() != got.len() => Err(mismatch(want, got)),
-        (Data::F32(w), Data::F32(g)) => close(w, g, |x| f64::from(*x), Some(rtol)),
-        (Data::I32(w), Data::I32(g)) => close(w, g, |x| f64::from(*x), None),
-        (Data::U32(w), Data::U32(g)) => close(w, g, |x| f64::from(*x), None),
-        (Data::Bool(w), Data::Bool(g)) => close(w, g, |x| f64::from(u8::from(*x)), None),
+        (Data::F32(w), Data::F32(g)) => close(w, g, f64::from, rtol),
+        (Data::I32(w), Data::I32(g)) => close(w, g, f64::from, 0.0),
+        (Data::U32(w), Data::U32(g)) => close(w, g, f64::from, 0.0),
+        (Data::Bool(w), Data::Bool(g)) => close(w, g, |x| f64::from(u8::from(x)), 0.0),
         _ => Err(mismatch(want, got)),
     }
 }
@@ -32,33 +32,61 @@ fn mismatch(want: &Data, got: &Data) -> String {
     )
 }
 
-/// The rule over one dtype's elements: within `rtol` (f32), or equal.
-fn close<T>(
+/// The rule over one dtype's elements: within `rtol` (f32), or equal
+/// (`rtol` 0: integers are finite). Branch-free over blocks of elements,
+/// so that it vectorizes; a block with a failure is searched for the first.
+fn close<T: Copy>(
     want: &[T],
     got: &[T],
-    f64_of: impl Fn(&T) -> f64,
-    rtol: Option<f64>,
+    f64_of: impl Fn(T) -> f64 + Copy,
+    rtol: f64,
 ) -> Result<(), String> {
-    let scale = (want.iter().map(|x| f64_of(x).abs()))
-        .filter(|x| x.is_finite())
-        .fold(0.0, f64::max);
-    for (i, (w, g)) in want.iter().zip(got).enumerate() {
+    let scale = largest_finite(want, f64_of);
+    let ok = |w: T, g: T| {
         let (w, g) = (f64_of(w), f64_of(g));
-        let close = match (w.is_nan(), g.is_nan()) {
-            (true, true) => true,
-            (false, false) => {
-                // Infinities only as themselves: `inf - MAX` is within any
-                // tolerance of an infinite `want`.
-                let finite = w.is_finite() && g.is_finite();
-                w == g || (finite && rtol.is_some_and(|r| (w - g).abs() <= r * (scale + w.abs())))
-            }
-            _ => false,
-        };
-        if !close {
-            return Err(format!("element {i} is {g}, want {w}"));
+        // Infinities only as themselves: `inf - MAX` is within any
+        // tolerance of an infinite `want`.
+        let finite = w.is_finite() & g.is_finite();
+        (w.is_nan() & g.is_nan())
+            | (w == g)
+            | (finite & ((w - g).abs() <= rtol * (scale + w.abs())))
+    };
+    const BLOCK: usize = 256;
+    for (b, (ws, gs)) in want.chunks(BLOCK).zip(got.chunks(BLOCK)).enumerate() {
+        let failed = ws
+            .iter()
+            .zip(gs)
+            .fold(0u32, |n, (&w, &g)| n + u32::from(!ok(w, g)));
+        if failed > 0 {
+            let (i, (w, g)) = (ws.iter().zip(gs).enumerate())
+                .find(|(_, (w, g))| !ok(**w, **g))
+                .expect("a block with a failure has one");
+            let (w, g) = (f64_of(*w), f64_of(*g));
+            return Err(format!("element {} is {g}, want {w}", b * BLOCK + i));
         }
     }
     Ok(())
+}
+
+/// The largest finite magnitude in `data` (0 when none), in lanes that
+/// vectorize (a float max reduction does not reassociate by itself).
+fn largest_finite<T: Copy>(data: &[T], f64_of: impl Fn(T) -> f64) -> f64 {
+    const LANES: usize = 8;
+    let mut lanes = [0.0f64; LANES];
+    let chunks = data.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    let finite = |x: T| {
+        let a = f64_of(x).abs();
+        if a.is_finite() { a } else { 0.0 }
+    };
+    for chunk in chunks {
+        for (m, &x) in lanes.iter_mut().zip(chunk) {
+            let a = finite(x);
+            *m = if a > *m { a } else { *m };
+        }
+    }
+    let tail = tail.iter().map(|&x| finite(x));
+    lanes.into_iter().chain(tail).fold(0.0, f64::max)
 }
 
 #[cfg(test)]
@@ -82,6 +110,20 @@ mod tests {
         );
         assert!(check_close(&want, &f32s(&[1.0, -4.0, 0.0, f32::INFINITY]), 1e-4).is_err());
         assert!(check_close(&want, &f32s(&[1.0, -4.0, nan, f32::MAX]), 1e-4).is_err());
+        // The first failure is named past the first block of elements, and
+        // the largest magnitude is found in the tail of a long output too.
+        let mut long = vec![1.0f32; 1003];
+        long[1002] = -100.0;
+        let mut off = long.clone();
+        off[700] = 1.05;
+        off[900] = 7.0;
+        assert_eq!(
+            check_close(&f32s(&long), &f32s(&off), 1e-4),
+            Err(format!("element 700 is {}, want 1", 1.05f32 as f64))
+        );
+        off[700] = 1.005;
+        off[900] = 1.005;
+        assert_eq!(check_close(&f32s(&long), &f32s(&off), 1e-4), Ok(()));
         // Other dtypes must be equal, whatever the tolerance.
         let ints = Data::I32(vec![1000, 2]);
         assert_eq!(check_close(&ints, &Data::I32(vec![1000, 2]), 0.5), Ok(()));

@@ -6,6 +6,7 @@ mod common;
 use common::gpu;
 use tilefuse_ir::{Fusion, evaluate};
 use tilefuse_runtime::Device;
+use tilefuse_runtime::gpu::GpuDevice;
 use tilefuse_sched::Schedule;
 use tilefuse_testing::{compare, fusions, inputs, recipes};
 
@@ -26,6 +27,21 @@ fn check(name: &str, f: &Fusion, s: &Schedule, device: &Device) {
 fn schedules_match_the_reference_on_the_gpu() {
     let Some(device) = gpu() else { return };
     eprintln!("GPU: {:?}", device.info().name);
+    every_schedule(&device);
+}
+
+/// The copies through staging buffers that a discrete GPU makes, on any
+/// adapter (lavapipe's own buffers are mapped by the host otherwise).
+#[test]
+fn schedules_match_the_reference_through_staging_buffers() {
+    if gpu().is_none() {
+        return;
+    }
+    let staged = GpuDevice::open(false).expect("the adapter opened once already");
+    every_schedule(&Device::Gpu(std::sync::Arc::new(staged)));
+}
+
+fn every_schedule(device: &Device) {
     // lavapipe (CI) has subgroups of 8 or more; other adapters may not.
     let subgroups = device
         .info()
@@ -44,7 +60,7 @@ fn schedules_match_the_reference_on_the_gpu() {
             }
             let mut s = Schedule::new(&f);
             apply(&mut s);
-            check(&format!("{fname} / {sname}"), &f, &s, &device);
+            check(&format!("{fname} / {sname}"), &f, &s, device);
         }
     }
 }
@@ -126,4 +142,28 @@ fn the_pipeline_cache_is_bounded() {
     let cached = gpu.cached_pipelines();
     assert!(cached <= 64 + kept.len(), "{cached} pipelines cached");
     assert!(cached >= 64, "{cached}: the most recent builds stay cached");
+}
+
+/// A dropped kernel's buffers serve the next kernels of the same sizes,
+/// their contents stale: every result still comes from its own inputs, and
+/// what the device keeps stays bounded.
+#[test]
+fn kernels_take_the_buffers_of_dropped_ones() {
+    let Some(device) = gpu() else { return };
+    let Device::Gpu(g) = &device else {
+        panic!("gpu() gives the GPU device")
+    };
+    for round in 0..3 {
+        for (name, f) in fusions() {
+            let kernel = device.build(&Schedule::new(&f)).unwrap();
+            for seed in [round, round + 10] {
+                let x = inputs(&f, seed);
+                let want = evaluate(&f, &x).unwrap();
+                let got = kernel.run(&x).unwrap();
+                compare(&want, &got, 1e-5).unwrap_or_else(|e| panic!("{name}, seed {seed}: {e}"));
+            }
+            drop(kernel);
+            assert!(g.spare_bytes() <= tilefuse_runtime::gpu::SPARE_BYTES);
+        }
+    }
 }

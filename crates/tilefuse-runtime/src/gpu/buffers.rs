@@ -46,28 +46,40 @@ pub fn map_all<'a>(
     Ok(())
 }
 
-/// Copies each input into its buffer: through the queue's staging, or
-/// (`host_mapped` buffers) straight into the mapped buffer, waiting once.
+/// A buffer the host writes an input of `elements` words into for the
+/// device to copy from: none for no words, or where the host maps the
+/// storage buffer itself. Kept with a launch, so a call allocates none.
+pub fn upload_buffer(device: &GpuDevice, elements: u64) -> Option<wgpu::Buffer> {
+    let usage = wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC;
+    (elements > 0 && !device.host_mapped)
+        .then(|| device.buffer("tilefuse upload", 4 * elements, usage))
+}
+
+/// Copies each input into its buffer, waiting once: into the mapped buffer
+/// itself where the host maps it (no staging buffer), else into its
+/// staging buffer, which `encoder` then copies on the device (submit it
+/// before the work that reads the inputs).
 pub fn upload<'a>(
     device: &GpuDevice,
-    inputs: impl Iterator<Item = (&'a wgpu::Buffer, DataRef<'a>)>,
+    inputs: impl Iterator<Item = (&'a wgpu::Buffer, Option<&'a wgpu::Buffer>, DataRef<'a>)>,
+    encoder: &mut wgpu::CommandEncoder,
 ) -> Result<()> {
-    let inputs: Vec<_> = inputs.filter(|(_, d)| !d.is_empty()).collect();
-    if !device.host_mapped {
-        for (buffer, data) in inputs {
-            device.queue.write_buffer(buffer, 0, &words(data));
-        }
-        return Ok(());
-    }
-    map_all(device, inputs.iter().map(|(b, _)| *b), wgpu::MapMode::Write)?;
-    for (buffer, data) in inputs {
+    let inputs: Vec<_> = inputs.filter(|(_, _, d)| !d.is_empty()).collect();
+    let written = inputs
+        .iter()
+        .map(|&(buffer, staging, _)| staging.unwrap_or(buffer));
+    map_all(device, written, wgpu::MapMode::Write)?;
+    for (buffer, staging, data) in inputs {
         let bytes = words(data);
-        let mut view = buffer
-            .get_mapped_range_mut(..bytes.len() as u64)
-            .map_err(gpu_err)?;
+        let size = bytes.len() as u64;
+        let written = staging.unwrap_or(buffer);
+        let mut view = written.get_mapped_range_mut(..size).map_err(gpu_err)?;
         view.copy_from_slice(&bytes);
         drop(view);
-        buffer.unmap();
+        written.unmap();
+        if let Some(staging) = staging {
+            encoder.copy_buffer_to_buffer(staging, 0, buffer, 0, size);
+        }
     }
     Ok(())
 }
@@ -102,12 +114,8 @@ fn copy_words<T: bytemuck::Pod>(bytes: &[u8], out: &mut [T]) {
 /// A buffer of `size` bytes that a device buffer is copied into for the
 /// host to read.
 pub fn readback_buffer(device: &GpuDevice, size: u64) -> wgpu::Buffer {
-    device.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("tilefuse readback"),
-        size,
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    })
+    let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+    device.buffer("tilefuse readback", size, usage)
 }
 
 /// Copies `size` bytes of `buffer` to the host.
@@ -119,6 +127,7 @@ fn read_back(device: &GpuDevice, buffer: &wgpu::Buffer, size: u64) -> Result<Vec
     map_all(device, std::iter::once(&staging), wgpu::MapMode::Read)?;
     let bytes = staging.get_mapped_range(..).map_err(gpu_err)?.to_vec();
     staging.unmap();
+    device.recycle([staging]);
     Ok(bytes)
 }
 

@@ -1,7 +1,8 @@
-//! A kernel compiled for a GPU, and its launches. A call uploads the inputs,
-//! runs every stage and copies the outputs to staging buffers in one
-//! submission, then reads them back with one wait; the device and staging
-//! buffers of a launch are kept for the next call.
+//! A kernel compiled for a GPU, and its launches. A call writes the inputs
+//! into staging buffers, copies them up, runs every stage and copies the
+//! outputs to staging buffers in one submission, then reads them back with
+//! one wait; the device and staging buffers of a launch are kept for the
+//! next call, and go to the device's spare buffers when the kernel drops.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -11,7 +12,9 @@ use tilefuse_sched::Schedule;
 use tilefuse_sched::codegen::{BindingInfo, WgslKernel};
 use tilefuse_sched::ir::Role;
 
-use super::buffers::{self, buffer_size, map_all, read_into, readback_buffer, upload};
+use super::buffers::{
+    self, buffer_size, map_all, read_into, readback_buffer, upload, upload_buffer,
+};
 use super::{GpuDevice, Pipelines, WARM_UP, gpu_err};
 use crate::error::{Result, RuntimeError};
 
@@ -36,15 +39,11 @@ pub(super) fn storage_buffer(
         Host::Reads if device.host_mapped => wgpu::BufferUsages::MAP_READ,
         _ => wgpu::BufferUsages::empty(),
     };
-    device.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some(label),
-        size: buffer_size(elements),
-        usage: wgpu::BufferUsages::STORAGE
-            | wgpu::BufferUsages::COPY_SRC
-            | wgpu::BufferUsages::COPY_DST
-            | mapped,
-        mapped_at_creation: false,
-    })
+    let usage = wgpu::BufferUsages::STORAGE
+        | wgpu::BufferUsages::COPY_SRC
+        | wgpu::BufferUsages::COPY_DST
+        | mapped;
+    device.buffer(label, buffer_size(elements), usage)
 }
 
 /// A buffer to read `elements` words back through: none for no words, or
@@ -113,12 +112,33 @@ pub struct GpuKernel {
 }
 
 /// Device buffers of one launch (one per binding), bind groups per stage,
-/// and a staging buffer per non-empty output to read it back through
-/// (none where the host maps the outputs).
+/// and per binding a staging buffer for a non-empty output to be read back
+/// through and one for a non-empty input to be written into (none where
+/// the host maps the storage buffers).
 struct Launch {
     buffers: Vec<wgpu::Buffer>,
     groups: Vec<wgpu::BindGroup>,
     staging: Vec<Option<wgpu::Buffer>>,
+    uploads: Vec<Option<wgpu::Buffer>>,
+}
+
+impl Launch {
+    fn into_buffers(self) -> impl Iterator<Item = wgpu::Buffer> {
+        let staged = self.staging.into_iter().chain(self.uploads).flatten();
+        self.buffers.into_iter().chain(staged)
+    }
+}
+
+impl Drop for GpuKernel {
+    fn drop(&mut self) {
+        let kept = std::mem::take(
+            self.launches
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        self.device
+            .recycle(kept.into_iter().flat_map(Launch::into_buffers));
+    }
 }
 
 impl GpuKernel {
@@ -150,11 +170,11 @@ impl GpuKernel {
     pub fn run_into(&self, inputs: &[TensorRef<'_>], outputs: &mut [TensorMut<'_>]) -> Result<()> {
         check_outputs(self.fusion(), self.fusion().outputs(), outputs)
             .map_err(|e| RuntimeError::Argument(e.to_string()))?;
-        let launch = self.prepare(inputs)?;
         let mut encoder = self
             .device
             .device
             .create_command_encoder(&Default::default());
+        let launch = self.prepare(inputs, &mut encoder)?;
         self.encode(&launch.groups, &mut encoder, None);
         for (buffer, staging) in launch.buffers.iter().zip(&launch.staging) {
             if let Some(staging) = staging {
@@ -183,8 +203,12 @@ impl GpuKernel {
     /// returns seconds per launch, from timestamp queries when the adapter
     /// has them.
     pub fn time(&self, inputs: &[TensorRef<'_>], warmup: usize, repeat: usize) -> Result<Vec<f64>> {
-        let launch = self.prepare(inputs)?;
         let device = &self.device.device;
+        let mut encoder = device.create_command_encoder(&Default::default());
+        let launch = self.prepare(inputs, &mut encoder)?;
+        // The copies up are not timed.
+        self.device.queue.submit([encoder.finish()]);
+        self.device.wait()?;
         let queries = self.device.timestamps.then(|| {
             device.create_query_set(&wgpu::QuerySetDescriptor {
                 label: Some("tilefuse timing"),
@@ -224,21 +248,24 @@ impl GpuKernel {
         Ok(samples)
     }
 
-    /// Checks the inputs and queues their upload into a launch.
-    fn prepare(&self, inputs: &[TensorRef<'_>]) -> Result<Launch> {
+    /// Checks the inputs and writes them into a launch, recording their
+    /// copies up in `encoder`.
+    fn prepare(
+        &self,
+        inputs: &[TensorRef<'_>],
+        encoder: &mut wgpu::CommandEncoder,
+    ) -> Result<Launch> {
         check_arguments(self.schedule.fusion(), inputs)
             .map_err(|e| RuntimeError::Argument(e.to_string()))?;
         let launch = self.take_launch();
-        let uploads = self
-            .wgsl
-            .bindings
-            .iter()
-            .zip(&launch.buffers)
-            .filter_map(|(b, buffer)| match b.role {
-                Role::Input(i) => Some((buffer, inputs[i].data)),
+        let bindings = self.wgsl.bindings.iter().zip(&launch.buffers);
+        let uploads = bindings
+            .zip(&launch.uploads)
+            .filter_map(|((b, buffer), staging)| match b.role {
+                Role::Input(i) => Some((buffer, staging.as_ref(), inputs[i].data)),
                 _ => None,
             });
-        upload(&self.device, uploads)?;
+        upload(&self.device, uploads, encoder)?;
         Ok(launch)
     }
 
@@ -251,6 +278,8 @@ impl GpuKernel {
         let mut kept = self.kept();
         if kept.len() < KEEP_LAUNCHES {
             kept.push(launch);
+        } else {
+            self.device.recycle(launch.into_buffers());
         }
     }
 
@@ -267,22 +296,24 @@ impl GpuKernel {
             .iter()
             .map(|b| storage_buffer(&self.device, &b.name, elements(b), host_of(b.role)))
             .collect();
-        let staging = self
-            .wgsl
-            .bindings
-            .iter()
-            .map(|b| {
-                let output = matches!(b.role, Role::Output(_));
+        let (mut staging, mut uploads) = (Vec::new(), Vec::new());
+        for b in &self.wgsl.bindings {
+            let n = elements(b);
+            let output = matches!(b.role, Role::Output(_));
+            staging.push(
                 output
-                    .then(|| staging_buffer(&self.device, elements(b), true))
-                    .flatten()
-            })
-            .collect();
+                    .then(|| staging_buffer(&self.device, n, true))
+                    .flatten(),
+            );
+            let input = matches!(b.role, Role::Input(_));
+            uploads.push(input.then(|| upload_buffer(&self.device, n)).flatten());
+        }
         let groups = self.bind_groups(&buffers.iter().collect::<Vec<_>>());
         Launch {
             buffers,
             groups,
             staging,
+            uploads,
         }
     }
 

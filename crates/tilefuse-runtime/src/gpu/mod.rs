@@ -4,14 +4,16 @@
 mod buffers;
 mod kernel;
 mod sequence;
+mod spare;
 mod spirv;
 
 pub use kernel::GpuKernel;
 pub use sequence::{GpuSequence, Wiring};
+pub use spare::SPARE_BYTES;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use tilefuse_sched::codegen::{WgslKernel, emit};
 use tilefuse_sched::lowering::verify_launch;
@@ -43,6 +45,8 @@ pub struct GpuDevice {
     ieee_spirv: Option<(u8, u8)>,
     /// Compiled pipelines by WGSL hash, shared by kernels with equal code.
     pipelines: Mutex<PipelineCache>,
+    /// Buffers of dropped kernels, for the next ones.
+    spare: Mutex<spare::Spare<wgpu::Buffer>>,
 }
 
 type Pipelines = Arc<Vec<wgpu::ComputePipeline>>;
@@ -98,6 +102,14 @@ impl GpuDevice {
     /// Opens the best available adapter (a discrete GPU over an integrated
     /// one over a CPU implementation such as lavapipe).
     pub fn new() -> Result<GpuDevice> {
+        GpuDevice::open(true)
+    }
+
+    /// [`GpuDevice::new`], where `map_host` lets the host map kernel
+    /// buffers when the adapter allows it (a CPU adapter); `false` copies
+    /// through staging buffers as on a discrete GPU (tests cover that path
+    /// on lavapipe so).
+    pub fn open(map_host: bool) -> Result<GpuDevice> {
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
@@ -105,7 +117,8 @@ impl GpuDevice {
             ..Default::default()
         }))
         .map_err(|e| RuntimeError::Gpu(format!("no GPU adapter: {e}")))?;
-        let host_mapped = adapter.get_info().device_type == wgpu::DeviceType::Cpu
+        let host_mapped = map_host
+            && adapter.get_info().device_type == wgpu::DeviceType::Cpu
             && adapter
                 .features()
                 .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
@@ -185,6 +198,7 @@ impl GpuDevice {
             ieee_spirv,
             info,
             pipelines: Mutex::default(),
+            spare: Mutex::default(),
         })
     }
 
@@ -196,6 +210,39 @@ impl GpuDevice {
             let held = c.by_hash.values().filter_map(Weak::upgrade);
             recent.len() + held.filter(|p| !recent.contains(&Arc::as_ptr(p))).count()
         })
+    }
+
+    /// Bytes of idle buffers kept for later kernels: at most
+    /// [`SPARE_BYTES`], however many kernels were dropped.
+    pub fn spare_bytes(&self) -> u64 {
+        self.spare().bytes()
+    }
+
+    /// A buffer of `size` bytes for `usage`: a spare one of exactly that
+    /// size and usage (its contents stale) or a new one.
+    fn buffer(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+        let spare = self.spare().take(size, usage);
+        spare.unwrap_or_else(|| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
+        })
+    }
+
+    /// Keeps `buffers` (idle and unmapped) for later kernels.
+    fn recycle(&self, buffers: impl IntoIterator<Item = wgpu::Buffer>) {
+        let mut spare = self.spare();
+        buffers
+            .into_iter()
+            .for_each(|b| spare.put(b.size(), b.usage(), b));
+    }
+
+    fn spare(&self) -> MutexGuard<'_, spare::Spare<wgpu::Buffer>> {
+        // `put` and `take` leave the list whole.
+        self.spare.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn info(&self) -> &DeviceInfo {

@@ -11,7 +11,7 @@ use tilefuse_ir::{Fusion, TensorId, TensorMut, TensorRef, check_arguments, check
 use tilefuse_sched::ir::Role;
 
 use super::GpuDevice;
-use super::buffers::upload;
+use super::buffers::{upload, upload_buffer};
 use super::kernel::{
     GpuKernel, Host, elements, read_from, read_staged, staging_buffer, storage_buffer,
 };
@@ -38,13 +38,34 @@ pub struct GpuSequence {
 
 /// Device buffers of one call: one per parent tensor that is an input, a
 /// result or crosses between segments; each segment's temporaries and bind
-/// groups; a staging buffer per non-empty result.
+/// groups; a staging buffer per non-empty result and per non-empty input
+/// (none where the host maps the storage buffers).
 struct SequenceLaunch {
     tensors: HashMap<TensorId, wgpu::Buffer>,
-    /// Kept alive for the bind groups that use them.
-    _temps: Vec<wgpu::Buffer>,
+    temps: Vec<wgpu::Buffer>,
     groups: Vec<Vec<wgpu::BindGroup>>,
     staging: Vec<Option<wgpu::Buffer>>,
+    /// In the order of the parent fusion's inputs.
+    uploads: Vec<Option<wgpu::Buffer>>,
+}
+
+impl SequenceLaunch {
+    fn into_buffers(self) -> impl Iterator<Item = wgpu::Buffer> {
+        let staged = self.staging.into_iter().chain(self.uploads).flatten();
+        self.tensors.into_values().chain(self.temps).chain(staged)
+    }
+}
+
+impl Drop for GpuSequence {
+    fn drop(&mut self) {
+        let kept = std::mem::take(
+            self.launches
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        self.device
+            .recycle(kept.into_iter().flat_map(SequenceLaunch::into_buffers));
+    }
 }
 
 impl GpuSequence {
@@ -130,12 +151,13 @@ impl GpuSequence {
         check_arguments(&self.fusion, inputs).map_err(arg)?;
         check_outputs(&self.fusion, &self.results, outputs).map_err(arg)?;
         let launch = self.take_launch()?;
-        let uploads = self.fusion.inputs().iter().map(|id| &launch.tensors[id]);
-        upload(&self.device, uploads.zip(inputs.iter().map(|t| t.data)))?;
         let mut encoder = self
             .device
             .device
             .create_command_encoder(&Default::default());
+        let uploads = (self.fusion.inputs().iter().zip(&launch.uploads).zip(inputs))
+            .map(|((id, staging), t)| (&launch.tensors[id], staging.as_ref(), t.data));
+        upload(&self.device, uploads, &mut encoder)?;
         for (g, groups) in self.gpu_kernels().zip(&launch.groups) {
             g.encode(groups, &mut encoder, None);
         }
@@ -172,6 +194,8 @@ impl GpuSequence {
         let mut kept = self.kept();
         if kept.len() < super::kernel::KEEP_LAUNCHES {
             kept.push(launch);
+        } else {
+            self.device.recycle(launch.into_buffers());
         }
     }
 
@@ -252,11 +276,15 @@ impl GpuSequence {
                 Ok(staging_buffer(&self.device, self.elements(id)?, host_reads))
             })
             .collect::<Result<_>>()?;
+        let uploads = (self.fusion.inputs().iter())
+            .map(|&id| Ok(upload_buffer(&self.device, self.elements(id)?)))
+            .collect::<Result<_>>()?;
         Ok(SequenceLaunch {
             tensors,
-            _temps: temps,
+            temps,
             groups,
             staging,
+            uploads,
         })
     }
 }
