@@ -4,7 +4,7 @@
 //! one wait; the device and staging buffers of a launch are kept for the
 //! next call, and go to the device's spare buffers when the kernel drops.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tilefuse_ir::{TensorMut, TensorRef, check_arguments, check_outputs};
@@ -15,6 +15,7 @@ use tilefuse_sched::ir::Role;
 use super::buffers::{
     self, buffer_size, map_all, read_into, readback_buffer, upload, upload_buffer,
 };
+use super::launches::{Buffers, Launches};
 use super::{GpuDevice, Pipelines, WARM_UP, gpu_err};
 use crate::error::{Result, RuntimeError};
 
@@ -98,17 +99,13 @@ pub(super) fn read_staged<'a>(
     Ok(())
 }
 
-/// Launches kept between calls: enough for a few concurrent callers.
-pub(super) const KEEP_LAUNCHES: usize = 4;
-
 /// A kernel compiled for a GPU.
 pub struct GpuKernel {
     device: Arc<GpuDevice>,
     schedule: Schedule,
     pub wgsl: WgslKernel,
     pipelines: Pipelines,
-    /// Launches of finished calls, taken by the next ones.
-    launches: Mutex<Vec<Launch>>,
+    launches: Launches<Launch>,
 }
 
 /// Device buffers of one launch (one per binding), bind groups per stage,
@@ -122,22 +119,10 @@ struct Launch {
     uploads: Vec<Option<wgpu::Buffer>>,
 }
 
-impl Launch {
+impl Buffers for Launch {
     fn into_buffers(self) -> impl Iterator<Item = wgpu::Buffer> {
         let staged = self.staging.into_iter().chain(self.uploads).flatten();
         self.buffers.into_iter().chain(staged)
-    }
-}
-
-impl Drop for GpuKernel {
-    fn drop(&mut self) {
-        let kept = std::mem::take(
-            self.launches
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        self.device
-            .recycle(kept.into_iter().flat_map(Launch::into_buffers));
     }
 }
 
@@ -149,11 +134,11 @@ impl GpuKernel {
         pipelines: Pipelines,
     ) -> GpuKernel {
         GpuKernel {
+            launches: Launches::new(Arc::clone(&device)),
             device,
             schedule,
             wgsl,
             pipelines,
-            launches: Mutex::default(),
         }
     }
 
@@ -193,7 +178,7 @@ impl GpuKernel {
                 _ => None,
             });
         read_staged(&self.device, sources, outputs)?;
-        self.give_back(launch);
+        self.launches.give_back(launch);
         Ok(())
     }
 
@@ -244,7 +229,7 @@ impl GpuKernel {
                 None => host,
             });
         }
-        self.give_back(launch);
+        self.launches.give_back(launch);
         Ok(samples)
     }
 
@@ -270,23 +255,8 @@ impl GpuKernel {
     }
 
     fn take_launch(&self) -> Launch {
-        let kept = self.kept().pop();
+        let kept = self.launches.take();
         kept.unwrap_or_else(|| self.new_launch())
-    }
-
-    fn give_back(&self, launch: Launch) {
-        let mut kept = self.kept();
-        if kept.len() < KEEP_LAUNCHES {
-            kept.push(launch);
-        } else {
-            self.device.recycle(launch.into_buffers());
-        }
-    }
-
-    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<Launch>> {
-        // A launch is pushed or popped whole: a panic cannot leave the list
-        // half-changed.
-        self.launches.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn new_launch(&self) -> Launch {

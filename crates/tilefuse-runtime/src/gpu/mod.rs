@@ -3,6 +3,7 @@
 
 mod buffers;
 mod kernel;
+mod launches;
 mod sequence;
 mod spare;
 mod spirv;

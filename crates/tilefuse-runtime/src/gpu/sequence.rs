@@ -4,7 +4,7 @@
 //! back, with one wait.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use tilefuse_ir::shape::numel;
 use tilefuse_ir::{Fusion, TensorId, TensorMut, TensorRef, check_arguments, check_outputs};
@@ -15,6 +15,7 @@ use super::buffers::{upload, upload_buffer};
 use super::kernel::{
     GpuKernel, Host, elements, read_from, read_staged, staging_buffer, storage_buffer,
 };
+use super::launches::{Buffers, Launches};
 use crate::device::Kernel;
 use crate::error::{Result, RuntimeError};
 
@@ -33,7 +34,7 @@ pub struct GpuSequence {
     kernels: Vec<Arc<Kernel>>,
     wiring: Vec<Wiring>,
     results: Vec<TensorId>,
-    launches: Mutex<Vec<SequenceLaunch>>,
+    launches: Launches<SequenceLaunch>,
 }
 
 /// Device buffers of one call: one per parent tensor that is an input, a
@@ -49,22 +50,10 @@ struct SequenceLaunch {
     uploads: Vec<Option<wgpu::Buffer>>,
 }
 
-impl SequenceLaunch {
+impl Buffers for SequenceLaunch {
     fn into_buffers(self) -> impl Iterator<Item = wgpu::Buffer> {
         let staged = self.staging.into_iter().chain(self.uploads).flatten();
         self.tensors.into_values().chain(self.temps).chain(staged)
-    }
-}
-
-impl Drop for GpuSequence {
-    fn drop(&mut self) {
-        let kept = std::mem::take(
-            self.launches
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        self.device
-            .recycle(kept.into_iter().flat_map(SequenceLaunch::into_buffers));
     }
 }
 
@@ -135,12 +124,12 @@ impl GpuSequence {
             ));
         }
         Ok(GpuSequence {
-            device,
             fusion,
             kernels,
             wiring,
             results,
-            launches: Mutex::default(),
+            launches: Launches::new(Arc::clone(&device)),
+            device,
         })
     }
 
@@ -175,7 +164,7 @@ impl GpuSequence {
             }
         }
         read_staged(&self.device, sources.into_iter(), outputs)?;
-        self.give_back(launch);
+        self.launches.give_back(launch);
         Ok(())
     }
 
@@ -186,22 +175,8 @@ impl GpuSequence {
     }
 
     fn take_launch(&self) -> Result<SequenceLaunch> {
-        let kept = self.kept().pop();
+        let kept = self.launches.take();
         kept.map_or_else(|| self.new_launch(), Ok)
-    }
-
-    fn give_back(&self, launch: SequenceLaunch) {
-        let mut kept = self.kept();
-        if kept.len() < super::kernel::KEEP_LAUNCHES {
-            kept.push(launch);
-        } else {
-            self.device.recycle(launch.into_buffers());
-        }
-    }
-
-    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<SequenceLaunch>> {
-        // A launch is pushed or popped whole.
-        self.launches.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Parent inputs are written by the host, results (that are not also
