@@ -67,14 +67,14 @@ pub(crate) fn built(kernel: Result<Kernel, String>, problem: &Problem, c: &Candi
         Ok((
             Status::Cut,
             probe,
-            Some("its first launch took over 10x the best".to_owned()),
+            Some("its first launch took over 10x the best"),
         ))
     } else {
         // The short timing warms up (a GPU for at least 200 ms): the full
         // one right after it needs none.
         problem.time(&kernel, 1, 3).and_then(|short| {
             if slower(short, CUT_RATIO) {
-                return Ok((Status::Cut, short, Some("over 3x the best".to_owned())));
+                return Ok((Status::Cut, short, Some("over 3x the best")));
             }
             let full = problem.time(&kernel, 0, c.timing.repeat)?;
             Ok((Status::Ok, full, None))
@@ -84,7 +84,7 @@ pub(crate) fn built(kernel: Result<Kernel, String>, problem: &Problem, c: &Candi
         Ok((status, time, error)) => Measured {
             status,
             time: Some(time),
-            error,
+            error: error.map(str::to_owned),
             device: None,
         },
         Err(e) => Measured::failed(e),
