@@ -3,7 +3,7 @@
 //! recording instead of a device, so that search logic is compared and
 //! tested deterministically, in milliseconds, with no device.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use tilefuse_ir::Fusion;
@@ -86,8 +86,8 @@ impl Recording {
         }
     }
 
-    /// The observations `strategy` makes with `budget` points (the base
-    /// first), reading times from the recording.
+    /// The observations `strategy` makes with `budget` trials (the base
+    /// first; see [`trials`]), reading times from the recording.
     pub fn replay(&self, strategy: Strategy, budget: usize, seed: u64) -> Vec<Observation> {
         self.replay_until(strategy, budget, seed, |_| false)
     }
@@ -110,15 +110,40 @@ impl Recording {
             point,
         };
         let mut history = vec![observe(self.base.clone())];
+        let mut kernels = Kernels::default();
+        let mut spent = usize::from(kernels.counts(&history[0]));
         let mut points = Points::new(&grid, &self.base, strategy, seed);
-        while history.len() < budget && !done(&history[history.len() - 1]) {
+        while spent < budget && !done(&history[history.len() - 1]) {
             let Some((p, _)) = points.next(&grid, &history) else {
                 break;
             };
-            history.push(observe(p));
+            let o = observe(p);
+            spent += usize::from(kernels.counts(&o));
+            history.push(o);
         }
         history
     }
+}
+
+/// The kernels a replay has measured. The recorder gives a point whose
+/// kernel an earlier point already had (a duplicate, not measured again)
+/// its original's time, so equal times mark one kernel.
+#[derive(Default)]
+struct Kernels(HashSet<u64>);
+
+impl Kernels {
+    /// Whether observing `o` costs a trial: a failure does (a refused point
+    /// counts in a tuning run), a kernel only the first time.
+    fn counts(&mut self, o: &Observation) -> bool {
+        o.time.is_none_or(|t| self.0.insert(t.to_bits()))
+    }
+}
+
+/// The trials `history` costs a tuning run, which counts each kernel once
+/// against its budget (duplicates are neither measured nor counted).
+pub fn trials(history: &[Observation]) -> usize {
+    let mut kernels = Kernels::default();
+    history.iter().filter(|o| kernels.counts(o)).count()
 }
 
 /// The best time among `history` (infinite when none ran).
@@ -140,7 +165,7 @@ pub fn trials_to_within(
     let target = recording.best() * (1.0 + tolerance);
     let near = |o: &Observation| o.time.is_some_and(|t| t <= target);
     let history = recording.replay_until(strategy, budget, seed, near);
-    history.last().filter(|o| near(o)).map(|_| history.len())
+    history.last().filter(|o| near(o)).map(|_| trials(&history))
 }
 
 /// An executor that reads candidates' times from a recording instead of
