@@ -36,13 +36,22 @@ impl Scheduler for Matmul {
     /// The workgroup, invocation and per-invocation tiles, split-k, the
     /// order and swizzle of workgroups over tiles, vector widths, and
     /// staging the operands through workgroup memory (then its circular
-    /// buffer's stages and prefetch).
-    fn tunables(&self, _fusion: &Fusion, _device: &DeviceInfo) -> Vec<Tunable> {
+    /// buffer's stages and prefetch). On the CPU device, workgroups of
+    /// more rows in longer k steps (its default, `matmul_heuristics`, has
+    /// 256 rows in steps of 128 for large problems).
+    fn tunables(&self, _fusion: &Fusion, device: &DeviceInfo) -> Vec<Tunable> {
+        // (workgroup rows, invocation rows, k step): a CPU invocation's rows
+        // are its workgroup's.
+        let (rows, warp_rows, k) = if device.is_gpu() {
+            (128, 64, 64)
+        } else {
+            (256, 256, 256)
+        };
         vec![
-            Tunable::pow2("tile_sizes.cta_tile.m", 16, 128),
+            Tunable::pow2("tile_sizes.cta_tile.m", 16, rows),
             Tunable::pow2("tile_sizes.cta_tile.n", 16, 128),
-            Tunable::pow2("tile_sizes.cta_tile.k", 8, 64),
-            Tunable::pow2("tile_sizes.warp_tile.m", 8, 64),
+            Tunable::pow2("tile_sizes.cta_tile.k", 8, k),
+            Tunable::pow2("tile_sizes.warp_tile.m", 8, warp_rows),
             Tunable::pow2("tile_sizes.warp_tile.n", 8, 64),
             Tunable::pow2("tile_sizes.instruction_tile.m", 1, 8),
             Tunable::pow2("tile_sizes.instruction_tile.n", 1, 8),
