@@ -7,7 +7,7 @@ use super::analysis::problem;
 use tilefuse_sched::DeviceInfo;
 
 /// Default params. The CPU device: invocations of 8 whole rows (the
-/// executor's register-blocked micro-kernel), up to 64 rows a workgroup
+/// executor's register-blocked micro-kernel), up to 256 rows a workgroup
 /// that share each k step's rows of B from cache, workgroups in parallel
 /// on threads (at least two per core). A CPU
 /// Vulkan (lavapipe): 8×16 register tiles read straight from global memory,
