@@ -4,7 +4,8 @@
 //! expressions; `interpret` runs them in a `ctx`.
 //!
 //! Loops become counted loops over an environment of loop variables. A
-//! loop whose body is a single block becomes a *lane step*: f32 blocks
+//! loop whose body is a single block becomes a *lane step* (so does a
+//! chain of loops over contiguous elements around one): f32 blocks
 //! whose loads and store are contiguous in the lane (or lane-invariant)
 //! run the whole loop through a register-resident tape (see `tape`); the
 //! rest run chunks of consecutive iterations at once (`chunk`), over
