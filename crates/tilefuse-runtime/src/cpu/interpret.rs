@@ -17,6 +17,7 @@ use super::chunk::{CHUNK, Chunk};
 use super::code::{BlockCode, Counted, GemmCode, RowsCode, Step, TapeCode, TapeStore};
 use super::ctx::{Ctx, Lane, lane_values, loop_value};
 use super::memory::{RawBuf, Storage};
+use super::pool::Tasks;
 use super::tape::{Rows, Sink};
 use super::value::Value;
 
@@ -30,6 +31,10 @@ pub(super) const TAPE_CHUNK: usize = 1 << 16;
 /// Lanes of an outer-reduction nest combined row by row: 16 KB, so that
 /// the elements combined into stay in L1 while the rows stream past.
 pub(super) const ROW_LANES: usize = 4096;
+
+/// Chunks a parallel loop is cut into per thread: threads that wake late
+/// or run slower take fewer.
+const CHUNKS_PER_THREAD: usize = 4;
 
 /// Rows an outer-reduction nest accumulates between interrupt checks.
 pub(super) const INTERRUPT_ROWS: i64 = 1 << 12;
@@ -85,20 +90,16 @@ impl Ctx<'_> {
         now
     }
 
-    /// Splits the loop's iterations over the threads; the calling thread
-    /// runs the first share itself, so it keeps answering interrupts.
+    /// Splits the loop's iterations into chunks that the threads claim as
+    /// they come (`pool::share`); the calling thread takes part, so it
+    /// keeps answering interrupts.
     pub(super) fn parallel_loop(&self, var: usize, extent: i64, body: &[Step], env: &[i64]) {
-        let threads = (self.threads as i64).min(extent);
-        let share = |t: i64| (extent * t / threads)..(extent * (t + 1) / threads);
+        let threads = self.threads.min(extent as usize);
+        let chunks = (threads * CHUNKS_PER_THREAD).min(extent as usize) as i64;
+        let chunk = |c: usize| (extent * c as i64 / chunks)..(extent * (c as i64 + 1) / chunks);
         let (shared, locals, stop) = (self.buffers, self.locals, self.stop);
-        // The pool's workers take the other shares (no thread spawned per
-        // launch); this thread runs the first in place.
-        super::pool::workers(self.threads).in_place_scope(|scope| {
-            for t in 1..threads {
-                let range = share(t);
-                scope.spawn(move |_| run_share(shared, locals, stop, var, range, body, env));
-            }
-            run_share(shared, locals, stop, var, share(0), body, env);
+        super::pool::share(threads, chunks as usize, &|tasks: &mut Tasks<'_>| {
+            run_share(shared, locals, stop, var, tasks.map(chunk), body, env);
         });
     }
 
@@ -404,14 +405,14 @@ impl Ctx<'_> {
     }
 }
 
-/// Iterations `range` of a parallel loop, with this thread's own
+/// Iterations `ranges` of a parallel loop, with this thread's own
 /// workgroup / private buffers.
 pub(super) fn run_share(
     shared: &[RawBuf],
     locals: &[(usize, DType, usize)],
     stop: &AtomicBool,
     var: usize,
-    range: std::ops::Range<i64>,
+    ranges: impl Iterator<Item = std::ops::Range<i64>>,
     body: &[Step],
     env: &[i64],
 ) {
@@ -428,7 +429,7 @@ pub(super) fn run_share(
         stop,
     };
     let mut env = env.to_vec();
-    for i in range {
+    for i in ranges.flatten() {
         if ctx.interrupted() {
             return;
         }
