@@ -66,6 +66,9 @@ pub(super) enum Step {
         var: usize,
         extent: i64,
         block: BlockCode,
+        /// Lanes spread over the threads (a coalesced chain through
+        /// parallel or workgroup loops, with enough of them to share).
+        parallel: bool,
     },
     /// A loop over `k` around a loop over a few rows `r` around a lane
     /// loop over `j` whose block is `C[r, j] += A[r, k] * B[k, j]`, maybe

@@ -4,7 +4,7 @@
 
 use tilefuse_ir::{DType, ReduceOp, Scalar};
 use tilefuse_sched::ir::{
-    Block, BlockId, BufferId, Expr, Index, IterKind, Kernel, LoopId, Node, Var, flat_offset,
+    Block, BlockId, BufferId, Expr, Index, IterKind, Kernel, LoopId, Node, Scope, Var, flat_offset,
 };
 
 use super::code::{BlockCode, Counted, RowsCode, Step, TapeCode, TapeStore};
@@ -27,6 +27,7 @@ pub(super) fn compile_node(kernel: &Kernel, node: &Node) -> Step {
                     var: l.0 as usize,
                     extent: lp.extent as i64,
                     block: compile_block(kernel, kernel.block(b), Some(Var::Loop(*l))),
+                    parallel: false,
                 },
                 _ => {
                     let body: Vec<Step> = body.iter().map(|n| compile_node(kernel, n)).collect();
@@ -70,14 +71,16 @@ impl Step {
     }
 }
 
-/// A chain of loops run in order on one thread, each the only child of
-/// the one before (looking through loops of one iteration), around one
-/// block that stores through a tape without reducing, when the chain is
-/// contiguous: each loop moves every access by the inner loops' extents
-/// times the innermost's step. One lane step over all their iterations
-/// then runs the chain (their variables stay 0). Schedulers split a GPU's
-/// stores into unrolled vec4s; lane by lane, a 64-wide store in 16 steps
-/// of 4 cost a 64^3 matmul 40 % of its time in index evaluation.
+/// A chain of loops, each the only child of the one before (looking
+/// through loops of one iteration), around one block that stores through
+/// a tape without reducing, when the chain is contiguous: each loop moves
+/// every access by the inner loops' extents times the innermost's step.
+/// One lane step over all their iterations then runs the chain (their
+/// variables stay 0), spread over the threads where the chain has a
+/// parallel or workgroup loop. Schedulers split a GPU's stores into
+/// unrolled vec4s and bind rows to workgroups; lane by lane, a 64-wide
+/// store in 16 steps of 4 cost a 64^3 matmul 40 % of its time in index
+/// evaluation, and a 256 x 128 chain a row at a time 25 %.
 fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
     let mut chain = vec![outer];
     let mut inner = body;
@@ -88,12 +91,9 @@ fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
         };
     };
     let lane = *chain.last().expect("the outer loop");
-    if chain.len() < 2 || !chain.iter().all(|&l| in_one_thread(kernel, l)) {
-        return None;
-    }
     let block = kernel.block(id);
     let code = compile_block(kernel, block, Some(Var::Loop(lane)));
-    if block.reduce.is_some() || code.tape.is_none() {
+    if chain.len() < 2 || block.reduce.is_some() || code.tape.is_none() {
         return None;
     }
     let contiguous = |a: &Access| {
@@ -109,14 +109,23 @@ fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
     if !contiguous(&code.store) || !all_loads(&code.value, &contiguous) {
         return None;
     }
-    let extent = chain
-        .iter()
+    // Across threads, every lane must be independent of the others and
+    // of the thread: global buffers only, none both loaded and stored.
+    let threaded = !chain.iter().all(|&l| in_one_thread(kernel, l));
+    let global = |a: &Access| kernel.buffers[a.buffer].scope == Scope::Global;
+    let independent = global(&code.store)
+        && all_loads(&code.value, &|a| global(a) && a.buffer != code.store.buffer);
+    if threaded && !independent {
+        return None;
+    }
+    let extent: i64 = (chain.iter())
         .map(|&l| kernel.loop_(l).extent as i64)
         .product();
     Some(Step::Lanes {
         var: lane.0 as usize,
         extent,
         block: code,
+        parallel: threaded && extent as u64 >= MIN_PARALLEL_WORK,
     })
 }
 
@@ -278,23 +287,26 @@ mod tests {
 
     use super::{Step, compile_node};
 
-    /// Extents of the lane steps in `steps`, in order.
-    fn lane_extents(steps: &[Step], out: &mut Vec<i64>) {
+    /// Extent and `parallel` of each lane step in `steps`, in order.
+    fn lane_steps(steps: &[Step], out: &mut Vec<(i64, bool)>) {
         for step in steps {
             match step {
-                Step::Lanes { extent, .. } => out.push(*extent),
-                Step::Loop { body, .. } => lane_extents(body, out),
+                Step::Lanes {
+                    extent, parallel, ..
+                } => out.push((*extent, *parallel)),
+                Step::Loop { body, .. } => lane_steps(body, out),
                 _ => {}
             }
         }
     }
 
-    /// `a * 2` (plus a row-broadcast `bias`) over 8 x `cols`, its columns
-    /// split into unrolled steps of 4 vectorized lanes, as a GPU's stores:
-    /// the lane steps it compiles to, and its result against the reference.
-    fn split_store(cols: usize, bias: bool) -> Vec<i64> {
+    /// `a * 2` (plus a row-broadcast `bias`) over `rows` x `cols`, its
+    /// columns split into (unrolled, up to 1024) steps of 4 vectorized
+    /// lanes, as a GPU's stores, its rows maybe parallel: the lane steps it compiles to, and
+    /// its result on three threads against the reference.
+    fn split_store(rows: usize, cols: usize, bias: bool, parallel: bool) -> Vec<(i64, bool)> {
         let mut f = Fusion::new();
-        let a = f.input(&[8, cols], DType::F32, Some("a")).unwrap();
+        let a = f.input(&[rows, cols], DType::F32, Some("a")).unwrap();
         let two = f.constant(2.0, DType::F32).unwrap();
         let mut y = f.binary(BinaryOp::Mul, a, two).unwrap();
         if bias {
@@ -305,12 +317,18 @@ mod tests {
         let mut s = Schedule::new(&f);
         s.compute_inline_all(&[]);
         let block = *s.get_blocks().last().unwrap();
-        let cols_loop = s.get_loops(block).unwrap()[1];
-        let parts = s.split(cols_loop, &[None, Some(4)], None).unwrap();
-        s.unroll(parts[0]).unwrap();
+        let loops = s.get_loops(block).unwrap();
+        let parts = s.split(loops[1], &[None, Some(4)], None).unwrap();
+        if cols <= 1024 {
+            s.unroll(parts[0]).unwrap();
+        }
         s.vectorize(parts[1]).unwrap();
+        if parallel {
+            s.parallel(loops[0]).unwrap();
+        }
         let x = inputs(&f, 5);
-        let got = crate::Device::cpu().build(&s).unwrap().run(&x).unwrap();
+        let device = crate::Device::Cpu(crate::cpu::CpuDevice { threads: 3 });
+        let got = device.build(&s).unwrap().run(&x).unwrap();
         compare(&evaluate(&f, &x).unwrap(), &got, 1e-6).unwrap();
         let kernel = lower(s.kernel(), Target::Cpu).unwrap().kernel;
         let steps: Vec<Step> = kernel
@@ -318,19 +336,24 @@ mod tests {
             .iter()
             .map(|n| compile_node(&kernel, n))
             .collect();
-        let mut extents = Vec::new();
-        lane_extents(&steps, &mut extents);
-        extents
+        let mut lanes = Vec::new();
+        lane_steps(&steps, &mut lanes);
+        lanes
     }
 
     /// Contiguous loops become one lane step, as far out as every access
     /// stays contiguous: all 8 x 64 elements without the bias, each row's
     /// 64 with it (the bias does not move with the rows). A split that
-    /// does not divide the columns needs its predicate lane by lane.
+    /// does not divide the columns needs its predicate lane by lane. Lanes
+    /// through a parallel loop are shared by the threads where there are
+    /// enough of them.
     #[test]
     fn contiguous_loop_chains_run_as_one_lane_step() {
-        assert_eq!(split_store(64, false), [512]);
-        assert_eq!(split_store(64, true), [64]);
-        assert_eq!(split_store(66, false), [4]);
+        assert_eq!(split_store(8, 64, false, false), [(512, false)]);
+        assert_eq!(split_store(8, 64, true, false), [(64, false)]);
+        assert_eq!(split_store(8, 66, false, false), [(4, false)]);
+        assert_eq!(split_store(8, 64, false, true), [(512, false)]);
+        assert_eq!(split_store(9, 1 << 13, false, true), [(9 << 13, true)]);
+        assert_eq!(split_store(9, 1 << 13, true, true), [(1 << 13, false)]);
     }
 }

@@ -7,18 +7,19 @@
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ops::Range;
+use std::sync::atomic::Ordering;
 
-use tilefuse_ir::{DType, Scalar, binary_scalar, unary_scalar};
+use tilefuse_ir::{Scalar, binary_scalar, unary_scalar};
 use tilefuse_sched::ir::{Index, Var};
 
 use super::accumulate::{accumulate, fold_into};
 use super::chunk::{CHUNK, Chunk};
 use super::code::{BlockCode, Counted, GemmCode, RowsCode, Step, TapeCode, TapeStore};
 use super::ctx::{Ctx, Lane, lane_values, loop_value};
-use super::memory::{RawBuf, Storage};
+use super::memory::Storage;
 use super::pool::Tasks;
-use super::tape::{Rows, Sink};
+use super::tape::{Rows, Sink, TILE};
 use super::value::Value;
 
 /// Asks of [`Ctx::interrupted`] a thread makes per reading of the clock.
@@ -32,6 +33,9 @@ pub(super) const TAPE_CHUNK: usize = 1 << 16;
 /// the elements combined into stay in L1 while the rows stream past.
 pub(super) const ROW_LANES: usize = 4096;
 
+/// One task of `Ctx::share`, on a thread's own context.
+type TaskFn<'a> = dyn Fn(&Ctx<'_>, &mut Vec<i64>, usize) + Sync + 'a;
+
 /// Chunks a parallel loop is cut into per thread: threads that wake late
 /// or run slower take fewer.
 const CHUNKS_PER_THREAD: usize = 4;
@@ -43,7 +47,18 @@ impl Ctx<'_> {
     pub(super) fn step(&self, step: &Step, env: &mut Vec<i64>, may_spawn: bool) {
         match step {
             Step::Block(b) => self.scalar_block(b, env),
-            Step::Lanes { var, extent, block } => self.lanes(block, *var, *extent, env),
+            Step::Lanes {
+                var,
+                extent,
+                block,
+                parallel,
+            } => {
+                if *parallel && may_spawn && self.threads > 1 {
+                    self.parallel_lanes(block, *var, *extent, env);
+                } else {
+                    self.lanes(block, *var, 0..*extent, env);
+                }
+            }
             Step::Gemm(g) => self.gemm(g, env),
             Step::Rows(r) => self.rows(r, env),
             Step::Loop {
@@ -94,12 +109,67 @@ impl Ctx<'_> {
     /// they come (`pool::share`); the calling thread takes part, so it
     /// keeps answering interrupts.
     pub(super) fn parallel_loop(&self, var: usize, extent: i64, body: &[Step], env: &[i64]) {
-        let threads = self.threads.min(extent as usize);
-        let chunks = (threads * CHUNKS_PER_THREAD).min(extent as usize) as i64;
-        let chunk = |c: usize| (extent * c as i64 / chunks)..(extent * (c as i64 + 1) / chunks);
+        let chunks = self.chunks(extent, 1);
+        self.share(
+            chunks.len(),
+            &|ctx, env, c| {
+                for i in chunks[c].clone() {
+                    if ctx.interrupted() {
+                        return;
+                    }
+                    env[var] = i;
+                    body.iter().for_each(|s| ctx.step(s, env, false));
+                }
+            },
+            env,
+        );
+    }
+
+    /// A lane step's lanes in chunks that the threads claim, as
+    /// `parallel_loop` (chunks of whole tape tiles).
+    fn parallel_lanes(&self, b: &BlockCode, var: usize, extent: i64, env: &[i64]) {
+        let chunks = self.chunks(extent, TILE as u64);
+        self.share(
+            chunks.len(),
+            &|ctx, env, c| ctx.lanes(b, var, chunks[c].clone(), env),
+            env,
+        );
+    }
+
+    /// `0..extent` cut into up to `CHUNKS_PER_THREAD` runs a thread, each
+    /// a multiple of `align` but the last.
+    fn chunks(&self, extent: i64, align: u64) -> Vec<Range<i64>> {
+        let runs = (self.threads * CHUNKS_PER_THREAD) as u64;
+        let len = (extent as u64).div_ceil(runs).div_ceil(align).max(1) * align;
+        (0..extent)
+            .step_by(len as usize)
+            .map(|s| s..(s + len as i64).min(extent))
+            .collect()
+    }
+
+    /// Runs `task(ctx, env, t)` for `t in 0..tasks` over the threads
+    /// (`pool::share`), each with its own workgroup / private buffers and
+    /// registers, and its own copy of `env`.
+    fn share(&self, tasks: usize, task: &TaskFn<'_>, env: &[i64]) {
         let (shared, locals, stop) = (self.buffers, self.locals, self.stop);
-        super::pool::share(threads, chunks as usize, &|tasks: &mut Tasks<'_>| {
-            run_share(shared, locals, stop, var, tasks.map(chunk), body, env);
+        super::pool::share(self.threads, tasks, &|claimed: &mut Tasks<'_>| {
+            let mut own: Vec<Storage> =
+                locals.iter().map(|&(_, d, n)| Storage::new(d, n)).collect();
+            let mut buffers = shared.to_vec();
+            for (&(id, ..), s) in locals.iter().zip(&mut own) {
+                buffers[id] = s.view();
+            }
+            let ctx = Ctx {
+                buffers: &buffers,
+                threads: 1,
+                locals,
+                registers: RefCell::default(),
+                stop,
+            };
+            let mut env = env.to_vec();
+            for t in claimed {
+                task(&ctx, &mut env, t);
+            }
         });
     }
 
@@ -189,16 +259,16 @@ impl Ctx<'_> {
         }
     }
 
-    /// Runs a single-block loop a chunk of lanes at a time, or whole
-    /// through its tape.
-    pub(super) fn lanes(&self, b: &BlockCode, var: usize, extent: i64, env: &mut [i64]) {
+    /// Runs lanes `range` of a single-block loop a chunk of lanes at a
+    /// time, or whole through its tape.
+    pub(super) fn lanes(&self, b: &BlockCode, var: usize, range: Range<i64>, env: &mut [i64]) {
         if let Some(t) = &b.tape {
-            env[var] = 0;
-            return self.tape_loop(b, t, extent as usize, env);
+            env[var] = range.start;
+            return self.tape_loop(b, t, range.start as usize..range.end as usize, env);
         }
-        let mut start = 0;
+        let (mut start, extent) = (range.start, range.end);
         while start < extent {
-            if start > 0 && self.interrupted() {
+            if start > range.start && self.interrupted() {
                 return;
             }
             let n = (extent - start).min(CHUNK as i64) as usize;
@@ -374,20 +444,22 @@ impl Ctx<'_> {
         }
     }
 
-    pub(super) fn tape_loop(&self, b: &BlockCode, t: &TapeCode, n: usize, env: &[i64]) {
+    /// Lanes `range` of a lane step through its tape (`env` holds the
+    /// first lane's variables).
+    pub(super) fn tape_loop(&self, b: &BlockCode, t: &TapeCode, range: Range<usize>, env: &[i64]) {
         let first = b.first_in_lane_0(env);
-        if self.axpy(b, 0, n, env, first) {
+        if self.axpy(b, range.start as i64, range.len(), env, first) {
             return;
         }
         let at = |x: &Index| x.eval(&|v| loop_value(env, v));
         let buf = &self.buffers[b.store.buffer];
         let base = at(&t.store) as usize;
         let mut registers = self.registers.borrow_mut();
-        for start in (0..n).step_by(TAPE_CHUNK) {
-            if start > 0 && self.interrupted() {
+        for start in range.clone().step_by(TAPE_CHUNK) {
+            if start > range.start && self.interrupted() {
                 return;
             }
-            let lanes = (start, TAPE_CHUNK.min(n - start));
+            let lanes = (start, TAPE_CHUNK.min(range.end - start));
             let mut run = |sink| t.tape.run(self.buffers, &at, lanes, &mut registers, sink);
             let stored = || unsafe { buf.slice_mut::<f32>(base + lanes.0, lanes.1) };
             match t.into {
@@ -397,43 +469,17 @@ impl Ctx<'_> {
                     // Every chunk folds into the one element: only the
                     // first chunk may find it unvisited.
                     let folded = run(Sink::Fold(op)).expect("a fold returns its value");
-                    fold_into(buf, base, op, b.dtype, first && start == 0, folded);
+                    fold_into(
+                        buf,
+                        base,
+                        op,
+                        b.dtype,
+                        first && start == range.start,
+                        folded,
+                    );
                     None
                 }
             };
         }
-    }
-}
-
-/// Iterations `ranges` of a parallel loop, with this thread's own
-/// workgroup / private buffers.
-pub(super) fn run_share(
-    shared: &[RawBuf],
-    locals: &[(usize, DType, usize)],
-    stop: &AtomicBool,
-    var: usize,
-    ranges: impl Iterator<Item = std::ops::Range<i64>>,
-    body: &[Step],
-    env: &[i64],
-) {
-    let mut own: Vec<Storage> = locals.iter().map(|&(_, d, n)| Storage::new(d, n)).collect();
-    let mut buffers = shared.to_vec();
-    for (&(id, ..), s) in locals.iter().zip(&mut own) {
-        buffers[id] = s.view();
-    }
-    let ctx = Ctx {
-        buffers: &buffers,
-        threads: 1,
-        locals,
-        registers: RefCell::default(),
-        stop,
-    };
-    let mut env = env.to_vec();
-    for i in ranges.flatten() {
-        if ctx.interrupted() {
-            return;
-        }
-        env[var] = i;
-        body.iter().for_each(|s| ctx.step(s, &mut env, false));
     }
 }

@@ -20,7 +20,7 @@ use super::value::{Access, Value};
 
 /// Lanes per tile: 1 KB per register, so that a tape's registers stay in L1
 /// (measured: 64 lanes made softmax ~10 % slower, 512 gained nothing).
-const TILE: usize = 256;
+pub(super) const TILE: usize = 256;
 /// Registers (stack depth of the expression) a tape may use.
 const REGISTERS: usize = 8;
 /// Contiguous and lane-invariant loads a tape may read.
