@@ -117,7 +117,8 @@ pub(super) struct GemmCode {
     /// between, and a loop over groups of rows (`gemm_match::grouped`).
     pub(super) units: Vec<usize>,
     /// `C` moves per row (not per `k`), `A` per row and `k`, `B` per `k`
-    /// (not per row); `C` and `B` move one element per lane.
+    /// (not per row); `C` moves one element per lane, `B` one or more (a
+    /// transposed B is packed before the micro-kernel reads it).
     pub(super) c: Operand,
     pub(super) a: Operand,
     pub(super) b: Operand,
@@ -131,4 +132,5 @@ pub(super) struct Operand {
     pub(super) offset: Index,
     pub(super) per_row: i64,
     pub(super) per_k: i64,
+    pub(super) per_lane: i64,
 }

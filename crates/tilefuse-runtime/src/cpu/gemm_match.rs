@@ -68,18 +68,19 @@ fn micro(kernel: &Kernel, k: LoopId, body: &[Node]) -> Option<GemmCode> {
     else {
         return None;
     };
-    let (c, c_lane) = nest.operand(kernel, block.buffer, &block.indices)?;
+    let c = nest.operand(kernel, block.buffer, &block.indices)?;
     let (a, b) = match (
         nest.operand(kernel, *xb, xi)?,
         nest.operand(kernel, *yb, yi)?,
     ) {
-        ((p, 0), (q, 1)) | ((q, 1), (p, 0)) => (p, q),
+        (p, q) | (q, p) if p.per_lane == 0 && q.per_lane >= 1 => (p, q),
         _ => return None,
     };
     let (c_id, a_id, b_id) = (block.buffer.0 as usize, a.buffer, b.buffer);
     let f32s = |b: usize| kernel.buffer(BufferId(b as u32)).dtype == DType::F32;
     let distinct = a_id != c_id && b_id != c_id;
-    if !(distinct && f32s(a_id) && f32s(b_id) && c_lane == 1 && c.per_k == 0 && b.per_row == 0) {
+    if !(distinct && f32s(a_id) && f32s(b_id) && c.per_lane == 1 && c.per_k == 0 && b.per_row == 0)
+    {
         return None;
     }
     if a.per_k < 0 || b.per_k < 0 {
@@ -160,14 +161,9 @@ impl MicroNest {
         })
     }
 
-    /// An access's strides per row and per `k`, its offset with those
-    /// loops at 0, and its stride per lane.
-    fn operand(
-        &self,
-        kernel: &Kernel,
-        buffer: BufferId,
-        indices: &[Index],
-    ) -> Option<(Operand, i64)> {
+    /// An access's strides per row, per `k` and per lane, and its offset
+    /// with those loops at 0.
+    fn operand(&self, kernel: &Kernel, buffer: BufferId, indices: &[Index]) -> Option<Operand> {
         let offset = (kernel.block(self.block))
             .over_loops(&[flat_offset(indices, &kernel.buffer(buffer).shape)])
             .remove(0)
@@ -180,13 +176,13 @@ impl MicroNest {
             Var::Loop(l) if self.units.contains(&(l.0 as usize)) => Some(Index::Const(0)),
             _ => None,
         });
-        let operand = Operand {
+        Some(Operand {
             buffer: buffer.0 as usize,
             offset: rest,
             per_row: sr,
             per_k: sk,
-        };
-        Some((operand, sj))
+            per_lane: sj,
+        })
     }
 }
 
@@ -229,5 +225,33 @@ mod tests {
         let mut rows = Vec::new();
         gemm_rows(&steps, &mut rows);
         assert_eq!(rows, [64]);
+    }
+
+    /// `q @ k.T`: B moves 64 elements a lane, and still runs through the
+    /// micro-kernel (packed first), with the reference's result.
+    #[test]
+    fn a_transposed_b_takes_the_micro_kernel() {
+        use tilefuse_ir::{DType, Fusion, evaluate};
+        use tilefuse_testing::{compare, inputs};
+        let mut f = Fusion::new();
+        let q = f.input(&[96, 64], DType::F32, Some("q")).unwrap();
+        let k = f.input(&[80, 64], DType::F32, Some("k")).unwrap();
+        let s = f.matmul(q, k, false, true).unwrap();
+        f.output(s).unwrap();
+        let device = crate::Device::cpu();
+        let info = device.info();
+        let schedule = schedule(&f, &heuristics(&f, None, &info).unwrap(), &info).unwrap();
+        let kernel = lower(schedule.kernel(), Target::Cpu).unwrap().kernel;
+        let steps: Vec<Step> = kernel
+            .body
+            .iter()
+            .map(|n| compile_node(&kernel, n))
+            .collect();
+        let mut rows = Vec::new();
+        gemm_rows(&steps, &mut rows);
+        assert!(!rows.is_empty(), "no micro-kernel call");
+        let x = inputs(&f, 3);
+        let got = device.build(&schedule).unwrap().run(&x).unwrap();
+        compare(&evaluate(&f, &x).unwrap(), &got, 1e-5).unwrap();
     }
 }

@@ -199,19 +199,24 @@ impl Ctx<'_> {
             self.buffers[g.a.buffer]
                 .slice::<f32>(at(&g.a.offset), span(1, &[(a_row, rows), (a_k, k)]))
         };
-        let b =
-            unsafe { self.buffers[g.b.buffer].slice::<f32>(at(&g.b.offset), span(n, &[(b_k, k)])) };
-        super::gemm::update(&mut super::gemm::Panel {
-            c,
-            c_row,
-            a,
-            a_row,
-            a_k,
-            b,
-            b_k,
-            rows,
-            k,
-            n,
+        let b_lane = g.b.per_lane as usize;
+        let b = unsafe {
+            self.buffers[g.b.buffer]
+                .slice::<f32>(at(&g.b.offset), span(1, &[(b_lane, n), (b_k, k)]))
+        };
+        super::gemm::with_rows_of_b(b, b_k, b_lane, k, n, |b, b_k| {
+            super::gemm::update(&mut super::gemm::Panel {
+                c,
+                c_row,
+                a,
+                a_row,
+                a_k,
+                b,
+                b_k,
+                rows,
+                k,
+                n,
+            });
         });
     }
 
