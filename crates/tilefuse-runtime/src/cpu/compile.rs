@@ -279,13 +279,27 @@ pub(super) fn all_loads(v: &Value, test: &dyn Fn(&Access) -> bool) -> bool {
     }
 }
 
+/// The steps a schedule compiles to on the CPU, for tests of which paths
+/// run.
+#[cfg(test)]
+pub(super) fn compiled(schedule: &tilefuse_sched::Schedule) -> Vec<Step> {
+    let kernel = tilefuse_sched::lower(schedule.kernel(), tilefuse_sched::Target::Cpu)
+        .unwrap()
+        .kernel;
+    kernel
+        .body
+        .iter()
+        .map(|n| compile_node(&kernel, n))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use tilefuse_ir::{BinaryOp, DType, Fusion, evaluate};
-    use tilefuse_sched::{Schedule, Target, lower};
+    use tilefuse_sched::Schedule;
     use tilefuse_testing::{compare, inputs};
 
-    use super::{Step, compile_node};
+    use super::{Step, compiled};
 
     /// Extent and `parallel` of each lane step in `steps`, in order.
     fn lane_steps(steps: &[Step], out: &mut Vec<(i64, bool)>) {
@@ -330,14 +344,8 @@ mod tests {
         let device = crate::Device::Cpu(crate::cpu::CpuDevice { threads: 3 });
         let got = device.build(&s).unwrap().run(&x).unwrap();
         compare(&evaluate(&f, &x).unwrap(), &got, 1e-6).unwrap();
-        let kernel = lower(s.kernel(), Target::Cpu).unwrap().kernel;
-        let steps: Vec<Step> = kernel
-            .body
-            .iter()
-            .map(|n| compile_node(&kernel, n))
-            .collect();
         let mut lanes = Vec::new();
-        lane_steps(&steps, &mut lanes);
+        lane_steps(&compiled(&s), &mut lanes);
         lanes
     }
 

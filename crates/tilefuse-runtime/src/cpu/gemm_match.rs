@@ -188,11 +188,10 @@ impl MicroNest {
 
 #[cfg(test)]
 mod tests {
-    use tilefuse_sched::{Target, lower};
     use tilefuse_schedulers::{heuristics, schedule};
 
     use super::super::code::Step;
-    use super::super::compile::compile_node;
+    use super::super::compile::compiled;
 
     /// Rows of each micro-kernel call in the steps.
     fn gemm_rows(steps: &[Step], out: &mut Vec<i64>) {
@@ -205,6 +204,13 @@ mod tests {
         }
     }
 
+    /// Rows of each micro-kernel call `schedule` makes on the CPU.
+    fn gemm_rows_of(schedule: &tilefuse_sched::Schedule) -> Vec<i64> {
+        let mut rows = Vec::new();
+        gemm_rows(&compiled(schedule), &mut rows);
+        rows
+    }
+
     /// On two cores the default matmul params give workgroups of 64 rows,
     /// invocations of 8: one call takes all 64 for each k step, so that
     /// B's rows of the step are read once a workgroup.
@@ -214,16 +220,7 @@ mod tests {
         let mut info = crate::Device::cpu().info();
         info.cores = 2;
         let params = heuristics(&f, None, &info).unwrap();
-        let kernel = lower(schedule(&f, &params, &info).unwrap().kernel(), Target::Cpu)
-            .unwrap()
-            .kernel;
-        let steps: Vec<Step> = kernel
-            .body
-            .iter()
-            .map(|n| compile_node(&kernel, n))
-            .collect();
-        let mut rows = Vec::new();
-        gemm_rows(&steps, &mut rows);
+        let rows = gemm_rows_of(&schedule(&f, &params, &info).unwrap());
         assert_eq!(rows, [64]);
     }
 
@@ -241,15 +238,7 @@ mod tests {
         let device = crate::Device::cpu();
         let info = device.info();
         let schedule = schedule(&f, &heuristics(&f, None, &info).unwrap(), &info).unwrap();
-        let kernel = lower(schedule.kernel(), Target::Cpu).unwrap().kernel;
-        let steps: Vec<Step> = kernel
-            .body
-            .iter()
-            .map(|n| compile_node(&kernel, n))
-            .collect();
-        let mut rows = Vec::new();
-        gemm_rows(&steps, &mut rows);
-        assert!(!rows.is_empty(), "no micro-kernel call");
+        assert!(!gemm_rows_of(&schedule).is_empty(), "no micro-kernel call");
         let x = inputs(&f, 3);
         let got = device.build(&schedule).unwrap().run(&x).unwrap();
         compare(&evaluate(&f, &x).unwrap(), &got, 1e-5).unwrap();
