@@ -44,11 +44,17 @@ pub(super) fn compile_node(kernel: &Kernel, node: &Node) -> Step {
     }
 }
 
-/// Block instances below which a parallel loop runs serially: waking the
-/// pool's workers costs some 10 to 30 µs, as much as tens of thousands of
-/// lanes of work (the chain `tanh(a*b+1)*0.5+exp(-a)` on 2 threads: 2^14
-/// elements 48 µs through the pool, ~20 serially; 2^16 even; BENCHMARKS.md).
-pub(super) const MIN_PARALLEL_WORK: u64 = 1 << 16;
+/// Block instances below which a parallel loop runs serially: handing
+/// chunks to the pool's workers costs some 5 µs, as much as a few thousand
+/// lanes of work. On 2 threads (`pool::share`), the chain
+/// `tanh(a*b+1)*0.5+exp(-a)` over 256 x 128 elements: 38 µs serially, 26
+/// through the pool; 64 x 128 even (BENCHMARKS.md).
+pub(super) const MIN_PARALLEL_WORK: u64 = 1 << 13;
+
+/// Multiply-adds of the GEMM micro-kernel per block instance of the
+/// estimate: they come 16 to a vector instruction (a 32^3 matmul on two
+/// threads: 4.9 µs serially, 6.2 through the pool).
+const FMAS_PER_INSTANCE: u64 = 16;
 
 impl Step {
     /// Block instances the step runs (an estimate of its work).
@@ -57,9 +63,12 @@ impl Step {
             Step::Block(_) => 1,
             Step::Lanes { extent, .. } => *extent as u64,
             Step::Rows(r) => (r.r.extent as u64).saturating_mul(r.lanes.extent as u64),
-            Step::Gemm(g) => (g.k.extent as u64)
-                .saturating_mul(g.rows.extent as u64)
-                .saturating_mul(g.lanes.extent as u64),
+            Step::Gemm(g) => {
+                (g.k.extent as u64)
+                    .saturating_mul(g.rows.extent as u64)
+                    .saturating_mul(g.lanes.extent as u64)
+                    / FMAS_PER_INSTANCE
+            }
             Step::Loop { extent, body, .. } => {
                 (*extent as u64).saturating_mul(Step::total_work(body))
             }
