@@ -36,7 +36,7 @@ pub fn threads_from_env() -> Result<usize> {
 
 /// The pool of workers beside the launching thread, sized once, from the
 /// first device's thread count.
-pub fn workers(threads: usize) -> &'static rayon::ThreadPool {
+fn workers(threads: usize) -> &'static rayon::ThreadPool {
     static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
     POOL.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()
@@ -281,20 +281,18 @@ mod tests {
     }
 
     /// A panic on any thread reaches the caller after every claimed task
-    /// has ended: on the caller's own, or on a worker's (the caller waits
-    /// until a worker has claimed a task).
+    /// has ended: on the caller's own, or on a worker's. Each side waits
+    /// until the other has claimed a task (else one may take them all).
     #[test]
     fn a_panic_reaches_the_caller() {
         let caller = std::thread::current().id();
         for on_caller in [true, false] {
-            let worker_in = AtomicUsize::new(0);
+            let entered = [AtomicUsize::new(0), AtomicUsize::new(0)];
             let result = std::panic::catch_unwind(|| {
                 share(2, 64, &|claimed| {
                     let here = std::thread::current().id() == caller;
-                    if !here {
-                        worker_in.store(1, Ordering::Release);
-                    }
-                    while here && !on_caller && worker_in.load(Ordering::Acquire) == 0 {
+                    entered[usize::from(here)].store(1, Ordering::Release);
+                    while entered[usize::from(!here)].load(Ordering::Acquire) == 0 {
                         std::thread::yield_now();
                     }
                     for _ in claimed {
