@@ -99,12 +99,13 @@ fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
             Node::Block(id) => break *id,
         };
     };
-    let lane = *chain.last().expect("the outer loop");
     let block = kernel.block(id);
-    let code = compile_block(kernel, block, Some(Var::Loop(lane)));
-    if chain.len() < 2 || block.reduce.is_some() || code.tape.is_none() {
+    if chain.len() < 2 || block.reduce.is_some() {
         return None;
     }
+    let lane = *chain.last().expect("two loops");
+    let code = compile_block(kernel, block, Some(Var::Loop(lane)));
+    code.tape.as_ref()?;
     let contiguous = |a: &Access| {
         let offset = &block.over_loops(std::slice::from_ref(&a.offset))[0];
         let mut step = a.linear.as_ref().map_or(0, |(coef, _)| *coef);
@@ -325,8 +326,9 @@ mod tests {
 
     /// `a * 2` (plus a row-broadcast `bias`) over `rows` x `cols`, its
     /// columns split into (unrolled, up to 1024) steps of 4 vectorized
-    /// lanes, as a GPU's stores, its rows maybe parallel: the lane steps it compiles to, and
-    /// its result on three threads against the reference.
+    /// lanes, as a GPU's stores, its rows maybe parallel: the lane steps
+    /// it compiles to, and its result on three threads against the
+    /// reference.
     fn split_store(rows: usize, cols: usize, bias: bool, parallel: bool) -> Vec<(i64, bool)> {
         let mut f = Fusion::new();
         let a = f.input(&[rows, cols], DType::F32, Some("a")).unwrap();

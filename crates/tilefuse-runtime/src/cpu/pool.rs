@@ -148,7 +148,7 @@ impl Board {
         let cell = &self.homes[home];
         let mut ends = cell.load(Ordering::Acquire);
         loop {
-            let (front, back) = (ends >> 32, ends & u64::from(u32::MAX));
+            let (front, back) = unpack(ends);
             if front >= back {
                 return None;
             }
@@ -168,12 +168,18 @@ impl Board {
     fn close(&self) -> usize {
         let unclaimed: u64 = (self.homes.iter())
             .map(|cell| {
-                let ends = cell.swap(0, Ordering::AcqRel);
-                (ends & u64::from(u32::MAX)).saturating_sub(ends >> 32)
+                let (front, back) = unpack(cell.swap(0, Ordering::AcqRel));
+                back - front
             })
             .sum();
         self.tasks - unclaimed as usize
     }
+}
+
+/// A home's `front << 32 | back` as `(front, back)`; claims keep
+/// `front <= back`.
+fn unpack(ends: u64) -> (u64, u64) {
+    (ends >> 32, ends & u64::from(u32::MAX))
 }
 
 /// Thread `part`'s home among `parts`: tasks `front..back`.
