@@ -73,8 +73,11 @@ pub struct Space {
 
 impl Space {
     /// The space of `fields` around `base`; a field's base value joins its
-    /// domain (first) when the domain lacks it, so the base is a point and
-    /// a refused field can always go back to it.
+    /// domain when the domain lacks it, so the base is a point and a
+    /// refused field can always go back to it. A number joins in order,
+    /// so that a step from it is to the nearest values (8 columns beside
+    /// a default of 1024 made the first step a 100x slower kernel); any
+    /// other value (`null`, an array) joins first.
     pub fn new(base: HeuristicParams, fields: Vec<Tunable>) -> Space {
         let values: Vec<Vec<Value>> = fields
             .iter()
@@ -83,7 +86,7 @@ impl Space {
                 if let Some(v) = base.get(t.path)
                     && !values.contains(&v)
                 {
-                    values.insert(0, v);
+                    values.insert(in_order(&values, &v), v);
                 }
                 values
             })
@@ -99,15 +102,13 @@ impl Space {
     }
 
     /// The params of `point`: the base with every field set, checked as
-    /// edited params are.
+    /// edited params are, once all are set (a workgroup tile and its
+    /// invocations' tile narrowed together are valid only together).
     pub fn params(&self, point: &[usize]) -> Result<HeuristicParams, ParamsError> {
-        let mut p = self.base.clone();
-        for ((field, values), &i) in self.fields.iter().zip(&self.values).zip(point) {
-            if p.get(field.path).as_ref() != Some(&values[i]) {
-                p = p.with(field.path, values[i].clone())?;
-            }
-        }
-        Ok(p)
+        let edits = (self.fields.iter().zip(&self.values).zip(point))
+            .map(|((field, values), &i)| (field.path, values[i].clone()))
+            .filter(|(path, value)| self.base.get(path).as_ref() != Some(value));
+        self.base.with_all(edits)
     }
 
     /// `{field path: value}` of `point` (for reporting a point whose
@@ -139,8 +140,10 @@ impl Space {
     }
 
     /// The params of `proposed` and what `schedule` makes of them,
-    /// repaired first, one field back to its base value a step: the field
-    /// to blame for the error (`culprit`), else the changed field
+    /// repaired first, one field a step: a field at its base value that
+    /// must fit a changed one follows it (`follower`, once a field), else
+    /// a field goes back to its base value: the field to blame for the
+    /// error (`culprit`), else the changed field
     /// whose base value makes the most `progress` (a limit on a value
     /// derived from several fields names none of them), else the pair of
     /// changed fields that does. `Err`: the last
@@ -161,6 +164,7 @@ impl Space {
             p
         };
         let mut point = proposed.to_vec();
+        let mut followed = Vec::new();
         loop {
             let e = match attempt(&point) {
                 Ok(done) => return Ok(done),
@@ -173,6 +177,13 @@ impl Space {
                     .min_by_key(|(rank, _)| *rank)
                     .map(|(_, p)| p)
             };
+            if let Some((i, p)) = self.follower(&point, &base, &e)
+                && !followed.contains(&i)
+            {
+                followed.push(i);
+                point = p;
+                continue;
+            }
             let next = match self.culprit(&point, &base, &e) {
                 Some(i) => Some(reverted(&point, &[i])),
                 None => {
@@ -191,6 +202,27 @@ impl Space {
         }
     }
 
+    /// A field at its `base` value that the error `e` is about, and
+    /// `point` with it set to the value of a changed field the message
+    /// names, when its domain has that value: nested tiles, where a
+    /// workgroup tile of 128 columns takes its invocations' tile to 128
+    /// ("tile_sizes.warp_tile.n: 1024 does not divide cta_tile.n (128)")
+    /// rather than going back to its default of 1024 columns.
+    fn follower(&self, point: &[usize], base: &[usize], e: &ParamsError) -> Option<(usize, Point)> {
+        let path = |i: usize| self.fields[i].path;
+        let fields = 0..point.len();
+        let named =
+            (fields.clone()).find(|&i| point[i] == base[i] && names_field(&e.path, path(i)))?;
+        let leader = fields
+            .filter(|&i| point[i] != base[i])
+            .find(|&i| mentions(&e.message, path(i)))?;
+        let value = &self.values[leader][point[leader]];
+        let at = self.values[named].iter().position(|v| v == value)?;
+        let mut followed = point.to_vec();
+        followed[named] = at;
+        Some((named, followed))
+    }
+
     /// The field of `point` off its `base` value to blame for the
     /// scheduler's error `e`: the one it names, else one its message names
     /// (a constraint between two fields names the other there:
@@ -207,6 +239,14 @@ impl Space {
     pub fn base_point(&self) -> Point {
         self.point_of(&self.base)
     }
+}
+
+/// Where `v` joins `values`: before the first larger number when it is a
+/// number, else first.
+fn in_order(values: &[Value], v: &Value) -> usize {
+    let Some(x) = v.as_f64() else { return 0 };
+    let larger = |w: &Value| w.as_f64().is_some_and(|w| w > x);
+    values.iter().position(larger).unwrap_or(values.len())
 }
 
 /// Every pair of `fields`.
@@ -267,4 +307,66 @@ pub(crate) fn best_point(history: &[Observation]) -> Option<&Point> {
         .filter_map(|o| o.time.map(|t| (t, &o.point)))
         .min_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, p)| p)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+    use tilefuse_params::Tunable;
+
+    use super::Space;
+
+    /// A field's values in a space around a CPU matmul's defaults (whole
+    /// rows of 64 columns an invocation, `launch` derived), and the index
+    /// of the default's.
+    fn values(field: Tunable) -> (Vec<Value>, usize) {
+        let f = tilefuse_testing::matmul(64, 64, 64);
+        let info = tilefuse_runtime::Device::cpu().info();
+        let base = tilefuse_schedulers::heuristics(&f, None, &info).unwrap();
+        let mut space = Space::new(base, vec![field]);
+        let at = space.base_point()[0];
+        (space.values.swap_remove(0), at)
+    }
+
+    #[test]
+    fn a_base_value_outside_its_domain_joins_it_in_order() {
+        let n = "tile_sizes.instruction_tile.n";
+        let numbers = |v: &[u32]| v.iter().map(|&x| Value::from(x)).collect::<Vec<_>>();
+        let below = values(Tunable::pow2(n, 1, 8));
+        assert_eq!(below, (numbers(&[1, 2, 4, 8, 64]), 4));
+        let above = values(Tunable::pow2(n, 128, 256));
+        assert_eq!(above, (numbers(&[64, 128, 256]), 0));
+        let between = values(Tunable::choice(n, [16, 256]));
+        assert_eq!(between, (numbers(&[16, 64, 256]), 1));
+        let derived = values(Tunable::choice(
+            "launch.workgroup_size",
+            [json!([64, 1, 1])],
+        ));
+        assert_eq!(derived, (vec![Value::Null, json!([64, 1, 1])], 0));
+    }
+
+    /// A CPU matmul's workgroup tile narrowed to 128 of its 256 columns:
+    /// the invocations' tiles follow it, where putting it back would give
+    /// the default's kernel again.
+    #[test]
+    fn nested_tiles_follow_a_narrower_workgroup_tile() {
+        let f = tilefuse_testing::matmul(256, 256, 256);
+        let info = tilefuse_runtime::Device::cpu().info();
+        let base = tilefuse_schedulers::heuristics(&f, None, &info).unwrap();
+        let (_, fields) = tilefuse_schedulers::tunables(&f, None, &info).unwrap();
+        let space = Space::new(base, fields);
+        let field = |path: &str| space.fields.iter().position(|t| t.path == path).unwrap();
+        let cta = field("tile_sizes.cta_tile.n");
+        let mut point = space.base_point();
+        point[cta] = space.values[cta].iter().position(|v| v == 128).unwrap();
+        let (params, _) = (space.repair(&point, |p| tilefuse_schedulers::schedule(&f, p, &info)))
+            .map_err(|(_, e)| e)
+            .unwrap();
+        for level in ["cta_tile", "warp_tile", "instruction_tile"] {
+            assert_eq!(
+                params.get(&format!("tile_sizes.{level}.n")),
+                Some(128.into())
+            );
+        }
+    }
 }

@@ -29,7 +29,7 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
         // core of an AVX-512 Xeon: 19.0 ms at 64 rows and k 64, 16.1 at
         // 256 and 128, 18.1 at 512 and 128, where the rows' outputs no
         // longer stay in L2; numpy 14.0).
-        let strip = u32::try_from(n.max(1)).unwrap_or(u32::MAX).min(4096);
+        let strip = cpu_strip(n);
         let rows = pow2_at_most(m, 8);
         let per_core = m.div_ceil(2 * device.cores.max(1) as u64);
         let tile_rows = rows.max(pow2_at_most(per_core, 256));
@@ -75,4 +75,10 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
         .find(|&v| instr.n.is_multiple_of(v) && n.is_multiple_of(u64::from(v)))
         .unwrap_or(1);
     p
+}
+
+/// Columns of C an invocation takes on the CPU device by default: whole
+/// rows, up to 4096.
+pub(super) fn cpu_strip(n: u64) -> u32 {
+    u32::try_from(n.max(1)).unwrap_or(u32::MAX).min(4096)
 }

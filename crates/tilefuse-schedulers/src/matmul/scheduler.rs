@@ -4,6 +4,8 @@
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, MatmulParams, ParamsError, SchedulerKind, Tunable};
 
+use super::analysis::problem;
+use super::heuristics::cpu_strip;
 use super::{accepts, matmul_heuristics, schedule_matmul};
 use crate::Scheduler;
 use tilefuse_sched::{DeviceInfo, Schedule};
@@ -38,8 +40,9 @@ impl Scheduler for Matmul {
     /// staging the operands through workgroup memory (then its circular
     /// buffer's stages and prefetch). On the CPU device, workgroups of
     /// more rows in longer k steps (its default, `matmul_heuristics`, has
-    /// 256 rows in steps of 128 for large problems).
-    fn tunables(&self, _fusion: &Fusion, device: &DeviceInfo) -> Vec<Tunable> {
+    /// 256 rows in steps of 128 for large problems), and columns in
+    /// strips from 16 (one AVX-512 vector) to whole rows, the default.
+    fn tunables(&self, fusion: &Fusion, device: &DeviceInfo) -> Vec<Tunable> {
         // (workgroup rows, invocation rows, k step): a CPU invocation's rows
         // are its workgroup's.
         let (rows, warp_rows, k) = if device.is_gpu() {
@@ -47,14 +50,21 @@ impl Scheduler for Matmul {
         } else {
             (256, 256, 256)
         };
+        let columns = |path, min, max| {
+            if device.is_gpu() {
+                Tunable::pow2(path, min, max)
+            } else {
+                cpu_columns(path, cpu_strip(problem(fusion).1))
+            }
+        };
         vec![
             Tunable::pow2("tile_sizes.cta_tile.m", 16, rows),
-            Tunable::pow2("tile_sizes.cta_tile.n", 16, 128),
+            columns("tile_sizes.cta_tile.n", 16, 128),
             Tunable::pow2("tile_sizes.cta_tile.k", 8, k),
             Tunable::pow2("tile_sizes.warp_tile.m", 8, warp_rows),
-            Tunable::pow2("tile_sizes.warp_tile.n", 8, 64),
+            columns("tile_sizes.warp_tile.n", 8, 64),
             Tunable::pow2("tile_sizes.instruction_tile.m", 1, 8),
-            Tunable::pow2("tile_sizes.instruction_tile.n", 1, 8),
+            columns("tile_sizes.instruction_tile.n", 1, 8),
             Tunable::pow2("tile_sizes.instruction_tile.k", 1, 8),
             Tunable::pow2("splitk_factor", 1, 8),
             Tunable::choice("cta_order", ["row_major", "column_major"]),
@@ -83,4 +93,13 @@ impl Scheduler for Matmul {
             _ => None,
         }
     }
+}
+
+/// Column tiles on the CPU device: powers of two from 16 below `strip`,
+/// then `strip` itself (whole rows, the default; not always a power of
+/// two), so that the default's neighbour is the next narrower strip.
+fn cpu_columns(path: &'static str, strip: u32) -> Tunable {
+    let narrower =
+        std::iter::successors(Some(16u32), |v| v.checked_mul(2)).take_while(|&v| v < strip);
+    Tunable::choice(path, narrower.chain([strip]))
 }
