@@ -9,9 +9,13 @@ use tilefuse_ir::{Fusion, sha256_hex as digest};
 use tilefuse_params::{PARAMS_VERSION, SchedulerKind};
 use tilefuse_sched::DeviceInfo;
 
-/// Bumped when a scheduler or codegen change can change the kernel a
-/// params value makes: entries of older versions are not served.
-pub const CODEGEN_VERSION: u32 = 1;
+/// Bumped when a scheduler, codegen or executor change can change the
+/// kernel a params value makes or which params win: entries of older
+/// versions are not served, so their winners are tuned again.
+/// - 2: the CPU matmul's micro-kernel takes a workgroup's rows in one
+///   call, and the CPU executor runs loop chains as one lane step and
+///   shares parallel loops in chunks (winners tuned before are stale).
+pub const CODEGEN_VERSION: u32 = 2;
 
 /// A device as a cache key sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
