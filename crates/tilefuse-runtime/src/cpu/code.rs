@@ -7,13 +7,20 @@ use tilefuse_sched::ir::{Index, Kernel, LoopId};
 use super::tape::Tape;
 use super::value::{Access, Value};
 
+/// `expr < bound`: a guard or a predicate.
+pub(super) type Bound = (Index, i64);
+
 #[derive(Debug)]
 pub(super) struct BlockCode {
     pub(super) bindings: Vec<Index>,
     pub(super) extents: Vec<i64>,
     pub(super) guards: Vec<usize>,
-    /// Split predicates over loop variables: `expr < bound`.
-    pub(super) predicates: Vec<(Index, i64)>,
+    /// Split predicates over loop variables.
+    pub(super) predicates: Vec<Bound>,
+    /// Guards and predicates the same for every lane of a lane step (all
+    /// of them outside lane steps), `expr < bound`: checked once a step,
+    /// so that the lanes of a ragged edge's rows run as a whole.
+    pub(super) uniform: Vec<Bound>,
     pub(super) reduce_iters: Vec<usize>,
     pub(super) store: Access,
     pub(super) value: Value,
@@ -110,6 +117,8 @@ pub(super) struct RowsCode {
 
 #[derive(Debug)]
 pub(super) struct GemmCode {
+    /// The block's guards, each ending one of the loops early.
+    pub(super) cuts: Vec<Cut>,
     pub(super) k: Counted,
     pub(super) rows: Counted,
     pub(super) lanes: Counted,
@@ -122,6 +131,23 @@ pub(super) struct GemmCode {
     pub(super) c: Operand,
     pub(super) a: Operand,
     pub(super) b: Operand,
+}
+
+/// The loops of a micro-kernel call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Dim {
+    K,
+    Rows,
+    Lanes,
+}
+
+/// A guard that ends loop `dim` early: it runs while `start + i < bound`,
+/// `start` the guarded value at the call's first iteration.
+#[derive(Debug)]
+pub(super) struct Cut {
+    pub(super) dim: Dim,
+    pub(super) start: Index,
+    pub(super) bound: i64,
 }
 
 /// One matrix of the micro-kernel: its buffer, its offset at

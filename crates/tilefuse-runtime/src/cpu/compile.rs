@@ -7,7 +7,7 @@ use tilefuse_sched::ir::{
     Block, BlockId, BufferId, Expr, Index, IterKind, Kernel, LoopId, Node, Scope, Var, flat_offset,
 };
 
-use super::code::{BlockCode, Counted, RowsCode, Step, TapeCode, TapeStore};
+use super::code::{BlockCode, Bound, Counted, RowsCode, Step, TapeCode, TapeStore};
 use super::gemm_match::gemm_code;
 use super::nest::{in_one_thread, single_block, through_units};
 use super::tape::Tape;
@@ -106,6 +106,10 @@ fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
     let lane = *chain.last().expect("two loops");
     let code = compile_block(kernel, block, Some(Var::Loop(lane)));
     code.tape.as_ref()?;
+    let in_chain = |x: &Index| chain.iter().any(|&l| x.mentions(Var::Loop(l)));
+    if code.uniform.iter().any(|(x, _)| in_chain(x)) {
+        return None;
+    }
     let contiguous = |a: &Access| {
         let offset = &block.over_loops(std::slice::from_ref(&a.offset))[0];
         let mut step = a.linear.as_ref().map_or(0, |(coef, _)| *coef);
@@ -155,6 +159,9 @@ pub(super) fn rows_code(kernel: &Kernel, r: LoopId, body: &[Node]) -> Option<Row
     let id = single_block(kernel, j_body)?;
     let block = compile_block(kernel, kernel.block(id), Some(Var::Loop(*j)));
     let tape = block.tape.as_ref()?;
+    if !block.uniform.is_empty() {
+        return None;
+    }
     let rv = Var::Loop(r);
     let drives_up = block.reduce_iters.iter().any(|&i| {
         block.bindings[i]
@@ -214,12 +221,7 @@ pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -
     let store = access(block.buffer, &block.indices);
     let value = value(&block.value, &access);
     let block_id = BlockId(id as u32);
-    let guards = kernel.needs_guard(block_id);
-    let predicates: Vec<(Index, i64)> = kernel
-        .live_predicates(block_id)
-        .into_iter()
-        .map(|(e, b)| (e, b as i64))
-        .collect();
+    let (guards, predicates, uniform) = bounds(kernel, block, block_id, lane);
     let per_lane = !guards.is_empty()
         || !predicates.is_empty()
         || !all_loads(&value, &|a| a.linear.is_some())
@@ -238,6 +240,7 @@ pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -
         extents: block.iters.iter().map(|i| i.extent as i64).collect(),
         guards,
         predicates,
+        uniform,
         reduce_iters: (0..block.iters.len())
             .filter(|&i| block.iters[i].kind == IterKind::Reduce)
             .collect(),
@@ -249,6 +252,27 @@ pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -
         lane_reduces,
         per_lane,
     }
+}
+
+/// A block's guards (its iterators that may run past their extents) and
+/// predicates that vary across a lane step's lanes, and the guards and
+/// predicates that do not, as `expr < bound` (see `BlockCode::uniform`).
+fn bounds(
+    kernel: &Kernel,
+    block: &Block,
+    id: BlockId,
+    lane: Option<Var>,
+) -> (Vec<usize>, Vec<Bound>, Vec<Bound>) {
+    let varies = |x: &Index| lane.is_some_and(|v| x.mentions(v));
+    let (guards, uniform_guards): (Vec<usize>, Vec<usize>) =
+        (kernel.needs_guard(id).into_iter()).partition(|&g| varies(&block.bindings[g]));
+    let guard_bounds = (uniform_guards.into_iter())
+        .map(|g| (block.bindings[g].clone(), block.iters[g].extent as i64));
+    let (predicates, uniform) = (kernel.live_predicates(id).into_iter())
+        .map(|(e, b)| (e, b as i64))
+        .chain(guard_bounds)
+        .partition(|(e, _)| varies(e));
+    (guards, predicates, uniform)
 }
 
 /// The tape of a lane step's block whose lanes need no iterator values of

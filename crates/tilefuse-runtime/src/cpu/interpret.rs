@@ -15,7 +15,7 @@ use tilefuse_sched::ir::{Index, Var};
 
 use super::accumulate::{accumulate, fold_into};
 use super::chunk::{CHUNK, Chunk};
-use super::code::{BlockCode, Counted, GemmCode, RowsCode, Step, TapeCode, TapeStore};
+use super::code::{BlockCode, Counted, Dim, GemmCode, RowsCode, Step, TapeCode, TapeStore};
 use super::ctx::{Ctx, Lane, lane_values, loop_value};
 use super::memory::Storage;
 use super::pool::Tasks;
@@ -177,12 +177,21 @@ impl Ctx<'_> {
         for &v in [g.k.var, g.rows.var, g.lanes.var].iter().chain(&g.units) {
             env[v] = 0;
         }
-        let at = |ix: &Index| ix.eval(&|v| loop_value(env, v)) as usize;
-        let (rows, k, n) = (
-            g.rows.extent as usize,
-            g.k.extent as usize,
-            g.lanes.extent as usize,
-        );
+        let value = |ix: &Index| ix.eval(&|v| loop_value(env, v));
+        let at = |ix: &Index| value(ix) as usize;
+        let (mut k, mut rows, mut n) = (g.k.extent, g.rows.extent, g.lanes.extent);
+        for cut in &g.cuts {
+            let count = match cut.dim {
+                Dim::K => &mut k,
+                Dim::Rows => &mut rows,
+                Dim::Lanes => &mut n,
+            };
+            *count = (*count).min(cut.bound - value(&cut.start));
+        }
+        if k <= 0 || rows <= 0 || n <= 0 {
+            return;
+        }
+        let (rows, k, n) = (rows as usize, k as usize, n as usize);
         let (c_row, a_row, a_k, b_k) = (
             g.c.per_row as usize,
             g.a.per_row as usize,
@@ -221,6 +230,9 @@ impl Ctx<'_> {
     }
 
     pub(super) fn scalar_block(&self, b: &BlockCode, env: &[i64]) {
+        if !b.in_bounds(env) {
+            return;
+        }
         let iters: Vec<i64> = b
             .bindings
             .iter()
@@ -267,6 +279,9 @@ impl Ctx<'_> {
     /// Runs lanes `range` of a single-block loop a chunk of lanes at a
     /// time, or whole through its tape.
     pub(super) fn lanes(&self, b: &BlockCode, var: usize, range: Range<i64>, env: &mut [i64]) {
+        if !b.in_bounds(env) {
+            return;
+        }
         if let Some(t) = &b.tape {
             env[var] = range.start;
             return self.tape_loop(b, t, range.start as usize..range.end as usize, env);
@@ -359,6 +374,11 @@ fn lane_mask<'a>(
 }
 
 impl BlockCode {
+    /// Whether the guards the same for every lane (`uniform`) hold.
+    fn in_bounds(&self, env: &[i64]) -> bool {
+        (self.uniform.iter()).all(|(x, bound)| x.eval(&|v| loop_value(env, v)) < *bound)
+    }
+
     /// Whether lane 0 (the lane variable at its value in `env`) is the
     /// first visit of its element, for lanes that need no iterator values
     /// of their own: they are equally first or not, or (folds over the
