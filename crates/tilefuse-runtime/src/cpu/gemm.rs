@@ -168,6 +168,22 @@ fn rows_avx512<const R: usize>(p: &mut Panel<'_>, r0: usize) {
     masked_avx512::<R>(p, r0, narrow);
 }
 
+/// Asserts that C's rows to `last_row` and columns below `end`, and the
+/// parts of A and B their k steps read, lie within the panel: the vector
+/// loops run on raw pointers (A and B are read only when there are k
+/// steps; C is loaded and stored regardless).
+#[cfg(target_arch = "x86_64")]
+fn assert_within(p: &Panel<'_>, last_row: usize, end: usize) {
+    assert!(last_row * p.c_row + end <= p.c.len(), "C panel");
+    if p.k > 0 {
+        assert!(
+            last_row * p.a_row + (p.k - 1) * p.a_k < p.a.len(),
+            "A panel"
+        );
+        assert!((p.k - 1) * p.b_k + end <= p.b.len(), "B panel");
+    }
+}
+
 /// Rows `r0..r0 + R`, the fewer than 16 columns from `from` to the end in
 /// one vector whose lanes past the end are masked off (neither read nor
 /// written). One column at a time, the last 10 of 250 columns took two
@@ -184,17 +200,9 @@ fn masked_avx512<const R: usize>(p: &mut Panel<'_>, r0: usize, from: usize) {
     }
     assert!(left < 16, "whole vectors go through blocks_avx512");
     let mask = ((1u32 << left) - 1) as u16;
-    let last_row = r0 + R - 1;
-    assert!(last_row * p.c_row + p.n <= p.c.len(), "C panel");
-    if p.k > 0 {
-        assert!(
-            last_row * p.a_row + (p.k - 1) * p.a_k < p.a.len(),
-            "A panel"
-        );
-        assert!((p.k - 1) * p.b_k + p.n <= p.b.len(), "B panel");
-    }
+    assert_within(p, r0 + R - 1, p.n);
     let (a, b, c) = (p.a.as_ptr(), p.b.as_ptr(), p.c.as_mut_ptr());
-    // SAFETY: the asserts above bound every unmasked lane's offset: rows
+    // SAFETY: `assert_within` bounds every unmasked lane's offset: rows
     // below r0 + R, columns below n, steps below k.
     unsafe {
         let mut acc: [__m512; R] =
@@ -233,22 +241,12 @@ fn blocks_avx512<const R: usize, const V: usize>(
     };
     let width = 16 * V;
     let full = from + (p.n - from) / width * width;
-    // Every access below lies within these bounds (A and B are read only
-    // when there are k steps; C is loaded and stored regardless).
-    let last_row = r0 + R - 1;
     if full > from {
-        assert!(last_row * p.c_row + full <= p.c.len(), "C panel");
-    }
-    if full > from && p.k > 0 {
-        assert!(
-            last_row * p.a_row + (p.k - 1) * p.a_k < p.a.len(),
-            "A panel"
-        );
-        assert!((p.k - 1) * p.b_k + full <= p.b.len(), "B panel");
+        assert_within(p, r0 + R - 1, full);
     }
     let (a, b, c) = (p.a.as_ptr(), p.b.as_ptr(), p.c.as_mut_ptr());
     for j0 in (from..full).step_by(width) {
-        // SAFETY: the asserts above bound every offset: rows below r0 + R,
+        // SAFETY: `assert_within` bounds every offset: rows below r0 + R,
         // columns below `full`, steps below k.
         unsafe {
             let mut acc: [[__m512; V]; R] = std::array::from_fn(|r| {
