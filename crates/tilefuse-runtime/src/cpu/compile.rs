@@ -9,7 +9,7 @@ use tilefuse_sched::ir::{
 
 use super::code::{BlockCode, Bound, Counted, RowsCode, Step, TapeCode, TapeStore};
 use super::gemm_match::gemm_code;
-use super::nest::{in_one_thread, single_block, through_units};
+use super::nest::{in_one_thread, loop_chain, single_block, through_units};
 use super::tape::Tape;
 use super::value::{Access, Value};
 
@@ -91,14 +91,8 @@ impl Step {
 /// store in 16 steps of 4 cost a 64^3 matmul 40 % of its time in index
 /// evaluation, and a 256 x 128 chain a row at a time 25 %.
 fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
-    let mut chain = vec![outer];
-    let mut inner = body;
-    let id = loop {
-        match through_units(kernel, inner, &mut Vec::new())? {
-            Node::Loop(l, b) => (chain.push(*l), inner = b),
-            Node::Block(id) => break *id,
-        };
-    };
+    let (inner, id) = loop_chain(kernel, body, &mut Vec::new())?;
+    let chain: Vec<LoopId> = std::iter::once(outer).chain(inner).collect();
     let block = kernel.block(id);
     if chain.len() < 2 || block.reduce.is_some() {
         return None;

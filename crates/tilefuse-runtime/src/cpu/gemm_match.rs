@@ -4,7 +4,7 @@ use tilefuse_ir::{DType, ReduceOp};
 use tilefuse_sched::ir::{BlockId, BufferId, Expr, Index, Kernel, LoopId, Node, Var, flat_offset};
 
 use super::code::{Counted, Cut, Dim, GemmCode, Operand};
-use super::nest::{in_one_thread, is_serial, through_units};
+use super::nest::{in_one_thread, is_serial, loop_chain, through_units};
 
 /// The micro-kernel's loop nest under loop `l`: its own (see [`micro`]),
 /// or one under a loop over groups of its rows (see [`grouped`]).
@@ -51,9 +51,9 @@ fn grouped(kernel: &Kernel, g: LoopId, body: &[Node]) -> Option<GemmCode> {
 }
 
 /// The micro-kernel's loop nest under loop `k`, if `body` is one: a serial
-/// loop over at most `gemm::MAX_ROWS` rows `r`, then a serial loop over `j` with one
-/// block that accumulates (without starting itself, no guards) `C += A *
-/// B` in f32, where C moves with `r` and one step per `j` but not with `k`,
+/// loop over at most `gemm::MAX_ROWS` rows `r`, then serial loops over lanes `j` with one
+/// block that accumulates (without starting itself; its guards cut the
+/// loops short, see `MicroNest::cut`) `C += A * B` in f32, where C moves with `r` and one step per `j` but not with `k`,
 /// A with `r` and `k` but not `j`, and B with `k` and one step per `j` but
 /// not `r`.
 fn micro(kernel: &Kernel, k: LoopId, body: &[Node]) -> Option<GemmCode> {
@@ -143,7 +143,7 @@ struct MicroNest {
 impl MicroNest {
     /// The nest under `k`, when its loops are serial, it has at most
     /// `gemm::MAX_ROWS` rows, and its block accumulates a product in f32
-    /// without starting itself or being guarded.
+    /// without starting itself or split predicates.
     fn find(kernel: &Kernel, k: LoopId, body: &[Node]) -> Option<MicroNest> {
         let serial = |l| is_serial(kernel, l);
         if !serial(k) {
@@ -153,36 +153,28 @@ impl MicroNest {
         let Node::Loop(r, r_body) = through_units(kernel, body, &mut units)? else {
             return None;
         };
-        let (mut lanes, mut body) = (Vec::new(), r_body.as_slice());
-        let id = loop {
-            match through_units(kernel, body, &mut units)? {
-                Node::Loop(j, inner) => {
-                    lanes.push(*j);
-                    body = inner;
-                }
-                Node::Block(id) if !lanes.is_empty() => break id,
-                _ => return None,
-            }
-        };
+        let (lanes, id) = loop_chain(kernel, r_body, &mut units)?;
+        if lanes.is_empty() {
+            return None;
+        }
         units.extend(lanes[1..].iter().map(|j| j.0 as usize));
         let rows = kernel.loop_(*r).extent;
         if !serial(*r) || !lanes.iter().all(|&j| serial(j)) || rows > super::gemm::MAX_ROWS as u64 {
             return None;
         }
-        let block = kernel.block(*id);
+        let block = kernel.block(id);
         if block.reduce != Some(ReduceOp::Sum)
             || block.init
-            || !kernel.live_predicates(*id).is_empty()
+            || !kernel.live_predicates(id).is_empty()
             || kernel.buffer(block.buffer).dtype != DType::F32
         {
             return None;
         }
-        let (r, block) = (*r, *id);
         Some(MicroNest {
             k,
-            r,
+            r: *r,
             lanes,
-            block,
+            block: id,
             units,
         })
     }
@@ -254,6 +246,7 @@ impl MicroNest {
 
 #[cfg(test)]
 mod tests {
+    use tilefuse_params::HeuristicParams;
     use tilefuse_schedulers::{heuristics, schedule};
 
     use super::super::code::Step;
@@ -290,66 +283,61 @@ mod tests {
         assert_eq!(rows, [64]);
     }
 
-    /// Ragged edges (`m` not a multiple of an invocation's 8 rows, `k` not
-    /// one of the k step) cut the micro-kernel's loops short instead of
-    /// leaving the nest to the interpreter (256 x 256 x 1000 took 440 ms,
-    /// 700x numpy's time), with the reference's result.
-    #[test]
-    fn ragged_edges_take_the_micro_kernel() {
+    /// Asserts that `f` scheduled with `params` on the CPU runs through the
+    /// micro-kernel and gives the reference's result.
+    fn takes_the_micro_kernel(f: &tilefuse_ir::Fusion, params: &HeuristicParams, what: &str) {
         use tilefuse_ir::evaluate;
         use tilefuse_testing::{compare, inputs};
         let device = crate::Device::cpu();
-        let info = device.info();
+        let schedule = schedule(f, params, &device.info()).unwrap();
+        assert!(
+            !gemm_rows_of(&schedule).is_empty(),
+            "{what}: no micro-kernel call"
+        );
+        let x = inputs(f, 9);
+        let got = device.build(&schedule).unwrap().run(&x).unwrap();
+        compare(&evaluate(f, &x).unwrap(), &got, 1e-5).unwrap();
+    }
+
+    /// Default params on this machine's CPU device.
+    fn defaults(f: &tilefuse_ir::Fusion) -> HeuristicParams {
+        heuristics(f, None, &crate::Device::cpu().info()).unwrap()
+    }
+
+    /// Ragged edges (`m` not a multiple of an invocation's 8 rows, `k` not
+    /// one of the k step) cut the micro-kernel's loops short instead of
+    /// leaving the nest to the interpreter (256 x 256 x 1000 took 440 ms,
+    /// 700x numpy's time).
+    #[test]
+    fn ragged_edges_take_the_micro_kernel() {
         for (m, n, k) in [(250, 256, 1000), (61, 48, 37), (9, 33, 130), (3, 5, 7)] {
             let f = tilefuse_testing::matmul(m, n, k);
-            let schedule = schedule(&f, &heuristics(&f, None, &info).unwrap(), &info).unwrap();
-            assert!(
-                !gemm_rows_of(&schedule).is_empty(),
-                "{m}x{n}x{k}: no micro-kernel call"
-            );
-            let x = inputs(&f, 9);
-            let got = device.build(&schedule).unwrap().run(&x).unwrap();
-            compare(&evaluate(&f, &x).unwrap(), &got, 1e-4).unwrap();
+            takes_the_micro_kernel(&f, &defaults(&f), &format!("{m}x{n}x{k}"));
         }
     }
 
     /// Invocations of 16 columns: the scheduler splits them into unrolled
-    /// vec4s, and the two loops still run as one call's lanes, with the
-    /// reference's result (they were interpreted: 3.9 s at 512^3, now 7 ms).
+    /// vec4s, and the two loops still run as one call's lanes (they were
+    /// interpreted: 3.9 s at 512^3, now 7 ms).
     #[test]
     fn columns_split_into_vectors_take_the_micro_kernel() {
-        use tilefuse_ir::evaluate;
-        use tilefuse_testing::{compare, inputs};
         let f = tilefuse_testing::matmul(48, 64, 32);
-        let device = crate::Device::cpu();
-        let info = device.info();
-        let params = (heuristics(&f, None, &info).unwrap())
+        let params = defaults(&f)
             .with("tile_sizes.instruction_tile.n", 16.into())
             .unwrap();
-        let schedule = schedule(&f, &params, &info).unwrap();
-        assert!(!gemm_rows_of(&schedule).is_empty(), "no micro-kernel call");
-        let x = inputs(&f, 5);
-        let got = device.build(&schedule).unwrap().run(&x).unwrap();
-        compare(&evaluate(&f, &x).unwrap(), &got, 1e-5).unwrap();
+        takes_the_micro_kernel(&f, &params, "16 columns");
     }
 
     /// `q @ k.T`: B moves 64 elements a lane, and still runs through the
-    /// micro-kernel (packed first), with the reference's result.
+    /// micro-kernel (packed first).
     #[test]
     fn a_transposed_b_takes_the_micro_kernel() {
-        use tilefuse_ir::{DType, Fusion, evaluate};
-        use tilefuse_testing::{compare, inputs};
+        use tilefuse_ir::{DType, Fusion};
         let mut f = Fusion::new();
         let q = f.input(&[96, 64], DType::F32, Some("q")).unwrap();
         let k = f.input(&[80, 64], DType::F32, Some("k")).unwrap();
         let s = f.matmul(q, k, false, true).unwrap();
         f.output(s).unwrap();
-        let device = crate::Device::cpu();
-        let info = device.info();
-        let schedule = schedule(&f, &heuristics(&f, None, &info).unwrap(), &info).unwrap();
-        assert!(!gemm_rows_of(&schedule).is_empty(), "no micro-kernel call");
-        let x = inputs(&f, 3);
-        let got = device.build(&schedule).unwrap().run(&x).unwrap();
-        compare(&evaluate(&f, &x).unwrap(), &got, 1e-5).unwrap();
+        takes_the_micro_kernel(&f, &defaults(&f), "q @ k.T");
     }
 }

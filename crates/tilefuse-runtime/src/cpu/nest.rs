@@ -20,6 +20,26 @@ pub(super) fn through_units<'a>(
     }
 }
 
+/// The loops of a chain in `body`, each the only child of the one before
+/// (looking through loops of one iteration, collected into `units`), and
+/// the block the chain ends at.
+pub(super) fn loop_chain(
+    kernel: &Kernel,
+    mut body: &[Node],
+    units: &mut Vec<usize>,
+) -> Option<(Vec<LoopId>, BlockId)> {
+    let mut loops = Vec::new();
+    loop {
+        match through_units(kernel, body, units)? {
+            Node::Loop(l, inner) => {
+                loops.push(*l);
+                body = inner;
+            }
+            Node::Block(id) => return Some((loops, *id)),
+        }
+    }
+}
+
 /// A loop the executor runs in order on one thread: neither parallel nor
 /// bound to workgroups (invocation loops run as serial loops).
 pub(super) fn in_one_thread(kernel: &Kernel, l: LoopId) -> bool {
