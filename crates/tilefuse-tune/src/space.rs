@@ -209,13 +209,9 @@ impl Space {
     /// ("tile_sizes.warp_tile.n: 1024 does not divide cta_tile.n (128)")
     /// rather than going back to its default of 1024 columns.
     fn follower(&self, point: &[usize], base: &[usize], e: &ParamsError) -> Option<(usize, Point)> {
-        let path = |i: usize| self.fields[i].path;
-        let fields = 0..point.len();
-        let named =
-            (fields.clone()).find(|&i| point[i] == base[i] && names_field(&e.path, path(i)))?;
-        let leader = fields
-            .filter(|&i| point[i] != base[i])
-            .find(|&i| mentions(&e.message, path(i)))?;
+        let named = (0..point.len())
+            .find(|&i| point[i] == base[i] && names_field(&e.path, self.fields[i].path))?;
+        let leader = self.mentioned(point, base, e)?;
         let value = &self.values[leader][point[leader]];
         let at = self.values[named].iter().position(|v| v == value)?;
         let mut followed = point.to_vec();
@@ -228,11 +224,15 @@ impl Space {
     /// (a constraint between two fields names the other there:
     /// "tile_sizes.warp_tile.n: 64 does not divide cta_tile.n (16)").
     fn culprit(&self, point: &[usize], base: &[usize], e: &ParamsError) -> Option<usize> {
-        let changed = || (0..point.len()).filter(|&i| point[i] != base[i]);
-        let path = |i: usize| self.fields[i].path;
-        changed()
-            .find(|&i| names_field(&e.path, path(i)))
-            .or_else(|| changed().find(|&i| mentions(&e.message, path(i))))
+        (0..point.len())
+            .find(|&i| point[i] != base[i] && names_field(&e.path, self.fields[i].path))
+            .or_else(|| self.mentioned(point, base, e))
+    }
+
+    /// A field of `point` off its `base` value that the message of `e`
+    /// names.
+    fn mentioned(&self, point: &[usize], base: &[usize], e: &ParamsError) -> Option<usize> {
+        (0..point.len()).find(|&i| point[i] != base[i] && mentions(&e.message, self.fields[i].path))
     }
 
     /// The base params' point (every field's base value is in its domain).
