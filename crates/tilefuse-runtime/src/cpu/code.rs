@@ -4,6 +4,7 @@
 use tilefuse_ir::{DType, ReduceOp};
 use tilefuse_sched::ir::{Index, Kernel, LoopId};
 
+use super::loop_index::LoopIndex;
 use super::tape::Tape;
 use super::value::{Access, Value};
 
@@ -12,7 +13,7 @@ pub(super) type Bound = (Index, i64);
 
 #[derive(Debug)]
 pub(super) struct BlockCode {
-    pub(super) bindings: Vec<Index>,
+    pub(super) bindings: Vec<LoopIndex>,
     pub(super) extents: Vec<i64>,
     pub(super) guards: Vec<usize>,
     /// Split predicates over loop variables.
@@ -20,7 +21,7 @@ pub(super) struct BlockCode {
     /// Guards and predicates the same for every lane of a lane step (all
     /// of them outside lane steps), `expr < bound`: checked once a step,
     /// so that the lanes of a ragged edge's rows run as a whole.
-    pub(super) uniform: Vec<Bound>,
+    pub(super) uniform: Vec<(LoopIndex, i64)>,
     pub(super) reduce_iters: Vec<usize>,
     pub(super) store: Access,
     pub(super) value: Value,
@@ -44,7 +45,7 @@ pub(super) struct BlockCode {
 pub(super) struct TapeCode {
     pub(super) tape: Tape,
     /// The store's offset in lane 0, over loop variables.
-    pub(super) store: Index,
+    pub(super) store: LoopIndex,
     pub(super) into: TapeStore,
 }
 

@@ -9,6 +9,7 @@ use tilefuse_sched::ir::{
 
 use super::code::{BlockCode, Bound, Counted, RowsCode, Step, TapeCode, TapeStore};
 use super::gemm_match::gemm_code;
+use super::loop_index::LoopIndex;
 use super::nest::{in_one_thread, loop_chain, single_block, through_units};
 use super::tape::Tape;
 use super::value::{Access, Value};
@@ -101,7 +102,7 @@ fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
     let code = compile_block(kernel, block, Some(Var::Loop(lane)));
     code.tape.as_ref()?;
     let in_chain = |x: &Index| chain.iter().any(|&l| x.mentions(Var::Loop(l)));
-    if code.uniform.iter().any(|(x, _)| in_chain(x)) {
+    if code.uniform.iter().any(|(x, _)| in_chain(x.index())) {
         return None;
     }
     let contiguous = |a: &Access| {
@@ -159,11 +160,12 @@ pub(super) fn rows_code(kernel: &Kernel, r: LoopId, body: &[Node]) -> Option<Row
     let rv = Var::Loop(r);
     let drives_up = block.reduce_iters.iter().any(|&i| {
         block.bindings[i]
+            .index()
             .linear_in(rv)
             .is_some_and(|(coef, _)| coef > 0)
     });
     let combines = matches!(tape.into, TapeStore::Combine(_));
-    if !combines || tape.store.mentions(rv) || !tape.tape.linear_in(rv) || !drives_up {
+    if !combines || tape.store.index().mentions(rv) || !tape.tape.linear_in(rv) || !drives_up {
         return None;
     }
     Some(RowsCode {
@@ -230,7 +232,7 @@ pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -
         .flatten();
     BlockCode {
         tape,
-        bindings: block.bindings.clone(),
+        bindings: block.bindings.iter().cloned().map(LoopIndex::new).collect(),
         extents: block.iters.iter().map(|i| i.extent as i64).collect(),
         guards,
         predicates,
@@ -256,16 +258,19 @@ fn bounds(
     block: &Block,
     id: BlockId,
     lane: Option<Var>,
-) -> (Vec<usize>, Vec<Bound>, Vec<Bound>) {
+) -> (Vec<usize>, Vec<Bound>, Vec<(LoopIndex, i64)>) {
     let varies = |x: &Index| lane.is_some_and(|v| x.mentions(v));
     let (guards, uniform_guards): (Vec<usize>, Vec<usize>) =
         (kernel.needs_guard(id).into_iter()).partition(|&g| varies(&block.bindings[g]));
     let guard_bounds = (uniform_guards.into_iter())
         .map(|g| (block.bindings[g].clone(), block.iters[g].extent as i64));
-    let (predicates, uniform) = (kernel.live_predicates(id).into_iter())
+    let (predicates, uniform): (Vec<Bound>, Vec<Bound>) = (kernel.live_predicates(id).into_iter())
         .map(|(e, b)| (e, b as i64))
         .chain(guard_bounds)
         .partition(|(e, _)| varies(e));
+    let uniform = (uniform.into_iter())
+        .map(|(e, b): Bound| (LoopIndex::new(e), b))
+        .collect();
     (guards, predicates, uniform)
 }
 
@@ -291,7 +296,7 @@ pub(super) fn tape_code(
     }
     Some(TapeCode {
         tape: Tape::compile(value, store.buffer, dtypes)?,
-        store: rest.clone(),
+        store: LoopIndex::new(rest.clone()),
         into,
     })
 }

@@ -3,7 +3,7 @@
 
 use super::memory::RawBuf;
 use super::tape::Registers;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::AtomicBool;
 use tilefuse_ir::DType;
 use tilefuse_sched::ir::{Index, Var};
@@ -17,6 +17,10 @@ pub(super) struct Ctx<'a> {
     /// Set once an interrupt is requested: every thread stops at its next
     /// loop iteration.
     pub(super) stop: &'a AtomicBool,
+    /// Times this thread asked [`Ctx::interrupted`] (a field, not a
+    /// thread-local: in a shared library, each thread-local access is a
+    /// call).
+    pub(super) asks: Cell<u32>,
 }
 
 pub(super) fn loop_value(env: &[i64], v: Var) -> i64 {

@@ -6,7 +6,7 @@
 //! writes disjoint and ordered before their reads.
 #![allow(unsafe_code)]
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 
@@ -92,9 +92,8 @@ impl Ctx<'_> {
         if self.stop.load(Ordering::Relaxed) {
             return true;
         }
-        thread_local!(static ASKS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
-        let asks = ASKS.get().wrapping_add(1);
-        ASKS.set(asks);
+        let asks = self.asks.get().wrapping_add(1);
+        self.asks.set(asks);
         if !asks.is_multiple_of(ASKS_PER_CHECK) {
             return false;
         }
@@ -165,6 +164,7 @@ impl Ctx<'_> {
                 locals,
                 registers: RefCell::default(),
                 stop,
+                asks: Cell::default(),
             };
             let mut env = env.to_vec();
             for t in claimed {
@@ -233,11 +233,7 @@ impl Ctx<'_> {
         if !b.in_bounds(env) {
             return;
         }
-        let iters: Vec<i64> = b
-            .bindings
-            .iter()
-            .map(|x| x.eval(&|v| loop_value(env, v)))
-            .collect();
+        let iters: Vec<i64> = b.bindings.iter().map(|x| x.eval(env)).collect();
         if b.guards.iter().any(|&g| iters[g] >= b.extents[g]) {
             return;
         }
@@ -316,7 +312,7 @@ impl Ctx<'_> {
             other => Lane::Same(loop_value(env, other)),
         };
         let iters: Vec<Vec<i64>> = (b.bindings.iter())
-            .map(|x| lane_values(x, lanes, &at))
+            .map(|x| lane_values(x.index(), lanes, &at))
             .collect();
         let mask = lane_mask(b, &iters, n, &at);
         let mask = mask.as_deref().filter(|m| m.iter().any(|&x| !x));
@@ -376,7 +372,7 @@ fn lane_mask<'a>(
 impl BlockCode {
     /// Whether the guards the same for every lane (`uniform`) hold.
     fn in_bounds(&self, env: &[i64]) -> bool {
-        (self.uniform.iter()).all(|(x, bound)| x.eval(&|v| loop_value(env, v)) < *bound)
+        (self.uniform.iter()).all(|(x, bound)| x.eval(env) < *bound)
     }
 
     /// Whether lane 0 (the lane variable at its value in `env`) is the
@@ -384,12 +380,7 @@ impl BlockCode {
     /// of their own: they are equally first or not, or (folds over the
     /// lanes) only lane 0 can be.
     pub(super) fn first_in_lane_0(&self, env: &[i64]) -> bool {
-        let at = |v| loop_value(env, v);
-        self.init
-            && self
-                .reduce_iters
-                .iter()
-                .all(|&r| self.bindings[r].eval(&at) == 0)
+        self.init && (self.reduce_iters.iter()).all(|&r| self.bindings[r].eval(env) == 0)
     }
 }
 
@@ -436,13 +427,12 @@ impl Ctx<'_> {
         }
         env[jv] = 0;
         env[rv] = 1;
-        let second = t.tape.offsets(&|x: &Index| x.eval(&|v| loop_value(env, v)));
+        let second = t.tape.offsets(env);
         env[rv] = 0;
-        let at = |x: &Index| x.eval(&|v| loop_value(env, v));
-        let first_row = t.tape.offsets(&at);
+        let first_row = t.tape.offsets(env);
         let stride = first_row.step_to(&second);
         let first = b.first_in_lane_0(env);
-        let base = at(&t.store) as usize;
+        let base = t.store.eval(env) as usize;
         let buf = &self.buffers[b.store.buffer];
         let mut registers = self.registers.borrow_mut();
         // Row by row over up to `ROW_LANES` lanes: each row is read as one
@@ -476,16 +466,15 @@ impl Ctx<'_> {
         if self.axpy(b, range.start as i64, range.len(), env, first) {
             return;
         }
-        let at = |x: &Index| x.eval(&|v| loop_value(env, v));
         let buf = &self.buffers[b.store.buffer];
-        let base = at(&t.store) as usize;
+        let base = t.store.eval(env) as usize;
         let mut registers = self.registers.borrow_mut();
         for start in range.clone().step_by(TAPE_CHUNK) {
             if start > range.start && self.interrupted() {
                 return;
             }
             let lanes = (start, TAPE_CHUNK.min(range.end - start));
-            let mut run = |sink| t.tape.run(self.buffers, &at, lanes, &mut registers, sink);
+            let mut run = |sink| t.tape.run(self.buffers, env, lanes, &mut registers, sink);
             let stored = || unsafe { buf.slice_mut::<f32>(base + lanes.0, lanes.1) };
             match t.into {
                 TapeStore::Lanes => run(Sink::Store(stored())),

@@ -12,6 +12,7 @@ mod gemm;
 mod gemm_match;
 mod interpret;
 mod lanes;
+mod loop_index;
 mod memory;
 mod nest;
 pub mod pool;

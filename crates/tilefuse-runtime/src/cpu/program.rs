@@ -13,7 +13,7 @@
 //! contiguous or strided runs and anything else gathers. Parallel and
 //! workgroup-bound loops are spread over threads.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::AtomicBool;
 
 use tilefuse_ir::DType;
@@ -66,6 +66,7 @@ impl Program {
             locals: &self.locals,
             registers: RefCell::default(),
             stop: &stop,
+            asks: Cell::default(),
         };
         for step in &self.steps {
             ctx.step(step, &mut env, true);

@@ -11,9 +11,10 @@
 #![allow(unsafe_code)]
 
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, UnaryOp, reduce_identity};
-use tilefuse_sched::ir::{Index, Var};
+use tilefuse_sched::ir::Var;
 
 use super::lanes::{Rhs, arith, arith_from, combine_into, fold_f32, unary_f32};
+use super::loop_index::LoopIndex;
 use super::memory::RawBuf;
 use super::simd_math::multiversion;
 use super::value::{Access, Value};
@@ -67,7 +68,7 @@ enum Op {
 #[derive(Debug)]
 enum Uniform {
     Const(f32),
-    Load(usize, Index),
+    Load(usize, LoopIndex),
 }
 
 /// A compiled f32 expression; its result ends in register 0.
@@ -76,7 +77,7 @@ pub struct Tape {
     ops: Vec<Op>,
     /// Buffer and offset of lane 0 (over loop variables) of each
     /// contiguous load.
-    loads: Vec<(usize, Index)>,
+    loads: Vec<(usize, LoopIndex)>,
     uniforms: Vec<Uniform>,
 }
 
@@ -129,11 +130,12 @@ impl Tape {
                 ..
             }) if *buffer != store && dtypes[*buffer] == DType::F32 => match coef {
                 0 => {
-                    self.uniforms.push(Uniform::Load(*buffer, rest.clone()));
+                    let at = LoopIndex::new(rest.clone());
+                    self.uniforms.push(Uniform::Load(*buffer, at));
                     Some(Operand::Uniform(self.uniforms.len() as u8 - 1))
                 }
                 1 => {
-                    self.loads.push((*buffer, rest.clone()));
+                    self.loads.push((*buffer, LoopIndex::new(rest.clone())));
                     Some(Operand::Load(self.loads.len() as u8 - 1))
                 }
                 _ => return None,
@@ -195,28 +197,30 @@ impl Tape {
         Some(())
     }
 
-    /// Runs lanes `start..start + n` of the loop (`at` gives the loads'
-    /// offsets at lane 0). Returns the folded value for [`Sink::Fold`].
+    /// Runs lanes `start..start + n` of the loop (the loads' offsets at
+    /// lane 0 with the loop variables at `env`). Returns the folded value
+    /// for [`Sink::Fold`].
     pub fn run(
         &self,
         buffers: &[RawBuf],
-        at: &dyn Fn(&Index) -> i64,
+        env: &[i64],
         lanes: (usize, usize),
         regs: &mut Registers,
         sink: Sink<'_>,
     ) -> Option<f32> {
-        self.run_from(buffers, &self.offsets(at), lanes, regs, sink)
+        self.run_from(buffers, &self.offsets(env), lanes, regs, sink)
     }
 
-    /// The offsets of the loads (at lane 0) where `at` evaluates them.
-    pub fn offsets(&self, at: &dyn Fn(&Index) -> i64) -> Offsets {
+    /// The offsets of the loads (at lane 0) with the loop variables at
+    /// `env`.
+    pub fn offsets(&self, env: &[i64]) -> Offsets {
         let mut o = Offsets::default();
         for (slot, (_, rest)) in o.loads.iter_mut().zip(&self.loads) {
-            *slot = at(rest);
+            *slot = rest.eval(env);
         }
         for (slot, u) in o.uniforms.iter_mut().zip(&self.uniforms) {
             if let Uniform::Load(_, rest) = u {
-                *slot = at(rest);
+                *slot = rest.eval(env);
             }
         }
         o
@@ -232,7 +236,7 @@ impl Tape {
             .iter()
             .map(|(_, rest)| rest)
             .chain(uniform_loads)
-            .all(|x| x.linear_in(v).is_some())
+            .all(|x| x.index().linear_in(v).is_some())
     }
 
     /// As [`Tape::run`], with the loads at `offsets`.
@@ -385,9 +389,10 @@ multiversion!(
         n: usize,
         sink: &mut Sink<'_>,
     ) -> Option<f32> {
-        // Only folds need this (1 KB to fill on every call otherwise).
+        // Only folds of more than a tile need this (1 KB to fill, and
+        // folding it whole cost a 64-lane row's fold 4x its lanes).
         let mut folded = match sink {
-            Sink::Fold(op) => Some([reduce_identity(*op, DType::F32).as_f64() as f32; TILE]),
+            Sink::Fold(op) if n > TILE => Some([identity(*op); TILE]),
             _ => None,
         };
         if let (Some(i), Sink::Combine(dst, op, first)) = (single_load(ops), &mut *sink) {
@@ -414,17 +419,31 @@ multiversion!(
                     combine_into(&mut dst[lo..lo + len], &scratch[..len], *op, *first)
                 }
                 Sink::Fold(op) => {
-                    let folded = &mut folded.as_mut().expect("a fold's lanes")[..len];
-                    combine_into(folded, &scratch[..len], *op, false);
+                    if let Some(folded) = folded.as_mut() {
+                        combine_into(&mut folded[..len], &scratch[..len], *op, false);
+                    }
                 }
             }
         }
-        match sink {
-            Sink::Fold(op) => Some(fold_f32(&folded.expect("a fold's lanes"), *op)),
-            _ => None,
-        }
+        let Sink::Fold(op) = sink else { return None };
+        Some(match folded {
+            Some(folded) => fold_f32(&folded, *op),
+            None => {
+                // One tile, folded where it is. Padded with the identity
+                // to a multiple of `fold_f32`'s eight partial sums, so the
+                // sum adds in the order a whole tile's fold would.
+                let padded = n.next_multiple_of(8);
+                scratch[n..padded].fill(identity(*op));
+                fold_f32(&scratch[..padded], *op)
+            }
+        })
     }
 );
+
+/// The f32 value `op` starts a fold from.
+fn identity(op: ReduceOp) -> f32 {
+    reduce_identity(op, DType::F32).as_f64() as f32
+}
 
 /// Runs one op on the lanes `lo..lo + reg0.len()`.
 #[inline(always)]
