@@ -57,7 +57,12 @@ fn grouped(kernel: &Kernel, g: LoopId, body: &[Node]) -> Option<GemmCode> {
 /// A with `r` and `k` but not `j`, and B with `k` and one step per `j` but
 /// not `r`.
 fn micro(kernel: &Kernel, k: LoopId, body: &[Node]) -> Option<GemmCode> {
-    let nest = MicroNest::find(kernel, k, body)?;
+    (MicroNest::find(kernel, k, body).into_iter()).find_map(|nest| micro_of(kernel, nest))
+}
+
+/// The micro-kernel's call for one reading of the nest (see [`micro`]).
+fn micro_of(kernel: &Kernel, nest: MicroNest) -> Option<GemmCode> {
+    let k = nest.k;
     let block = kernel.block(nest.block);
     let Expr::Binary(tilefuse_ir::BinaryOp::Mul, x, y) = &block.value else {
         return None;
@@ -141,25 +146,56 @@ struct MicroNest {
 }
 
 impl MicroNest {
-    /// The nest under `k`, when its loops are serial, it has at most
-    /// `gemm::MAX_ROWS` rows, and its block accumulates a product in f32
-    /// without starting itself or split predicates.
-    fn find(kernel: &Kernel, k: LoopId, body: &[Node]) -> Option<MicroNest> {
-        let serial = |l| is_serial(kernel, l);
-        if !serial(k) {
-            return None;
+    /// The readings of the nest under `k` as the micro-kernel's, when its
+    /// loops are serial, it has at most `gemm::MAX_ROWS` rows, and its
+    /// block accumulates a product in f32 without starting itself or split
+    /// predicates. Rows are the first loop under `k` of more than one
+    /// iteration, the lanes the chain under it; or, for rows of one (an
+    /// instruction tile of one row), rows are one of the loops of one
+    /// iteration before the lanes, the lanes the chain from that first
+    /// loop (they were interpreted: a 128 x 256 x 256 matmul in
+    /// invocations of one row and 16 columns took 320 ms, not 0.2).
+    fn find(kernel: &Kernel, k: LoopId, body: &[Node]) -> Vec<MicroNest> {
+        let mut found = Vec::new();
+        if !is_serial(kernel, k) {
+            return found;
+        }
+        let mut before = Vec::new();
+        let Some(Node::Loop(r, r_body)) = through_units(kernel, body, &mut before) else {
+            return found;
+        };
+        let mut units = before.clone();
+        if let Some((lanes, id)) = loop_chain(kernel, r_body, &mut units) {
+            found.extend(MicroNest::new(kernel, k, *r, lanes, id, units));
         }
         let mut units = Vec::new();
-        let Node::Loop(r, r_body) = through_units(kernel, body, &mut units)? else {
-            return None;
-        };
-        let (lanes, id) = loop_chain(kernel, r_body, &mut units)?;
+        if let Some((lanes, id)) = loop_chain(kernel, body, &mut units) {
+            for &one in &before {
+                let others = units.iter().copied().filter(|&u| u != one).collect();
+                let r = LoopId(one as u32);
+                found.extend(MicroNest::new(kernel, k, r, lanes.clone(), id, others));
+            }
+        }
+        found
+    }
+
+    /// The nest of rows `r` and `lanes` around block `id` under `k`, if
+    /// the micro-kernel can run it.
+    fn new(
+        kernel: &Kernel,
+        k: LoopId,
+        r: LoopId,
+        lanes: Vec<LoopId>,
+        id: BlockId,
+        mut units: Vec<usize>,
+    ) -> Option<MicroNest> {
+        let serial = |l| is_serial(kernel, l);
         if lanes.is_empty() {
             return None;
         }
         units.extend(lanes[1..].iter().map(|j| j.0 as usize));
-        let rows = kernel.loop_(*r).extent;
-        if !serial(*r) || !lanes.iter().all(|&j| serial(j)) || rows > super::gemm::MAX_ROWS as u64 {
+        let rows = kernel.loop_(r).extent;
+        if !serial(r) || !lanes.iter().all(|&j| serial(j)) || rows > super::gemm::MAX_ROWS as u64 {
             return None;
         }
         let block = kernel.block(id);
@@ -172,7 +208,7 @@ impl MicroNest {
         }
         Some(MicroNest {
             k,
-            r: *r,
+            r,
             lanes,
             block: id,
             units,
@@ -326,6 +362,24 @@ mod tests {
             .with("tile_sizes.instruction_tile.n", 16.into())
             .unwrap();
         takes_the_micro_kernel(&f, &params, "16 columns");
+    }
+
+    /// Invocations of one row (the rows loop has one iteration), alone and
+    /// with columns split into vectors, with a ragged `m` and `k`.
+    #[test]
+    fn rows_of_one_take_the_micro_kernel() {
+        let f = tilefuse_testing::matmul(37, 48, 40);
+        for n in [None, Some(16)] {
+            let mut params = defaults(&f)
+                .with("tile_sizes.instruction_tile.m", 1.into())
+                .unwrap();
+            if let Some(n) = n {
+                params = params
+                    .with("tile_sizes.instruction_tile.n", n.into())
+                    .unwrap();
+            }
+            takes_the_micro_kernel(&f, &params, &format!("one row, {n:?} columns"));
+        }
     }
 
     /// `q @ k.T`: B moves 64 elements a lane, and still runs through the
