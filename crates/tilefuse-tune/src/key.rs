@@ -15,7 +15,10 @@ use tilefuse_sched::DeviceInfo;
 /// - 2: the CPU matmul's micro-kernel takes a workgroup's rows in one
 ///   call, and the CPU executor runs loop chains as one lane step and
 ///   shares parallel loops in chunks (winners tuned before are stale).
-pub const CODEGEN_VERSION: u32 = 2;
+/// - 3: index simplification recombines a quotient and remainder anywhere
+///   in a sum (more `vec4` accesses on GPUs, staged copies as one lane step
+///   on the CPU), and the CPU micro-kernel takes invocations of one row.
+pub const CODEGEN_VERSION: u32 = 3;
 
 /// A device as a cache key sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -106,7 +106,7 @@ fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
         return None;
     }
     let contiguous = |a: &Access| {
-        let offset = &block.over_loops(std::slice::from_ref(&a.offset))[0];
+        let offset = &block.over_loops(std::slice::from_ref(&a.offset))[0].simplified();
         let mut step = a.linear.as_ref().map_or(0, |(coef, _)| *coef);
         chain.windows(2).rev().all(|pair| {
             step *= kernel.loop_(pair[1]).extent as i64;
@@ -183,8 +183,10 @@ pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -
         .expect("block of this kernel");
     let access = |buffer: BufferId, indices: &[Index]| {
         let offset = flat_offset(indices, &kernel.buffer(buffer).shape);
-        let linear =
-            lane.and_then(|v| block.over_loops(std::slice::from_ref(&offset))[0].linear_in(v));
+        // Simplified: a copy of a tile flattened row by row reads as the
+        // fused loop it is (`x / c * c + x % c` is `x`).
+        let over_loops = || block.over_loops(std::slice::from_ref(&offset))[0].simplified();
+        let linear = lane.and_then(|v| over_loops().linear_in(v));
         Access {
             buffer: buffer.0 as usize,
             offset,
@@ -397,5 +399,31 @@ mod tests {
         assert_eq!(split_store(8, 64, false, true), [(512, false)]);
         assert_eq!(split_store(9, 1 << 13, false, true), [(9 << 13, true)]);
         assert_eq!(split_store(9, 1 << 13, true, true), [(1 << 13, false)]);
+    }
+
+    /// A matmul's B staged in workgroup memory (`async_gmem_load_operands`)
+    /// is copied a k step at a time as one lane step: the copy's fused
+    /// loop, split into the tile's rows and columns and flattened again,
+    /// reads as contiguous (it ran 4 lanes at a time, interpreted).
+    #[test]
+    fn a_staged_tile_copies_as_one_lane_step() {
+        use tilefuse_schedulers::{heuristics, schedule};
+        let f = tilefuse_testing::matmul(64, 256, 256);
+        let device = crate::Device::cpu();
+        let params = heuristics(&f, None, &device.info())
+            .unwrap()
+            .with("async_gmem_load_operands", true.into())
+            .unwrap();
+        let s = schedule(&f, &params, &device.info()).unwrap();
+        let tilefuse_params::HeuristicParams::Matmul(m) = &params else {
+            panic!("matmul params")
+        };
+        let k_step = i64::from(m.tile_sizes.cta_tile.k);
+        let mut lanes = Vec::new();
+        lane_steps(&compiled(&s), &mut lanes);
+        assert!(lanes.contains(&(k_step * 256, false)), "{lanes:?}");
+        let x = inputs(&f, 3);
+        let got = device.build(&s).unwrap().run(&x).unwrap();
+        compare(&evaluate(&f, &x).unwrap(), &got, 1e-5).unwrap();
     }
 }

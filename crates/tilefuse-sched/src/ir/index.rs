@@ -238,33 +238,24 @@ impl Index {
 
     /// The expression as a sum of distinct terms with their coefficients
     /// collected (so `(a + b + c) - (a + b)` becomes `c`); quotients and
-    /// remainders are simplified inside and kept as terms.
+    /// remainders are simplified inside and kept as terms, but for a
+    /// quotient and remainder of one division that make up the dividend
+    /// (`x / d * d * s + x % d * s` is `x * s`), wherever the two stand in
+    /// the sum: a tile copied row by row out of a fused loop and flattened
+    /// again reads as that loop.
     pub fn simplified(&self) -> Index {
-        let mut terms: Vec<(Index, i64)> = Vec::new();
-        let mut constant = 0;
+        let mut sum = Terms::default();
         for term in self.sum_terms() {
-            let (atom, coef) = match term {
-                Index::Mul(a, c) => (*a, c),
-                other => (other, 1),
-            };
-            let atom = match atom {
-                Index::Const(c) => {
-                    constant += c * coef;
-                    continue;
-                }
-                Index::Div(x, d) => x.simplified() / d,
-                Index::Mod(x, d) => x.simplified() % d,
-                other => other,
-            };
-            match terms.iter_mut().find(|(a, _)| *a == atom) {
-                Some((_, c)) => *c += coef,
-                None => terms.push((atom, coef)),
+            sum.add(term, 1);
+        }
+        while let Some((x, s)) = sum.take_divided_pair() {
+            for term in x.sum_terms() {
+                sum.add(term, s);
             }
         }
-        terms
-            .into_iter()
+        (sum.terms.into_iter())
             .filter(|(_, c)| *c != 0)
-            .fold(Index::Const(constant), |acc, (atom, c)| acc + atom * c)
+            .fold(Index::Const(sum.constant), |acc, (atom, c)| acc + atom * c)
     }
 
     /// Whether the two expressions are equal as sums of terms (products
@@ -302,6 +293,54 @@ impl Index {
 
 /// Index arithmetic simplifies as it builds: constants fold, `x * 1`,
 /// `x / 1` and `x + 0` vanish, `x % 1` is 0.
+/// A sum being collected by [`Index::simplified`]: atoms (variables,
+/// quotients, remainders) with their coefficients, and a constant.
+#[derive(Default)]
+struct Terms {
+    terms: Vec<(Index, i64)>,
+    constant: i64,
+}
+
+impl Terms {
+    /// Adds `term * scale`.
+    fn add(&mut self, term: Index, scale: i64) {
+        let (atom, coef) = match term {
+            Index::Mul(a, c) => (*a, c * scale),
+            other => (other, scale),
+        };
+        let atom = match atom {
+            Index::Const(c) => return self.constant += c * coef,
+            Index::Div(x, d) => x.simplified() / d,
+            Index::Mod(x, d) => x.simplified() % d,
+            other => other,
+        };
+        match self.terms.iter_mut().find(|(a, _)| *a == atom) {
+            Some((_, c)) => *c += coef,
+            None => self.terms.push((atom, coef)),
+        }
+    }
+
+    /// Removes a pair `x / d` (coefficient `s * d`) and `x % d`
+    /// (coefficient `s`), returning `x` and `s`.
+    fn take_divided_pair(&mut self) -> Option<(Index, i64)> {
+        let (i, j) = (0..self.terms.len()).find_map(|i| {
+            let (Index::Div(x, d), q) = &self.terms[i] else {
+                return None;
+            };
+            let j = self.terms.iter().position(|(a, s)| {
+                matches!(a, Index::Mod(y, m) if y == x && m == d) && *s != 0 && *q == s * d
+            })?;
+            Some((i, j))
+        })?;
+        let s = self.terms[j].1;
+        let (Index::Mod(x, _), _) = self.terms.remove(j) else {
+            unreachable!("found as a remainder")
+        };
+        self.terms.remove(if i > j { i - 1 } else { i });
+        Some((*x, s))
+    }
+}
+
 impl std::ops::Add for Index {
     type Output = Index;
     fn add(self, rhs: Index) -> Index {
@@ -376,6 +415,27 @@ impl fmt::Display for IndexDisplay<'_> {
 mod tests {
     use super::*;
     use crate::ir::LoopId;
+
+    /// `(w * 128 + x / 256) * 256 + (j * 256 + x % 256)`: a tile of a
+    /// fused loop `x` flattened again, with another term between the
+    /// quotient and the remainder, is `w * 32768 + j * 256 + x`; a pair
+    /// of another divisor or scale stays as it is.
+    #[test]
+    fn a_quotient_and_remainder_anywhere_in_a_sum_make_up_their_dividend() {
+        let v = |l| Index::var(Var::Loop(LoopId(l)));
+        let x = v(1) * 8 + v(2) * 4 + v(3);
+        let offset = (v(0) * 128 + x.clone() / 256) * 256 + (v(4) * 256 + x.clone() % 256);
+        let want = v(0) * 32768 + v(4) * 256 + x.clone();
+        assert!(
+            offset.simplified().same_sum(&want),
+            "{:?}",
+            offset.simplified()
+        );
+        let scaled = (x.clone() / 4) * 12 + (x.clone() % 4) * 3;
+        assert!(scaled.simplified().same_sum(&(x.clone() * 3)));
+        let other = (x.clone() / 4) * 8 + x % 4;
+        assert!(other.simplified().linear_in(Var::Loop(LoopId(3))).is_none());
+    }
 
     #[test]
     fn within_reads_a_fused_variable_as_linear_only_where_its_range_allows() {
