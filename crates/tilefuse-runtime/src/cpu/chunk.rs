@@ -11,8 +11,9 @@ use tilefuse_sched::ir::Var;
 
 use super::accumulate::{accumulate, fold_into};
 use super::code::BlockCode;
-use super::ctx::{Ctx, Lane, lane_values, loop_value};
+use super::ctx::{Ctx, Lane, lane_values};
 use super::lanes::Column;
+use super::loop_index::loop_value;
 use super::value::{Access, Value};
 
 /// Lanes per chunk: small enough that a block's columns stay in L1.

@@ -23,13 +23,6 @@ pub(super) struct Ctx<'a> {
     pub(super) asks: Cell<u32>,
 }
 
-pub(super) fn loop_value(env: &[i64], v: Var) -> i64 {
-    match v {
-        Var::Loop(l) => env[l.0 as usize],
-        Var::Iter(_) => unreachable!("iterators are resolved before loop variables"),
-    }
-}
-
 /// An index expression's value in each of `n` lanes.
 /// A variable across the lanes of a chunk.
 pub(super) enum Lane<'a> {

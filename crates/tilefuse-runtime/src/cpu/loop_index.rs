@@ -5,8 +5,6 @@
 
 use tilefuse_sched::ir::{Index, Var};
 
-use super::ctx::loop_value;
-
 /// An index expression over loop variables, with its affine form
 /// `constant + Σ coefficient × env[variable]` where it has one (no
 /// quotient or remainder), which evaluates without walking the tree.
@@ -41,6 +39,14 @@ impl LoopIndex {
             Some(a) => (a.terms.iter()).fold(a.constant, |sum, &(v, c)| sum + c * env[v]),
             None => self.index.eval(&|v| loop_value(env, v)),
         }
+    }
+}
+
+/// A loop variable's value in `env`.
+pub(super) fn loop_value(env: &[i64], v: Var) -> i64 {
+    match v {
+        Var::Loop(l) => env[l.0 as usize],
+        Var::Iter(_) => unreachable!("iterators are resolved before loop variables"),
     }
 }
 
