@@ -106,7 +106,7 @@ fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
         return None;
     }
     let contiguous = |a: &Access| {
-        let offset = &block.over_loops(std::slice::from_ref(&a.offset))[0].simplified();
+        let offset = &over_loops(block, &a.offset);
         let mut step = a.linear.as_ref().map_or(0, |(coef, _)| *coef);
         chain.windows(2).rev().all(|pair| {
             step *= kernel.loop_(pair[1]).extent as i64;
@@ -136,6 +136,13 @@ fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
         block: code,
         parallel: threaded && extent as u64 >= MIN_PARALLEL_WORK,
     })
+}
+
+/// `offset`, over `block`'s iterators, over loop variables and simplified:
+/// a copy of a tile flattened row by row then reads as the fused loop it
+/// is (`x / c * c + x % c` is `x`).
+fn over_loops(block: &Block, offset: &Index) -> Index {
+    block.over_loops(std::slice::from_ref(offset))[0].simplified()
 }
 
 /// The outer-reduction nest under loop `r`, if `body` is one: a serial
@@ -183,10 +190,7 @@ pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -
         .expect("block of this kernel");
     let access = |buffer: BufferId, indices: &[Index]| {
         let offset = flat_offset(indices, &kernel.buffer(buffer).shape);
-        // Simplified: a copy of a tile flattened row by row reads as the
-        // fused loop it is (`x / c * c + x % c` is `x`).
-        let over_loops = || block.over_loops(std::slice::from_ref(&offset))[0].simplified();
-        let linear = lane.and_then(|v| over_loops().linear_in(v));
+        let linear = lane.and_then(|v| over_loops(block, &offset).linear_in(v));
         Access {
             buffer: buffer.0 as usize,
             offset,
