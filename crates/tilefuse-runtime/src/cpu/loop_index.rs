@@ -53,30 +53,14 @@ pub(super) fn loop_value(env: &[i64], v: Var) -> i64 {
 /// The constant and the coefficient of each loop variable, if `index` is
 /// affine in loop variables.
 fn affine_form(index: &Index) -> Option<Affine> {
-    let mut constant = 0;
-    let mut terms: Vec<(usize, i64)> = Vec::new();
-    for term in index.sum_terms() {
-        let (atom, coef) = match term {
-            Index::Mul(atom, coef) => (*atom, coef),
-            atom => (atom, 1),
-        };
-        match atom {
-            Index::Const(c) => constant += c * coef,
-            Index::Var(Var::Loop(l)) => {
-                let v = l.0 as usize;
-                match terms.iter_mut().find(|(w, _)| *w == v) {
-                    Some((_, c)) => *c += coef,
-                    None => terms.push((v, coef)),
-                }
-            }
-            _ => return None,
-        }
-    }
-    terms.retain(|&(_, c)| c != 0);
-    Some(Affine {
-        constant,
-        terms: terms.into(),
-    })
+    let (constant, terms) = index.affine()?;
+    let terms = (terms.into_iter())
+        .map(|(v, c)| match v {
+            Var::Loop(l) => Some((l.0 as usize, c)),
+            Var::Iter(_) => None,
+        })
+        .collect::<Option<_>>()?;
+    Some(Affine { constant, terms })
 }
 
 #[cfg(test)]

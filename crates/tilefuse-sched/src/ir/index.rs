@@ -244,6 +244,25 @@ impl Index {
     /// the sum: a tile copied row by row out of a fused loop and flattened
     /// again reads as that loop.
     pub fn simplified(&self) -> Index {
+        let sum = self.collected();
+        (sum.terms.into_iter()).fold(Index::Const(sum.constant), |acc, (atom, c)| acc + atom * c)
+    }
+
+    /// The constant and each variable's coefficient, when the simplified
+    /// expression is affine (no quotient or remainder is left).
+    pub fn affine(&self) -> Option<(i64, Vec<(Var, i64)>)> {
+        let sum = self.collected();
+        let terms = (sum.terms.into_iter())
+            .map(|(atom, c)| match atom {
+                Index::Var(v) => Some((v, c)),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some((sum.constant, terms))
+    }
+
+    /// The terms of [`Index::simplified`], zero coefficients dropped.
+    fn collected(&self) -> Terms {
         let mut sum = Terms::default();
         for term in self.sum_terms() {
             sum.add(term, 1);
@@ -253,9 +272,8 @@ impl Index {
                 sum.add(term, s);
             }
         }
-        (sum.terms.into_iter())
-            .filter(|(_, c)| *c != 0)
-            .fold(Index::Const(sum.constant), |acc, (atom, c)| acc + atom * c)
+        sum.terms.retain(|(_, c)| *c != 0);
+        sum
     }
 
     /// Whether the two expressions are equal as sums of terms (products
