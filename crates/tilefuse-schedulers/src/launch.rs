@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 use tilefuse_params::{IndexType, ParamsError, Tunable};
 
 use crate::step::{Step, StepError};
-use tilefuse_sched::ir::{LoopId, ThreadAxis};
+use tilefuse_sched::ir::{BlockId, IterKind, LoopId, ThreadAxis, Var};
 use tilefuse_sched::lowering::{LaunchLimit, Target, launch_violations, lower};
 use tilefuse_sched::{DeviceInfo, DeviceLimits, Schedule};
 
@@ -65,6 +65,33 @@ pub(super) fn bind_capped(
     };
     s.bind(bound, axis)?;
     Ok(bound)
+}
+
+/// Moves the reduction loops of `b` inside `rows` (its row invocation loop)
+/// outside it, keeping their order and that of the row loops, where they
+/// are one chain of `b`'s own loops.
+pub(crate) fn reduce_outside(s: &mut Schedule, b: BlockId, rows: LoopId) -> Step<()> {
+    let loops = s.get_loops(b)?;
+    let from = loops.iter().position(|&l| l == rows).expect("b's row loop");
+    let block = s.kernel().block(b);
+    let reduces = |l: LoopId| {
+        block
+            .iters
+            .iter()
+            .zip(&block.bindings)
+            .any(|(it, x)| it.kind == IterKind::Reduce && x.mentions(Var::Loop(l)))
+    };
+    let (mut order, spatial): (Vec<LoopId>, Vec<LoopId>) =
+        loops[from..].iter().partition(|&&l| reduces(l));
+    if order.is_empty() {
+        return Ok(());
+    }
+    order.extend(spatial);
+    // Where other blocks share these loops (a cross-workgroup stage's
+    // partials, a combining block), the nest stays as it is: the same
+    // result, with a strided walk per column.
+    let _unchanged = s.reorder(&order).is_err();
+    Ok(())
 }
 
 /// Fuses a chain of fresh loops (`None` when there are none).

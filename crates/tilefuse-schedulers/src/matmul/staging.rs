@@ -5,7 +5,7 @@
 use tilefuse_params::{CtaOrder, MatmulParams, TilingStrategy};
 
 use super::plan::Plan;
-use crate::launch::{bind_capped, err, fuse};
+use crate::launch::{bind_capped, err, fuse, reduce_outside};
 use crate::step::Step;
 use tilefuse_sched::ir::{BlockId, Buffer, IterKind, LoopId, Role, Scope, ThreadAxis};
 
@@ -244,7 +244,8 @@ pub(super) fn store_rows(s: &mut Schedule, rows: &[LoopId], cols: LoopId, vec: u
 }
 
 /// A later stage (split-k's sum, then the epilogue): flat over the
-/// workgroup's invocations.
+/// workgroup's invocations; on the CPU device the sum's loop over the
+/// slices of k runs outside them, each slice added to a row of lanes.
 pub(super) fn flat(s: &mut Schedule, plan: &Plan, b: BlockId) -> Step<()> {
     let block = s.kernel().block(b).clone();
     let loops = s.get_loops(b)?;
@@ -258,5 +259,8 @@ pub(super) fn flat(s: &mut Schedule, plan: &Plan, b: BlockId) -> Step<()> {
     let parts = s.split(flat, &[None, Some(plan.flat_invocations)], None)?;
     bind_capped(s, parts[0], ThreadAxis::WorkgroupX, Some(plan.grid_cap))?;
     s.bind(parts[1], ThreadAxis::InvocationX)?;
+    if plan.sum_outside_lanes {
+        reduce_outside(s, b, parts[1])?;
+    }
     Ok(())
 }

@@ -4,7 +4,7 @@
 
 use super::plan::{Plan, Rows};
 use super::topology::Topology;
-use crate::launch::{bind_capped, err, fuse};
+use crate::launch::{bind_capped, err, fuse, reduce_outside};
 use crate::step::Step;
 use tilefuse_sched::Schedule;
 use tilefuse_sched::ir::{BlockId, IterKind, LoopId, Role, Scope};
@@ -175,31 +175,6 @@ pub(super) fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) ->
         own_nest(s, plan, combine, plan.combine_rows())?;
     }
     Ok(invocations)
-}
-
-/// Moves the reduction loops of `b` inside `rows` (its row invocation loop)
-/// outside it, keeping their order and that of the row loops, where they
-/// are one chain of `b`'s own loops.
-pub(super) fn reduce_outside(s: &mut Schedule, b: BlockId, rows: LoopId) -> Step<()> {
-    let loops = s.get_loops(b)?;
-    let from = loops.iter().position(|&l| l == rows).expect("b's row loop");
-    let block = s.kernel().block(b);
-    let reduces = |l: LoopId| {
-        block.iters.iter().zip(&block.bindings).any(|(it, x)| {
-            it.kind == IterKind::Reduce && x.mentions(tilefuse_sched::ir::Var::Loop(l))
-        })
-    };
-    let (mut order, spatial): (Vec<LoopId>, Vec<LoopId>) =
-        loops[from..].iter().partition(|&&l| reduces(l));
-    if order.is_empty() {
-        return Ok(());
-    }
-    order.extend(spatial);
-    // Where other blocks share these loops (a cross-workgroup stage's
-    // partials, a combining block), the nest stays as it is: the same
-    // result, with a strided walk per column.
-    let _unchanged = s.reorder(&order).is_err();
-    Ok(())
 }
 
 /// Schedules a block that `compute_at` placed under the anchor's rows.
