@@ -14,14 +14,18 @@ pub(super) type Bound = (Index, i64);
 #[derive(Debug)]
 pub(super) struct BlockCode {
     pub(super) bindings: Vec<LoopIndex>,
-    pub(super) extents: Vec<i64>,
-    pub(super) guards: Vec<usize>,
-    /// Split predicates over loop variables.
+    /// Guards (iterators that may run past their extents) and split
+    /// predicates that vary across a lane step's lanes otherwise than in
+    /// `prefix`, over loop variables: checked lane by lane.
     pub(super) predicates: Vec<Bound>,
     /// Guards and predicates the same for every lane of a lane step (all
     /// of them outside lane steps), `expr < bound`: checked once a step,
     /// so that the lanes of a ragged edge's rows run as a whole.
     pub(super) uniform: Vec<(LoopIndex, i64)>,
+    /// In lane steps: guards and predicates that hold for a prefix of the
+    /// lanes (a ragged edge along them): the step runs that prefix, with
+    /// no check lane by lane.
+    pub(super) prefix: Vec<LaneBound>,
     pub(super) reduce_iters: Vec<usize>,
     pub(super) store: Access,
     pub(super) value: Value,
@@ -38,6 +42,15 @@ pub(super) struct BlockCode {
     /// In lane steps: whether iterator values are needed lane by lane
     /// (guards, non-linear offsets); otherwise lane 0's values serve.
     pub(super) per_lane: bool,
+}
+
+/// `coef * lane + rest < bound` with `coef > 0`: true for the lanes below
+/// `(bound - rest) / coef`, rounded up.
+#[derive(Debug)]
+pub(super) struct LaneBound {
+    pub(super) rest: LoopIndex,
+    pub(super) coef: i64,
+    pub(super) bound: i64,
 }
 
 /// A lane step's block run whole-loop through a tape.

@@ -235,9 +235,6 @@ impl Ctx<'_> {
             return;
         }
         let iters: Vec<i64> = b.bindings.iter().map(|x| x.eval(env)).collect();
-        if b.guards.iter().any(|&g| iters[g] >= b.extents[g]) {
-            return;
-        }
         let at = |v: Var| match v {
             Var::Iter(i) => iters[i as usize],
             Var::Loop(l) => env[l.0 as usize],
@@ -276,7 +273,8 @@ impl Ctx<'_> {
     /// Runs lanes `range` of a single-block loop a chunk of lanes at a
     /// time, or whole through its tape.
     pub(super) fn lanes(&self, b: &BlockCode, var: usize, range: Range<i64>, env: &mut [i64]) {
-        if !b.in_bounds(env) {
+        let range = b.in_prefix(range, env);
+        if !b.in_bounds(env) || range.is_empty() {
             return;
         }
         if let Some(t) = &b.tape {
@@ -300,7 +298,6 @@ impl Ctx<'_> {
         // a few hundred lanes per chunk, allocation would cost more than
         // the FMAs (the lane variable is already `start` in `env`).
         if !b.per_lane
-            && b.guards.is_empty()
             && b.predicates.is_empty()
             && self.axpy(b, start, n, env, b.first_in_lane_0(env))
         {
@@ -315,7 +312,7 @@ impl Ctx<'_> {
         let iters: Vec<Vec<i64>> = (b.bindings.iter())
             .map(|x| lane_values(x.index(), lanes, &at))
             .collect();
-        let mask = lane_mask(b, &iters, n, &at);
+        let mask = lane_mask(b, n, &at);
         let mask = mask.as_deref().filter(|m| m.iter().any(|&x| !x));
         if mask.is_some_and(|m| m.iter().all(|&x| !x)) {
             return;
@@ -348,21 +345,13 @@ impl Ctx<'_> {
     }
 }
 
-/// Which of `n` lanes are in bounds (`None` when `b` has no guards or
-/// predicates), given the lanes' iterator values.
-fn lane_mask<'a>(
-    b: &BlockCode,
-    iters: &[Vec<i64>],
-    n: usize,
-    at: &dyn Fn(Var) -> Lane<'a>,
-) -> Option<Vec<bool>> {
-    if b.guards.is_empty() && b.predicates.is_empty() {
+/// Which of `n` lanes the predicates checked lane by lane keep (`None`
+/// when `b` has none).
+fn lane_mask<'a>(b: &BlockCode, n: usize, at: &dyn Fn(Var) -> Lane<'a>) -> Option<Vec<bool>> {
+    if b.predicates.is_empty() {
         return None;
     }
     let mut mask = vec![true; n];
-    for &g in &b.guards {
-        (mask.iter_mut().zip(&iters[g])).for_each(|(m, &v)| *m &= v < b.extents[g]);
-    }
     for (p, bound) in &b.predicates {
         let values = lane_values(p, n, at);
         (mask.iter_mut().zip(&values)).for_each(|(m, &v)| *m &= v < *bound);
@@ -374,6 +363,14 @@ impl BlockCode {
     /// Whether the guards the same for every lane (`uniform`) hold.
     fn in_bounds(&self, env: &[i64]) -> bool {
         (self.uniform.iter()).all(|(x, bound)| x.eval(env) < *bound)
+    }
+
+    /// The lanes of `range` that the prefix bounds keep.
+    fn in_prefix(&self, range: Range<i64>, env: &[i64]) -> Range<i64> {
+        let end = (self.prefix.iter()).fold(range.end, |end, p| {
+            end.min((p.bound - p.rest.eval(env) + p.coef - 1).div_euclid(p.coef))
+        });
+        range.start..end.max(range.start)
     }
 
     /// Whether lane 0 (the lane variable at its value in `env`) is the

@@ -169,13 +169,45 @@ impl Index {
             Index::Mul(a, c) => a.within(range) * *c,
             Index::Div(a, c) => match a.bounds(range) {
                 (l, h) if l.div_euclid(*c) == h.div_euclid(*c) => Index::Const(l.div_euclid(*c)),
-                _ => a.within(range) / *c,
+                _ => match a.within(range).peeled(*c, range) {
+                    Ok(Peeled { high, g, .. }) => high / (c / g),
+                    Err(a) => a / *c,
+                },
             },
             Index::Mod(a, c) => match a.bounds(range) {
                 (l, h) if l >= 0 && h < *c => a.within(range),
-                _ => a.within(range) % *c,
+                _ => match a.within(range).peeled(*c, range) {
+                    Ok(Peeled { high, g, low }) => high % (c / g) * g + low,
+                    Err(a) => a % *c,
+                },
             },
         }
+    }
+
+    /// The expression as `g * high + low` with `0 <= low < g` over the
+    /// ranges, for the largest `g` that divides `c` and some term's
+    /// coefficient, `low` mentioning a variable: then `self / c` is
+    /// `high / (c / g)` and `self % c` is `high % (c / g) * g + low` (a
+    /// fused loop's lanes, `i * 8 + lane`, that stay within a row `c`
+    /// long read as linear in the lane). The expression itself otherwise.
+    fn peeled(self, c: i64, range: &impl Fn(Var) -> (i64, i64)) -> Result<Peeled, Index> {
+        let sum = self.collected();
+        let mut gs: Vec<i64> = (sum.terms.iter()).map(|(_, k)| gcd(*k, c)).collect();
+        gs.sort_unstable_by(|a, b| b.cmp(a));
+        gs.dedup();
+        for g in gs.into_iter().filter(|&g| g > 1) {
+            let (high, low): (Vec<_>, Vec<_>) = (sum.terms.iter()).partition(|(_, k)| k % g == 0);
+            let constant = Index::Const(sum.constant.rem_euclid(g));
+            let low = (low.into_iter()).fold(constant, |acc, (atom, k)| acc + atom.clone() * *k);
+            let (l, h) = low.bounds(range);
+            if l >= 0 && h < g && !matches!(low, Index::Const(_)) {
+                let constant = Index::Const(sum.constant.div_euclid(g));
+                let high = (high.into_iter())
+                    .fold(constant, |acc, (atom, k)| acc + atom.clone() * (k / g));
+                return Ok(Peeled { high, g, low });
+            }
+        }
+        Err(self)
     }
 
     /// Every variable the expression mentions.
@@ -307,6 +339,21 @@ impl Index {
     pub fn display<'a>(&'a self, name: &'a dyn Fn(Var) -> String) -> impl fmt::Display + 'a {
         IndexDisplay { index: self, name }
     }
+}
+
+/// See [`Index::peeled`].
+struct Peeled {
+    high: Index,
+    g: i64,
+    low: Index,
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    let (mut a, mut b) = (a.abs(), b.abs());
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 /// Index arithmetic simplifies as it builds: constants fold, `x * 1`,
@@ -475,5 +522,39 @@ mod tests {
             fused.within(&up_to(9)).linear_in(Var::Loop(LoopId(0))),
             None
         );
+    }
+
+    /// A tile `128` wide copied out of a fused loop `i * 8 + j * 4 + l`:
+    /// while the lanes `j * 4 + l` stay below 8 they never cross a row,
+    /// so the offset is linear in both; with `j` up to 2 only `l` is.
+    /// Peeled or not, the expression keeps its value everywhere.
+    #[test]
+    fn lanes_within_a_row_are_peeled_out_of_the_row_quotient() {
+        let v = |l| Index::var(Var::Loop(LoopId(l)));
+        let x = v(0) * 8 + v(1) * 4 + v(2) + Index::Const(3 * 128 + 8);
+        let offset = (x.clone() / 128) * 256 + x % 128;
+        for (j_max, linear_in_j) in [(1, true), (2, false)] {
+            let range = |w: Var| match w {
+                Var::Loop(LoopId(0)) => (0, 255),
+                Var::Loop(LoopId(1)) => (0, j_max),
+                _ => (0, 3),
+            };
+            let peeled = offset.within(&range).simplified();
+            assert_eq!(peeled.linear_in(Var::Loop(LoopId(2))).unwrap().0, 1);
+            let in_j = peeled.linear_in(Var::Loop(LoopId(1)));
+            assert_eq!(in_j.map(|(c, _)| c), linear_in_j.then_some(4));
+            for (i, j, l) in grid(256, j_max + 1, 4) {
+                let env = |w: Var| match w {
+                    Var::Loop(LoopId(0)) => i,
+                    Var::Loop(LoopId(1)) => j,
+                    _ => l,
+                };
+                assert_eq!(peeled.eval(&env), offset.eval(&env), "{i} {j} {l}");
+            }
+        }
+    }
+
+    fn grid(a: i64, b: i64, c: i64) -> impl Iterator<Item = (i64, i64, i64)> {
+        (0..a).flat_map(move |i| (0..b).flat_map(move |j| (0..c).map(move |l| (i, j, l))))
     }
 }

@@ -125,10 +125,8 @@ fn lane_step(
     indices: &[Index],
     l: LoopId,
 ) -> Option<i64> {
-    let offset = block
-        .over_loops(&[ir::flat_offset(indices, &kernel.buffer(buffer).shape)])
-        .remove(0)
-        .simplified();
+    let offset = ir::flat_offset(indices, &kernel.buffer(buffer).shape);
+    let offset = kernel.offset_over_loops(block, &offset);
     let (c, rest) = offset.linear_in(Var::Loop(l))?;
     (c == 0 || (c == 1 && multiple_of_4(&rest))).then_some(c)
 }

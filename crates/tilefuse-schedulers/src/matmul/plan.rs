@@ -18,9 +18,9 @@ pub(super) struct Plan {
     pub(super) splitk: u64,
     /// Invocations of the later, flat stages.
     pub(super) flat_invocations: u64,
-    /// The split-k sum's reduction loop goes outside its invocations (the
-    /// CPU device, where they are SIMD lanes run in turn).
-    pub(super) sum_outside_lanes: bool,
+    /// The CPU device: a workgroup's invocations run in turn, and a
+    /// vectorized loop of any length is one step of SIMD lanes.
+    pub(super) simd_lanes: bool,
     pub(super) grid_cap: u64,
 }
 
@@ -106,7 +106,7 @@ pub(super) fn plan(fusion: &Fusion, p: &MatmulParams, device: &DeviceInfo) -> St
         invocations,
         splitk,
         flat_invocations: flat_invocations(n_inv, device),
-        sum_outside_lanes: !device.is_gpu(),
+        simd_lanes: !device.is_gpu(),
         grid_cap: u64::from(device.limits.max_workgroups_per_dimension),
     })
 }
