@@ -153,6 +153,8 @@ pub(super) enum Dim {
     K,
     Rows,
     Lanes,
+    /// None of them: the call runs whole or not at all.
+    Whole,
 }
 
 /// A guard that ends loop `dim` early: it runs while `start + i < bound`,

@@ -10,7 +10,7 @@ use tilefuse_sched::ir::{
 use super::code::{BlockCode, Bound, Counted, LaneBound, RowsCode, Step, TapeCode, TapeStore};
 use super::gemm_match::gemm_code;
 use super::loop_index::LoopIndex;
-use super::nest::{in_one_thread, loop_chain, single_block, through_units};
+use super::nest::{block_bounds, in_one_thread, loop_chain, single_block, through_units};
 use super::tape::Tape;
 use super::value::{Access, Value};
 
@@ -101,23 +101,30 @@ fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
     let lane = *chain.last().expect("two loops");
     let code = compile_block(kernel, block, Some(Var::Loop(lane)));
     code.tape.as_ref()?;
-    // The chain's lanes run as one variable past the innermost extent:
-    // bounds read within the loops' ranges would not hold for them.
-    let in_chain = |x: &Index| chain.iter().any(|&l| x.mentions(Var::Loop(l)));
-    if block_bounds(kernel, block, id).any(|(x, _)| in_chain(&x)) {
-        return None;
-    }
-    let contiguous = |a: &Access| {
-        let offset = &kernel.offset_over_loops(block, &a.offset);
-        let mut step = a.linear.as_ref().map_or(0, |(coef, _)| *coef);
+    // Whether `x` moves with the chain as one variable would: each loop
+    // by the inner loops' extents times the innermost's step.
+    let as_one = |x: &Index, lane_step: i64| {
+        let mut step = lane_step;
         chain.windows(2).rev().all(|pair| {
             step *= kernel.loop_(pair[1]).extent as i64;
-            offset
-                .linear_in(Var::Loop(pair[0]))
-                .is_some_and(|(coef, _)| coef == step)
+            (x.linear_in(Var::Loop(pair[0]))).is_some_and(|(coef, _)| coef == step)
         })
     };
+    let contiguous = |a: &Access| {
+        let step = a.linear.as_ref().map_or(0, |(coef, _)| *coef);
+        as_one(&kernel.offset_over_loops(block, &a.offset), step)
+    };
     if !contiguous(&code.store) || !all_loads(&code.value, &contiguous) {
+        return None;
+    }
+    // The chain's lanes run as one variable past the innermost extent: a
+    // bound that moves with them must hold for a prefix of that variable.
+    let in_chain = |x: &Index| chain.iter().any(|&l| x.mentions(Var::Loop(l)));
+    let prefix_of_chain = |x: Index| {
+        let x = x.within(&|v| kernel.loop_range(v)).simplified();
+        !in_chain(&x) || (x.linear_in(Var::Loop(lane))).is_some_and(|(c, _)| c > 0 && as_one(&x, c))
+    };
+    if !block_bounds(kernel, id).all(|(x, _)| prefix_of_chain(x)) {
         return None;
     }
     // Across threads, every lane must be independent of the others and
@@ -222,7 +229,7 @@ pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -
         predicates,
         uniform,
         prefix,
-    } = bounds(kernel, block, block_id, lane);
+    } = bounds(kernel, block_id, lane);
     let per_lane = !predicates.is_empty()
         || !all_loads(&value, &|a| a.linear.is_some())
         || match store.linear {
@@ -264,13 +271,13 @@ struct Bounds {
 /// A block's guards and predicates, sorted for lane steps over `lane`:
 /// within the loops' ranges, those the same for every lane, those that
 /// hold for a prefix of the lanes, and the rest.
-fn bounds(kernel: &Kernel, block: &Block, id: BlockId, lane: Option<Var>) -> Bounds {
+fn bounds(kernel: &Kernel, id: BlockId, lane: Option<Var>) -> Bounds {
     let mut out = Bounds {
         predicates: Vec::new(),
         uniform: Vec::new(),
         prefix: Vec::new(),
     };
-    for (x, bound) in block_bounds(kernel, block, id) {
+    for (x, bound) in block_bounds(kernel, id) {
         let Some(lane) = lane else {
             out.uniform.push((LoopIndex::new(x), bound));
             continue;
@@ -287,16 +294,6 @@ fn bounds(kernel: &Kernel, block: &Block, id: BlockId, lane: Option<Var>) -> Bou
         }
     }
     out
-}
-
-/// A block's guards (its iterators that may run past their extents) and
-/// live predicates, as `expr < bound` over loop variables.
-fn block_bounds(kernel: &Kernel, block: &Block, id: BlockId) -> impl Iterator<Item = Bound> {
-    let guards = (kernel.needs_guard(id).into_iter())
-        .map(|g| (block.bindings[g].clone(), block.iters[g].extent as i64));
-    (kernel.live_predicates(id).into_iter())
-        .map(|(e, b)| (e, b as i64))
-        .chain(guards)
 }
 
 /// The tape of a lane step's block whose lanes need no iterator values of
@@ -436,14 +433,14 @@ mod tests {
     /// Contiguous loops become one lane step, as far out as every access
     /// stays contiguous: all 8 x 64 elements without the bias, each row's
     /// 64 with it (the bias does not move with the rows). A split that
-    /// does not divide the columns needs its predicate lane by lane. Lanes
+    /// does not divide the columns cuts each row's step at the edge. Lanes
     /// through a parallel loop are shared by the threads where there are
     /// enough of them.
     #[test]
     fn contiguous_loop_chains_run_as_one_lane_step() {
         assert_eq!(split_store(8, 64, false, false), [(512, false)]);
         assert_eq!(split_store(8, 64, true, false), [(64, false)]);
-        assert_eq!(split_store(8, 66, false, false), [(4, false)]);
+        assert_eq!(split_store(8, 66, false, false), [(68, false)]);
         assert_eq!(split_store(8, 64, false, true), [(512, false)]);
         assert_eq!(split_store(9, 1 << 13, false, true), [(9 << 13, true)]);
         assert_eq!(split_store(9, 1 << 13, true, true), [(1 << 13, false)]);
@@ -528,9 +525,9 @@ mod tests {
         compare(&evaluate(&f, &x).unwrap(), &got, 1e-5).unwrap();
     }
 
-    /// Columns split by 64 that do not divide 100: the second split's
-    /// lanes past the edge fail a predicate linear in the lane, so the
-    /// step runs its first 36 lanes through the tape, unchecked.
+    /// Columns split by 64 that do not divide 100: lanes past the edge
+    /// fail a predicate linear in them, so each row runs as one step of
+    /// the split's 128 lanes cut to its first 100, through the tape.
     #[test]
     fn a_ragged_edge_along_the_lanes_runs_its_prefix_through_the_tape() {
         let mut f = Fusion::new();
@@ -546,8 +543,8 @@ mod tests {
         let mut blocks = Vec::new();
         let steps = compiled(&s);
         lane_blocks(&steps, &mut blocks);
-        let [(64, false, code)] = blocks[..] else {
-            panic!("one lane step of 64: {blocks:?}")
+        let [(128, false, code)] = blocks[..] else {
+            panic!("one lane step of 128: {blocks:?}")
         };
         assert!(code.tape.is_some() && code.predicates.is_empty());
         assert_eq!(code.prefix.len(), 1);

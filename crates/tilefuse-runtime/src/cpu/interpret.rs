@@ -186,6 +186,8 @@ impl Ctx<'_> {
                 Dim::K => &mut k,
                 Dim::Rows => &mut rows,
                 Dim::Lanes => &mut n,
+                Dim::Whole if value(&cut.start) < cut.bound => continue,
+                Dim::Whole => return,
             };
             *count = (*count).min(cut.bound - value(&cut.start));
         }

@@ -1,7 +1,7 @@
 //! Reading loop nests: loops of one iteration looked through, loops run
 //! in order on one thread.
 
-use tilefuse_sched::ir::{BlockId, Kernel, LoopId, LoopKind, Node};
+use tilefuse_sched::ir::{BlockId, Index, Kernel, LoopId, LoopKind, Node};
 
 /// Looks through loops of one iteration to the single node of a body,
 /// collecting their variables.
@@ -66,4 +66,15 @@ pub(super) fn single_block(kernel: &Kernel, body: &[Node]) -> Option<BlockId> {
         [Node::Loop(l, inner)] if kernel.loop_(*l).extent == 1 => single_block(kernel, inner),
         _ => None,
     }
+}
+
+/// A block's guards (its iterators that may run past their extents) and
+/// live split predicates, as `expr < bound` over loop variables.
+pub(super) fn block_bounds(kernel: &Kernel, id: BlockId) -> impl Iterator<Item = (Index, i64)> {
+    let block = kernel.block(id);
+    let guards = (kernel.needs_guard(id).into_iter())
+        .map(|g| (block.bindings[g].clone(), block.iters[g].extent as i64));
+    (kernel.live_predicates(id).into_iter())
+        .map(|(e, b)| (e, b as i64))
+        .chain(guards)
 }
