@@ -18,8 +18,11 @@ use tilefuse_sched::DeviceInfo;
 /// - 3: index simplification recombines a quotient and remainder anywhere
 ///   in a sum (more `vec4` accesses on GPUs, staged copies as one lane step
 ///   on the CPU), and the CPU micro-kernel takes invocations of one row.
-/// - 4: on the CPU, split-k's sum runs over 1024-lane rows, a slice of k
-///   at a time (split-k was 3 to 30x slower than without it; now it can win).
+/// - 4: on the CPU, split-k's sum runs over 1024-lane rows a slice of k at
+///   a time and the default heuristics split k for idle cores; staged
+///   operand tiles copy a row a step; ragged edges cut lane steps instead
+///   of masking them; swizzled grids keep the GEMM micro-kernel (each
+///   turned a cliff of 10x to 1000x into a candidate that can win).
 pub const CODEGEN_VERSION: u32 = 4;
 
 /// A device as a cache key sees it.
