@@ -421,10 +421,7 @@ mod tests {
         if parallel {
             s.parallel(loops[0]).unwrap();
         }
-        let x = inputs(&f, 5);
-        let device = crate::Device::Cpu(crate::cpu::CpuDevice { threads: 3 });
-        let got = device.build(&s).unwrap().run(&x).unwrap();
-        compare(&evaluate(&f, &x).unwrap(), &got, 1e-6).unwrap();
+        runs_right(&f, &s, 3, 1e-6);
         let mut lanes = Vec::new();
         lane_steps(&compiled(&s), &mut lanes);
         lanes
@@ -446,20 +443,40 @@ mod tests {
         assert_eq!(split_store(9, 1 << 13, true, true), [(1 << 13, false)]);
     }
 
+    /// The CPU device's default params for `f` with `path` set to
+    /// `value`, and `f` scheduled by them.
+    fn defaults_with(
+        f: &Fusion,
+        path: &str,
+        value: serde_json::Value,
+    ) -> (tilefuse_params::HeuristicParams, Schedule) {
+        use tilefuse_schedulers::{heuristics, schedule};
+        let info = crate::Device::cpu().info();
+        let params = heuristics(f, None, &info)
+            .unwrap()
+            .with(path, value)
+            .unwrap();
+        let s = schedule(f, &params, &info).unwrap();
+        (params, s)
+    }
+
+    /// Asserts that `s` on `threads` threads gives the reference's result
+    /// for `f` on fresh inputs.
+    fn runs_right(f: &Fusion, s: &Schedule, threads: usize, tolerance: f32) {
+        let x = inputs(f, 7);
+        let device = crate::Device::Cpu(crate::cpu::CpuDevice { threads });
+        let got = device.build(s).unwrap().run(&x).unwrap();
+        compare(&evaluate(f, &x).unwrap(), &got, tolerance).unwrap();
+    }
+
     /// A matmul's B staged in workgroup memory (`async_gmem_load_operands`)
     /// is copied a k step at a time as one lane step: the copy's fused
     /// loop, split into the tile's rows and columns and flattened again,
     /// reads as contiguous (it ran 4 lanes at a time, interpreted).
     #[test]
     fn a_staged_tile_copies_as_one_lane_step() {
-        use tilefuse_schedulers::{heuristics, schedule};
         let f = tilefuse_testing::matmul(64, 256, 256);
-        let device = crate::Device::cpu();
-        let params = heuristics(&f, None, &device.info())
-            .unwrap()
-            .with("async_gmem_load_operands", true.into())
-            .unwrap();
-        let s = schedule(&f, &params, &device.info()).unwrap();
+        let (params, s) = defaults_with(&f, "async_gmem_load_operands", true.into());
         let tilefuse_params::HeuristicParams::Matmul(m) = &params else {
             panic!("matmul params")
         };
@@ -467,9 +484,7 @@ mod tests {
         let mut lanes = Vec::new();
         lane_steps(&compiled(&s), &mut lanes);
         assert!(lanes.contains(&(k_step * 256, false)), "{lanes:?}");
-        let x = inputs(&f, 3);
-        let got = device.build(&s).unwrap().run(&x).unwrap();
-        compare(&evaluate(&f, &x).unwrap(), &got, 1e-5).unwrap();
+        runs_right(&f, &s, 2, 1e-5);
     }
 
     /// Split-k's sum of the partial products runs a slice of k at a time
@@ -478,20 +493,12 @@ mod tests {
     /// whole matmul without split-k).
     #[test]
     fn a_split_k_sum_adds_a_slice_to_a_row_of_lanes() {
-        use tilefuse_schedulers::{heuristics, schedule};
         let f = tilefuse_testing::matmul(64, 48, 256);
-        let device = crate::Device::cpu();
-        let params = heuristics(&f, None, &device.info())
-            .unwrap()
-            .with("splitk_factor", 4.into())
-            .unwrap();
-        let s = schedule(&f, &params, &device.info()).unwrap();
+        let (_, s) = defaults_with(&f, "splitk_factor", 4.into());
         let mut rows = Vec::new();
         row_steps(&compiled(&s), &mut rows);
         assert_eq!(rows, [(4, 1024)]);
-        let x = inputs(&f, 4);
-        let got = device.build(&s).unwrap().run(&x).unwrap();
-        compare(&evaluate(&f, &x).unwrap(), &got, 1e-5).unwrap();
+        runs_right(&f, &s, 2, 1e-5);
     }
 
     /// The tiles of A and of a transposed B staged in workgroup memory
@@ -500,19 +507,12 @@ mod tests {
     /// 8 after that: 38 ms, then 0.8, for 256^3).
     #[test]
     fn a_staged_tile_copies_a_row_at_a_time() {
-        use tilefuse_ir::{DType, Fusion};
-        use tilefuse_schedulers::{heuristics, schedule};
         let mut f = Fusion::new();
         let a = f.input(&[64, 256], DType::F32, Some("a")).unwrap();
         let b = f.input(&[192, 256], DType::F32, Some("b")).unwrap();
         let c = f.matmul(a, b, false, true).unwrap();
         f.output(c).unwrap();
-        let device = crate::Device::cpu();
-        let params = heuristics(&f, None, &device.info())
-            .unwrap()
-            .with("async_gmem_load_operands", true.into())
-            .unwrap();
-        let s = schedule(&f, &params, &device.info()).unwrap();
+        let (_, s) = defaults_with(&f, "async_gmem_load_operands", true.into());
         let mut lanes = Vec::new();
         lane_steps(&compiled(&s), &mut lanes);
         assert_eq!(
@@ -520,9 +520,7 @@ mod tests {
             2,
             "{lanes:?}"
         );
-        let x = inputs(&f, 6);
-        let got = device.build(&s).unwrap().run(&x).unwrap();
-        compare(&evaluate(&f, &x).unwrap(), &got, 1e-5).unwrap();
+        runs_right(&f, &s, 2, 1e-5);
     }
 
     /// Columns split by 64 that do not divide 100: lanes past the edge
@@ -548,9 +546,6 @@ mod tests {
         };
         assert!(code.tape.is_some() && code.predicates.is_empty());
         assert_eq!(code.prefix.len(), 1);
-        let x = inputs(&f, 8);
-        let device = crate::Device::Cpu(crate::cpu::CpuDevice { threads: 2 });
-        let got = device.build(&s).unwrap().run(&x).unwrap();
-        compare(&evaluate(&f, &x).unwrap(), &got, 1e-6).unwrap();
+        runs_right(&f, &s, 2, 1e-6);
     }
 }
