@@ -1,0 +1,108 @@
+"""Matmul params that a device once ran 10x to 1000x slower than its defaults.
+
+    python benches/params_cliffs.py                 # CPU device
+    python benches/params_cliffs.py --device gpu --budget 1
+
+A tuner measures every point of its space, so a point that is merely a bad
+choice should cost about what a good one does, not seconds: each case here
+is one that did (split-k, staged operands, swizzled grids, ragged tiles,
+skinny shapes). Prints the call `k(*arrays)` (median over a time budget,
+after one warm-up call) beside numpy's `a @ b` in the same run, and the
+ratio; every result is first checked against the float64 reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import tilefuse as tf
+
+# 256-row workgroup tiles of 16-column invocations (a GPU's shape).
+WIDE_TILES: dict[str, Any] = {
+    "tile_sizes.cta_tile.m": 256,
+    "tile_sizes.cta_tile.n": 128,
+    "tile_sizes.warp_tile.n": 32,
+    "tile_sizes.instruction_tile.n": 16,
+}
+STAGED: dict[str, Any] = {"async_gmem_load_operands": True}
+
+# (name, matmul workload sizes, params fields set over the defaults)
+CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("256^3, splitk_factor 2", {"m": 256, "n": 256, "k": 256}, {"splitk_factor": 2}),
+    ("8x256x16384, defaults", {"m": 8, "n": 256, "k": 16384}, {}),
+    ("1x4096x4096, defaults", {"m": 1, "n": 4096, "k": 4096}, {}),
+    ("4x512x8192, defaults", {"m": 4, "n": 512, "k": 8192}, {}),
+    ("64x256x256, staged", {"m": 64, "n": 256, "k": 256}, STAGED),
+    ("256^3 B^T, staged", {"m": 256, "n": 256, "k": 256, "transpose_b": True}, STAGED),
+    ("300x129x300 B^T, staged", {"m": 300, "n": 129, "k": 300, "transpose_b": True}, STAGED),
+    ("16x513x513, wide tiles", {"m": 16, "n": 513, "k": 513}, WIDE_TILES),
+    (
+        "16x513x513, wide tiles, swizzle 4",
+        {"m": 16, "n": 513, "k": 513},
+        {**WIDE_TILES, "grid_swizzle_factor": 4},
+    ),
+]
+
+
+def median_ms(call: Callable[[], Any], budget: float) -> float:
+    """Median of timed calls after one warm-up, at least 5 and as many as
+    `budget` seconds allow (up to 200)."""
+    call()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < 200 and (len(times) < 5 or time.perf_counter() - start < budget):
+        t = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times)) * 1e3
+
+
+def with_fields(params: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """`params` with each dotted path in `fields` set."""
+    for path, value in fields.items():
+        *parents, last = path.split(".")
+        node = params
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return params
+
+
+def run_case(
+    sizes: dict[str, Any], fields: dict[str, Any], device: tf.Device, budget: float
+) -> tuple[float, float]:
+    """The case's call and numpy's `a @ b`, ms."""
+    workload = tf.workloads.get("matmul", **sizes)
+    fusion = workload.fusion()
+    defaults = fusion.heuristics(device=device)
+    assert isinstance(defaults, tf.HeuristicParams), "a matmul is one segment"
+    params = with_fields(defaults.to_dict(), fields)
+    check = tf.Engine(device).verify(workload, params)
+    if not check.passed:
+        raise SystemExit(f"{workload.key} with {fields}: {check.mismatch}")
+    kernel = fusion.schedule(params, device=device)
+    inputs = workload.inputs()
+    a, b = inputs[0], inputs[1]
+    b = b.T if sizes.get("transpose_b") else b
+    return median_ms(lambda: kernel(*inputs), budget), median_ms(lambda: a @ b, budget)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--budget", type=float, default=0.4, help="seconds of timed calls per case")
+    args = parser.parse_args()
+    device = tf.Device.cpu() if args.device == "cpu" else tf.Device.gpu()
+    print(f"{'case':<36} {'tilefuse ms':>12} {'numpy ms':>9} {'ratio':>7}")
+    for name, sizes, fields in CASES:
+        ours, numpy = run_case(sizes, fields, device, args.budget)
+        print(f"{name:<36} {ours:>12.3f} {numpy:>9.3f} {ours / numpy:>7.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
