@@ -67,9 +67,9 @@ pub(super) fn bind_capped(
     Ok(bound)
 }
 
-/// Moves the reduction loops of `b` inside `rows` (its row invocation loop)
-/// outside it, keeping their order and that of the row loops, where they
-/// are one chain of `b`'s own loops.
+/// Moves the reduction loops of `b` inside `rows` (the invocation loop its
+/// rows or lanes are bound to) outside it, keeping their order and that of
+/// the other loops, where they are one chain of `b`'s own loops.
 pub(crate) fn reduce_outside(s: &mut Schedule, b: BlockId, rows: LoopId) -> Step<()> {
     let loops = s.get_loops(b)?;
     let from = loops.iter().position(|&l| l == rows).expect("b's row loop");

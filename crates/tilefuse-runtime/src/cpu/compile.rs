@@ -118,13 +118,11 @@ fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
         return None;
     }
     // The chain's lanes run as one variable past the innermost extent: a
-    // bound that moves with them must hold for a prefix of that variable.
+    // bound must not move with them, or hold for a prefix of that variable.
     let in_chain = |x: &Index| chain.iter().any(|&l| x.mentions(Var::Loop(l)));
-    let prefix_of_chain = |x: Index| {
-        let x = x.within(&|v| kernel.loop_range(v)).simplified();
-        !in_chain(&x) || (x.linear_in(Var::Loop(lane))).is_some_and(|(c, _)| c > 0 && as_one(&x, c))
-    };
-    if !block_bounds(kernel, id).all(|(x, _)| prefix_of_chain(x)) {
+    if code.uniform.iter().any(|(x, _)| in_chain(x.index()))
+        || !code.prefix.iter().all(|p| as_one(p.rest.index(), p.coef))
+    {
         return None;
     }
     // Across threads, every lane must be independent of the others and
@@ -282,7 +280,7 @@ fn bounds(kernel: &Kernel, id: BlockId, lane: Option<Var>) -> Bounds {
             out.uniform.push((LoopIndex::new(x), bound));
             continue;
         };
-        let x = x.within(&|v| kernel.loop_range(v)).simplified();
+        let x = kernel.within_loops(&x);
         match x.linear_in(lane) {
             Some((0, _)) => out.uniform.push((LoopIndex::new(x), bound)),
             Some((coef, rest)) if coef > 0 => out.prefix.push(LaneBound {

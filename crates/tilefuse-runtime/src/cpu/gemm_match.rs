@@ -249,7 +249,7 @@ impl MicroNest {
     /// `x`'s strides per lane, per row and per `k`, and its value with
     /// those loops and the units at 0.
     fn strides(&self, kernel: &Kernel, x: &Index) -> Option<([i64; 3], Index)> {
-        let x = x.within(&|v| kernel.loop_range(v)).simplified();
+        let x = kernel.within_loops(x);
         let (sj, rest) = self.lane_stride(kernel, x)?;
         let (sr, rest) = rest.linear_in(Var::Loop(self.r))?;
         let (sk, rest) = rest.linear_in(Var::Loop(self.k))?;

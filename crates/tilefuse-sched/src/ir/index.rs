@@ -356,8 +356,6 @@ fn gcd(a: i64, b: i64) -> i64 {
     a
 }
 
-/// Index arithmetic simplifies as it builds: constants fold, `x * 1`,
-/// `x / 1` and `x + 0` vanish, `x % 1` is 0.
 /// A sum being collected by [`Index::simplified`]: atoms (variables,
 /// quotients, remainders) with their coefficients, and a constant.
 #[derive(Default)]
@@ -406,6 +404,8 @@ impl Terms {
     }
 }
 
+/// Index arithmetic simplifies as it builds: constants fold, `x * 1`,
+/// `x / 1` and `x + 0` vanish, `x % 1` is 0.
 impl std::ops::Add for Index {
     type Output = Index;
     fn add(self, rhs: Index) -> Index {

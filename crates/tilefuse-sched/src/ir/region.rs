@@ -41,11 +41,16 @@ impl Block {
 
 impl Kernel {
     /// `offset` (an access of `block`) over loop variables, simplified
-    /// within the loops' ranges (see [`Index::within`]): how an access
-    /// moves with each loop, for the vectorizers.
+    /// within the loops' ranges: how an access moves with each loop, for
+    /// the vectorizers.
     pub fn offset_over_loops(&self, block: &Block, offset: &Index) -> Index {
-        let over = block.over_loops(std::slice::from_ref(offset)).remove(0);
-        over.within(&|v| self.loop_range(v)).simplified()
+        self.within_loops(&block.over_loops(std::slice::from_ref(offset))[0])
+    }
+
+    /// `x`, over loop variables, simplified within the loops' ranges (see
+    /// [`Index::within`]).
+    pub fn within_loops(&self, x: &Index) -> Index {
+        x.within(&|v| self.loop_range(v)).simplified()
     }
 
     /// Loops strictly inside loop `l`, outermost first.
