@@ -91,10 +91,9 @@ pub(super) enum Step {
         /// parallel or workgroup loops, with enough of them to share).
         parallel: bool,
     },
-    /// A loop over `k` around a loop over a few rows `r` around a lane
-    /// loop over `j` whose block is `C[r, j] += A[r, k] * B[k, j]`, maybe
-    /// under a loop over groups of such rows: run by the register-blocked
-    /// micro-kernel (`gemm.rs`).
+    /// A nest of loops over `k`, rows `r` and lanes `j`, in any order,
+    /// around a block `C[r, j] += A[r, k] * B[k, j]`: run by the
+    /// register-blocked micro-kernel (`gemm.rs`) in one call.
     Gemm(Box<GemmCode>),
     /// A serial loop over `r` around a lane step whose tape combines into
     /// elements that stay put as `r` moves (an outer reduction, such as
@@ -133,12 +132,14 @@ pub(super) struct RowsCode {
 pub(super) struct GemmCode {
     /// The block's guards, each ending one of the loops early.
     pub(super) cuts: Vec<Cut>,
-    pub(super) k: Counted,
-    pub(super) rows: Counted,
-    pub(super) lanes: Counted,
-    /// Loops whose variables stay 0 in a call: those of one iteration in
-    /// between, and a loop over groups of rows (`gemm_match::grouped`).
-    pub(super) units: Vec<usize>,
+    /// The call's k steps, rows and lanes: each the product of the
+    /// extents of the nest's loops of that role (`gemm_match::Role`).
+    pub(super) k: i64,
+    pub(super) rows: i64,
+    pub(super) lanes: i64,
+    /// The nest's loops, whose variables stay 0 in a call (the operands'
+    /// offsets are at its first k step, row and lane).
+    pub(super) loops: Vec<usize>,
     /// `C` moves per row (not per `k`), `A` per row and `k`, `B` per `k`
     /// (not per row); `C` moves one element per lane, `B` one or more (a
     /// transposed B is packed before the micro-kernel reads it).

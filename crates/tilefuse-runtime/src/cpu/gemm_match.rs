@@ -1,241 +1,189 @@
 //! Recognizing the GEMM micro-kernel's loop nest in a kernel.
 
-use tilefuse_ir::{DType, ReduceOp};
+use tilefuse_ir::{BinaryOp, DType, ReduceOp};
 use tilefuse_sched::ir::{BlockId, BufferId, Expr, Index, Kernel, LoopId, Node, Var, flat_offset};
 
-use super::code::{Counted, Cut, Dim, GemmCode, Operand};
-use super::nest::{block_bounds, in_one_thread, is_serial, loop_chain, through_units};
+use super::code::{Cut, Dim, GemmCode, Operand};
+use super::nest::{block_bounds, in_one_thread, loop_chain};
 
-/// The micro-kernel's loop nest under loop `l`: its own (see [`micro`]),
-/// or one under a loop over groups of its rows (see [`grouped`]).
-pub(super) fn gemm_code(kernel: &Kernel, l: LoopId, body: &[Node]) -> Option<GemmCode> {
-    grouped(kernel, l, body).or_else(|| micro(kernel, l, body))
-}
-
-/// A loop `g` run in one thread (an invocation loop) around the
-/// micro-kernel's nest, when `g` moves C and A on by the nest's rows and
-/// leaves B: one call then takes every group's rows, so that it reads
-/// each part of B once for all of them (`gemm::update`). The order of the
-/// sums into each element of C stays as written: only the groups, which
-/// write disjoint rows, run interleaved.
-fn grouped(kernel: &Kernel, g: LoopId, body: &[Node]) -> Option<GemmCode> {
+/// The micro-kernel's call for the loop nest from `node`, if it is one:
+/// a chain of loops run in one thread, each the only child of the one
+/// before, around one block that accumulates `C += A * B` in f32 without
+/// starting itself (its guards and predicates cut the call short, see
+/// [`Nest::cut`]). Each loop of more than one iteration is a k step, a row
+/// or a lane loop by what it moves (see [`Role`]); the loops of each role,
+/// in any order and split any way, run as one variable would.
+///
+/// The call runs each element's sums in the nest's order of k, and the
+/// elements, which are distinct, in its own order: so the invocation
+/// loops of a GPU schedule, which stand outside its k loops, join the
+/// call (a workgroup of 8 x 8 invocations of 4 x 4 elements with k steps
+/// of 4 ran 64 calls of 4 x 4 a step: 256^3 took 17 ms, 80x the default
+/// params' time). A nest does not start at a k loop with another k loop
+/// inside: that is the tile's k step, whose blocking keeps the rows of B
+/// a call reads in cache (1 x 4096 x 4096 in one call per workgroup took
+/// 3.1 ms, in one call per k step of 128 2.7 ms).
+pub(super) fn gemm_code(kernel: &Kernel, node: &Node) -> Option<GemmCode> {
     let mut units = Vec::new();
-    let Node::Loop(k, k_body) = through_units(kernel, body, &mut units)? else {
-        return None;
-    };
-    if !in_one_thread(kernel, g) {
+    let (chain, id) = loop_chain(kernel, std::slice::from_ref(node), &mut units)?;
+    let all = chain
+        .iter()
+        .copied()
+        .chain(units.iter().map(|&u| LoopId(u as u32)));
+    if !all.clone().all(|j| in_one_thread(kernel, j)) || !accumulates(kernel, id) {
         return None;
     }
-    let mut code = micro(kernel, *k, k_body)?;
-    let var = Var::Loop(g);
-    let rows = code.rows.extent;
-    let per_row = |op: &Operand| {
-        let (per_group, _) = op.offset.linear_in(var)?;
-        match rows {
-            1 => Some(per_group),
-            _ => (per_group == rows * op.per_row).then_some(op.per_row),
-        }
+    let block = kernel.block(id);
+    let Expr::Binary(BinaryOp::Mul, x, y) = &block.value else {
+        return None;
     };
-    (code.c.per_row, code.a.per_row) = (per_row(&code.c)?, per_row(&code.a)?);
-    for cut in &code.cuts {
-        let per_group = cut.start.linear_in(var)?.0;
-        let expected = if cut.dim == Dim::Rows { rows } else { 0 };
-        if per_group != expected {
-            return None;
-        }
-    }
-    code.rows.extent *= kernel.loop_(g).extent as i64;
-    code.units.extend(units);
-    code.units.push(g.0 as usize);
-    (code.b.offset.linear_in(var)?.0 == 0 && code.rows_apart()).then_some(code)
+    let (Some((xb, xi)), Some((yb, yi))) = (load(x), load(y)) else {
+        return None;
+    };
+    let loops: Vec<usize> = all.map(|j| j.0 as usize).collect();
+    [(xb, xi, yb, yi), (yb, yi, xb, xi)]
+        .into_iter()
+        .find_map(|(ab, ai, bb, bi)| {
+            let nest = Nest::read(kernel, &chain, id, (ab, ai), (bb, bi))?;
+            nest.code(kernel, loops.clone())
+        })
 }
 
-/// The micro-kernel's loop nest under loop `k`, if `body` is one: a serial
-/// loop over at most `gemm::MAX_ROWS` rows `r`, then serial loops over lanes `j` with one
-/// block that accumulates (without starting itself; its guards and
-/// predicates cut the loops short, see `MicroNest::cut`) `C += A * B` in f32, where C moves with `r` and one step per `j` but not with `k`,
-/// A with `r` and `k` but not `j`, and B with `k` and one step per `j` but
-/// not `r`.
-fn micro(kernel: &Kernel, k: LoopId, body: &[Node]) -> Option<GemmCode> {
-    (MicroNest::find(kernel, k, body).into_iter()).find_map(|nest| micro_of(kernel, nest))
+/// Whether block `id` accumulates a sum in f32 without starting it.
+fn accumulates(kernel: &Kernel, id: BlockId) -> bool {
+    let block = kernel.block(id);
+    block.reduce == Some(ReduceOp::Sum)
+        && !block.init
+        && kernel.buffer(block.buffer).dtype == DType::F32
 }
 
-/// The micro-kernel's call for one reading of the nest (see [`micro`]).
-fn micro_of(kernel: &Kernel, nest: MicroNest) -> Option<GemmCode> {
-    let k = nest.k;
-    let block = kernel.block(nest.block);
-    let Expr::Binary(tilefuse_ir::BinaryOp::Mul, x, y) = &block.value else {
-        return None;
-    };
-    let (
-        Expr::Load {
-            buffer: xb,
-            indices: xi,
-        },
-        Expr::Load {
-            buffer: yb,
-            indices: yi,
-        },
-    ) = (&**x, &**y)
-    else {
-        return None;
-    };
-    let c = nest.operand(kernel, block.buffer, &block.indices)?;
-    let (a, b) = match (
-        nest.operand(kernel, *xb, xi)?,
-        nest.operand(kernel, *yb, yi)?,
-    ) {
-        (p, q) | (q, p) if p.per_lane == 0 && q.per_lane >= 1 => (p, q),
-        _ => return None,
-    };
-    let (c_id, a_id, b_id) = (block.buffer.0 as usize, a.buffer, b.buffer);
-    let f32s = |b: usize| kernel.buffer(BufferId(b as u32)).dtype == DType::F32;
-    let distinct = a_id != c_id && b_id != c_id;
-    if !(distinct && f32s(a_id) && f32s(b_id) && c.per_lane == 1 && c.per_k == 0 && b.per_row == 0)
-    {
-        return None;
-    }
-    if a.per_k < 0 || b.per_k < 0 {
-        return None;
-    }
-    let cuts = block_bounds(kernel, nest.block)
-        .map(|(x, bound)| nest.cut(kernel, &x, bound))
-        .collect::<Option<Vec<_>>>()?;
-    let code = GemmCode {
-        cuts,
-        k: Counted::of(kernel, k),
-        rows: Counted::of(kernel, nest.r),
-        lanes: Counted {
-            var: nest.lanes[0].0 as usize,
-            extent: nest
-                .lanes
-                .iter()
-                .map(|&j| kernel.loop_(j).extent as i64)
-                .product(),
-        },
-        units: nest.units,
-        c,
-        a,
-        b,
-    };
-    code.rows_apart().then_some(code)
-}
-
-impl GemmCode {
-    /// Rows of C that do not overlap (each is held in registers on its
-    /// own), and rows of A and C in ascending order.
-    fn rows_apart(&self) -> bool {
-        let (c, a) = (&self.c, &self.a);
-        c.per_row >= 0
-            && a.per_row >= 0
-            && (self.rows.extent == 1 || c.per_row >= self.lanes.extent)
+fn load(e: &Expr) -> Option<(BufferId, &[Index])> {
+    match e {
+        Expr::Load { buffer, indices } => Some((*buffer, indices)),
+        _ => None,
     }
 }
 
-/// The micro-kernel's loops: `k`, then rows `r`, then lanes around one
-/// accumulating block; `units` are the loops of one iteration between and
-/// the lane loops but the outermost (whose variable counts the lanes).
-struct MicroNest {
-    k: LoopId,
-    r: LoopId,
-    /// A chain of loops, outermost first, that every access runs through
-    /// as one (a GPU schedule's columns, split into unrolled vec4s).
-    lanes: Vec<LoopId>,
+/// What a loop of the nest moves: C and A (a row), C and B (a lane), or
+/// A and B (a k step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Lanes = 0,
+    Rows = 1,
+    K = 2,
+}
+
+/// A reading of the nest with one load as A and the other as B: each
+/// loop's role, and its multiplier (what one step of it counts in its
+/// role's variable: the extents of the loops of that role inside it).
+struct Nest {
+    loops: Vec<(LoopId, Role, i64)>,
+    extents: [i64; 3],
     block: BlockId,
-    units: Vec<usize>,
+    c: Index,
+    a: (BufferId, Index),
+    b: (BufferId, Index),
 }
 
-impl MicroNest {
-    /// The readings of the nest under `k` as the micro-kernel's, when its
-    /// loops are serial, it has at most `gemm::MAX_ROWS` rows, and its
-    /// block accumulates a product in f32 without starting itself or split
-    /// predicates. Rows are the first loop under `k` of more than one
-    /// iteration, the lanes the chain under it; or, for rows of one (an
-    /// instruction tile of one row), rows are one of the loops of one
-    /// iteration before the lanes, the lanes the chain from that first
-    /// loop (they were interpreted: a 128 x 256 x 256 matmul in
-    /// invocations of one row and 16 columns took 320 ms, not 0.2).
-    fn find(kernel: &Kernel, k: LoopId, body: &[Node]) -> Vec<MicroNest> {
-        let mut found = Vec::new();
-        if !is_serial(kernel, k) {
-            return found;
-        }
-        let mut before = Vec::new();
-        let Some(Node::Loop(r, r_body)) = through_units(kernel, body, &mut before) else {
-            return found;
-        };
-        let mut units = before.clone();
-        if let Some((lanes, id)) = loop_chain(kernel, r_body, &mut units) {
-            found.extend(MicroNest::new(kernel, k, *r, lanes, id, units));
-        }
-        let mut units = Vec::new();
-        if let Some((lanes, id)) = loop_chain(kernel, body, &mut units) {
-            for &one in &before {
-                let others = units.iter().copied().filter(|&u| u != one).collect();
-                let r = LoopId(one as u32);
-                found.extend(MicroNest::new(kernel, k, r, lanes.clone(), id, others));
-            }
-        }
-        found
-    }
-
-    /// The nest of rows `r` and `lanes` around block `id` under `k`, if
-    /// the micro-kernel can run it.
-    fn new(
+impl Nest {
+    fn read(
         kernel: &Kernel,
-        k: LoopId,
-        r: LoopId,
-        lanes: Vec<LoopId>,
+        chain: &[LoopId],
         id: BlockId,
-        mut units: Vec<usize>,
-    ) -> Option<MicroNest> {
-        let serial = |l| is_serial(kernel, l);
-        if lanes.is_empty() {
-            return None;
-        }
-        units.extend(lanes[1..].iter().map(|j| j.0 as usize));
-        let rows = kernel.loop_(r).extent;
-        if !serial(r) || !lanes.iter().all(|&j| serial(j)) || rows > super::gemm::MAX_ROWS as u64 {
-            return None;
-        }
+        a: (BufferId, &[Index]),
+        b: (BufferId, &[Index]),
+    ) -> Option<Nest> {
         let block = kernel.block(id);
-        if block.reduce != Some(ReduceOp::Sum)
-            || block.init
-            || kernel.buffer(block.buffer).dtype != DType::F32
-        {
+        let offset = |buffer: BufferId, indices: &[Index]| {
+            let flat = flat_offset(indices, &kernel.buffer(buffer).shape);
+            kernel.within_loops(&block.over_loops(&[flat]).remove(0))
+        };
+        let (c, a_at, b_at) = (
+            offset(block.buffer, &block.indices),
+            offset(a.0, a.1),
+            offset(b.0, b.1),
+        );
+        let mut roles = Vec::new();
+        for &j in chain {
+            let moves = |x: &Index| x.linear_in(Var::Loop(j)).map(|(s, _)| s != 0);
+            roles.push(match (moves(&c)?, moves(&a_at)?, moves(&b_at)?) {
+                (true, true, false) => Role::Rows,
+                (true, false, true) => Role::Lanes,
+                (false, true, true) => Role::K,
+                _ => return None,
+            });
+        }
+        // Of two k loops, the outer is the tile's k step when it is the
+        // nest's outermost loop: the nest starts further in.
+        if roles.first() == Some(&Role::K) && roles[1..].contains(&Role::K) {
             return None;
         }
-        Some(MicroNest {
-            k,
-            r,
-            lanes,
+        let mut extents = [1i64; 3];
+        let mut loops = vec![(LoopId(0), Role::K, 0); chain.len()];
+        for (i, (&j, &role)) in chain.iter().zip(&roles).enumerate().rev() {
+            loops[i] = (j, role, extents[role as usize]);
+            extents[role as usize] *= kernel.loop_(j).extent as i64;
+        }
+        Some(Nest {
+            loops,
+            extents,
             block: id,
-            units,
+            c,
+            a: (a.0, a_at),
+            b: (b.0, b_at),
         })
     }
 
-    /// `offset`'s stride per lane and the rest of it, when the lane loops
-    /// move it as one loop would: each outer loop's stride is the next
-    /// inner one's times that loop's extent.
-    fn lane_stride(&self, kernel: &Kernel, offset: Index) -> Option<(i64, Index)> {
-        let (mut per_lane, mut next, mut rest) = (None, 0, offset);
-        for &j in self.lanes.iter().rev() {
-            let (s, r) = rest.linear_in(Var::Loop(j))?;
-            if per_lane.is_some() && s != next {
-                return None;
-            }
-            per_lane.get_or_insert(s);
-            (next, rest) = (s * kernel.loop_(j).extent as i64, r);
+    /// The call, when the operands are distinct f32 matrices that move as
+    /// the micro-kernel reads them and every bound cuts one of its loops.
+    fn code(self, kernel: &Kernel, loops: Vec<usize>) -> Option<GemmCode> {
+        let [lanes, rows, k] = self.extents;
+        let c_id = kernel.block(self.block).buffer;
+        let operand = |buffer: BufferId, x: &Index| {
+            let ([per_lane, per_row, per_k], offset) = self.strides(x, &loops)?;
+            Some(Operand {
+                buffer: buffer.0 as usize,
+                offset,
+                per_row,
+                per_k,
+                per_lane,
+            })
+        };
+        let (c, a, b) = (
+            operand(c_id, &self.c)?,
+            operand(self.a.0, &self.a.1)?,
+            operand(self.b.0, &self.b.1)?,
+        );
+        let f32s = |x: BufferId| kernel.buffer(x).dtype == DType::F32;
+        let distinct = self.a.0 != c_id && self.b.0 != c_id;
+        let forward = a.per_k >= 0 && b.per_k >= 0 && a.per_row >= 0 && b.per_lane >= 1;
+        // Rows of C that do not overlap (each is held in registers on its
+        // own).
+        let apart = c.per_row >= 0 && (rows == 1 || c.per_row >= lanes);
+        if !(distinct && f32s(self.a.0) && f32s(self.b.0) && c.per_lane == 1 && forward && apart) {
+            return None;
         }
-        Some((per_lane?, rest))
+        let cuts = block_bounds(kernel, self.block)
+            .map(|(x, bound)| self.cut(kernel, &x, bound, &loops))
+            .collect::<Option<Vec<_>>>()?;
+        Some(GemmCode {
+            cuts,
+            k,
+            rows,
+            lanes,
+            loops,
+            c,
+            a,
+            b,
+        })
     }
 
-    /// How the block's guard or predicate `x < bound` cuts the nest
-    /// short: when `x` moves with one of its loops alone, one a step (a
-    /// ragged edge: `m` not a multiple of the rows, `k` of the k step), or
-    /// with none (a workgroup past the edge, as swizzled grids have).
-    fn cut(&self, kernel: &Kernel, x: &Index, bound: i64) -> Option<Cut> {
-        let (strides, start) = self.strides(kernel, x)?;
+    /// How the block's guard or predicate `x < bound` cuts the call short:
+    /// when `x` moves one a step with one of its variables alone (a ragged
+    /// edge: `m` not a multiple of the rows, `k` of the k step), or with
+    /// none (a workgroup past the edge, as swizzled grids have).
+    fn cut(&self, kernel: &Kernel, x: &Index, bound: i64, loops: &[usize]) -> Option<Cut> {
+        let (strides, start) = self.strides(&kernel.within_loops(x), loops)?;
         let dim = match strides {
             [1, 0, 0] => Dim::Lanes,
             [0, 1, 0] => Dim::Rows,
@@ -246,61 +194,58 @@ impl MicroNest {
         Some(Cut { dim, start, bound })
     }
 
-    /// `x`'s strides per lane, per row and per `k`, and its value with
-    /// those loops and the units at 0.
-    fn strides(&self, kernel: &Kernel, x: &Index) -> Option<([i64; 3], Index)> {
-        let x = kernel.within_loops(x);
-        let (sj, rest) = self.lane_stride(kernel, x)?;
-        let (sr, rest) = rest.linear_in(Var::Loop(self.r))?;
-        let (sk, rest) = rest.linear_in(Var::Loop(self.k))?;
+    /// `x`'s strides per lane, row and k step, when the loops of each role
+    /// move it as one variable would, and its value with the nest's
+    /// `loops` at 0.
+    fn strides(&self, x: &Index, loops: &[usize]) -> Option<([i64; 3], Index)> {
+        let mut unit: [Option<i64>; 3] = [None; 3];
+        let mut rest = x.clone();
+        for &(j, role, multiplier) in self.loops.iter().rev() {
+            let (s, r) = rest.linear_in(Var::Loop(j))?;
+            let per = *unit[role as usize].get_or_insert(s);
+            if s != per * multiplier {
+                return None;
+            }
+            rest = r;
+        }
         let rest = rest.subst(&|v| match v {
-            Var::Loop(l) if self.units.contains(&(l.0 as usize)) => Some(Index::Const(0)),
+            Var::Loop(l) if loops.contains(&(l.0 as usize)) => Some(Index::Const(0)),
             _ => None,
         });
-        Some(([sj, sr, sk], rest))
-    }
-
-    /// An access's strides per row, per `k` and per lane, and its offset
-    /// with those loops at 0.
-    fn operand(&self, kernel: &Kernel, buffer: BufferId, indices: &[Index]) -> Option<Operand> {
-        let offset = (kernel.block(self.block))
-            .over_loops(&[flat_offset(indices, &kernel.buffer(buffer).shape)])
-            .remove(0);
-        let ([sj, sr, sk], rest) = self.strides(kernel, &offset)?;
-        Some(Operand {
-            buffer: buffer.0 as usize,
-            offset: rest,
-            per_row: sr,
-            per_k: sk,
-            per_lane: sj,
-        })
+        Some((unit.map(|u| u.unwrap_or(0)), rest))
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use tilefuse_params::HeuristicParams;
     use tilefuse_schedulers::{heuristics, schedule};
 
     use super::super::code::Step;
     use super::super::compile::compiled;
 
-    /// Rows of each micro-kernel call in the steps.
-    fn gemm_rows(steps: &[Step], out: &mut Vec<i64>) {
+    /// Rows, lanes and k steps of each micro-kernel call in the steps.
+    fn gemm_calls(steps: &[Step], out: &mut Vec<[i64; 3]>) {
         for step in steps {
             match step {
-                Step::Gemm(g) => out.push(g.rows.extent),
-                Step::Loop { body, .. } => gemm_rows(body, out),
+                Step::Gemm(g) => out.push([g.rows, g.lanes, g.k]),
+                Step::Loop { body, .. } => gemm_calls(body, out),
                 _ => {}
             }
         }
     }
 
+    /// Rows, lanes and k steps of each micro-kernel call `schedule` makes
+    /// on the CPU.
+    fn gemm_calls_of(schedule: &tilefuse_sched::Schedule) -> Vec<[i64; 3]> {
+        let mut calls = Vec::new();
+        gemm_calls(&compiled(schedule), &mut calls);
+        calls
+    }
+
     /// Rows of each micro-kernel call `schedule` makes on the CPU.
     fn gemm_rows_of(schedule: &tilefuse_sched::Schedule) -> Vec<i64> {
-        let mut rows = Vec::new();
-        gemm_rows(&compiled(schedule), &mut rows);
-        rows
+        gemm_calls_of(schedule).iter().map(|c| c[0]).collect()
     }
 
     /// On two cores the default matmul params give workgroups of 64 rows,
@@ -377,6 +322,32 @@ mod tests {
             }
             takes_the_micro_kernel(&f, &params, &format!("one row, {n:?} columns"));
         }
+    }
+
+    /// Workgroups of 8 x 8 invocations of 4 x 4 elements, k steps of 16
+    /// split by 4 within an invocation: the invocations and the split k
+    /// run as one call of the tile's 32 rows, 32 lanes and 16 k steps (64
+    /// calls of 4 x 4 x 4 a step took 17 ms for 256^3). The tile's k step
+    /// stays outside the call.
+    #[test]
+    fn invocations_outside_the_k_loops_join_the_call() {
+        let f = tilefuse_testing::matmul(64, 96, 80);
+        let params = defaults(&f)
+            .with("tile_sizes", invocations_of_4x4())
+            .unwrap();
+        let s = schedule(&f, &params, &crate::Device::cpu().info()).unwrap();
+        assert_eq!(gemm_calls_of(&s), [[32, 32, 16]]);
+        takes_the_micro_kernel(&f, &params, "4 x 4 invocations");
+    }
+
+    /// Tiles of 32 x 32 x 16 in invocations of 4 x 4 x 4.
+    pub(in super::super) fn invocations_of_4x4() -> serde_json::Value {
+        let tile = |m, n, k| serde_json::json!({"m": m, "n": n, "k": k});
+        serde_json::json!({
+            "cta_tile": tile(32, 32, 16),
+            "warp_tile": tile(32, 32, 16),
+            "instruction_tile": tile(4, 4, 4),
+        })
     }
 
     /// `q @ k.T`: B moves 64 elements a lane, and still runs through the

@@ -175,12 +175,12 @@ impl Ctx<'_> {
     }
 
     pub(super) fn gemm(&self, g: &GemmCode, env: &mut [i64]) {
-        for &v in [g.k.var, g.rows.var, g.lanes.var].iter().chain(&g.units) {
+        for &v in &g.loops {
             env[v] = 0;
         }
         let value = |ix: &Index| ix.eval(&|v| loop_value(env, v));
         let at = |ix: &Index| value(ix) as usize;
-        let (mut k, mut rows, mut n) = (g.k.extent, g.rows.extent, g.lanes.extent);
+        let (mut k, mut rows, mut n) = (g.k, g.rows, g.lanes);
         for cut in &g.cuts {
             let count = match cut.dim {
                 Dim::K => &mut k,

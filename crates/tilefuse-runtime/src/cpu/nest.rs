@@ -50,13 +50,6 @@ pub(super) fn in_one_thread(kernel: &Kernel, l: LoopId) -> bool {
     }
 }
 
-pub(super) fn is_serial(kernel: &Kernel, l: LoopId) -> bool {
-    !matches!(
-        kernel.loop_(l).kind,
-        LoopKind::Parallel | LoopKind::Bound(_)
-    )
-}
-
 /// The block a loop body consists of, looking through loops of extent 1
 /// (their variable stays 0), so that e.g. a vector loop of width 1 under an
 /// invocation loop does not turn every lane into a chunk of its own.
