@@ -81,6 +81,9 @@ pub(super) enum Step {
         /// A parallel or workgroup loop with enough work to share: smaller
         /// ones run serially (handing shares to the pool costs more).
         parallel: bool,
+        /// Bounds every block of the body has (see `nest::hoisted_bounds`):
+        /// an iteration that fails one is skipped whole.
+        bounds: Vec<(LoopIndex, i64)>,
         body: Vec<Step>,
     },
     Lanes {

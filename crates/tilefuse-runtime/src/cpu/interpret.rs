@@ -17,7 +17,7 @@ use super::accumulate::{accumulate, fold_into};
 use super::chunk::{CHUNK, Chunk};
 use super::code::{BlockCode, Counted, Dim, GemmCode, RowsCode, Step, TapeCode, TapeStore};
 use super::ctx::{Ctx, Lane, lane_values};
-use super::loop_index::loop_value;
+use super::loop_index::{LoopIndex, loop_value};
 use super::memory::Storage;
 use super::pool::Tasks;
 use super::tape::{Rows, Sink, TILE};
@@ -40,6 +40,14 @@ type TaskFn<'a> = dyn Fn(&Ctx<'_>, &mut Vec<i64>, usize) + Sync + 'a;
 /// Chunks a parallel loop is cut into per thread: threads that wake late
 /// or run slower take fewer.
 const CHUNKS_PER_THREAD: usize = 4;
+
+/// Iteration `i` of a loop over `var` (see `Step::Loop`).
+struct Iteration<'s> {
+    var: usize,
+    i: i64,
+    bounds: &'s [(LoopIndex, i64)],
+    body: &'s [Step],
+}
 
 /// Rows an outer-reduction nest accumulates between interrupt checks.
 pub(super) const INTERRUPT_ROWS: i64 = 1 << 12;
@@ -66,20 +74,35 @@ impl Ctx<'_> {
                 var,
                 extent,
                 parallel,
+                bounds,
                 body,
             } => {
+                let at = |i| Iteration {
+                    var: *var,
+                    i,
+                    bounds,
+                    body,
+                };
                 if *parallel && may_spawn && self.threads > 1 && *extent > 1 {
-                    self.parallel_loop(*var, *extent, body, env);
+                    self.parallel_loop(*extent, &at, env);
                 } else {
                     for i in 0..*extent {
                         if self.interrupted() {
                             return;
                         }
-                        env[*var] = i;
-                        body.iter().for_each(|s| self.step(s, env, may_spawn));
+                        self.iteration(at(i), env, may_spawn);
                     }
                 }
             }
+        }
+    }
+
+    /// Runs an iteration of a loop: its body, unless a hoisted bound
+    /// fails.
+    fn iteration(&self, it: Iteration<'_>, env: &mut Vec<i64>, may_spawn: bool) {
+        env[it.var] = it.i;
+        if (it.bounds.iter()).all(|(x, bound)| x.eval(env) < *bound) {
+            (it.body.iter()).for_each(|s| self.step(s, env, may_spawn));
         }
     }
 
@@ -108,7 +131,12 @@ impl Ctx<'_> {
     /// Splits the loop's iterations into chunks that the threads claim as
     /// they come (`pool::share`); the calling thread takes part, so it
     /// keeps answering interrupts.
-    pub(super) fn parallel_loop(&self, var: usize, extent: i64, body: &[Step], env: &[i64]) {
+    fn parallel_loop<'s>(
+        &self,
+        extent: i64,
+        at: &(dyn Fn(i64) -> Iteration<'s> + Sync),
+        env: &[i64],
+    ) {
         let chunks = self.chunks(extent, 1);
         self.share(
             chunks.len(),
@@ -117,8 +145,7 @@ impl Ctx<'_> {
                     if ctx.interrupted() {
                         return;
                     }
-                    env[var] = i;
-                    body.iter().for_each(|s| ctx.step(s, env, false));
+                    ctx.iteration(at(i), env, false);
                 }
             },
             env,

@@ -1,7 +1,7 @@
 //! Reading loop nests: loops of one iteration looked through, loops run
 //! in order on one thread.
 
-use tilefuse_sched::ir::{BlockId, Index, Kernel, LoopId, LoopKind, Node};
+use tilefuse_sched::ir::{BlockId, Index, Kernel, LoopId, LoopKind, Node, Var};
 
 /// Looks through loops of one iteration to the single node of a body,
 /// collecting their variables.
@@ -70,4 +70,52 @@ pub(super) fn block_bounds(kernel: &Kernel, id: BlockId) -> impl Iterator<Item =
     (kernel.live_predicates(id).into_iter())
         .map(|(e, b)| (e, b as i64))
         .chain(guards)
+}
+
+/// The bounds `x < bound` that every block in `body`, the body of loop
+/// `l`, has, moving with `l`, with the loops inside `l` at the values that
+/// make `x` least: an iteration of `l` that fails one runs no block. So
+/// the workgroups of a swizzled grid past its edge, and the invocations
+/// of a tile past a ragged edge, skip their nests whole instead of
+/// failing every block's check (a swizzled 8 x 256 x 100 matmul whose 512
+/// workgroups were 7/8 past the edge: 6.6 ms, then 0.9).
+pub(super) fn hoisted_bounds(kernel: &Kernel, l: LoopId, body: &[Node]) -> Vec<(Index, i64)> {
+    let inner = kernel.loops_inside(l);
+    let least = |x: Index| {
+        let (mut rest, mut least) = (x, 0);
+        for &j in &inner {
+            let (coef, r) = rest.linear_in(Var::Loop(j))?;
+            least += coef.min(0) * (kernel.loop_(j).extent as i64 - 1);
+            rest = r;
+        }
+        Some((rest + Index::Const(least)).simplified())
+    };
+    let mut common: Option<Vec<(Index, i64)>> = None;
+    for id in blocks_in(body) {
+        let mine: Vec<(Index, i64)> = block_bounds(kernel, id)
+            .filter_map(|(x, bound)| Some((least(kernel.within_loops(&x))?, bound)))
+            .filter(|(x, _)| x.mentions(Var::Loop(l)))
+            .collect();
+        let kept = match common {
+            None => mine,
+            Some(c) => c.into_iter().filter(|b| mine.contains(b)).collect(),
+        };
+        if kept.is_empty() {
+            return kept;
+        }
+        common = Some(kept);
+    }
+    common.unwrap_or_default()
+}
+
+/// The blocks in `nodes`, at any depth.
+fn blocks_in(nodes: &[Node]) -> Vec<BlockId> {
+    let mut out = Vec::new();
+    for node in nodes {
+        match node {
+            Node::Block(id) => out.push(*id),
+            Node::Loop(_, body) => out.extend(blocks_in(body)),
+        }
+    }
+    out
 }
