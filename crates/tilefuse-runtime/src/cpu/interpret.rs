@@ -42,6 +42,7 @@ type TaskFn<'a> = dyn Fn(&Ctx<'_>, &mut Vec<i64>, usize) + Sync + 'a;
 const CHUNKS_PER_THREAD: usize = 4;
 
 /// Iteration `i` of a loop over `var` (see `Step::Loop`).
+#[derive(Clone, Copy)]
 struct Iteration<'s> {
     var: usize,
     i: i64,
