@@ -31,6 +31,32 @@ WIDE_TILES: dict[str, Any] = {
 }
 STAGED: dict[str, Any] = {"async_gmem_load_operands": True}
 
+
+def tile(name: str, m: int, n: int, k: int) -> dict[str, int]:
+    """The fields of one of `tile_sizes`' tiles."""
+    return {f"tile_sizes.{name}.{dim}": size for dim, size in zip("mnk", (m, n, k), strict=True)}
+
+
+# 32 x 32 tiles of 8 x 8 invocations of 4 x 4 x 4 (the demo's edited params).
+SMALL_INVOCATIONS: dict[str, Any] = {
+    **tile("cta_tile", 32, 32, 16),
+    **tile("warp_tile", 32, 32, 16),
+    **tile("instruction_tile", 4, 4, 4),
+}
+# A fuzzed point: 256-row tiles in 2 warps, split k, a grid swizzled by 8.
+SWIZZLED_SPLIT_K: dict[str, Any] = {
+    "tile_sizes.cta_tile.m": 256,
+    "tile_sizes.cta_tile.n": 16,
+    "tile_sizes.warp_tile.m": 128,
+    "tile_sizes.warp_tile.n": 16,
+    "tile_sizes.warp_tile.k": 64,
+    "tile_sizes.instruction_tile.n": 16,
+    "tile_sizes.instruction_tile.k": 8,
+    "splitk_factor": 4,
+    "grid_swizzle_factor": 8,
+    "use_smem_epilogue": True,
+}
+
 # (name, matmul workload sizes, params fields set over the defaults)
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("256^3, splitk_factor 2", {"m": 256, "n": 256, "k": 256}, {"splitk_factor": 2}),
@@ -45,6 +71,12 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "16x513x513, wide tiles, swizzle 4",
         {"m": 16, "n": 513, "k": 513},
         {**WIDE_TILES, "grid_swizzle_factor": 4},
+    ),
+    ("256^3, 4x4x4 invocations", {"m": 256, "n": 256, "k": 256}, SMALL_INVOCATIONS),
+    (
+        "8x256x100 A^T, swizzled split-k",
+        {"m": 8, "n": 256, "k": 100, "transpose_a": True},
+        SWIZZLED_SPLIT_K,
     ),
 ]
 
@@ -88,6 +120,7 @@ def run_case(
     kernel = fusion.schedule(params, device=device)
     inputs = workload.inputs()
     a, b = inputs[0], inputs[1]
+    a = a.T if sizes.get("transpose_a") else a
     b = b.T if sizes.get("transpose_b") else b
     return median_ms(lambda: kernel(*inputs), budget), median_ms(lambda: a @ b, budget)
 

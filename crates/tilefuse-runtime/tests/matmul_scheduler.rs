@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{check_fields, device_kinds, devices, merged, run, wgsl};
+use common::{check_fields, device_kinds, devices, merged, merged_value, run, wgsl};
 use serde_json::{Value, json};
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, MatmulParams, ParamsStruct};
@@ -71,8 +71,8 @@ fn every_field_changes_the_kernel_and_keeps_the_result() {
                    "circular_buffer_options": {"smem_write": true, "stages": 3}}),
             json!({"async_gmem_load_operands": true,
                    "circular_buffer_options": {"smem_write": true, "prefetch_gap": 0}}),
-            json!({"async_gmem_load_operands": true,
-                   "circular_buffer_options": {"smem_read": true}}),
+            // smem_read changes GPU kernels only: see
+            // circular_buffers_rotate_and_need_one_barrier_per_step.
             json!({"supported_vec_size": {"epilogue": 1}}),
             json!({"cta_order": "column_major"}),
             json!({"grid_swizzle_factor": 2}),
@@ -91,24 +91,32 @@ fn every_field_changes_the_kernel_and_keeps_the_result() {
     );
 }
 
-/// Fields with no meaning in this scheduler leave the kernel as it is
-/// (they are documented as ignored).
+/// Fields with no meaning in this scheduler, or on this device, leave the
+/// kernel as it is (they are documented as ignored): on the CPU device,
+/// `smem_read`'s register fragments too.
 #[test]
 fn ignored_fields_change_nothing() {
     let f = fusion("matmul_bias_relu");
     let device = Device::cpu();
-    let reference = wgsl(&f, &merged(&base(), &json!({})), &device);
-    for change in [
-        json!({"promote_prologue_smem_reuse": true}),
-        json!({"circular_buffer_options": {"stages": 4, "prefetch_gap": 2}}),
-        json!({"compile": {"fast_math": true}}),
-    ] {
-        assert_eq!(
-            wgsl(&f, &merged(&base(), &change), &device),
-            reference,
-            "{change}"
-        );
-    }
+    let unchanged = |from: Value, changes: &[Value]| {
+        let reference = wgsl(&f, &merged(&base(), &from), &device);
+        for change in changes {
+            let p = merged(&merged_value(&base(), &from), change);
+            assert_eq!(wgsl(&f, &p, &device), reference, "{change}");
+        }
+    };
+    unchanged(
+        json!({}),
+        &[
+            json!({"promote_prologue_smem_reuse": true}),
+            json!({"circular_buffer_options": {"stages": 4, "prefetch_gap": 2}}),
+            json!({"compile": {"fast_math": true}}),
+        ],
+    );
+    unchanged(
+        staged(&json!({})),
+        &[json!({"circular_buffer_options": {"smem_read": true}})],
+    );
 }
 
 #[test]
@@ -230,12 +238,16 @@ fn circular_buffers_rotate_and_need_one_barrier_per_step() {
         assert!(src.contains(&format!("b6_a_wg[(({}", stage(gap))), "{src}");
         assert!(src.contains(&format!("b6_a_wg[(({}", stage(0))), "{src}");
     }
-    // smem_read: two register buffers of each invocation's fragments,
-    // their steps unrolled (constant stage indices keep them registers).
-    let (src, _) = in_loop(json!({"smem_read": true}));
-    assert!(src.contains("var b8_a_wg_local: array<f32, 32>"), "{src}");
+    // smem_read on a GPU: two register buffers of each invocation's
+    // fragments, their steps unrolled (constant stage indices keep them
+    // registers).
     let p = merged(&base(), &staged(&json!({"smem_read": true})));
-    let text = schedule(&f, &p, &device.info()).unwrap().to_string();
+    let gpu = schedule(&f, &p, &device_kinds()[1]).unwrap();
+    let src = tilefuse_sched::codegen::generate(gpu.kernel())
+        .unwrap()
+        .source;
+    assert!(src.contains("var b8_a_wg_local: array<f32, 32>"), "{src}");
+    let text = gpu.to_string();
     assert!(
         text.contains("# pipelined: 2 stages, copies 1 ahead, unrolled"),
         "{text}"

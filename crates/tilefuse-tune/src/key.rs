@@ -23,7 +23,12 @@ use tilefuse_sched::DeviceInfo;
 ///   operand tiles copy a row a step; ragged edges cut lane steps instead
 ///   of masking them; swizzled grids keep the GEMM micro-kernel (each
 ///   turned a cliff of 10x to 1000x into a candidate that can win).
-pub const CODEGEN_VERSION: u32 = 4;
+/// - 5: on the CPU, the micro-kernel takes nests in any loop order (a GPU
+///   schedule's invocations around its k loops), stores contiguous in
+///   another loop order run as one lane step, loops skip iterations every
+///   block of which is out of bounds, and `smem_read` makes no register
+///   fragments.
+pub const CODEGEN_VERSION: u32 = 5;
 
 /// A device as a cache key sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -32,7 +32,11 @@
 //! invocation's operand fragments of an instruction-tile k step from
 //! workgroup memory into registers one step ahead, in two register buffers
 //! (those steps unrolled, up to 16, so the buffers stay registers).
-//! `stages` and `prefetch_gap` are ignored without `smem_write`.
+//! `stages` and `prefetch_gap` are ignored without `smem_write`. The CPU
+//! device has no registers to stage into (its executor's micro-kernel
+//! keeps its own register blocks), and there `smem_read` is ignored: the
+//! fragments made each k step a call of its own (a 256^3 matmul took 6 ms
+//! with them, 0.4 ms without).
 //!
 //! Not implemented, and rejected: subgroup operations
 //! (`compile.use_subgroups`). Ignored: `promote_prologue_smem_reuse` (WGSL
@@ -90,7 +94,7 @@ pub(crate) fn schedule_matmul(
     register_tile(&mut s, &plan, &t)?;
     if staged {
         stage_operands(&mut s, p, &plan, mm, t.k[0])?;
-        pipeline_operands(&mut s, p, mm, t.k[0], t.k[2])?;
+        pipeline_operands(&mut s, p, &plan, mm, t.k[0], t.k[2])?;
     }
     let owner = if k_outside { grid } else { t.j[2] };
     let epilogue = epilogue.filter(|_| later.is_empty());

@@ -142,16 +142,18 @@ pub(super) fn stage_operands(
 
 /// Circular buffering of the staged operands (see the module docs): the
 /// workgroup-memory copies over the k steps (`smem_write`), fragments
-/// copied into registers over the instruction-tile k steps (`smem_read`).
+/// copied into registers over the instruction-tile k steps (`smem_read`,
+/// on GPUs).
 pub(super) fn pipeline_operands(
     s: &mut Schedule,
     p: &MatmulParams,
+    plan: &Plan,
     block: BlockId,
     step: LoopId,
     fragment_step: LoopId,
 ) -> Step<()> {
     let cb = &p.circular_buffer_options;
-    if cb.smem_read {
+    if cb.smem_read && !plan.simd_lanes {
         for name in buffers_read(s, block, |b| b.scope == Scope::Workgroup) {
             let copy = s.cache_read(block, &name, Scope::Private)?;
             s.compute_at(copy, fragment_step)?;
