@@ -2,19 +2,14 @@
 //! around a single block a lane step (with a tape where its value and
 //! store allow), recognized nests the GEMM or row-by-row fast paths.
 
-use tilefuse_ir::{DType, ReduceOp, Scalar};
-use tilefuse_sched::ir::{
-    Block, BlockId, BufferId, Expr, Index, IterKind, Kernel, LoopId, Node, Scope, Var, flat_offset,
-};
+use tilefuse_sched::ir::{Kernel, LoopId, Node, Var};
 
-use super::code::{BlockCode, Bound, Counted, LaneBound, RowsCode, Step, TapeCode, TapeStore};
+use super::block::compile_block;
+use super::coalesce::coalesced;
+use super::code::{Counted, MIN_PARALLEL_WORK, RowsCode, Step, TapeStore};
 use super::gemm_match::gemm_code;
 use super::loop_index::LoopIndex;
-use super::nest::{
-    block_bounds, hoisted_bounds, in_one_thread, loop_chain, single_block, through_units,
-};
-use super::tape::Tape;
-use super::value::{Access, Value};
+use super::nest::{hoisted_bounds, in_one_thread, single_block, through_units};
 
 pub(super) fn compile_node(kernel: &Kernel, node: &Node) -> Step {
     match node {
@@ -50,13 +45,6 @@ pub(super) fn compile_node(kernel: &Kernel, node: &Node) -> Step {
     }
 }
 
-/// Block instances below which a parallel loop runs serially: handing
-/// chunks to the pool's workers costs some 5 µs, as much as a few thousand
-/// lanes of work. On 2 threads (`pool::share`), the chain
-/// `tanh(a*b+1)*0.5+exp(-a)` over 256 x 128 elements: 38 µs serially, 26
-/// through the pool; 64 x 128 even (BENCHMARKS.md).
-pub(super) const MIN_PARALLEL_WORK: u64 = 1 << 13;
-
 /// Multiply-adds of the GEMM micro-kernel per block instance of the
 /// estimate: they come 16 to a vector instruction (a 32^3 matmul on two
 /// threads: 4.9 µs serially, 6.2 through the pool).
@@ -84,122 +72,6 @@ impl Step {
     pub(super) fn total_work(steps: &[Step]) -> u64 {
         steps.iter().fold(0, |sum, s| sum.saturating_add(s.work()))
     }
-}
-
-/// A chain of loops, each the only child of the one before (looking
-/// through loops of one iteration), around one block that stores through
-/// a tape without reducing, when the chain is contiguous: each loop moves
-/// every access by the inner loops' extents times the innermost's step.
-/// One lane step over all their iterations then runs the chain (their
-/// variables stay 0), spread over the threads where the chain has a
-/// parallel or workgroup loop. Schedulers split a GPU's stores into
-/// unrolled vec4s and bind rows to workgroups; lane by lane, a 64-wide
-/// store in 16 steps of 4 cost a 64^3 matmul 40 % of its time in index
-/// evaluation, and a 256 x 128 chain a row at a time 25 %. A chain in one
-/// thread that is contiguous only in another order runs in that order
-/// (see [`reordered`]).
-fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option<Step> {
-    let (inner, id) = loop_chain(kernel, body, &mut Vec::new())?;
-    let chain: Vec<LoopId> = std::iter::once(outer).chain(inner).collect();
-    let block = kernel.block(id);
-    if block.reduce.is_some() {
-        return None;
-    }
-    if chain.len() >= 2
-        && let Some(step) = lane_step(kernel, &chain, block)
-    {
-        return Some(step);
-    }
-    reordered(kernel, &chain, block)
-}
-
-/// The chain's loops sorted by how far each moves the store, outermost
-/// first, when all run in one thread and no load reads the stored buffer
-/// (so no iteration depends on another): the longest run of innermost
-/// loops of that order that is contiguous becomes one lane step, inside
-/// the other loops in their nest's order. A GPU schedule splits a tile's
-/// rows and columns over invocations and then within them (an invocation
-/// of 4 x 4 elements: row, column, row, column), so its accumulator's
-/// start and store ran 4 lanes at a time; so they run 32 (a 256^3 matmul
-/// in such invocations: 2.3 ms, then 0.5 ms).
-fn reordered(kernel: &Kernel, chain: &[LoopId], block: &Block) -> Option<Step> {
-    let store = flat_offset(&block.indices, &kernel.buffer(block.buffer).shape);
-    let store = kernel.offset_over_loops(block, &store);
-    let mut order: Vec<(i64, LoopId)> = (chain.iter())
-        .map(|&l| Some((store.linear_in(Var::Loop(l))?.0, l)))
-        .collect::<Option<_>>()?;
-    order.sort_by_key(|&(stride, _)| std::cmp::Reverse(stride));
-    let order: Vec<LoopId> = order.into_iter().map(|(_, l)| l).collect();
-    let mut loads = Vec::new();
-    block.value.loads(&mut loads);
-    let in_place = loads.iter().any(|&(b, _)| b == block.buffer);
-    if order == chain || in_place || !chain.iter().all(|&l| in_one_thread(kernel, l)) {
-        return None;
-    }
-    let (lanes, mut step) = (0..order.len())
-        .filter(|&i| order[i..] != chain[chain.len() - 1..])
-        .find_map(|i| Some((&order[i..], lane_step(kernel, &order[i..], block)?)))?;
-    for &l in chain.iter().rev().filter(|l| !lanes.contains(l)) {
-        step = Step::Loop {
-            var: l.0 as usize,
-            extent: kernel.loop_(l).extent as i64,
-            parallel: false,
-            bounds: Vec::new(),
-            body: vec![step],
-        };
-    }
-    Some(step)
-}
-
-/// `block` as one lane step over the `chain` of loops (outermost first),
-/// when they move every access as one variable would and the block
-/// stores through a tape.
-fn lane_step(kernel: &Kernel, chain: &[LoopId], block: &Block) -> Option<Step> {
-    let lane = *chain.last()?;
-    let code = compile_block(kernel, block, Some(Var::Loop(lane)));
-    code.tape.as_ref()?;
-    // Whether `x` moves with the chain as one variable would: each loop
-    // by the inner loops' extents times the innermost's step.
-    let as_one = |x: &Index, lane_step: i64| {
-        let mut step = lane_step;
-        chain.windows(2).rev().all(|pair| {
-            step *= kernel.loop_(pair[1]).extent as i64;
-            (x.linear_in(Var::Loop(pair[0]))).is_some_and(|(coef, _)| coef == step)
-        })
-    };
-    let contiguous = |a: &Access| {
-        let step = a.linear.as_ref().map_or(0, |(coef, _)| *coef);
-        as_one(&kernel.offset_over_loops(block, &a.offset), step)
-    };
-    if !contiguous(&code.store) || !all_loads(&code.value, &contiguous) {
-        return None;
-    }
-    // The chain's lanes run as one variable past the innermost extent: a
-    // bound must not move with them, or hold for a prefix of that variable.
-    let in_chain = |x: &Index| chain.iter().any(|&l| x.mentions(Var::Loop(l)));
-    if code.uniform.iter().any(|(x, _)| in_chain(x.index()))
-        || !code.prefix.iter().all(|p| as_one(p.rest.index(), p.coef))
-    {
-        return None;
-    }
-    // Across threads, every lane must be independent of the others and
-    // of the thread: global buffers only, none both loaded and stored.
-    let threaded = !chain.iter().all(|&l| in_one_thread(kernel, l));
-    let global = |a: &Access| kernel.buffers[a.buffer].scope == Scope::Global;
-    let independent = global(&code.store)
-        && all_loads(&code.value, &|a| global(a) && a.buffer != code.store.buffer);
-    if threaded && !independent {
-        return None;
-    }
-    let extent: i64 = (chain.iter())
-        .map(|&l| kernel.loop_(l).extent as i64)
-        .product();
-    Some(Step::Lanes {
-        var: lane.0 as usize,
-        extent,
-        block: code,
-        parallel: threaded && extent as u64 >= MIN_PARALLEL_WORK,
-    })
 }
 
 /// The outer-reduction nest under loop `r`, if `body` is one: a serial
@@ -239,156 +111,6 @@ pub(super) fn rows_code(kernel: &Kernel, r: LoopId, body: &[Node]) -> Option<Row
     })
 }
 
-pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -> BlockCode {
-    let id = kernel
-        .blocks
-        .iter()
-        .position(|b| std::ptr::eq(b, block))
-        .expect("block of this kernel");
-    let access = |buffer: BufferId, indices: &[Index]| {
-        let offset = flat_offset(indices, &kernel.buffer(buffer).shape);
-        let linear = lane.and_then(|v| kernel.offset_over_loops(block, &offset).linear_in(v));
-        Access {
-            buffer: buffer.0 as usize,
-            offset,
-            linear,
-        }
-    };
-    fn value(e: &Expr, access: &dyn Fn(BufferId, &[Index]) -> Access) -> Value {
-        match e {
-            Expr::Const { value, dtype } => Value::Const(Scalar::F(*value).to(*dtype), *dtype),
-            Expr::Load { buffer, indices } => Value::Load(access(*buffer, indices)),
-            Expr::Unary(op, a) => Value::Unary(*op, Box::new(value(a, access))),
-            Expr::Binary(op, a, b) => {
-                Value::Binary(*op, Box::new(value(a, access)), Box::new(value(b, access)))
-            }
-            Expr::Select(c, a, b) => Value::Select(
-                Box::new(value(c, access)),
-                Box::new(value(a, access)),
-                Box::new(value(b, access)),
-            ),
-            Expr::Cast(d, a) => Value::Cast(*d, Box::new(value(a, access))),
-        }
-    }
-    let lane_reduces = lane.is_some_and(|v| {
-        block
-            .iters
-            .iter()
-            .zip(&block.bindings)
-            .any(|(it, b)| it.kind == IterKind::Reduce && b.mentions(v))
-    });
-    let store = access(block.buffer, &block.indices);
-    let value = value(&block.value, &access);
-    let block_id = BlockId(id as u32);
-    let Bounds {
-        predicates,
-        uniform,
-        prefix,
-    } = bounds(kernel, block_id, lane);
-    let per_lane = !predicates.is_empty()
-        || !all_loads(&value, &|a| a.linear.is_some())
-        || match store.linear {
-            None => true,
-            Some((0, _)) => !lane_reduces,
-            Some(_) => false,
-        };
-    let dtypes: Vec<DType> = kernel.buffers.iter().map(|b| b.dtype).collect();
-    let tape = (lane.is_some() && !per_lane)
-        .then(|| tape_code(&value, &store, block.reduce, lane_reduces, &dtypes))
-        .flatten();
-    BlockCode {
-        tape,
-        bindings: block.bindings.iter().cloned().map(LoopIndex::new).collect(),
-        predicates,
-        uniform,
-        prefix,
-        reduce_iters: (0..block.iters.len())
-            .filter(|&i| block.iters[i].kind == IterKind::Reduce)
-            .collect(),
-        store,
-        value,
-        reduce: block.reduce,
-        init: block.init,
-        dtype: kernel.buffer(block.buffer).dtype,
-        lane_reduces,
-        per_lane,
-    }
-}
-
-/// A block's guards and predicates, sorted by how a lane step checks them
-/// (see `BlockCode`).
-struct Bounds {
-    predicates: Vec<Bound>,
-    uniform: Vec<(LoopIndex, i64)>,
-    prefix: Vec<LaneBound>,
-}
-
-/// A block's guards and predicates, sorted for lane steps over `lane`:
-/// within the loops' ranges, those the same for every lane, those that
-/// hold for a prefix of the lanes, and the rest.
-fn bounds(kernel: &Kernel, id: BlockId, lane: Option<Var>) -> Bounds {
-    let mut out = Bounds {
-        predicates: Vec::new(),
-        uniform: Vec::new(),
-        prefix: Vec::new(),
-    };
-    for (x, bound) in block_bounds(kernel, id) {
-        let Some(lane) = lane else {
-            out.uniform.push((LoopIndex::new(x), bound));
-            continue;
-        };
-        let x = kernel.within_loops(&x);
-        match x.linear_in(lane) {
-            Some((0, _)) => out.uniform.push((LoopIndex::new(x), bound)),
-            Some((coef, rest)) if coef > 0 => out.prefix.push(LaneBound {
-                rest: LoopIndex::new(rest),
-                coef,
-                bound,
-            }),
-            _ => out.predicates.push((x, bound)),
-        }
-    }
-    out
-}
-
-/// The tape of a lane step's block whose lanes need no iterator values of
-/// their own (`per_lane` is false): f32 values stored to consecutive
-/// elements or folded into one.
-pub(super) fn tape_code(
-    value: &Value,
-    store: &Access,
-    reduce: Option<ReduceOp>,
-    lane_reduces: bool,
-    dtypes: &[DType],
-) -> Option<TapeCode> {
-    let (coef, rest) = store.linear.as_ref()?;
-    let into = match (reduce, coef, lane_reduces) {
-        (None, 1, _) => TapeStore::Lanes,
-        (Some(op), 1, false) => TapeStore::Combine(op),
-        (Some(op), 0, true) => TapeStore::Fold(op),
-        _ => return None,
-    };
-    if dtypes[store.buffer] != DType::F32 {
-        return None;
-    }
-    Some(TapeCode {
-        tape: Tape::compile(value, store.buffer, dtypes)?,
-        store: LoopIndex::new(rest.clone()),
-        into,
-    })
-}
-
-/// Whether every load in `v` passes `test`.
-pub(super) fn all_loads(v: &Value, test: &dyn Fn(&Access) -> bool) -> bool {
-    match v {
-        Value::Const(..) => true,
-        Value::Load(a) => test(a),
-        Value::Unary(_, x) | Value::Cast(_, x) => all_loads(x, test),
-        Value::Binary(_, x, y) => all_loads(x, test) && all_loads(y, test),
-        Value::Select(c, x, y) => all_loads(c, test) && all_loads(x, test) && all_loads(y, test),
-    }
-}
-
 /// The steps a schedule compiles to on the CPU, for tests of which paths
 /// run.
 #[cfg(test)]
@@ -409,7 +131,8 @@ mod tests {
     use tilefuse_sched::Schedule;
     use tilefuse_testing::{compare, inputs};
 
-    use super::{BlockCode, Step, compiled};
+    use super::super::code::{BlockCode, Step};
+    use super::compiled;
 
     /// Extent and `parallel` of each lane step in `steps`, in order.
     fn lane_steps(steps: &[Step], out: &mut Vec<(i64, bool)>) {

@@ -4,7 +4,9 @@
 
 mod accumulate;
 mod arena;
+mod block;
 mod chunk;
+mod coalesce;
 mod code;
 mod compile;
 mod ctx;

@@ -1,0 +1,164 @@
+//! One block compiled for the executor: its loads and store as offsets
+//! (linear in a lane step's variable where they are), its guards and
+//! predicates sorted by how a lane step checks them, its tape.
+
+use tilefuse_ir::{DType, ReduceOp, Scalar};
+use tilefuse_sched::ir::{
+    Block, BlockId, BufferId, Expr, Index, IterKind, Kernel, Var, flat_offset,
+};
+
+use super::code::{BlockCode, Bound, LaneBound, TapeCode, TapeStore};
+use super::loop_index::LoopIndex;
+use super::nest::block_bounds;
+use super::tape::Tape;
+use super::value::{Access, Value};
+
+pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -> BlockCode {
+    let id = kernel
+        .blocks
+        .iter()
+        .position(|b| std::ptr::eq(b, block))
+        .expect("block of this kernel");
+    let access = |buffer: BufferId, indices: &[Index]| {
+        let offset = flat_offset(indices, &kernel.buffer(buffer).shape);
+        let linear = lane.and_then(|v| kernel.offset_over_loops(block, &offset).linear_in(v));
+        Access {
+            buffer: buffer.0 as usize,
+            offset,
+            linear,
+        }
+    };
+    fn value(e: &Expr, access: &dyn Fn(BufferId, &[Index]) -> Access) -> Value {
+        match e {
+            Expr::Const { value, dtype } => Value::Const(Scalar::F(*value).to(*dtype), *dtype),
+            Expr::Load { buffer, indices } => Value::Load(access(*buffer, indices)),
+            Expr::Unary(op, a) => Value::Unary(*op, Box::new(value(a, access))),
+            Expr::Binary(op, a, b) => {
+                Value::Binary(*op, Box::new(value(a, access)), Box::new(value(b, access)))
+            }
+            Expr::Select(c, a, b) => Value::Select(
+                Box::new(value(c, access)),
+                Box::new(value(a, access)),
+                Box::new(value(b, access)),
+            ),
+            Expr::Cast(d, a) => Value::Cast(*d, Box::new(value(a, access))),
+        }
+    }
+    let lane_reduces = lane.is_some_and(|v| {
+        block
+            .iters
+            .iter()
+            .zip(&block.bindings)
+            .any(|(it, b)| it.kind == IterKind::Reduce && b.mentions(v))
+    });
+    let store = access(block.buffer, &block.indices);
+    let value = value(&block.value, &access);
+    let block_id = BlockId(id as u32);
+    let Bounds {
+        predicates,
+        uniform,
+        prefix,
+    } = bounds(kernel, block_id, lane);
+    let per_lane = !predicates.is_empty()
+        || !all_loads(&value, &|a| a.linear.is_some())
+        || match store.linear {
+            None => true,
+            Some((0, _)) => !lane_reduces,
+            Some(_) => false,
+        };
+    let dtypes: Vec<DType> = kernel.buffers.iter().map(|b| b.dtype).collect();
+    let tape = (lane.is_some() && !per_lane)
+        .then(|| tape_code(&value, &store, block.reduce, lane_reduces, &dtypes))
+        .flatten();
+    BlockCode {
+        tape,
+        bindings: block.bindings.iter().cloned().map(LoopIndex::new).collect(),
+        predicates,
+        uniform,
+        prefix,
+        reduce_iters: (0..block.iters.len())
+            .filter(|&i| block.iters[i].kind == IterKind::Reduce)
+            .collect(),
+        store,
+        value,
+        reduce: block.reduce,
+        init: block.init,
+        dtype: kernel.buffer(block.buffer).dtype,
+        lane_reduces,
+        per_lane,
+    }
+}
+
+/// A block's guards and predicates, sorted by how a lane step checks them
+/// (see `BlockCode`).
+struct Bounds {
+    predicates: Vec<Bound>,
+    uniform: Vec<(LoopIndex, i64)>,
+    prefix: Vec<LaneBound>,
+}
+
+/// A block's guards and predicates, sorted for lane steps over `lane`:
+/// within the loops' ranges, those the same for every lane, those that
+/// hold for a prefix of the lanes, and the rest.
+fn bounds(kernel: &Kernel, id: BlockId, lane: Option<Var>) -> Bounds {
+    let mut out = Bounds {
+        predicates: Vec::new(),
+        uniform: Vec::new(),
+        prefix: Vec::new(),
+    };
+    for (x, bound) in block_bounds(kernel, id) {
+        let Some(lane) = lane else {
+            out.uniform.push((LoopIndex::new(x), bound));
+            continue;
+        };
+        let x = kernel.within_loops(&x);
+        match x.linear_in(lane) {
+            Some((0, _)) => out.uniform.push((LoopIndex::new(x), bound)),
+            Some((coef, rest)) if coef > 0 => out.prefix.push(LaneBound {
+                rest: LoopIndex::new(rest),
+                coef,
+                bound,
+            }),
+            _ => out.predicates.push((x, bound)),
+        }
+    }
+    out
+}
+
+/// The tape of a lane step's block whose lanes need no iterator values of
+/// their own (`per_lane` is false): f32 values stored to consecutive
+/// elements or folded into one.
+pub(super) fn tape_code(
+    value: &Value,
+    store: &Access,
+    reduce: Option<ReduceOp>,
+    lane_reduces: bool,
+    dtypes: &[DType],
+) -> Option<TapeCode> {
+    let (coef, rest) = store.linear.as_ref()?;
+    let into = match (reduce, coef, lane_reduces) {
+        (None, 1, _) => TapeStore::Lanes,
+        (Some(op), 1, false) => TapeStore::Combine(op),
+        (Some(op), 0, true) => TapeStore::Fold(op),
+        _ => return None,
+    };
+    if dtypes[store.buffer] != DType::F32 {
+        return None;
+    }
+    Some(TapeCode {
+        tape: Tape::compile(value, store.buffer, dtypes)?,
+        store: LoopIndex::new(rest.clone()),
+        into,
+    })
+}
+
+/// Whether every load in `v` passes `test`.
+pub(super) fn all_loads(v: &Value, test: &dyn Fn(&Access) -> bool) -> bool {
+    match v {
+        Value::Const(..) => true,
+        Value::Load(a) => test(a),
+        Value::Unary(_, x) | Value::Cast(_, x) => all_loads(x, test),
+        Value::Binary(_, x, y) => all_loads(x, test) && all_loads(y, test),
+        Value::Select(c, x, y) => all_loads(c, test) && all_loads(x, test) && all_loads(y, test),
+    }
+}
