@@ -450,10 +450,12 @@ impl Ctx<'_> {
         let TapeStore::Combine(op) = t.into else {
             unreachable!("rows_code checked")
         };
-        if rows == 0 {
+        env[jv] = 0;
+        env[rv] = 0;
+        let n = b.in_prefix(0..n, env).end;
+        if rows == 0 || n == 0 || !b.in_bounds(env) {
             return;
         }
-        env[jv] = 0;
         env[rv] = 1;
         let second = t.tape.offsets(env);
         env[rv] = 0;
