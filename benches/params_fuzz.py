@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -80,6 +81,7 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=12, help="random points per shape")
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--show", type=int, default=5, help="slowest points to print")
+    parser.add_argument("--json", help="also write the slowest points here, to reproduce them")
     args = parser.parse_args()
     device = tf.Device.cpu() if args.device == "cpu" else tf.Device.gpu()
     rng = np.random.default_rng(args.seed)
@@ -101,9 +103,12 @@ def main() -> None:
         worst.append(Point(shape, params, ms, default_ms))
         print(f"{shape:<28} default {default_ms:8.3f} ms, slowest {ms:8.3f} ms", flush=True)
     print(f"\n{wrong} wrong results; the slowest points:")
-    for p in sorted(worst, key=lambda p: -p.ms)[: args.show]:
+    slowest = sorted(worst, key=lambda p: -p.ms)[: args.show]
+    for p in slowest:
         fields = {k: v for k, v in p.params.items() if k not in PLAIN}
         print(f"{p.ms:8.3f} ms ({p.ms / p.default_ms:.0f}x) {p.shape}: {json.dumps(fields)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(p) for p in slowest], indent=1))
 
 
 if __name__ == "__main__":
