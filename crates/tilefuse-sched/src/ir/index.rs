@@ -283,14 +283,22 @@ impl Index {
     /// The constant and each variable's coefficient, when the simplified
     /// expression is affine (no quotient or remainder is left).
     pub fn affine(&self) -> Option<(i64, Vec<(Var, i64)>)> {
-        let sum = self.collected();
-        let terms = (sum.terms.into_iter())
+        let (constant, terms) = self.linear_terms();
+        let terms = (terms.into_iter())
             .map(|(atom, c)| match atom {
                 Index::Var(v) => Some((v, c)),
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()?;
-        Some((sum.constant, terms))
+        Some((constant, terms))
+    }
+
+    /// The expression as `constant + Σ coefficient × atom`, like atoms
+    /// collected (those of [`Index::simplified`]): each atom a variable, a
+    /// quotient or a remainder.
+    pub fn linear_terms(&self) -> (i64, Vec<(Index, i64)>) {
+        let sum = self.collected();
+        (sum.constant, sum.terms)
     }
 
     /// The terms of [`Index::simplified`], zero coefficients dropped.
