@@ -59,16 +59,21 @@ pub fn fusions() -> Vec<(&'static str, Fusion)> {
     f.output(y).unwrap();
     out.push(("layernorm", f));
 
+    out.push(("matmul_bias_relu", matmul_bias_relu(20, 36, 24)));
+    out
+}
+
+/// `relu([m, k] @ [k, n] + bias[n])`.
+pub fn matmul_bias_relu(m: usize, n: usize, k: usize) -> Fusion {
     let mut f = Fusion::new();
-    let a = f.input(&[20, 24], DType::F32, Some("a")).unwrap();
-    let b = f.input(&[24, 36], DType::F32, Some("b")).unwrap();
-    let bias = f.input(&[36], DType::F32, Some("bias")).unwrap();
+    let a = f.input(&[m, k], DType::F32, Some("a")).unwrap();
+    let b = f.input(&[k, n], DType::F32, Some("b")).unwrap();
+    let bias = f.input(&[n], DType::F32, Some("bias")).unwrap();
     let mm = f.matmul(a, b, false, false).unwrap();
     let z = f.binary(BinaryOp::Add, mm, bias).unwrap();
     let r = f.unary(UnaryOp::Relu, z).unwrap();
     f.output(r).unwrap();
-    out.push(("matmul_bias_relu", f));
-    out
+    f
 }
 
 /// `(name, fusion)` pairs the reduction scheduler accepts, beyond those of
@@ -168,10 +173,24 @@ pub fn matmul_fusions() -> Vec<(&'static str, Fusion)> {
 
 /// `[m, k] @ [k, n]`.
 pub fn matmul(m: usize, n: usize, k: usize) -> Fusion {
+    matmul_transposed(m, n, k, false, false)
+}
+
+/// An `m x n` product over `k`, A given as `[k, m]` where `transpose_a`
+/// and B as `[n, k]` where `transpose_b`.
+pub fn matmul_transposed(
+    m: usize,
+    n: usize,
+    k: usize,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> Fusion {
     let mut f = Fusion::new();
-    let a = f.input(&[m, k], DType::F32, Some("a")).unwrap();
-    let b = f.input(&[k, n], DType::F32, Some("b")).unwrap();
-    let c = f.matmul(a, b, false, false).unwrap();
+    let a_shape = if transpose_a { [k, m] } else { [m, k] };
+    let b_shape = if transpose_b { [n, k] } else { [k, n] };
+    let a = f.input(&a_shape, DType::F32, Some("a")).unwrap();
+    let b = f.input(&b_shape, DType::F32, Some("b")).unwrap();
+    let c = f.matmul(a, b, transpose_a, transpose_b).unwrap();
     f.output(c).unwrap();
     f
 }

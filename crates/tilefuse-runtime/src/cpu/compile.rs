@@ -304,11 +304,7 @@ mod tests {
     /// 8 after that: 38 ms, then 0.8, for 256^3).
     #[test]
     fn a_staged_tile_copies_a_row_at_a_time() {
-        let mut f = Fusion::new();
-        let a = f.input(&[64, 256], DType::F32, Some("a")).unwrap();
-        let b = f.input(&[192, 256], DType::F32, Some("b")).unwrap();
-        let c = f.matmul(a, b, false, true).unwrap();
-        f.output(c).unwrap();
+        let f = tilefuse_testing::matmul_transposed(64, 192, 256, false, true);
         let (_, s) = defaults_with(&f, "async_gmem_load_operands", true.into());
         let mut lanes = Vec::new();
         lane_steps(&compiled(&s), &mut lanes);
@@ -327,14 +323,7 @@ mod tests {
     /// rather than the invocations' (they ran 4 lanes at a time).
     #[test]
     fn invocation_tiles_start_and_store_in_the_elements_order() {
-        let mut f = Fusion::new();
-        let a = f.input(&[64, 80], DType::F32, Some("a")).unwrap();
-        let b = f.input(&[80, 96], DType::F32, Some("b")).unwrap();
-        let bias = f.input(&[96], DType::F32, Some("bias")).unwrap();
-        let c = f.matmul(a, b, false, false).unwrap();
-        let c = f.binary(BinaryOp::Add, c, bias).unwrap();
-        let y = f.unary(tilefuse_ir::UnaryOp::Relu, c).unwrap();
-        f.output(y).unwrap();
+        let f = tilefuse_testing::matmul_bias_relu(64, 96, 80);
         let tiles = super::super::gemm_match::tests::invocations_of_4x4();
         let (_, s) = defaults_with(&f, "tile_sizes", tiles);
         let mut lanes = Vec::new();
@@ -349,11 +338,7 @@ mod tests {
     /// iteration instead (a fuzzed 8 x 256 x 100 matmul: 6.6 ms, 0.26).
     #[test]
     fn workgroups_past_a_swizzled_edge_skip_their_nests() {
-        let mut f = Fusion::new();
-        let a = f.input(&[100, 8], DType::F32, Some("a")).unwrap();
-        let b = f.input(&[100, 96], DType::F32, Some("b")).unwrap();
-        let c = f.matmul(a, b, true, false).unwrap();
-        f.output(c).unwrap();
+        let f = tilefuse_testing::matmul_transposed(8, 96, 100, true, false);
         let (_, s) = defaults_with(&f, "grid_swizzle_factor", 8.into());
         let steps = compiled(&s);
         // The grid: workgroup rows (one), then the 8 swizzled workgroups.

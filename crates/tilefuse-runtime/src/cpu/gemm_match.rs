@@ -354,12 +354,7 @@ pub(super) mod tests {
     /// micro-kernel (packed first).
     #[test]
     fn a_transposed_b_takes_the_micro_kernel() {
-        use tilefuse_ir::{DType, Fusion};
-        let mut f = Fusion::new();
-        let q = f.input(&[96, 64], DType::F32, Some("q")).unwrap();
-        let k = f.input(&[80, 64], DType::F32, Some("k")).unwrap();
-        let s = f.matmul(q, k, false, true).unwrap();
-        f.output(s).unwrap();
+        let f = tilefuse_testing::matmul_transposed(96, 80, 64, false, true);
         takes_the_micro_kernel(&f, &defaults(&f), "q @ k.T");
     }
 
