@@ -41,12 +41,16 @@ pub(super) fn gemm_code(kernel: &Kernel, node: &Node) -> Option<GemmCode> {
         return None;
     };
     let loops: Vec<usize> = all.map(|j| j.0 as usize).collect();
-    [(xb, xi, yb, yi), (yb, yi, xb, xi)]
-        .into_iter()
-        .find_map(|(ab, ai, bb, bi)| {
-            let nest = Nest::read(kernel, &chain, id, (ab, ai), (bb, bi))?;
-            nest.code(kernel, loops.clone())
-        })
+    let offset = |buffer: BufferId, indices: &[Index]| {
+        let flat = flat_offset(indices, &kernel.buffer(buffer).shape);
+        kernel.offset_over_loops(block, &flat)
+    };
+    let c = offset(block.buffer, &block.indices);
+    let (x, y) = ((xb, offset(xb, xi)), (yb, offset(yb, yi)));
+    [(&x, &y), (&y, &x)].into_iter().find_map(|(a, b)| {
+        let nest = Nest::read(kernel, &chain, id, &c, a, b)?;
+        nest.code(kernel, loops.clone())
+    })
 }
 
 /// Whether block `id` accumulates a sum in f32 without starting it.
@@ -86,27 +90,21 @@ struct Nest {
 }
 
 impl Nest {
+    /// The nest of `chain` around block `id`, reading A and B at
+    /// `a` and `b` (buffers and offsets over loops) and C at `c`.
     fn read(
         kernel: &Kernel,
         chain: &[LoopId],
         id: BlockId,
-        a: (BufferId, &[Index]),
-        b: (BufferId, &[Index]),
+        c: &Index,
+        a: &(BufferId, Index),
+        b: &(BufferId, Index),
     ) -> Option<Nest> {
-        let block = kernel.block(id);
-        let offset = |buffer: BufferId, indices: &[Index]| {
-            let flat = flat_offset(indices, &kernel.buffer(buffer).shape);
-            kernel.within_loops(&block.over_loops(&[flat]).remove(0))
-        };
-        let (c, a_at, b_at) = (
-            offset(block.buffer, &block.indices),
-            offset(a.0, a.1),
-            offset(b.0, b.1),
-        );
+        let (a_at, b_at) = (&a.1, &b.1);
         let mut roles = Vec::new();
         for &j in chain {
             let moves = |x: &Index| x.linear_in(Var::Loop(j)).map(|(s, _)| s != 0);
-            roles.push(match (moves(&c)?, moves(&a_at)?, moves(&b_at)?) {
+            roles.push(match (moves(c)?, moves(a_at)?, moves(b_at)?) {
                 (true, true, false) => Role::Rows,
                 (true, false, true) => Role::Lanes,
                 (false, true, true) => Role::K,
@@ -128,9 +126,9 @@ impl Nest {
             loops,
             extents,
             block: id,
-            c,
-            a: (a.0, a_at),
-            b: (b.0, b_at),
+            c: c.clone(),
+            a: a.clone(),
+            b: b.clone(),
         })
     }
 
