@@ -34,7 +34,7 @@ pub(super) fn compile_node(kernel: &Kernel, node: &Node) -> Step {
                         var: l.0 as usize,
                         extent: lp.extent as i64,
                         parallel: parallel && work >= MIN_PARALLEL_WORK,
-                        bounds: (hoisted_bounds(kernel, *l, body).into_iter())
+                        bounds: (hoisted_bounds(kernel, *l).into_iter())
                             .map(|(x, b)| (LoopIndex::new(x), b))
                             .collect(),
                         body: steps,
