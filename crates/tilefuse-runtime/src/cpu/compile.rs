@@ -132,6 +132,7 @@ pub(super) fn compiled(schedule: &tilefuse_sched::Schedule) -> Vec<Step> {
 mod tests {
     use tilefuse_ir::{BinaryOp, DType, Fusion, evaluate};
     use tilefuse_sched::Schedule;
+    use tilefuse_sched::ir::LoopId;
     use tilefuse_testing::{compare, inputs};
 
     use super::super::code::{BlockCode, Step};
@@ -190,22 +191,29 @@ mod tests {
             y = f.binary(BinaryOp::Add, y, b).unwrap();
         }
         f.output(y).unwrap();
-        let mut s = Schedule::new(&f);
-        s.compute_inline_all(&[]);
-        let block = *s.get_blocks().last().unwrap();
-        let loops = s.get_loops(block).unwrap();
-        let parts = s.split(loops[1], &[None, Some(4)], None).unwrap();
+        let (mut s, rows_loop, parts) = columns_split(&f, 4);
         if cols <= 1024 {
             s.unroll(parts[0]).unwrap();
         }
         s.vectorize(parts[1]).unwrap();
         if parallel {
-            s.parallel(loops[0]).unwrap();
+            s.parallel(rows_loop).unwrap();
         }
         runs_right(&f, &s, 3, 1e-6);
         let mut lanes = Vec::new();
         lane_steps(&compiled(&s), &mut lanes);
         lanes
+    }
+
+    /// `f` with everything inlined and its output's columns split by
+    /// `by`: the schedule, the rows' loop and the split's two loops.
+    fn columns_split(f: &Fusion, by: u64) -> (Schedule, LoopId, Vec<LoopId>) {
+        let mut s = Schedule::new(f);
+        s.compute_inline_all(&[]);
+        let block = *s.get_blocks().last().unwrap();
+        let loops = s.get_loops(block).unwrap();
+        let parts = s.split(loops[1], &[None, Some(by)], None).unwrap();
+        (s, loops[0], parts)
     }
 
     /// Contiguous loops become one lane step, as far out as every access
@@ -271,31 +279,21 @@ mod tests {
     /// Split-k's sum of the partial products runs a slice of k at a time
     /// over a row of 1024 lanes (it ran 2 lanes at a time, one output
     /// element after another: 10 ms for 256^3 against 0.3 ms for the
-    /// whole matmul without split-k).
+    /// whole matmul without split-k). Over a 200 x 100 output, the flat
+    /// lanes past its 20000 elements and the rows guarded as `i / 100 <
+    /// 200` (read as `i < 20000`) cut each row of lanes to a prefix (the
+    /// guard on the quotient was checked lane by lane: 0.93 ms for the
+    /// whole matmul with `splitk_factor` 8, now 0.19).
     #[test]
     fn a_split_k_sum_adds_a_slice_to_a_row_of_lanes() {
-        let f = tilefuse_testing::matmul(64, 48, 256);
-        let (_, s) = defaults_with(&f, "splitk_factor", 4.into());
-        let mut rows = Vec::new();
-        row_steps(&compiled(&s), &mut rows);
-        assert_eq!(rows, [(4, 1024)]);
-        runs_right(&f, &s, 2, 1e-5);
-    }
-
-    /// Split-k's sum over a 200 x 100 output: the flat lanes past its
-    /// 20000 elements, and the rows guarded as `i / 100 < 200` (read as
-    /// `i < 20000`), cut each row of 1024 lanes to a prefix, so the sum
-    /// still adds a slice to a row of lanes at a time (the guard on the
-    /// quotient was checked lane by lane: 0.93 ms for the whole matmul
-    /// with `splitk_factor` 8, now 0.19).
-    #[test]
-    fn a_ragged_split_k_sum_cuts_its_rows_of_lanes() {
-        let f = tilefuse_testing::matmul(200, 100, 64);
-        let (_, s) = defaults_with(&f, "splitk_factor", 8.into());
-        let mut rows = Vec::new();
-        row_steps(&compiled(&s), &mut rows);
-        assert_eq!(rows, [(8, 1024)]);
-        runs_right(&f, &s, 2, 1e-5);
+        for ([m, n, k], slices) in [([64, 48, 256], 4), ([200, 100, 64], 8)] {
+            let f = tilefuse_testing::matmul(m, n, k);
+            let (_, s) = defaults_with(&f, "splitk_factor", slices.into());
+            let mut rows = Vec::new();
+            row_steps(&compiled(&s), &mut rows);
+            assert_eq!(rows, [(slices, 1024)], "{m}x{n}x{k}");
+            runs_right(&f, &s, 2, 1e-5);
+        }
     }
 
     /// The tiles of A and of a transposed B staged in workgroup memory
@@ -376,11 +374,7 @@ mod tests {
         let a = f.input(&[5, 100], DType::F32, Some("a")).unwrap();
         let y = f.unary(tilefuse_ir::UnaryOp::Exp, a).unwrap();
         f.output(y).unwrap();
-        let mut s = Schedule::new(&f);
-        s.compute_inline_all(&[]);
-        let block = *s.get_blocks().last().unwrap();
-        let loops = s.get_loops(block).unwrap();
-        let parts = s.split(loops[1], &[None, Some(64)], None).unwrap();
+        let (mut s, _, parts) = columns_split(&f, 64);
         s.vectorize(parts[1]).unwrap();
         let mut blocks = Vec::new();
         let steps = compiled(&s);
