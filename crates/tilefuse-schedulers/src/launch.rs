@@ -67,6 +67,11 @@ pub(super) fn bind_capped(
     Ok(bound)
 }
 
+/// The most invocations a CPU device's flat workgroup takes (the pointwise
+/// scheduler's, a matmul's later stages): lane steps that wide amortize
+/// their index evaluation.
+pub(crate) const CPU_WORKGROUP_LANES: u64 = 1024;
+
 /// Moves the reduction loops of `b` inside `rows` (the invocation loop its
 /// rows or lanes are bound to) outside it, keeping their order and that of
 /// the other loops, where they are one chain of `b`'s own loops.

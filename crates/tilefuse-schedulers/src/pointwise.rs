@@ -22,7 +22,9 @@
 use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{HeuristicParams, ParamsError, PointwiseParams, SchedulerKind, Tunable};
 
-use super::launch::{bind_capped, check_index_type, check_workgroup, err, fuse, workgroup_sizes};
+use super::launch::{
+    CPU_WORKGROUP_LANES, bind_capped, check_index_type, check_workgroup, err, fuse, workgroup_sizes,
+};
 use super::{Scheduler, has_op};
 use crate::step::Step;
 use tilefuse_sched::ir::{LoopId, ThreadAxis};
@@ -139,7 +141,7 @@ fn defaults(shapes: &[Vec<usize>], device: &DeviceInfo) -> Defaults {
     let min_rank = shapes.iter().map(Vec::len).min().unwrap_or(1);
     let bp = (min_rank - 1).min(MAX_BREAK_POINT);
     let inner = shapes.iter().map(|s| numel(&s[bp..])).max().unwrap_or(1);
-    let lanes = (1..=u64::from(max.min(1024)))
+    let lanes = (1..=CPU_WORKGROUP_LANES.min(u64::from(max)))
         .rev()
         .find(|&d| inner.is_multiple_of(d))
         .unwrap_or(1);

@@ -7,7 +7,7 @@ use tilefuse_params::{GemmTile, MatmulParams};
 use super::analysis::{accepts, fusion_has_batch, problem};
 use crate::step::Step;
 
-use crate::launch::{check_index_type, check_workgroup, err};
+use crate::launch::{CPU_WORKGROUP_LANES, check_index_type, check_workgroup, err};
 use tilefuse_sched::DeviceInfo;
 
 pub(super) struct Plan {
@@ -120,9 +120,6 @@ fn flat_invocations(matmul_invocations: u64, device: &DeviceInfo) -> u64 {
     if device.is_gpu() {
         matmul_invocations.min(max)
     } else {
-        CPU_FLAT_LANES.min(max)
+        CPU_WORKGROUP_LANES.min(max)
     }
 }
-
-/// The pointwise scheduler's widest CPU workgroup, too.
-const CPU_FLAT_LANES: u64 = 1024;
