@@ -1,15 +1,17 @@
-"""Random matmul params on random shapes: wrong results and the slowest points.
+"""Random params on random shapes: wrong results and the slowest points.
 
-    python benches/params_fuzz.py                    # 25 shapes x 12 points, seed 0
+    python benches/params_fuzz.py                    # 25 matmuls x 12 points, seed 0
     python benches/params_fuzz.py --seed 3 --shapes 50 --points 20 --device gpu
+    python benches/params_fuzz.py --workloads softmax,column_sum,chain
 
-How the cases of `params_cliffs.py` were found. For each random matmul
-(sizes from 1 to 256, either operand maybe transposed, maybe a bias and
-relu), a random search of the tuner (`tilefuse.tune`, strategy `random`)
-draws the points; each is then scheduled, run on fresh inputs and checked
-against the float64 reference, and its call timed beside the default
-params'. Prints every wrong result and, at the end, the slowest points
-against their defaults.
+How the cases of `params_cliffs.py` were found. For each random problem (a
+matmul of sizes from 1 to 256, either operand maybe transposed, maybe a
+bias and relu; or, with ``--workloads``, one of those built-in workloads
+with random sizes), a random search of the tuner (`tilefuse.tune`,
+strategy `random`) draws the points; each is then scheduled, run on fresh
+inputs and checked against the float64 reference, and its call timed
+beside the default params'. Prints every wrong result and, at the end, the
+slowest points against their defaults.
 """
 
 from __future__ import annotations
@@ -54,6 +56,20 @@ def random_matmul(rng: np.random.Generator) -> tuple[tf.Fusion, str]:
     return f, f"{m}x{n}x{k}" + "".join(text for on, text in marks if on)
 
 
+def random_workload(rng: np.random.Generator, names: list[str]) -> tuple[tf.Fusion, str]:
+    """One of the built-in workloads `names`, its sizes drawn from SIZES
+    (batches from 1 to 3) and its flags at random."""
+    w = tf.workloads.get(str(rng.choice(names)))
+    sizes: dict[str, int | bool] = {}
+    for key, default in w.defaults.items():
+        if isinstance(default, bool):
+            sizes[key] = bool(rng.integers(2))
+        elif isinstance(default, int):
+            sizes[key] = int(rng.integers(1, 4)) if key == "batch" else int(rng.choice(SIZES))
+    shown = ",".join(f"{k}={v}" for k, v in sizes.items())
+    return tf.workloads.get(w.name, **sizes).fusion(), f"{w.name}({shown})"
+
+
 def points(f: tf.Fusion, device: tf.Device, count: int, seed: int) -> list[dict[str, Any]]:
     """The default params and `count` random points the tuner draws."""
     r = tf.tune(
@@ -80,15 +96,20 @@ def main() -> None:
     parser.add_argument("--shapes", type=int, default=25)
     parser.add_argument("--points", type=int, default=12, help="random points per shape")
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument(
+        "--workloads",
+        help="comma-separated built-in workloads to draw from instead of matmuls",
+    )
     parser.add_argument("--show", type=int, default=5, help="slowest points to print")
     parser.add_argument("--json", help="also write the slowest points here, to reproduce them")
     args = parser.parse_args()
     device = tf.Device.cpu() if args.device == "cpu" else tf.Device.gpu()
     rng = np.random.default_rng(args.seed)
+    names = args.workloads.split(",") if args.workloads else []
     wrong = 0
     worst: list[Point] = []
     for _ in range(args.shapes):
-        f, shape = random_matmul(rng)
+        f, shape = random_workload(rng, names) if names else random_matmul(rng)
         xs = [rng.standard_normal(t.shape).astype(np.float32) for t in f.inputs]
         want = f.evaluate(*xs)
         timed: list[tuple[float, dict[str, Any]]] = []

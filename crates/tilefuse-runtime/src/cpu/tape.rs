@@ -1,7 +1,8 @@
 //! Register-resident evaluation of a block's value: an f32 expression whose
-//! loads are contiguous in the lane (or the same in every lane) compiles to
-//! straight-line code over a few per-thread registers of [`TILE`] lanes,
-//! run tile by tile. Nothing is allocated per chunk and no load is copied into a
+//! loads are contiguous in the lane (or strided, or the same in every lane)
+//! compiles to straight-line code over a few per-thread registers of
+//! [`TILE`] lanes, run tile by tile. Strided loads are gathered first, a
+//! run's lanes at once, so the tiles see every load as contiguous. Nothing is allocated per chunk and no load is copied into a
 //! column first: the column-at-a-time path spent a third of a pointwise
 //! chain in `malloc` and copies.
 //!
@@ -24,14 +25,14 @@ use super::value::{Access, Value};
 pub(super) const TILE: usize = 256;
 /// Registers (stack depth of the expression) a tape may use.
 const REGISTERS: usize = 8;
-/// Contiguous and lane-invariant loads a tape may read.
+/// Contiguous or strided, and lane-invariant loads a tape may read.
 const SOURCES: usize = 16;
 
 /// Where an operand comes from.
 #[derive(Clone, Copy, Debug)]
 enum Operand {
     Reg(u8),
-    /// `loads[i]`: consecutive elements, one per lane.
+    /// `loads[i]`: consecutive elements (or gathered ones), one per lane.
     Load(u8),
     /// `uniforms[i]`: one value for every lane.
     Uniform(u8),
@@ -75,20 +76,27 @@ enum Uniform {
 #[derive(Debug)]
 pub struct Tape {
     ops: Vec<Op>,
-    /// Buffer and offset of lane 0 (over loop variables) of each
-    /// contiguous load.
-    loads: Vec<(usize, LoopIndex)>,
+    /// Buffer, offset of lane 0 (over loop variables) and stride of each
+    /// load that moves with the lane.
+    loads: Vec<(usize, LoopIndex, usize)>,
     uniforms: Vec<Uniform>,
 }
 
 /// A thread's registers, allocated once per launch: zeroing them on every
 /// call cost as much as the arithmetic. Register 0 is scratch for sinks
 /// that do not store (stores compute straight into their destination).
-pub struct Registers(Box<[[f32; TILE]; REGISTERS]>);
+/// `gathered` holds a run's strided loads, one after another.
+pub struct Registers {
+    tiles: Box<[[f32; TILE]; REGISTERS]>,
+    gathered: Vec<f32>,
+}
 
 impl Default for Registers {
     fn default() -> Self {
-        Registers(Box::new([[0.0; TILE]; REGISTERS]))
+        Registers {
+            tiles: Box::new([[0.0; TILE]; REGISTERS]),
+            gathered: Vec::new(),
+        }
     }
 }
 
@@ -104,7 +112,8 @@ pub enum Sink<'a> {
 
 impl Tape {
     /// Compiles `value`, or `None` where it is not f32 arithmetic over
-    /// contiguous or lane-invariant loads of buffers other than `store`.
+    /// loads of buffers other than `store` that step forward or not at all
+    /// with the lane.
     pub fn compile(value: &Value, store: usize, dtypes: &[DType]) -> Option<Tape> {
         let mut tape = Tape {
             ops: Vec::new(),
@@ -134,8 +143,9 @@ impl Tape {
                     self.uniforms.push(Uniform::Load(*buffer, at));
                     Some(Operand::Uniform(self.uniforms.len() as u8 - 1))
                 }
-                1 => {
-                    self.loads.push((*buffer, LoopIndex::new(rest.clone())));
+                &stride if stride > 0 => {
+                    let at = LoopIndex::new(rest.clone());
+                    self.loads.push((*buffer, at, stride as usize));
                     Some(Operand::Load(self.loads.len() as u8 - 1))
                 }
                 _ => return None,
@@ -215,7 +225,7 @@ impl Tape {
     /// `env`.
     pub fn offsets(&self, env: &[i64]) -> Offsets {
         let mut o = Offsets::default();
-        for (slot, (_, rest)) in o.loads.iter_mut().zip(&self.loads) {
+        for (slot, (_, rest, _)) in o.loads.iter_mut().zip(&self.loads) {
             *slot = rest.eval(env);
         }
         for (slot, u) in o.uniforms.iter_mut().zip(&self.uniforms) {
@@ -234,7 +244,7 @@ impl Tape {
         });
         self.loads
             .iter()
-            .map(|(_, rest)| rest)
+            .map(|(_, rest, _)| rest)
             .chain(uniform_loads)
             .all(|x| x.index().linear_in(v).is_some())
     }
@@ -248,9 +258,17 @@ impl Tape {
         regs: &mut Registers,
         mut sink: Sink<'_>,
     ) -> Option<f32> {
+        let Registers { tiles, gathered } = regs;
+        self.gather(buffers, offsets, (start, n), gathered);
         let mut loads: [&[f32]; SOURCES] = [&[]; SOURCES];
-        for ((slot, (buffer, _)), &at) in loads.iter_mut().zip(&self.loads).zip(&offsets.loads) {
-            *slot = unsafe { buffers[*buffer].slice::<f32>(at as usize + start, n) };
+        let mut strided = gathered.chunks_exact(n.max(1));
+        for ((slot, &(buffer, _, stride)), &at) in
+            (loads.iter_mut().zip(&self.loads)).zip(&offsets.loads)
+        {
+            *slot = match stride {
+                1 => unsafe { buffers[buffer].slice::<f32>(at as usize + start, n) },
+                _ => strided.next().unwrap_or_default(),
+            };
         }
         let mut uniforms = [0f32; SOURCES];
         for ((slot, u), &at) in uniforms
@@ -265,7 +283,26 @@ impl Tape {
                 },
             };
         }
-        run_tiles(&self.ops, regs, &loads, &uniforms, n, &mut sink)
+        run_tiles(&self.ops, tiles, &loads, &uniforms, n, &mut sink)
+    }
+
+    /// Copies the lanes `start..start + n` of each strided load into
+    /// `into`, one load after another.
+    fn gather(
+        &self,
+        buffers: &[RawBuf],
+        offsets: &Offsets,
+        (start, n): (usize, usize),
+        into: &mut Vec<f32>,
+    ) {
+        into.clear();
+        for (&(buffer, _, stride), &at) in self.loads.iter().zip(&offsets.loads) {
+            if stride > 1 && n > 0 {
+                let from = at as usize + start * stride;
+                let src = unsafe { buffers[buffer].slice::<f32>(from, (n - 1) * stride + 1) };
+                into.extend(src.iter().step_by(stride));
+            }
+        }
     }
 }
 
@@ -288,8 +325,9 @@ impl Tape {
     /// straight from it in one call; others run row by row.
     pub fn run_rows(&self, buffers: &[RawBuf], regs: &mut Registers, rows: &mut Rows<'_>) {
         let n = rows.dst.len();
-        if let Some(i) = single_load(&self.ops) {
-            let (buffer, _) = self.loads[i];
+        if let Some(i) = single_load(&self.ops)
+            && let (buffer, _, 1) = self.loads[i]
+        {
             let (at, step) = (rows.offsets.loads[i], rows.stride.loads[i]);
             // The span of every row, whichever way the rows step.
             let final_row = at + step * (rows.rows - 1);
@@ -383,7 +421,7 @@ multiversion!(
     /// Runs `ops` tile by tile over `n` lanes into `sink`.
     fn run_tiles(
         ops: &[Op],
-        regs: &mut Registers,
+        regs: &mut [[f32; TILE]; REGISTERS],
         loads: &[&[f32]; SOURCES],
         uniforms: &[f32; SOURCES],
         n: usize,
@@ -400,7 +438,7 @@ multiversion!(
             combine_into(dst, &loads[i][..n], *op, *first);
             return None;
         }
-        let (scratch, above) = regs.0.split_first_mut().expect("registers exist");
+        let (scratch, above) = regs.split_first_mut().expect("registers exist");
         for lo in (0..n).step_by(TILE) {
             let len = TILE.min(n - lo);
             // Register 0 is the destination itself for stores: no copy out.
