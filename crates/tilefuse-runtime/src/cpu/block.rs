@@ -2,7 +2,7 @@
 //! (linear in a lane step's variable where they are), its guards and
 //! predicates sorted by how a lane step checks them, its tape.
 
-use tilefuse_ir::{DType, ReduceOp, Scalar};
+use tilefuse_ir::{DType, Scalar};
 use tilefuse_sched::ir::{
     Block, BlockId, BufferId, Expr, Index, IterKind, Kernel, Var, flat_offset,
 };
@@ -68,7 +68,7 @@ pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -
         };
     let dtypes: Vec<DType> = kernel.buffers.iter().map(|b| b.dtype).collect();
     let tape = (lane.is_some() && !per_lane)
-        .then(|| tape_code(&value, &store, block.reduce, lane_reduces, &dtypes))
+        .then(|| tape_code(&value, &store, block, lane_reduces, &dtypes))
         .flatten();
     BlockCode {
         tape,
@@ -126,19 +126,23 @@ fn bounds(kernel: &Kernel, id: BlockId, lane: Option<Var>) -> Bounds {
 }
 
 /// The tape of a lane step's block whose lanes need no iterator values of
-/// their own (`per_lane` is false): f32 values stored to consecutive
-/// elements or folded into one.
+/// their own (`per_lane` is false): f32 values stored to elements a fixed
+/// stride apart or folded into one. Lanes that each combine into their own
+/// element while driving a reduce iterator (an rfactor's partials) start
+/// their elements at different iterations, so only a block without an
+/// init (its partials started by a block of their own) combines them.
 pub(super) fn tape_code(
     value: &Value,
     store: &Access,
-    reduce: Option<ReduceOp>,
+    block: &Block,
     lane_reduces: bool,
     dtypes: &[DType],
 ) -> Option<TapeCode> {
     let (coef, rest) = store.linear.as_ref()?;
-    let into = match (reduce, coef, lane_reduces) {
-        (None, 1, _) => TapeStore::Lanes,
-        (Some(op), 1, false) => TapeStore::Combine(op),
+    let into = match (block.reduce, *coef, lane_reduces) {
+        (None, 1.., _) => TapeStore::Lanes,
+        (Some(op), 1.., false) => TapeStore::Combine(op),
+        (Some(op), 1.., true) if !block.init => TapeStore::Combine(op),
         (Some(op), 0, true) => TapeStore::Fold(op),
         _ => return None,
     };
@@ -148,6 +152,7 @@ pub(super) fn tape_code(
     Some(TapeCode {
         tape: Tape::compile(value, store.buffer, dtypes)?,
         store: LoopIndex::new(rest.clone()),
+        stride: *coef as usize,
         into,
     })
 }

@@ -36,30 +36,34 @@ pub(super) fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option
     {
         return Some(step);
     }
-    // A reduction whose innermost loop runs through a tape keeps its
-    // order: reordered, a column sum's rows would fold as gathers.
-    let innermost = Var::Loop(*chain.last()?);
-    if reduces && compile_block(kernel, block, Some(innermost)).tape.is_some() {
-        return None;
-    }
-    reordered(kernel, &chain, block)
+    // Another order must give a longer lane step than the innermost loop
+    // where that runs through a tape, and a reduction whose innermost
+    // loop folds, or combines into contiguous elements, keeps its order
+    // (reordered, a column sum's rows would fold as gathers).
+    let last = *chain.last()?;
+    let more_than = match compile_block(kernel, block, Some(Var::Loop(last))).tape {
+        None => 1,
+        Some(t) if reduces && t.stride <= 1 => return None,
+        Some(_) => kernel.loop_(last).extent as i64,
+    };
+    reordered(kernel, &chain, block, more_than)
 }
 
 /// The chain's loops sorted by how far each moves the store, outermost
 /// first, when all run in one thread and no load reads the stored buffer
 /// (so no iteration depends on another): the longest run of innermost
-/// loops of that order that is contiguous becomes one lane step, inside
-/// the other loops in their nest's order. A reduction's own loops, which
-/// do not move its store, sort innermost in their order, so each element
-/// still takes its values in order: a cross-invocation reduction's
-/// partial sums (each invocation's every `n`-th element of a row) become
-/// folds of strided loads, where they ran element by element (a 100 x
-/// 256 softmax in 2 invocations a row: 8 ms). A GPU schedule splits a tile's
-/// rows and columns over invocations and then within them (an invocation
-/// of 4 x 4 elements: row, column, row, column), so its accumulator's
-/// start and store ran 4 lanes at a time; so they run 32 (a 256^3 matmul
-/// in such invocations: 2.3 ms, then 0.5 ms).
-fn reordered(kernel: &Kernel, chain: &[LoopId], block: &Block) -> Option<Step> {
+/// loops of that order that is contiguous, and longer than `more_than`
+/// lanes, becomes one lane step, inside the other loops in their nest's
+/// order. A GPU schedule splits a tile's rows and columns over
+/// invocations and then within them (an invocation of 4 x 4 elements:
+/// row, column, row, column), so its accumulator's start and store ran 4
+/// lanes at a time; so they run 32 (a 256^3 matmul in such invocations:
+/// 2.3 ms, then 0.5 ms). A reduction's own loops, which do not move its
+/// store, sort innermost in their order, so each element still takes its
+/// values in order: a cross-invocation reduction's partial sums (each
+/// invocation's every `n`-th element of a row) become folds of strided
+/// loads (a 100 x 256 softmax in 2 invocations a row: 8 ms, then 0.11).
+fn reordered(kernel: &Kernel, chain: &[LoopId], block: &Block, more_than: i64) -> Option<Step> {
     let store = flat_offset(&block.indices, &kernel.buffer(block.buffer).shape);
     let store = kernel.offset_over_loops(block, &store);
     let mut order: Vec<(i64, LoopId)> = (chain.iter())
@@ -74,7 +78,7 @@ fn reordered(kernel: &Kernel, chain: &[LoopId], block: &Block) -> Option<Step> {
         return None;
     }
     let (lanes, mut step) = (0..order.len())
-        .filter(|&i| order[i..] != chain[chain.len() - 1..])
+        .filter(|&i| iterations(kernel, &order[i..]) > more_than)
         .find_map(|i| Some((&order[i..], lane_step(kernel, &order[i..], block)?)))?;
     for &l in chain.iter().rev().filter(|l| !lanes.contains(l)) {
         step = Step::Loop {
@@ -128,13 +132,18 @@ fn lane_step(kernel: &Kernel, chain: &[LoopId], block: &Block) -> Option<Step> {
     if threaded && !independent {
         return None;
     }
-    let extent: i64 = (chain.iter())
-        .map(|&l| kernel.loop_(l).extent as i64)
-        .product();
+    let extent = iterations(kernel, chain);
     Some(Step::Lanes {
         var: lane.0 as usize,
         extent,
         block: code,
         parallel: threaded && extent as u64 >= MIN_PARALLEL_WORK,
     })
+}
+
+/// The iterations of a nest of `loops`.
+fn iterations(kernel: &Kernel, loops: &[LoopId]) -> i64 {
+    (loops.iter())
+        .map(|&l| kernel.loop_(l).extent as i64)
+        .product()
 }

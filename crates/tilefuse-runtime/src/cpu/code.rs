@@ -59,15 +59,17 @@ pub(super) struct TapeCode {
     pub(super) tape: Tape,
     /// The store's offset in lane 0, over loop variables.
     pub(super) store: LoopIndex,
+    /// How far apart the lanes' elements are (`Lanes` and `Combine`).
+    pub(super) stride: usize,
     pub(super) into: TapeStore,
 }
 
 /// Where a tape's lanes go.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum TapeStore {
-    /// Consecutive elements.
+    /// One element each, `stride` apart.
     Lanes,
-    /// Combined into consecutive elements (a reduction over an outer loop).
+    /// Combined into one element each (a reduction over an outer loop).
     Combine(ReduceOp),
     /// All combined into one element (a reduction over the lanes).
     Fold(ReduceOp),

@@ -213,6 +213,41 @@ impl RawBuf {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<T>().add(start), n) }
     }
 
+    /// Appends the `n` f32 elements `start`, `start + stride`, ... to
+    /// `into` (bounds and element type checked once).
+    ///
+    /// # Safety
+    ///
+    /// As [`RawBuf::slice`], for those elements only: the ones between
+    /// them may be written meanwhile.
+    pub unsafe fn gather_f32(&self, start: usize, stride: usize, n: usize, into: &mut Vec<f32>) {
+        if n == 0 {
+            return;
+        }
+        self.check::<f32>(start, (n - 1) * stride + 1);
+        let at = |k: usize| self.ptr.cast::<f32>().wrapping_add(start + k * stride);
+        // SAFETY: in bounds, checked above; no writer, per the contract.
+        into.extend((0..n).map(|k| unsafe { at(k).read() }));
+    }
+
+    /// Stores `values` at the f32 elements `start`, `start + stride`, ...
+    /// (bounds and element type checked once).
+    ///
+    /// # Safety
+    ///
+    /// As [`RawBuf::slice_mut`], for those elements only.
+    pub unsafe fn scatter_f32(&self, start: usize, stride: usize, values: &[f32]) {
+        if values.is_empty() {
+            return;
+        }
+        self.check::<f32>(start, (values.len() - 1) * stride + 1);
+        let at = |k: usize| self.ptr.cast::<f32>().wrapping_add(start + k * stride);
+        for (k, &v) in values.iter().enumerate() {
+            // SAFETY: in bounds, checked above; exclusive, per the contract.
+            unsafe { at(k).write(v) };
+        }
+    }
+
     /// Element `i` as a scalar.
     ///
     /// # Safety

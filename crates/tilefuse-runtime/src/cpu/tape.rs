@@ -85,10 +85,12 @@ pub struct Tape {
 /// A thread's registers, allocated once per launch: zeroing them on every
 /// call cost as much as the arithmetic. Register 0 is scratch for sinks
 /// that do not store (stores compute straight into their destination).
-/// `gathered` holds a run's strided loads, one after another.
+/// `gathered` holds a run's strided loads, one after another; `staged` the
+/// lanes of a strided store.
 pub struct Registers {
     tiles: Box<[[f32; TILE]; REGISTERS]>,
     gathered: Vec<f32>,
+    staged: Vec<f32>,
 }
 
 impl Default for Registers {
@@ -96,6 +98,7 @@ impl Default for Registers {
         Registers {
             tiles: Box::new([[0.0; TILE]; REGISTERS]),
             gathered: Vec::new(),
+            staged: Vec::new(),
         }
     }
 }
@@ -258,7 +261,9 @@ impl Tape {
         regs: &mut Registers,
         mut sink: Sink<'_>,
     ) -> Option<f32> {
-        let Registers { tiles, gathered } = regs;
+        let Registers {
+            tiles, gathered, ..
+        } = regs;
         self.gather(buffers, offsets, (start, n), gathered);
         let mut loads: [&[f32]; SOURCES] = [&[]; SOURCES];
         let mut strided = gathered.chunks_exact(n.max(1));
@@ -286,6 +291,34 @@ impl Tape {
         run_tiles(&self.ops, tiles, &loads, &uniforms, n, &mut sink)
     }
 
+    /// As [`Tape::run`], storing (or with `combine`, combining) lane `i`
+    /// into element `at + i * stride` of `dst`, through a contiguous copy.
+    pub fn run_scattered(
+        &self,
+        buffers: &[RawBuf],
+        env: &[i64],
+        lanes: (usize, usize),
+        regs: &mut Registers,
+        (dst, at, stride): (&RawBuf, usize, usize),
+        combine: Option<(ReduceOp, bool)>,
+    ) {
+        let mut staged = std::mem::take(&mut regs.staged);
+        staged.clear();
+        let sink = match combine {
+            Some((op, first)) => {
+                unsafe { dst.gather_f32(at, stride, lanes.1, &mut staged) };
+                Sink::Combine(&mut staged, op, first)
+            }
+            None => {
+                staged.resize(lanes.1, 0.0);
+                Sink::Store(&mut staged)
+            }
+        };
+        self.run(buffers, env, lanes, regs, sink);
+        unsafe { dst.scatter_f32(at, stride, &staged) };
+        regs.staged = staged;
+    }
+
     /// Copies the lanes `start..start + n` of each strided load into
     /// `into`, one load after another.
     fn gather(
@@ -297,10 +330,9 @@ impl Tape {
     ) {
         into.clear();
         for (&(buffer, _, stride), &at) in self.loads.iter().zip(&offsets.loads) {
-            if stride > 1 && n > 0 {
+            if stride > 1 {
                 let from = at as usize + start * stride;
-                let src = unsafe { buffers[buffer].slice::<f32>(from, (n - 1) * stride + 1) };
-                into.extend(src.iter().step_by(stride));
+                unsafe { buffers[buffer].gather_f32(from, stride, n, into) };
             }
         }
     }
