@@ -10,6 +10,7 @@ use tilefuse_sched::ir::{
 use super::code::{BlockCode, Bound, LaneBound, TapeCode, TapeStore};
 use super::loop_index::LoopIndex;
 use super::nest::block_bounds;
+use super::scatter::Scatter;
 use super::tape::Tape;
 use super::value::{Access, Value};
 
@@ -152,8 +153,8 @@ pub(super) fn tape_code(
     Some(TapeCode {
         tape: Tape::compile(value, store.buffer, dtypes)?,
         store: LoopIndex::new(rest.clone()),
-        stride: *coef as usize,
         into,
+        scatter: (*coef > 1).then(|| Scatter::strided(*coef)),
     })
 }
 

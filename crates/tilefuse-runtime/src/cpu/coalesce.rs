@@ -2,11 +2,16 @@
 //! nest's order where that is contiguous, else in the order of how far
 //! each loop moves the store.
 
+use tilefuse_ir::DType;
 use tilefuse_sched::ir::{Block, Index, Kernel, LoopId, Node, Scope, Var, flat_offset};
 
 use super::block::{all_loads, compile_block};
-use super::code::{MIN_PARALLEL_WORK, Step};
-use super::nest::{in_one_thread, loop_chain};
+use super::code::{BlockCode, MIN_PARALLEL_WORK, Step, TapeCode, TapeStore};
+use super::gemm_match::gemm_code;
+use super::loop_index::LoopIndex;
+use super::nest::{in_one_thread, loop_chain, through_units};
+use super::scatter::Scatter;
+use super::tape::Tape;
 use super::value::Access;
 
 /// A chain of loops, each the only child of the one before (looking
@@ -27,8 +32,9 @@ pub(super) fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option
     let chain: Vec<LoopId> = std::iter::once(outer).chain(inner).collect();
     let block = kernel.block(id);
     let reduces = block.reduce.is_some();
-    // A reduction's lanes fold into shared elements: in one thread only.
-    if reduces && !chain.iter().all(|&l| in_one_thread(kernel, l)) {
+    // A reduction's lanes fold into shared elements: in one thread only;
+    // and a nest the GEMM micro-kernel takes is left to it.
+    if reduces && (!chain.iter().all(|&l| in_one_thread(kernel, l)) || holds_gemm(kernel, body)) {
         return None;
     }
     if chain.len() >= 2
@@ -37,17 +43,26 @@ pub(super) fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option
         return Some(step);
     }
     // Another order must give a longer lane step than the innermost loop
-    // where that runs through a tape, and a reduction whose innermost
-    // loop folds, or combines into contiguous elements, keeps its order
-    // (reordered, a column sum's rows would fold as gathers).
+    // where that runs through a tape. A reduction whose innermost loop
+    // folds, or combines into consecutive elements, in long steps keeps
+    // its order (reordered, a column sum's rows would fold as gathers).
+    // Short steps give way to the whole chain scattering its stores.
     let last = *chain.last()?;
-    let more_than = match compile_block(kernel, block, Some(Var::Loop(last))).tape {
-        None => 1,
-        Some(t) if reduces && t.stride <= 1 => return None,
-        Some(_) => kernel.loop_(last).extent as i64,
-    };
+    let extent = kernel.loop_(last).extent as i64;
+    let innermost = compile_block(kernel, block, Some(Var::Loop(last))).tape;
+    let short = innermost.is_none() || extent < LONG_LANES;
+    if reduces && !short && innermost.as_ref().is_some_and(|t| t.scatter.is_none()) {
+        return None;
+    }
+    let more_than = if innermost.is_some() { extent } else { 1 };
     reordered(kernel, &chain, block, more_than)
+        .or_else(|| short.then(|| scattered(kernel, &chain, block)).flatten())
 }
+
+/// Lanes per step from which a lane step's fixed cost (some 50 ns) no
+/// longer matters beside the lanes' work, even at the 1-2 ns a lane of a
+/// scattered store.
+const LONG_LANES: i64 = 64;
 
 /// The chain's loops sorted by how far each moves the store, outermost
 /// first, when all run in one thread and no load reads the stored buffer
@@ -99,27 +114,8 @@ fn lane_step(kernel: &Kernel, chain: &[LoopId], block: &Block) -> Option<Step> {
     let lane = *chain.last()?;
     let code = compile_block(kernel, block, Some(Var::Loop(lane)));
     code.tape.as_ref()?;
-    // Whether `x` moves with the chain as one variable would: each loop
-    // by the inner loops' extents times the innermost's step.
-    let as_one = |x: &Index, lane_step: i64| {
-        let mut step = lane_step;
-        chain.windows(2).rev().all(|pair| {
-            step *= kernel.loop_(pair[1]).extent as i64;
-            (x.linear_in(Var::Loop(pair[0]))).is_some_and(|(coef, _)| coef == step)
-        })
-    };
-    let contiguous = |a: &Access| {
-        let step = a.linear.as_ref().map_or(0, |(coef, _)| *coef);
-        as_one(&kernel.offset_over_loops(block, &a.offset), step)
-    };
-    if !contiguous(&code.store) || !all_loads(&code.value, &contiguous) {
-        return None;
-    }
-    // The chain's lanes run as one variable past the innermost extent: a
-    // bound must not move with them, or hold for a prefix of that variable.
-    let in_chain = |x: &Index| chain.iter().any(|&l| x.mentions(Var::Loop(l)));
-    if code.uniform.iter().any(|(x, _)| in_chain(x.index()))
-        || !code.prefix.iter().all(|p| as_one(p.rest.index(), p.coef))
+    if !contiguous(kernel, chain, block, &code.store)
+        || !loads_and_bounds_as_one(kernel, chain, block, &code)
     {
         return None;
     }
@@ -141,9 +137,108 @@ fn lane_step(kernel: &Kernel, chain: &[LoopId], block: &Block) -> Option<Step> {
     })
 }
 
+/// Whether a loop of the chain in `body` starts a nest the GEMM matcher
+/// takes (it is tried at each loop before the chain around it).
+fn holds_gemm(kernel: &Kernel, mut body: &[Node]) -> bool {
+    while let Some(node @ Node::Loop(_, inner)) = through_units(kernel, body, &mut Vec::new()) {
+        if gemm_code(kernel, node).is_some() {
+            return true;
+        }
+        body = inner;
+    }
+    false
+}
+
 /// The iterations of a nest of `loops`.
 fn iterations(kernel: &Kernel, loops: &[LoopId]) -> i64 {
     (loops.iter())
         .map(|&l| kernel.loop_(l).extent as i64)
         .product()
+}
+
+/// Whether `x` moves with the `chain` as one variable would: each loop by
+/// the inner loops' extents times the innermost's step.
+fn as_one(kernel: &Kernel, chain: &[LoopId], x: &Index, lane_step: i64) -> bool {
+    let mut step = lane_step;
+    chain.windows(2).rev().all(|pair| {
+        step *= kernel.loop_(pair[1]).extent as i64;
+        (x.linear_in(Var::Loop(pair[0]))).is_some_and(|(coef, _)| coef == step)
+    })
+}
+
+/// Whether access `a` of `block` moves with the `chain` as one variable.
+fn contiguous(kernel: &Kernel, chain: &[LoopId], block: &Block, a: &Access) -> bool {
+    let step = a.linear.as_ref().map_or(0, |(coef, _)| *coef);
+    as_one(
+        kernel,
+        chain,
+        &kernel.offset_over_loops(block, &a.offset),
+        step,
+    )
+}
+
+/// Whether every load of `code` moves with the `chain` as one variable,
+/// and every bound either does not move with it or holds for a prefix of
+/// that variable (the lanes run as one past the innermost extent).
+fn loads_and_bounds_as_one(
+    kernel: &Kernel,
+    chain: &[LoopId],
+    block: &Block,
+    code: &BlockCode,
+) -> bool {
+    let in_chain = |x: &Index| chain.iter().any(|&l| x.mentions(Var::Loop(l)));
+    all_loads(&code.value, &|a| contiguous(kernel, chain, block, a))
+        && !code.uniform.iter().any(|(x, _)| in_chain(x.index()))
+        && (code.prefix.iter()).all(|p| as_one(kernel, chain, p.rest.index(), p.coef))
+}
+
+/// `block` as one lane step over the `chain` in one thread whose loads
+/// move as one variable but whose store does not: its lanes scatter (see
+/// `scatter`), each loop moving the store by its own step. Where the
+/// loops drive reduce iterators, they must drive them upward: a lane
+/// starts its element where all of them are at 0.
+fn scattered(kernel: &Kernel, chain: &[LoopId], block: &Block) -> Option<Step> {
+    let lane = *chain.last()?;
+    let code = compile_block(kernel, block, Some(Var::Loop(lane)));
+    let one_thread = chain.iter().all(|&l| in_one_thread(kernel, l));
+    if !one_thread || code.per_lane || code.dtype != DType::F32 {
+        return None;
+    }
+    if !loads_and_bounds_as_one(kernel, chain, block, &code) {
+        return None;
+    }
+    let store = kernel.offset_over_loops(block, &code.store.offset);
+    // Whether `l` drives a reduce iterator (upward; `None`: otherwise).
+    let drives = |l: LoopId| {
+        (code.reduce_iters.iter()).try_fold(false, |any, &i| {
+            match code.bindings[i].index().linear_in(Var::Loop(l))?.0 {
+                0 => Some(any),
+                1.. => Some(true),
+                _ => None,
+            }
+        })
+    };
+    let digits = (chain.iter())
+        .map(|&l| {
+            let step = store.linear_in(Var::Loop(l))?.0;
+            Some((kernel.loop_(l).extent as i64, step, drives(l)?))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let dtypes: Vec<DType> = kernel.buffers.iter().map(|b| b.dtype).collect();
+    let (_, rest) = code.store.linear.as_ref()?;
+    let tape = TapeCode {
+        tape: Tape::compile(&code.value, code.store.buffer, &dtypes)?,
+        store: LoopIndex::new(rest.clone()),
+        into: block.reduce.map_or(TapeStore::Lanes, TapeStore::Combine),
+        scatter: Some(Scatter::over(digits)),
+    };
+    Some(Step::Lanes {
+        var: lane.0 as usize,
+        extent: iterations(kernel, chain),
+        block: BlockCode {
+            tape: Some(tape),
+            ..code
+        },
+        parallel: false,
+    })
 }

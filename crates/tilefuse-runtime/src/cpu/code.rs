@@ -5,6 +5,7 @@ use tilefuse_ir::{DType, ReduceOp};
 use tilefuse_sched::ir::{Index, Kernel, LoopId};
 
 use super::loop_index::LoopIndex;
+use super::scatter::Scatter;
 use super::tape::Tape;
 use super::value::{Access, Value};
 
@@ -59,15 +60,15 @@ pub(super) struct TapeCode {
     pub(super) tape: Tape,
     /// The store's offset in lane 0, over loop variables.
     pub(super) store: LoopIndex,
-    /// How far apart the lanes' elements are (`Lanes` and `Combine`).
-    pub(super) stride: usize,
     pub(super) into: TapeStore,
+    /// Where `Lanes` and `Combine` put lanes other than consecutively.
+    pub(super) scatter: Option<Scatter>,
 }
 
 /// Where a tape's lanes go.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum TapeStore {
-    /// One element each, `stride` apart.
+    /// One element each (consecutive, or as `TapeCode::scatter` says).
     Lanes,
     /// Combined into one element each (a reduction over an outer loop).
     Combine(ReduceOp),

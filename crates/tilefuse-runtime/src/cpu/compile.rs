@@ -103,7 +103,7 @@ pub(super) fn rows_code(kernel: &Kernel, r: LoopId, body: &[Node]) -> Option<Row
             .linear_in(rv)
             .is_some_and(|(coef, _)| coef > 0)
     });
-    let combines = matches!(tape.into, TapeStore::Combine(_)) && tape.stride == 1;
+    let combines = matches!(tape.into, TapeStore::Combine(_)) && tape.scatter.is_none();
     if !combines || tape.store.index().mentions(rv) || !tape.tape.linear_in(rv) || !drives_up {
         return None;
     }
@@ -416,20 +416,24 @@ mod tests {
         runs_right(&f, &s, 2, 1e-5);
     }
 
-    /// A row reduced by invocations, each taking every n-th element of the
-    /// row into its partial result before the partials combine. With 2
-    /// invocations, each partial folds as one lane step (in a loop over the
-    /// two) of strided loads over its 128 elements (they ran element by
-    /// element: a 100 x 256 softmax in 8 ms, 0.11 now), and the two
-    /// partials as one of 2. With 512 for 64 columns (16 rows a
-    /// workgroup), the partials combine as one step of the 512 invocations
-    /// a row, then fold (2 lanes at a time before: 3.6 ms, now 0.17, for
-    /// a layer norm).
+    /// A row reduced by invocations, each taking every n-th element (or
+    /// pair of elements) of the row into its partial result before the
+    /// partials combine:
+    /// - with 2 invocations, each partial folds as one lane step (in a
+    ///   loop over the two) of strided loads over its 128 elements (they
+    ///   ran element by element: a 100 x 256 softmax in 8 ms, 0.11 now),
+    ///   and the two partials as one of 2;
+    /// - with 512 for 64 columns (16 rows a workgroup), the partials
+    ///   combine as one step of the 512 invocations a row, then fold (2
+    ///   lanes at a time before: 3.6 ms, now 0.17, for a layer norm);
+    /// - with 2 invocations of pairs, the row's 256 elements scatter into
+    ///   the partials as one step (2.5 ms in steps of 2, now 0.29).
     #[test]
     fn cross_invocation_partials_run_as_long_lane_steps() {
-        for (shape, invocations, rows, want) in [
-            ([100, 256], 2, None, [(128, true), (2, true)]),
-            ([256, 64], 512, Some(16), [(512, true), (512, true)]),
+        for (shape, invocations, rows, vector, want) in [
+            ([100, 256], 2, None, 1, [(128, true), (2, true)]),
+            ([256, 64], 512, Some(16), 1, [(512, true), (512, true)]),
+            ([100, 256], 2, None, 2, [(256, true), (2, true)]),
         ] {
             let f = tilefuse_testing::softmax(&shape, 1);
             let (_, s) = defaults_with(
@@ -441,6 +445,7 @@ mod tests {
                     ("reduction_invocations", invocations.into()),
                     ("rows_per_workgroup", rows.into()),
                     ("unroll_factor_reduction", 4.into()),
+                    ("vectorization_factor_reduction", vector.into()),
                 ],
             );
             assert_eq!(reduction_lanes(&compiled(&s)), want.repeat(2), "{shape:?}");
@@ -470,9 +475,11 @@ mod tests {
         lane_blocks(&steps, &mut blocks);
         assert_eq!(blocks.len(), 1, "{blocks:?}");
         let (extent, _, code) = blocks[0];
+        let scatter = code.tape.as_ref().and_then(|t| t.scatter.as_ref());
+        assert_eq!(extent, 64);
         assert_eq!(
-            (extent, code.tape.as_ref().map(|t| t.stride)),
-            (64, Some(8))
+            scatter.map(|s| &s.digits[..]),
+            Some(&[(i64::MAX, 8, false)][..])
         );
         runs_right(&f, &s, 2, 1e-6);
     }

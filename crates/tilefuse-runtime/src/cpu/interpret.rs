@@ -506,21 +506,11 @@ impl Ctx<'_> {
             let lanes = (start, TAPE_CHUNK.min(range.end - start));
             let mut run = |sink| t.tape.run(self.buffers, env, lanes, &mut registers, sink);
             let stored = || unsafe { buf.slice_mut::<f32>(base + lanes.0, lanes.1) };
-            let at = base + lanes.0 * t.stride;
             match t.into {
-                _ if t.stride > 1 => {
-                    let combine = match t.into {
-                        TapeStore::Combine(op) => Some((op, first)),
-                        _ => None,
-                    };
-                    t.tape.run_scattered(
-                        self.buffers,
-                        env,
-                        lanes,
-                        &mut registers,
-                        (buf, at, t.stride),
-                        combine,
-                    );
+                _ if let Some(scatter) = &t.scatter => {
+                    let store = (base as i64, b.store.buffer);
+                    let lanes = (lanes, &mut *registers);
+                    self.scatter_lanes(t, scatter, store, lanes, env, first);
                     None
                 }
                 TapeStore::Lanes => run(Sink::Store(stored())),

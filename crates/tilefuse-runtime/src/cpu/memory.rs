@@ -230,24 +230,6 @@ impl RawBuf {
         into.extend((0..n).map(|k| unsafe { at(k).read() }));
     }
 
-    /// Stores `values` at the f32 elements `start`, `start + stride`, ...
-    /// (bounds and element type checked once).
-    ///
-    /// # Safety
-    ///
-    /// As [`RawBuf::slice_mut`], for those elements only.
-    pub unsafe fn scatter_f32(&self, start: usize, stride: usize, values: &[f32]) {
-        if values.is_empty() {
-            return;
-        }
-        self.check::<f32>(start, (values.len() - 1) * stride + 1);
-        let at = |k: usize| self.ptr.cast::<f32>().wrapping_add(start + k * stride);
-        for (k, &v) in values.iter().enumerate() {
-            // SAFETY: in bounds, checked above; exclusive, per the contract.
-            unsafe { at(k).write(v) };
-        }
-    }
-
     /// Element `i` as a scalar.
     ///
     /// # Safety

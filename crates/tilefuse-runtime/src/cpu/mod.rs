@@ -19,6 +19,7 @@ mod memory;
 mod nest;
 pub mod pool;
 mod program;
+mod scatter;
 mod simd_math;
 mod tape;
 mod value;

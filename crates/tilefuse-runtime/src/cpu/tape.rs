@@ -86,7 +86,7 @@ pub struct Tape {
 /// call cost as much as the arithmetic. Register 0 is scratch for sinks
 /// that do not store (stores compute straight into their destination).
 /// `gathered` holds a run's strided loads, one after another; `staged` the
-/// lanes of a strided store.
+/// lanes of a store that is not consecutive.
 pub struct Registers {
     tiles: Box<[[f32; TILE]; REGISTERS]>,
     gathered: Vec<f32>,
@@ -291,31 +291,21 @@ impl Tape {
         run_tiles(&self.ops, tiles, &loads, &uniforms, n, &mut sink)
     }
 
-    /// As [`Tape::run`], storing (or with `combine`, combining) lane `i`
-    /// into element `at + i * stride` of `dst`, through a contiguous copy.
-    pub fn run_scattered(
+    /// Runs lanes `lanes` into a contiguous per-thread run and hands it
+    /// to `out` (for stores that are not consecutive: `scatter`).
+    pub fn run_staged(
         &self,
         buffers: &[RawBuf],
         env: &[i64],
         lanes: (usize, usize),
         regs: &mut Registers,
-        (dst, at, stride): (&RawBuf, usize, usize),
-        combine: Option<(ReduceOp, bool)>,
+        out: impl FnOnce(&[f32]),
     ) {
         let mut staged = std::mem::take(&mut regs.staged);
         staged.clear();
-        let sink = match combine {
-            Some((op, first)) => {
-                unsafe { dst.gather_f32(at, stride, lanes.1, &mut staged) };
-                Sink::Combine(&mut staged, op, first)
-            }
-            None => {
-                staged.resize(lanes.1, 0.0);
-                Sink::Store(&mut staged)
-            }
-        };
-        self.run(buffers, env, lanes, regs, sink);
-        unsafe { dst.scatter_f32(at, stride, &staged) };
+        staged.resize(lanes.1, 0.0);
+        self.run(buffers, env, lanes, regs, Sink::Store(&mut staged));
+        out(&staged);
         regs.staged = staged;
     }
 
