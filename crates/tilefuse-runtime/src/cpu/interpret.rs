@@ -510,7 +510,11 @@ impl Ctx<'_> {
                 _ if let Some(scatter) = &t.scatter => {
                     let store = (base as i64, b.store.buffer);
                     let lanes = (lanes, &mut *registers);
-                    self.scatter_lanes(t, scatter, store, lanes, env, first);
+                    let op = match t.into {
+                        TapeStore::Combine(op) => Some(op),
+                        _ => None,
+                    };
+                    self.scatter_lanes((&t.tape, op), scatter, store, lanes, env, first);
                     None
                 }
                 TapeStore::Lanes => run(Sink::Store(stored())),

@@ -11,10 +11,11 @@
 
 use std::ops::Range;
 
-use super::code::{TapeCode, TapeStore};
+use tilefuse_ir::ReduceOp;
+
 use super::ctx::Ctx;
 use super::lanes::combine_into;
-use super::tape::Registers;
+use super::tape::{Registers, Tape};
 
 /// Where lanes store, past lane 0's element.
 #[derive(Debug)]
@@ -73,10 +74,11 @@ impl Scatter {
 
 impl Ctx<'_> {
     /// Lanes `lanes` (start, count) of a lane step whose tape scatters
-    /// from element `base` (`first`: lane 0 is its element's first visit).
+    /// from element `base`, stored or combined by `op` (`first`: lane 0
+    /// is its element's first visit).
     pub(super) fn scatter_lanes(
         &self,
-        t: &TapeCode,
+        (tape, op): (&Tape, Option<ReduceOp>),
         scatter: &Scatter,
         (base, buffer): (i64, usize),
         (lanes, registers): ((usize, usize), &mut Registers),
@@ -84,23 +86,18 @@ impl Ctx<'_> {
         first: bool,
     ) {
         let buf = &self.buffers[buffer];
-        let op = match t.into {
-            TapeStore::Combine(op) => Some(op),
-            _ => None,
-        };
         let range = lanes.0 as i64..(lanes.0 + lanes.1) as i64;
-        t.tape
-            .run_staged(self.buffers, env, lanes, registers, |values| {
-                for (&v, (at, start)) in values.iter().zip(scatter.offsets(range)) {
-                    // SAFETY: the lanes' own elements (module docs of
-                    // `memory`), in bounds as the schedule's are.
-                    let d = unsafe { buf.slice_mut::<f32>((base + at) as usize, 1) };
-                    match op {
-                        Some(op) => combine_into(d, &[v], op, first && start),
-                        None => d[0] = v,
-                    }
+        tape.run_staged(self.buffers, env, lanes, registers, |values| {
+            for (&v, (at, start)) in values.iter().zip(scatter.offsets(range)) {
+                // SAFETY: the lanes' own elements (module docs of
+                // `memory`), in bounds as the schedule's are.
+                let d = unsafe { buf.slice_mut::<f32>((base + at) as usize, 1) };
+                match op {
+                    Some(op) => combine_into(d, &[v], op, first && start),
+                    None => d[0] = v,
                 }
-            });
+            }
+        });
     }
 }
 
