@@ -177,10 +177,12 @@ def test_ctrl_c_stops_every_device_s_tuning() -> None:
     with RayExecutor([Worker("cpu", 1), Worker("cpu", 2)]) as ex:
         # Timed from here: workers start slowly on a loaded machine, and a
         # Ctrl-C before tuning began would stop the test run itself.
+        # The problem is large enough that its space takes far longer than
+        # 2 s: at 128 x 1024, a faster executor finished it first.
         threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT)).start()
         start = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
-            tf.tune(softmax(128, 1024), executor=ex, devices="all", trials=200, cache=False)
+            tf.tune(softmax(512, 4096), executor=ex, devices="all", trials=200, cache=False)
         stopped = time.monotonic() - start
     assert stopped < 15, f"tuning went on {stopped:.0f} s after Ctrl-C"
     assert [t.name for t in threading.enumerate() if t.name.startswith("tilefuse")] == []
