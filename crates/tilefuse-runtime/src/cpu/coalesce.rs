@@ -52,15 +52,15 @@ pub(super) fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option
     // ms (a scattered lane stores alone; a short step's lanes together).
     let last = *chain.last()?;
     let extent = kernel.loop_(last).extent as i64;
-    let innermost = compile_block(kernel, block, Some(Var::Loop(last))).tape;
-    let short = innermost.is_none() || extent < LONG_LANES;
-    if reduces && !short && innermost.as_ref().is_some_and(|t| t.scatter.is_none()) {
+    let innermost = compile_block(kernel, block, Some(Var::Loop(last)));
+    let short = innermost.tape.is_none() || extent < LONG_LANES;
+    if reduces && !short && innermost.tape.as_ref().is_some_and(|t| t.scatter.is_none()) {
         return None;
     }
-    let more_than = if innermost.is_some() { extent } else { 1 };
+    let more_than = if innermost.tape.is_some() { extent } else { 1 };
     reordered(kernel, &chain, block, more_than).or_else(|| {
         (short && reduces)
-            .then(|| scattered(kernel, &chain, block))
+            .then(|| scattered(kernel, &chain, block, innermost))
             .flatten()
     })
 }
@@ -202,10 +202,10 @@ fn loads_and_bounds_as_one(
 /// move as one variable but whose store does not: its lanes scatter (see
 /// `scatter`), each loop moving the store by its own step. Where the
 /// loops drive reduce iterators, they must drive them upward: a lane
-/// starts its element where all of them are at 0.
-fn scattered(kernel: &Kernel, chain: &[LoopId], block: &Block) -> Option<Step> {
+/// starts its element where all of them are at 0. `code` is the block
+/// compiled for lanes of the innermost loop.
+fn scattered(kernel: &Kernel, chain: &[LoopId], block: &Block, code: BlockCode) -> Option<Step> {
     let lane = *chain.last()?;
-    let code = compile_block(kernel, block, Some(Var::Loop(lane)));
     let one_thread = chain.iter().all(|&l| in_one_thread(kernel, l));
     if !one_thread || code.per_lane || code.dtype != DType::F32 {
         return None;

@@ -1,10 +1,11 @@
 //! Register-resident evaluation of a block's value: an f32 expression whose
 //! loads are contiguous in the lane (or strided, or the same in every lane)
 //! compiles to straight-line code over a few per-thread registers of
-//! [`TILE`] lanes, run tile by tile. Strided loads are gathered first, a
-//! run's lanes at once, so the tiles see every load as contiguous. Nothing is allocated per chunk and no load is copied into a
-//! column first: the column-at-a-time path spent a third of a pointwise
-//! chain in `malloc` and copies.
+//! [`TILE`] lanes, run tile by tile. Nothing is allocated per chunk and no
+//! contiguous load is copied into a column first: the column-at-a-time
+//! path spent a third of a pointwise chain in `malloc` and copies. Strided
+//! loads are gathered first, a run's lanes at once into a per-thread
+//! buffer, so the tiles see every load as contiguous.
 //!
 //! Unsafe code: only the element accesses of `RawBuf` (tapes load kernel buffers through `RawBuf` views),
 //! under the contract in `memory.rs`: a verified schedule keeps concurrent
