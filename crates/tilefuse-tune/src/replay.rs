@@ -60,6 +60,29 @@ impl Recording {
         })
     }
 
+    /// One recording from several passes over the same space: each
+    /// point's median time, failed where most passes failed. A pass times
+    /// its points one after another, so a machine that slows down for a
+    /// while (a shared VM, a GPU's clocks) slows a run of neighbouring
+    /// points together; passes at different times outvote it.
+    pub fn median_of(passes: &[Recording]) -> Recording {
+        let first = &passes[0];
+        let times = (first.times.iter())
+            .map(|(point, _)| {
+                let mut ran: Vec<f64> = (passes.iter())
+                    .filter_map(|r| r.times.iter().find(|(p, _)| p == point)?.1)
+                    .collect();
+                ran.sort_by(f64::total_cmp);
+                let median = (2 * ran.len() > passes.len()).then(|| ran[ran.len() / 2]);
+                (point.clone(), median)
+            })
+            .collect();
+        Recording {
+            times,
+            ..first.clone()
+        }
+    }
+
     /// The fastest recorded time.
     pub fn best(&self) -> f64 {
         (self.times.iter())

@@ -60,14 +60,10 @@ fn a_replay_is_reproducible_and_exhaustive_finds_the_best() {
 
 #[test]
 fn a_replay_counts_each_kernel_once_as_a_tuning_run_does() {
-    // The softmax space: 792 points, 72 of them failed, 720 ran 143
-    // distinct kernels (reduction invocations past a workgroup's rows
-    // change nothing).
+    // The softmax space: 792 points ran 144 distinct kernels (reduction
+    // invocations past a workgroup's rows change nothing).
     let (_, r) = recordings().swap_remove(1);
-    assert_eq!(
-        trials(&r.replay(Strategy::Exhaustive, usize::MAX, 0)),
-        143 + 72
-    );
+    assert_eq!(trials(&r.replay(Strategy::Exhaustive, usize::MAX, 0)), 144);
     let h = r.replay(Strategy::Random, 30, 1);
     assert_eq!(trials(&h), 30);
     assert!(h.len() > 30, "random points repeat kernels of this space");
@@ -76,9 +72,15 @@ fn a_replay_counts_each_kernel_once_as_a_tuning_run_does() {
 #[test]
 fn the_surrogate_needs_fewer_trials_than_random_search() {
     // Mean trials to within 5% of the best over ten seeds. The issue asks
-    // for half of random's; on the softmax space it takes about 0.7 (see
-    // BENCHMARKS.md), so this guards the weaker claim on every space.
+    // for half of random's; on the softmax space it takes about 0.9 (see
+    // BENCHMARKS.md), so this guards the weaker claim on every space
+    // where the default point leaves something to find (the matmul's is
+    // the best: every strategy stops at its first trial).
     for (name, r) in recordings() {
+        if trials_to_within(&r, Strategy::Exhaustive, 0.05, 0, 1).is_some() {
+            assert_eq!(name, "matmul_gpu", "the default is within 5%");
+            continue;
+        }
         let mean = |strategy| {
             (0..10)
                 .map(|seed| {
@@ -107,4 +109,25 @@ fn the_surrogate_finds_a_near_best_point_in_a_tenth_of_the_space() {
             .count();
         assert!(hits >= 9, "{name}: {hits}/10");
     }
+}
+
+#[test]
+fn passes_combine_into_each_point_s_median_and_most_passes_decide_a_failure() {
+    let pass = |times: [Option<f64>; 3]| Recording {
+        description: "three points".into(),
+        fields: vec!["f".into()],
+        sizes: vec![3],
+        base: vec![0],
+        times: (0..3).map(|i| (vec![i], times[i])).collect(),
+    };
+    let slow_spell = pass([Some(1.0), Some(9.0), Some(9.0)]);
+    let passes = [
+        pass([Some(2.0), Some(3.0), None]),
+        slow_spell,
+        pass([Some(1.5), Some(3.5), None]),
+    ];
+    let r = Recording::median_of(&passes);
+    let times: Vec<_> = r.times.iter().map(|(_, t)| *t).collect();
+    assert_eq!(times, [Some(1.5), Some(3.5), None]);
+    assert_eq!((r.base, r.sizes), (vec![0], vec![3]));
 }
