@@ -225,9 +225,12 @@ fn a_candidate_far_slower_than_the_best_is_cut_on_its_first_launch() {
 
 #[test]
 fn a_candidate_past_its_time_limit_is_stopped_and_recorded() {
-    // Scalar 16x16 tiles: 8 s a launch for 512^3 on a 2-vCPU VM, 2700x
-    // the default; a quick tune's random point like it ran for minutes.
-    let f = matmul(512, 512, 512);
+    // Scalar 16x16 tiles: a launch longer than the 0.52 s limit on a
+    // 2-vCPU VM, as a quick tune's random point can run for minutes. The
+    // release build's executor runs 512^3 in 6 ms, so it gets 2048^3
+    // (the debug build's float64 reference of that would take minutes).
+    let n = if cfg!(debug_assertions) { 512 } else { 2048 };
+    let f = matmul(n, n, n);
     let device = Device::cpu();
     let problem = Problem::new(&f, 1).unwrap();
     let mut params = heuristics(&f, None, &device.info()).unwrap().to_value();
