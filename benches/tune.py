@@ -3,6 +3,7 @@
     python benches/tune.py                    # quick and full effort, CPU and GPU
     python benches/tune.py --quick-sizes      # run.py's --quick sizes
     python benches/tune.py --json tune.json
+    python benches/tune.py --efforts quick --strategy surrogate
 
 For each case and device, ``tilefuse.tune`` runs at ``quick`` and at
 ``full`` effort (the cache untouched), then the default heuristic's kernel
@@ -31,34 +32,41 @@ sys.path.insert(0, str(Path(__file__).parent))
 from run import Case, cases
 
 
-def tune_case(case: Case, device_name: str, device: tf.Device, rounds: int) -> dict[str, Any]:
+def tune_case(
+    case: Case, device_name: str, device: tf.Device, args: argparse.Namespace
+) -> dict[str, Any]:
     print(f"[{case.name}] {device_name}", file=sys.stderr, flush=True)
     f = case.fusion
     kernels = {"default": f.schedule(f.heuristics(device=device), device)}
     row: dict[str, Any] = {"case": case.name, "device": device_name}
-    for effort in ("quick", "full"):
-        result = tf.tune(f, device=device, effort=effort, cache=False, seed=0)
+    for effort in args.efforts:
+        result = tf.tune(
+            f, device=device, effort=effort, strategy=args.strategy, cache=False, seed=0
+        )
         kernels[effort] = f.schedule(result.best_params, device)
         row[f"{effort} seconds"] = result.elapsed
         row[f"{effort} trials"] = len(result.trials)
         row[f"{effort} tuner speedup"] = result.speedup
-    budget = tf.timing.Budget(warmup=0.3, rep=0.2 * rounds)
-    timed = tf.Engine(device).compare(case.workload, kernels, budget=budget, rounds=rounds)
+    budget = tf.timing.Budget(warmup=0.3, rep=0.2 * args.rounds)
+    timed = tf.Engine(device).compare(case.workload, kernels, budget=budget, rounds=args.rounds)
     times = {name: r.median for name, r in timed.items()}
     for name, t in times.items():
         row[f"{name} ms"] = t * 1e3
-    for effort in ("quick", "full"):
+    for effort in args.efforts:
         row[f"{effort} speedup"] = times["default"] / times[effort]
-    full_gain = row["full speedup"] - 1
-    row["quick / full"] = (row["quick speedup"] - 1) / full_gain if full_gain > 0.01 else None
+    if len(args.efforts) == 2:
+        full_gain = row["full speedup"] - 1
+        row["quick / full"] = (row["quick speedup"] - 1) / full_gain if full_gain > 0.01 else None
     return row
 
 
-def show(rows: list[dict[str, Any]]) -> None:
+def show(rows: list[dict[str, Any]], efforts: list[str]) -> None:
     table = Table(title="tuned vs default (Kernel.benchmark medians, interleaved)")
-    columns = ["case", "device", "default ms", "quick ms", "full ms", "quick speedup"]
-    columns += ["full speedup", "quick / full", "quick seconds", "full seconds"]
-    columns += ["quick trials", "full trials"]
+    columns = ["case", "device", "default ms"]
+    for stat in ("ms", "speedup", "seconds", "trials"):
+        columns += [f"{e} {stat}" for e in efforts]
+        if stat == "speedup" and len(efforts) == 2:
+            columns.append("quick / full")
     for c in columns:
         table.add_column(c, justify="left" if c in ("case", "device") else "right")
     for r in rows:
@@ -77,7 +85,16 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "gpu", "both"], default="both")
     parser.add_argument("--case", help="only cases whose name contains this")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument(
+        "--efforts", default="quick,full", help="comma-separated efforts to tune at, in order"
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=("random", "pattern", "surrogate", "exhaustive"),
+        help="the search strategy (the tuner's default when omitted)",
+    )
     args = parser.parse_args()
+    args.efforts = args.efforts.split(",")
     devices = {"cpu": tf.Device.cpu(), "gpu": tf.Device.gpu()}
     if args.device != "both":
         devices = {args.device: devices[args.device]}
@@ -86,11 +103,12 @@ def main() -> None:
         if args.case and args.case not in case.name:
             continue
         for name, device in devices.items():
-            rows.append(tune_case(case, name, device, args.rounds))
-            show(rows[-1:])
-    show(rows)
+            rows.append(tune_case(case, name, device, args))
+            show(rows[-1:], args.efforts)
+    show(rows, args.efforts)
     if args.json:
         meta = {
+            "strategy": args.strategy,
             "machine": platform.processor() or platform.machine(),
             "gpu": str(devices.get("gpu")),
         }

@@ -48,7 +48,8 @@ impl Effort {
 #[derive(Clone, Debug)]
 pub struct Options {
     pub effort: Effort,
-    /// `None`: exhaustive when the space fits the trial budget, else pattern.
+    /// `None`: exhaustive when the space fits the trial budget, else the
+    /// surrogate (which starts with a pattern descent).
     pub strategy: Option<Strategy>,
     pub trials: Option<usize>,
     pub seconds: Option<f64>,

@@ -186,7 +186,7 @@ impl<'a> Search<'a> {
             .unwrap_or(if space.grid.size() <= budget as u64 {
                 Strategy::Exhaustive
             } else {
-                Strategy::Pattern
+                Strategy::Surrogate
             });
         let cx = SeedContext {
             fusion,

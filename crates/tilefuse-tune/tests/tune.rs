@@ -33,7 +33,7 @@ fn tuning_records_every_trial_and_never_loses_to_the_default() {
     assert_eq!(seen, r.trials.len());
     assert_eq!(r.trials[0].source.origin, "default");
     assert_eq!(r.trials[0].status, Status::Ok);
-    assert_eq!(r.strategy, Strategy::Pattern);
+    assert_eq!(r.strategy, Strategy::Surrogate);
     let measured = r
         .trials
         .iter()
