@@ -1,8 +1,9 @@
 //! Compares the search strategies on the recorded spaces (no device): for
 //! each space and strategy, over ten seeds (or `SEEDS`), how often a tenth
 //! of the space gets within 5% of the best point, and how many trials it
-//! takes to get there (the whole space when never). Trials count as a tuning run counts
-//! them: a point whose kernel was measured already is free.
+//! takes to get there (the whole space when never). Trials count as a
+//! tuning run counts them: a point whose kernel was measured already is
+//! free.
 //!
 //! ```text
 //! cargo run --release -p tilefuse-tune --example replay_strategies [SEEDS]

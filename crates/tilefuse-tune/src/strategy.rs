@@ -19,8 +19,9 @@ pub enum Strategy {
     /// Neighbour descent from the best point, random restarts when every
     /// neighbour was tried.
     Pattern,
-    /// A random forest's likeliest-good points near the best, in diverse
-    /// batches (see `surrogate`).
+    /// A pattern descent from the default, then a random forest's
+    /// likeliest-good points near the best, in diverse batches (see
+    /// `surrogate`). The default when the space exceeds the budget.
     Surrogate,
     /// Every point, in order (small spaces).
     Exhaustive,
