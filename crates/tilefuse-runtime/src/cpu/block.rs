@@ -67,9 +67,8 @@ pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -
             Some((0, _)) => !lane_reduces,
             Some(_) => false,
         };
-    let dtypes: Vec<DType> = kernel.buffers.iter().map(|b| b.dtype).collect();
     let tape = (lane.is_some() && !per_lane)
-        .then(|| tape_code(&value, &store, block, lane_reduces, &dtypes))
+        .then(|| tape_code(kernel, &value, &store, block, lane_reduces))
         .flatten();
     BlockCode {
         tape,
@@ -132,29 +131,45 @@ fn bounds(kernel: &Kernel, id: BlockId, lane: Option<Var>) -> Bounds {
 /// element while driving a reduce iterator (an rfactor's partials) start
 /// their elements at different iterations, so only a block without an
 /// init (its partials started by a block of their own) combines them.
-pub(super) fn tape_code(
+fn tape_code(
+    kernel: &Kernel,
     value: &Value,
     store: &Access,
     block: &Block,
     lane_reduces: bool,
-    dtypes: &[DType],
 ) -> Option<TapeCode> {
-    let (coef, rest) = store.linear.as_ref()?;
-    let into = match (block.reduce, *coef, lane_reduces) {
+    let &(coef, _) = store.linear.as_ref()?;
+    let into = match (block.reduce, coef, lane_reduces) {
         (None, 1.., _) => TapeStore::Lanes,
         (Some(op), 1.., false) => TapeStore::Combine(op),
         (Some(op), 1.., true) if !block.init => TapeStore::Combine(op),
         (Some(op), 0, true) => TapeStore::Fold(op),
         _ => return None,
     };
+    let scatter = (coef > 1).then(|| Scatter::strided(coef));
+    tape_into(kernel, value, store, into, scatter)
+}
+
+/// The tape computing `value` whose lanes go `into` the `store` (lane 0's
+/// element first; `scatter`: where the others go when not consecutively),
+/// or `None` where the store is not f32 or the value is not a tape's.
+pub(super) fn tape_into(
+    kernel: &Kernel,
+    value: &Value,
+    store: &Access,
+    into: TapeStore,
+    scatter: Option<Scatter>,
+) -> Option<TapeCode> {
+    let (_, rest) = store.linear.as_ref()?;
+    let dtypes: Vec<DType> = kernel.buffers.iter().map(|b| b.dtype).collect();
     if dtypes[store.buffer] != DType::F32 {
         return None;
     }
     Some(TapeCode {
-        tape: Tape::compile(value, store.buffer, dtypes)?,
+        tape: Tape::compile(value, store.buffer, &dtypes)?,
         store: LoopIndex::new(rest.clone()),
         into,
-        scatter: (*coef > 1).then(|| Scatter::strided(*coef)),
+        scatter,
     })
 }
 

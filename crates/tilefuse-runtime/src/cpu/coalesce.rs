@@ -2,16 +2,13 @@
 //! nest's order where that is contiguous, else in the order of how far
 //! each loop moves the store.
 
-use tilefuse_ir::DType;
 use tilefuse_sched::ir::{Block, Index, Kernel, LoopId, Node, Scope, Var, flat_offset};
 
-use super::block::{all_loads, compile_block};
-use super::code::{BlockCode, MIN_PARALLEL_WORK, Step, TapeCode, TapeStore};
+use super::block::{all_loads, compile_block, tape_into};
+use super::code::{BlockCode, MIN_PARALLEL_WORK, Step, TapeStore};
 use super::gemm_match::gemm_code;
-use super::loop_index::LoopIndex;
 use super::nest::{in_one_thread, loop_chain, through_units};
 use super::scatter::Scatter;
-use super::tape::Tape;
 use super::value::Access;
 
 /// A chain of loops, each the only child of the one before (looking
@@ -207,7 +204,7 @@ fn loads_and_bounds_as_one(
 fn scattered(kernel: &Kernel, chain: &[LoopId], block: &Block, code: BlockCode) -> Option<Step> {
     let lane = *chain.last()?;
     let one_thread = chain.iter().all(|&l| in_one_thread(kernel, l));
-    if !one_thread || code.per_lane || code.dtype != DType::F32 {
+    if !one_thread || code.per_lane {
         return None;
     }
     if !loads_and_bounds_as_one(kernel, chain, block, &code) {
@@ -230,14 +227,14 @@ fn scattered(kernel: &Kernel, chain: &[LoopId], block: &Block, code: BlockCode) 
             Some((kernel.loop_(l).extent as i64, step, drives(l)?))
         })
         .collect::<Option<Vec<_>>>()?;
-    let dtypes: Vec<DType> = kernel.buffers.iter().map(|b| b.dtype).collect();
-    let (_, rest) = code.store.linear.as_ref()?;
-    let tape = TapeCode {
-        tape: Tape::compile(&code.value, code.store.buffer, &dtypes)?,
-        store: LoopIndex::new(rest.clone()),
-        into: block.reduce.map_or(TapeStore::Lanes, TapeStore::Combine),
-        scatter: Some(Scatter::over(digits)),
-    };
+    let into = block.reduce.map_or(TapeStore::Lanes, TapeStore::Combine);
+    let tape = tape_into(
+        kernel,
+        &code.value,
+        &code.store,
+        into,
+        Some(Scatter::over(digits)),
+    )?;
     Some(Step::Lanes {
         var: lane.0 as usize,
         extent: iterations(kernel, chain),
