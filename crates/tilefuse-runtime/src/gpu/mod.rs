@@ -40,10 +40,10 @@ pub struct GpuDevice {
     /// The first wgpu error no scope caught (wgpu would panic otherwise);
     /// taken and reported by the next `wait`.
     uncaptured: Arc<Mutex<Option<String>>>,
-    /// The SPIR-V version kernels are translated to, with float controls
-    /// that keep IEEE semantics, where the adapter supports them (see
-    /// [`spirv`]); `None` hands WGSL to wgpu.
-    ieee_spirv: Option<(u8, u8)>,
+    /// The SPIR-V kernels are translated to, with float controls that keep
+    /// IEEE semantics, where the adapter supports them (see [`spirv`]);
+    /// `None` hands WGSL to wgpu.
+    ieee_spirv: Option<spirv::SpirvTarget>,
     /// Compiled pipelines by WGSL hash, shared by kernels with equal code.
     pipelines: Mutex<PipelineCache>,
     /// Buffers of dropped kernels, for the next ones.
@@ -278,7 +278,7 @@ impl GpuDevice {
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let modules = match self.ieee_spirv {
-            Some(version) => spirv::passthrough_modules(&self.device, wgsl, version)
+            Some(target) => spirv::passthrough_modules(&self.device, wgsl, target)
                 .map_err(|e| RuntimeError::Internal(format!("generated WGSL was rejected: {e}")))?,
             None => {
                 let module = self.wgsl_module(wgsl);

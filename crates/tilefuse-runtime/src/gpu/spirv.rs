@@ -14,12 +14,24 @@ use naga::back::spv;
 use spirv::{Capability, ExecutionMode, Op};
 use tilefuse_sched::codegen::WgslKernel;
 
-/// The SPIR-V version to translate kernels to with float controls, where
-/// the adapter is a Vulkan 1.2+ device with robust buffer access that takes
+/// What kernels are translated to where the driver takes them as SPIR-V.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct SpirvTarget {
+    pub lang_version: (u8, u8),
+    /// Whether workgroup memory is zeroed by the driver
+    /// (`shaderZeroInitializeWorkgroupMemory`, which wgpu enables where the
+    /// device has it) rather than by stores naga writes into the shader.
+    /// llvmpipe turns those stores into one per array element, so a
+    /// 1024-invocation reduction took it 20-45 s to compile.
+    pub native_zero_init: bool,
+}
+
+/// The SPIR-V to translate kernels to with float controls, where the
+/// adapter is a Vulkan 1.2+ device with robust buffer access that takes
 /// passthrough SPIR-V and can preserve signed zeros, infinities and NaNs in
 /// f32 arithmetic.
-pub(super) fn float_controls(adapter: &wgpu::Adapter) -> Option<(u8, u8)> {
-    use ash::vk;
+pub(super) fn float_controls(adapter: &wgpu::Adapter) -> Option<SpirvTarget> {
+    use ash::{khr, vk};
     if !adapter
         .features()
         .contains(wgpu::Features::PASSTHROUGH_SHADERS)
@@ -29,8 +41,8 @@ pub(super) fn float_controls(adapter: &wgpu::Adapter) -> Option<(u8, u8)> {
     // SAFETY: the hal adapter is only read, while `adapter` lives.
     let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
     let instance = hal.shared_instance();
-    let api = (hal.physical_device_capabilities().properties().api_version)
-        .min(instance.instance_api_version());
+    let capabilities = hal.physical_device_capabilities();
+    let api = (capabilities.properties().api_version).min(instance.instance_api_version());
     let raw = instance.raw_instance();
     // SAFETY: a valid physical device of this instance.
     let features = unsafe { raw.get_physical_device_features(hal.raw_physical_device()) };
@@ -41,7 +53,22 @@ pub(super) fn float_controls(adapter: &wgpu::Adapter) -> Option<(u8, u8)> {
     let mut properties = vk::PhysicalDeviceProperties2::default().push_next(&mut controls);
     // SAFETY: a valid physical device of this instance, Vulkan 1.1+.
     unsafe { raw.get_physical_device_properties2(hal.raw_physical_device(), &mut properties) };
-    (controls.shader_signed_zero_inf_nan_preserve_float32 == vk::TRUE).then(|| lang_version(api))
+    if controls.shader_signed_zero_inf_nan_preserve_float32 != vk::TRUE {
+        return None;
+    }
+    // Asked only where wgpu asks for it too (core in 1.3, else the extension).
+    let zero_init = api >= vk::API_VERSION_1_3
+        || capabilities.supports_extension(khr::zero_initialize_workgroup_memory::NAME);
+    let mut zeroing = vk::PhysicalDeviceZeroInitializeWorkgroupMemoryFeatures::default();
+    if zero_init {
+        let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut zeroing);
+        // SAFETY: as above; the chained struct is core or its extension is supported.
+        unsafe { raw.get_physical_device_features2(hal.raw_physical_device(), &mut features) };
+    }
+    Some(SpirvTarget {
+        lang_version: lang_version(api),
+        native_zero_init: zeroing.shader_zero_initialize_workgroup_memory == vk::TRUE,
+    })
 }
 
 /// The SPIR-V version a Vulkan 1.2+ device of `api_version` accepts, as
@@ -54,10 +81,10 @@ fn lang_version(api_version: u32) -> (u8, u8) {
     }
 }
 
-/// Per stage of `wgsl`, a SPIR-V `lang_version` module of its entry point
+/// Per stage of `wgsl`, a SPIR-V module for `target` of its entry point
 /// alone (as wgpu translates them) preserving signed zeros, infinities and
 /// NaNs in 32-bit float arithmetic.
-fn ieee_spirv(wgsl: &WgslKernel, lang_version: (u8, u8)) -> Result<Vec<Vec<u32>>, String> {
+fn ieee_spirv(wgsl: &WgslKernel, target: SpirvTarget) -> Result<Vec<Vec<u32>>, String> {
     let source = &wgsl.source;
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
     let info = naga::valid::Validator::new(
@@ -75,8 +102,13 @@ fn ieee_spirv(wgsl: &WgslKernel, lang_version: (u8, u8)) -> Result<Vec<Vec<u32>>
             // and clamping every access made LLVM take minutes on lavapipe's
             // large unrolled matmuls.
             let options = spv::Options {
-                lang_version,
+                lang_version: target.lang_version,
                 flags: spv::WriterFlags::empty(),
+                zero_initialize_workgroup_memory: if target.native_zero_init {
+                    spv::ZeroInitializeWorkgroupMemoryMode::Native
+                } else {
+                    spv::ZeroInitializeWorkgroupMemoryMode::Polyfill
+                },
                 binding_map: binding_map(&stage.bindings),
                 fake_missing_bindings: false,
                 bounds_check_policies: naga::proc::BoundsCheckPolicies {
@@ -163,9 +195,9 @@ fn stage_layout(
 pub(super) fn passthrough_modules(
     device: &wgpu::Device,
     wgsl: &WgslKernel,
-    version: (u8, u8),
+    target: SpirvTarget,
 ) -> Result<Vec<super::StageModule>, String> {
-    let modules = ieee_spirv(wgsl, version)?;
+    let modules = ieee_spirv(wgsl, target)?;
     let modules = wgsl.stages.iter().zip(modules).map(|(stage, words)| {
         let entry_point = wgpu::PassthroughShaderEntryPoint {
             name: stage.entry_point.as_str().into(),
@@ -245,12 +277,20 @@ mod tests {
         @group(0) @binding(0) var<storage, read> x: array<f32>;
         @group(0) @binding(3) var<storage, read_write> y: array<f32>;
         @group(0) @binding(5) var<storage, read_write> z: array<f32>;
+        var<workgroup> w: array<f32, 64>;
         @compute @workgroup_size(64) fn stage0(@builtin(global_invocation_id) i: vec3<u32>) {
             y[i.x] = x[i.x] - x[i.x];
         }
         @compute @workgroup_size(64) fn stage1(@builtin(global_invocation_id) i: vec3<u32>) {
-            z[i.x] = x[i.x] * 0.0;
+            w[i.x % 64u] = x[i.x] * 0.0;
+            workgroupBarrier();
+            z[i.x] = w[63u - i.x % 64u];
         }";
+
+    const TARGET: SpirvTarget = SpirvTarget {
+        lang_version: (1, 5),
+        native_zero_init: false,
+    };
 
     fn kernel() -> WgslKernel {
         let stage = |name: &str, bindings: Vec<u32>| tilefuse_sched::codegen::StageInfo {
@@ -275,7 +315,7 @@ mod tests {
 
     #[test]
     fn each_stage_is_its_own_module_preserving_special_floats() {
-        let modules = ieee_spirv(&kernel(), (1, 5)).unwrap();
+        let modules = ieee_spirv(&kernel(), TARGET).unwrap();
         assert_eq!(modules.len(), 2);
         for words in &modules {
             let ops = ops(words);
@@ -296,6 +336,38 @@ mod tests {
                 &[ExecutionMode::SignedZeroInfNanPreserve as u32, 32]
             );
         }
+    }
+
+    #[test]
+    fn workgroup_memory_is_zeroed_by_the_driver_where_it_can() {
+        let stage1 = |native_zero_init| {
+            let target = SpirvTarget {
+                native_zero_init,
+                ..TARGET
+            };
+            ieee_spirv(&kernel(), target).unwrap().remove(1)
+        };
+        let workgroup_variables = |words: &[u32]| -> Vec<usize> {
+            let workgroup = spirv::StorageClass::Workgroup as u32;
+            instructions(words)
+                .filter(|i| opcode(i) == Op::Variable as u32 && i[3] == workgroup)
+                .map(<[u32]>::len)
+                .collect()
+        };
+        let barriers = |words: &[u32]| {
+            ops(words)
+                .iter()
+                .filter(|&&o| o == Op::ControlBarrier as u32)
+                .count()
+        };
+        // Native: an initializer on the variable, only the kernel's barrier.
+        let native = stage1(true);
+        assert_eq!(workgroup_variables(&native), [5]);
+        assert_eq!(barriers(&native), 1);
+        // Polyfill: naga's stores, behind a barrier of their own.
+        let polyfill = stage1(false);
+        assert_eq!(workgroup_variables(&polyfill), [4]);
+        assert_eq!(barriers(&polyfill), 2);
     }
 
     #[test]
