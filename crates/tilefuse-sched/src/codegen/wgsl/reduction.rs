@@ -20,7 +20,8 @@ impl Gen<'_> {
     /// lane a half above into theirs, in the workgroup buffer that holds
     /// them, a barrier per step, until lane 0's term holds all. The update
     /// then runs as lane 0's (the iterators rebound with the loop at 0) —
-    /// by lane 0 alone when other invocations share the target.
+    /// by lane 0 alone when other invocations share the target. Only lanes
+    /// whose row passes the block's guards fold or combine.
     pub(super) fn cross_invocation_block(
         &self,
         l: LoopId,
@@ -40,7 +41,9 @@ impl Gen<'_> {
         ))];
         let result = match (how, &b.value) {
             (CrossInvocation::Tree, ir::Expr::Load { buffer, indices }) => {
-                stmts.extend(self.tree(l, b, *buffer, indices, lane));
+                stmts.extend(iter_lets(b));
+                let rows = self.guard(id, b);
+                stmts.extend(self.tree(l, b, *buffer, indices, lane, rows));
                 // Read as lane 0's, below.
                 self.value(&b.value)
             }
@@ -68,7 +71,10 @@ impl Gen<'_> {
         std::iter::successors(Some(extent / 2), |h| Some(h / 2)).take_while(|&h| h > 0)
     }
 
-    /// Folds each lane's term in `buffer` (at `indices`) in halves.
+    /// Folds each lane's term in `buffer` (at `indices`) in halves, where
+    /// the block's `rows` guard holds: a row past the end has no terms of
+    /// its own, and its indices may land on another row's (lowering made
+    /// sure the guard does not depend on the lane).
     fn tree(
         &self,
         l: LoopId,
@@ -76,6 +82,7 @@ impl Gen<'_> {
         buffer: ir::BufferId,
         indices: &[Index],
         lane: Builtin,
+        rows: Option<Expr>,
     ) -> Vec<Stmt> {
         let op = b.reduce.expect("a reducing block");
         let dtype = self.kernel.buffer(b.buffer).dtype;
@@ -94,7 +101,11 @@ impl Gen<'_> {
             let theirs = self.element(buffer, &above);
             let fold = Stmt::Assign(mine.clone(), combine(op, mine, theirs, dtype, false));
             let below = Expr::bin(BinOp::Lt, Expr::Builtin(lane), Expr::u32(half));
-            stmts.push(Stmt::If(below, vec![fold]));
+            let folds = match &rows {
+                Some(rows) => Expr::bin(BinOp::And, below, rows.clone()),
+                None => below,
+            };
+            stmts.push(Stmt::If(folds, vec![fold]));
             stmts.push(Stmt::Barrier(Barrier::Workgroup));
         }
         stmts

@@ -1,0 +1,84 @@
+"""The property test for params a user (or the tuner) picks: a built-in
+reduction workload of random sizes, scheduled with a random point of its
+scheduler's tunable fields, gives the reference's result on the CPU and the
+GPU, or is refused with ``ParamsError`` before anything runs.
+
+``TILEFUSE_PARAMS_FUZZ_CASES`` sets the number of cases (CI runs the
+default, with a fixed sequence of examples; raise it to search further).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+import tilefuse as tf
+from conftest import in_ci
+
+CASES = int(os.environ.get("TILEFUSE_PARAMS_FUZZ_CASES", "40"))
+
+WORKLOADS = ["softmax", "layernorm", "rmsnorm", "log_softmax", "row_sum", "column_sum"]
+
+#: Random points drawn per case until one schedules (most combinations of
+#: every field are refused: a workgroup too small for its reduction
+#: invocations, subgroup flags without subgroups, ...).
+DRAWS = 200
+
+
+def random_point(f: tf.Fusion, device: tf.Device, rng: random.Random) -> dict[str, Any] | None:
+    """A random combination of the tunable fields that schedules, as a
+    params dict; None when DRAWS tries found none."""
+    _, fields = f.tunables(device=device)
+    base = f.heuristics(device=device, cache=False)
+    assert not isinstance(base, list)
+    for _ in range(DRAWS):
+        p = copy.deepcopy(base.to_dict())
+        for field in fields:
+            *outer, last = field["path"].split(".")
+            node = p
+            for key in outer:
+                node = node[key]
+            node[last] = rng.choice(field["values"])
+        try:
+            f.schedule(p, device)
+        except tf.ParamsError:
+            continue
+        return p
+    return None
+
+
+def test_random_reduction_params_match_the_reference(device: tf.Device) -> None:
+    @settings(
+        max_examples=CASES,
+        deadline=None,
+        derandomize=in_ci(),
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(
+        name=st.sampled_from(WORKLOADS),
+        rows=st.sampled_from([1, 2, 3, 7, 33, 64]),
+        cols=st.sampled_from([1, 5, 32, 100, 257]),
+        seed=st.integers(0, 2**32 - 1),
+    )
+    def check(name: str, rows: int, cols: int, seed: int) -> None:
+        w = tf.workloads.get(name, rows=rows, cols=cols)
+        f = w.fusion()
+        p = random_point(f, device, random.Random(seed))
+        if p is None:
+            return
+        note(f"{name} {rows}x{cols} params {p}")
+        kernel = f.schedule(p, device)
+        inputs = w.inputs(seed=seed % 1000)
+        got = kernel(*inputs)
+        want = w.reference(*inputs)
+        got, want = (got, want) if isinstance(got, list) else ([got], [want])
+        for g, r in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4 * float(np.abs(r).max()))
+
+    check()
