@@ -43,7 +43,7 @@ impl Gen<'_> {
             (CrossInvocation::Tree, ir::Expr::Load { buffer, indices }) => {
                 stmts.extend(iter_lets(b));
                 let rows = self.guard(id, b);
-                stmts.extend(self.tree(l, b, *buffer, indices, lane, rows));
+                stmts.extend(self.tree(l, b, *buffer, indices, lane, rows.as_ref()));
                 // Read as lane 0's, below.
                 self.value(&b.value)
             }
@@ -82,7 +82,7 @@ impl Gen<'_> {
         buffer: ir::BufferId,
         indices: &[Index],
         lane: Builtin,
-        rows: Option<Expr>,
+        rows: Option<&Expr>,
     ) -> Vec<Stmt> {
         let op = b.reduce.expect("a reducing block");
         let dtype = self.kernel.buffer(b.buffer).dtype;
@@ -101,7 +101,7 @@ impl Gen<'_> {
             let theirs = self.element(buffer, &above);
             let fold = Stmt::Assign(mine.clone(), combine(op, mine, theirs, dtype, false));
             let below = Expr::bin(BinOp::Lt, Expr::Builtin(lane), Expr::u32(half));
-            let folds = match &rows {
+            let folds = match rows {
                 Some(rows) => Expr::bin(BinOp::And, below, rows.clone()),
                 None => below,
             };
