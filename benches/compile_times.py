@@ -67,12 +67,13 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=15, help="rows of the table")
     args = parser.parse_args()
     sizes = {k: int(v) for k, v in (s.split("=", 1) for s in args.size)}
+    paths = args.fields.split(",")
     w = tf.workloads.get(args.workload, **sizes)
     f, inputs = w.fusion(), w.inputs()
     device = tf.Device.gpu()
     seen: set[str] = set()
     rows = []
-    for p in points(f, device, args.fields.split(",")):
+    for p in points(f, device, paths):
         try:
             k = f.schedule(p, device)
         except tf.TilefuseError:
@@ -87,12 +88,12 @@ def main() -> None:
         start = time.perf_counter()
         k(*inputs)
         second = time.perf_counter() - start
-        values = [str(get_field(p, path)) for path in args.fields.split(",")]
+        values = [str(get_field(p, path)) for path in paths]
         rows.append((first, second, k.wgsl.count("\n"), values))
         print(f"{first:8.3f} s {second:8.4f} s  {' '.join(values)}", flush=True)
     rows.sort(key=lambda r: -r[0])
     table = Table(title=f"{args.workload} {sizes} on {device.info['name']}: slowest first calls")
-    names = [path.split(".")[-1] for path in args.fields.split(",")]
+    names = [path.split(".")[-1] for path in paths]
     for column in ["first call s", "second call s", "WGSL lines", *names]:
         table.add_column(column)
     for first, second, lines, values in rows[: args.top]:

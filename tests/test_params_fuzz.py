@@ -31,9 +31,11 @@ WORKLOADS = ["softmax", "layernorm", "rmsnorm", "log_softmax", "row_sum", "colum
 DRAWS = 200
 
 
-def random_point(f: tf.Fusion, device: tf.Device, rng: random.Random) -> dict[str, Any] | None:
+def random_point(
+    f: tf.Fusion, device: tf.Device, rng: random.Random
+) -> tuple[dict[str, Any], tf.Kernel | tf.SegmentedKernel] | None:
     """A random combination of the tunable fields that schedules, as a
-    params dict; None when DRAWS tries found none."""
+    params dict, with its kernel; None when DRAWS tries found none."""
     _, fields = f.tunables(device=device)
     base = f.heuristics(device=device, cache=False)
     assert not isinstance(base, list)
@@ -46,10 +48,9 @@ def random_point(f: tf.Fusion, device: tf.Device, rng: random.Random) -> dict[st
                 node = node[key]
             node[last] = rng.choice(field["values"])
         try:
-            f.schedule(p, device)
+            return p, f.schedule(p, device)
         except tf.ParamsError:
             continue
-        return p
     return None
 
 
@@ -69,11 +70,11 @@ def test_random_reduction_params_match_the_reference(device: tf.Device) -> None:
     def check(name: str, rows: int, cols: int, seed: int) -> None:
         w = tf.workloads.get(name, rows=rows, cols=cols)
         f = w.fusion()
-        p = random_point(f, device, random.Random(seed))
-        if p is None:
+        point = random_point(f, device, random.Random(seed))
+        if point is None:
             return
+        p, kernel = point
         note(f"{name} {rows}x{cols} params {p}")
-        kernel = f.schedule(p, device)
         inputs = w.inputs(seed=seed % 1000)
         got = kernel(*inputs)
         want = w.reference(*inputs)

@@ -331,9 +331,6 @@ fn heuristics_differ_by_device_kind() {
     assert!(!p.subgroup_inner_reduction && !p.persistent_kernel, "{p:?}");
 }
 
-/// Without subgroups, outer reductions fold their partials as a tree along
-/// invocation.y (the reduction invocations' axis) instead of every
-/// invocation reading them all.
 /// A workgroup with more rows than the fusion: the rows past the end take
 /// no part in a tree, whose steps would fold their indices, which land on
 /// other rows' partials, into those.
@@ -352,6 +349,9 @@ fn rows_past_the_end_stay_out_of_a_tree() {
     }
 }
 
+/// Without subgroups, outer reductions fold their partials as a tree along
+/// invocation.y (the reduction invocations' axis) instead of every
+/// invocation reading them all.
 #[test]
 fn outer_partials_fold_as_a_tree_along_y() {
     let f = fusion("softmax_outer");

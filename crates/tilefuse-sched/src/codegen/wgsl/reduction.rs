@@ -41,8 +41,11 @@ impl Gen<'_> {
         ))];
         let result = match (how, &b.value) {
             (CrossInvocation::Tree, ir::Expr::Load { buffer, indices }) => {
-                stmts.extend(iter_lets(b));
                 let rows = self.guard(id, b);
+                if rows.is_some() {
+                    // The guard reads the iterators.
+                    stmts.extend(iter_lets(b));
+                }
                 stmts.extend(self.tree(l, b, *buffer, indices, lane, rows.as_ref()));
                 // Read as lane 0's, below.
                 self.value(&b.value)
