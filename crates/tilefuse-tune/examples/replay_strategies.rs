@@ -1,4 +1,4 @@
-//! Compares the search strategies on the recorded spaces (no device): for
+//! Compares the search strategies on recorded spaces (no device): for
 //! each space and strategy, over ten seeds (or `SEEDS`), how often a tenth
 //! of the space gets within 5% of the best point, and how many trials it
 //! takes to get there (the whole space when never). Trials count as a
@@ -6,27 +6,40 @@
 //! free.
 //!
 //! ```text
-//! cargo run --release -p tilefuse-tune --example replay_strategies [SEEDS]
+//! cargo run --release -p tilefuse-tune --example replay_strategies [SEEDS] [RECORDING.json ...]
 //! ```
 //!
-//! `SEEDS` (default 10) seeds a strategy; more give steadier means.
+//! `SEEDS` (default 10) seeds a strategy; more give steadier means. The
+//! recordings default to the test fixtures; `record_spaces` makes more.
+//! The last row sums each strategy's mean trials over the spaces.
+
+use std::path::{Path, PathBuf};
 
 use tilefuse_tune::replay::trials_to_within;
 use tilefuse_tune::{Recording, Strategy};
 
+const STRATEGIES: [Strategy; 3] = [Strategy::Random, Strategy::Pattern, Strategy::Surrogate];
+
 fn main() {
-    let seeds: u64 = std::env::args()
-        .nth(1)
-        .map_or(10, |s| s.parse().expect("a seed count"));
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let mut args = std::env::args().skip(1);
+    let seeds: u64 = args.next().map_or(10, |s| s.parse().expect("a seed count"));
+    let mut paths: Vec<PathBuf> = args.map(PathBuf::from).collect();
+    if paths.is_empty() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        paths = ["chain_cpu", "softmax_gpu", "matmul_gpu"]
+            .map(|name| dir.join(format!("{name}.json")))
+            .into();
+    }
     println!(
         "| space | points | strategy | within 5% with 10% of the space | mean trials to within 5% |"
     );
     println!("|---|---|---|---|---|");
-    for name in ["chain_cpu", "softmax_gpu", "matmul_gpu"] {
-        let text = std::fs::read_to_string(format!("{dir}/{name}.json")).unwrap();
-        let r: Recording = serde_json::from_str(&text).unwrap();
-        for strategy in [Strategy::Random, Strategy::Pattern, Strategy::Surrogate] {
+    let mut totals = [0.0; STRATEGIES.len()];
+    for path in &paths {
+        let text = std::fs::read_to_string(path).expect("a readable recording");
+        let r: Recording = serde_json::from_str(&text).expect("a recording");
+        let name = path.file_stem().unwrap().to_string_lossy();
+        for (strategy, total) in STRATEGIES.into_iter().zip(&mut totals) {
             let runs: Vec<usize> = (0..seeds)
                 .map(|seed| {
                     trials_to_within(&r, strategy, 0.05, seed, r.size()).unwrap_or(r.size())
@@ -34,10 +47,14 @@ fn main() {
                 .collect();
             let hits = runs.iter().filter(|&&n| n <= r.size() / 10).count();
             let mean = runs.iter().sum::<usize>() as f64 / runs.len() as f64;
+            *total += mean;
             println!(
                 "| {name} | {} | {strategy:?} | {hits}/{seeds} | {mean:.1} |",
                 r.size()
             );
         }
+    }
+    for (strategy, total) in STRATEGIES.into_iter().zip(totals) {
+        println!("| all | | {strategy:?} | | {total:.1} |");
     }
 }

@@ -45,6 +45,17 @@ impl Grid {
         out
     }
 
+    /// The point as far past `to` as `to` is past `from` (the same move
+    /// again); `None` when that leaves the grid.
+    pub fn step(&self, to: &[usize], from: &[usize]) -> Option<Point> {
+        (self.sizes.iter().zip(to.iter().zip(from)))
+            .map(|(&n, (&t, &f))| {
+                let i = 2 * t as i64 - f as i64;
+                (0..n as i64).contains(&i).then_some(i as usize)
+            })
+            .collect()
+    }
+
     /// Every point, in order (for small grids).
     pub fn all(&self) -> Vec<Point> {
         let mut out = vec![Vec::new()];

@@ -1,6 +1,7 @@
 //! The surrogate-guided strategy (Helion's LFBO search, after a pattern
 //! descent). It first walks from the default heuristic's point to the
-//! first neighbour that is faster (by more than `MIN_GAIN`), until every
+//! first neighbour that is faster (by more than `MIN_GAIN`), trying the
+//! last paying move again before the other neighbours, until every
 //! neighbour of where it stands was tried. Then a random forest learns
 //! which points are "good" (in the fastest third measured so far) from
 //! every observation, failures included (a failed, wrong or cut candidate
@@ -66,27 +67,37 @@ pub(crate) fn propose(
     batch
 }
 
-/// The next step of the descent from the default heuristic's point: an
-/// untried neighbour of the incumbent, `None` once all were tried.
+/// The next step of the descent from the default heuristic's point: the
+/// last move repeated (Hooke and Jeeves' pattern move: a direction that
+/// paid once often pays again), then an untried neighbour of the
+/// incumbent; `None` once all were tried.
 fn descent_step(grid: &Grid, history: &[Observation], tried: &HashSet<Point>) -> Option<Point> {
-    let from = incumbent(history)?;
-    grid.neighbors(from)
-        .into_iter()
+    let chain = incumbents(history);
+    let (from, before) = match chain.as_slice() {
+        [.., before, from] => (*from, Some(*before)),
+        [from] => (*from, None),
+        [] => return None,
+    };
+    let repeated = before.and_then(|b| grid.step(from, b));
+    (repeated.into_iter())
+        .chain(grid.neighbors(from))
         .find(|p| !tried.contains(p))
 }
 
-/// Where the descent stands: the first point that ran, replaced by a
-/// later one only when that is faster by more than `MIN_GAIN`.
-fn incumbent(history: &[Observation]) -> Option<&Point> {
-    let mut best: Option<(f64, &Point)> = None;
+/// Where the descent stood, in order: the first point that ran, then
+/// each later one faster than the last by more than `MIN_GAIN`.
+fn incumbents(history: &[Observation]) -> Vec<&Point> {
+    let mut chain = Vec::new();
+    let mut best = f64::INFINITY;
     for o in history {
         if let Some(t) = o.time
-            && best.is_none_or(|(b, _)| t < b * (1.0 - MIN_GAIN))
+            && t < best * (1.0 - MIN_GAIN)
         {
-            best = Some((t, &o.point));
+            best = t;
+            chain.push(&o.point);
         }
     }
-    best.map(|(_, p)| p)
+    chain
 }
 
 /// 1 for the good observations, 0 for the rest (failures included).
@@ -198,12 +209,30 @@ mod tests {
             time: Some(t),
         };
         let history = [o(0, 1.0), o(1, 0.99), o(2, 0.9), o(3, 0.89)];
-        assert_eq!(incumbent(&history[..2]), Some(&vec![0]));
-        assert_eq!(incumbent(&history), Some(&vec![2]));
+        assert_eq!(incumbents(&history[..2]), [&vec![0]]);
+        assert_eq!(incumbents(&history), [&vec![0], &vec![2]]);
         let grid = Grid { sizes: vec![4] };
         let tried = HashSet::from([vec![1], vec![2]]);
         assert_eq!(descent_step(&grid, &history[..3], &tried), Some(vec![3]));
         let tried = HashSet::from([vec![1], vec![3]]);
         assert_eq!(descent_step(&grid, &history[..3], &tried), None);
+    }
+
+    #[test]
+    fn a_move_that_paid_is_repeated_before_the_neighbours() {
+        let o = |point: Point, t| Observation {
+            point,
+            time: Some(t),
+        };
+        let grid = Grid { sizes: vec![4, 3] };
+        let history = [o(vec![1, 0], 1.0), o(vec![2, 0], 1.1), o(vec![1, 1], 0.9)];
+        let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
+        // [0, 1] is the incumbent's first neighbour; [1, 2] repeats the move.
+        assert_eq!(descent_step(&grid, &history, &tried), Some(vec![1, 2]));
+        // Past the grid's edge there is no repeat: the neighbours come next.
+        let history = [o(vec![2, 1], 1.0), o(vec![3, 1], 0.9)];
+        let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
+        assert_eq!(grid.step(&[3, 1], &[2, 1]), None);
+        assert_eq!(descent_step(&grid, &history, &tried), Some(vec![3, 0]));
     }
 }
