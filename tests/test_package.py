@@ -9,8 +9,12 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 import tilefuse
 import tilefuse._native
+from conftest import assert_close
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,3 +75,23 @@ def test_readme_quickstart_runs() -> None:
     assert blocks, "the README has no Python example"
     for code in blocks:
         exec(compile(code, "README.md", "exec"), {})
+
+
+def test_every_device_argument_takes_a_name(gpu: tilefuse.Device, rng: np.random.Generator) -> None:
+    f = tilefuse.Fusion()
+    x = f.input((33, 70), "f32", name="x")
+    f.output((x * 2.0).exp())
+    a = rng.standard_normal((33, 70)).astype(np.float32)
+    for name, device in (("cpu", tilefuse.Device.cpu()), ("gpu", gpu)):
+        assert tilefuse.as_device(name).fingerprint == device.fingerprint
+        by_name = f.heuristics(device=name, cache=False)
+        assert by_name.to_dict() == f.heuristics(device=device, cache=False).to_dict()
+        assert_close(f.schedule(device=name)(a), np.exp(a.astype(np.float64) * 2))
+        assert f.create_schedule().build(name).device.fingerprint == device.fingerprint
+        assert tilefuse.Engine(name).device.fingerprint == device.fingerprint
+    assert tilefuse.as_device(gpu) is gpu
+    assert tilefuse.as_device(None).fingerprint == tilefuse.Device.default().fingerprint
+    with pytest.raises(ValueError, match="unknown device 'cuda'; expected 'cpu', 'gpu', 'default'"):
+        f.heuristics(device="cuda")
+    with pytest.raises(TypeError, match=r"device: expected .* got int"):
+        tilefuse.Engine(0)  # type: ignore[arg-type]

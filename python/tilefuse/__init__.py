@@ -55,7 +55,7 @@ from .params import (
     SupportedVecSize,
 )
 from .pipeline import Pipeline, load_pipeline
-from .schedule import Block, Device, DeviceFacts, Kernel, Loop, Schedule, Timing
+from .schedule import Block, Device, DeviceFacts, Kernel, Loop, Schedule, Timing, as_device
 from .segments import Segment, SegmentedKernel
 from .stages import PipelineRun
 from .stages import run as run_pipeline
@@ -108,6 +108,7 @@ __all__ = [
     "Workload",
     "__version__",
     "abs",
+    "as_device",
     "as_workload",
     "cos",
     "exp",

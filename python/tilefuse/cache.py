@@ -171,9 +171,15 @@ def clear() -> int:
     return _native.cache_clear()
 
 
-def explain(fusion: Fusion, device: Device, scheduler: str | None = None) -> str:
-    """Why a lookup for ``fusion`` on ``device`` hits or misses: the nearest
-    entries and the key fields in which they differ."""
+def explain(
+    fusion: Fusion, device: Device | str | None = None, scheduler: str | None = None
+) -> str:
+    """Why a lookup for ``fusion`` on ``device`` (see :func:`~tilefuse.as_device`)
+    hits or misses: the nearest entries and the key fields in which they
+    differ."""
+    from .schedule import as_device
+
+    device = as_device(device)
     near = _native.cache_explain(fusion._native, device._native, scheduler)
     if not near:
         return f"the cache ({directory()}) has no entries"

@@ -31,9 +31,10 @@ from rich.table import Table
 
 from . import cache
 from ._native import TilefuseError
-from .cli_pipelines import add_commands, device_named
+from .cli_pipelines import add_commands
 from .cli_pipelines import pairs as _pairs
 from .fusion import Fusion
+from .schedule import DEVICE_NAMES, as_device
 from .tune import TuneResult, tune
 from .yamlfile import YamlError
 
@@ -70,7 +71,7 @@ def _tune(args: argparse.Namespace) -> int:
         named = {d.fingerprint: d.info["name"] for d in ex.devices}
         done = [(r, f"{named[fp]} ({fp})") for fp, r in results.items()]
     else:
-        device = device_named(args.device)
+        device = as_device(args.device)
         done = [(tune(f, device, **options), device.info["name"])]
     for i, (r, device_name) in enumerate(done):
         if args.json:
@@ -143,7 +144,7 @@ def _cache(args: argparse.Namespace) -> int:
             raise SystemExit(f"tilefuse cache show: {what} with an id starting {args.id!r}")
         _out.print_json(json.dumps(matches[0]))
     elif args.action == "explain":
-        _out.print(cache.explain(_fusion(args.fusion), device_named(args.device)))
+        _out.print(cache.explain(_fusion(args.fusion), as_device(args.device)))
     elif args.action == "export":
         _out.print(f"exported {cache.export(args.output)} entries to {args.output}")
     elif args.action == "merge":
@@ -169,7 +170,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .timing import Budget
 
     suite = load_suite(args.suite)
-    engine = Engine(device_named(args.device))
+    engine = Engine(as_device(args.device))
     pipeline = load_pipeline(args.pipeline, _pairs(args.set)) if args.pipeline else None
     budget = Budget(warmup=args.warmup, rep=args.rep)
     with Progress(console=_out, transient=True, disable=args.quiet) as bar:
@@ -199,7 +200,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("tune", help="tune a fusion saved as JSON and cache the winner")
     t.add_argument("fusion", help="a file written by Fusion.to_json()")
-    t.add_argument("--device", choices=("cpu", "gpu", "default"), default="default")
+    t.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
     t.add_argument("--effort", choices=("none", "quick", "full"), default="quick")
     t.add_argument("--strategy", choices=("random", "pattern", "surrogate", "exhaustive"))
     t.add_argument("--trials", type=int)
@@ -231,7 +232,7 @@ def _parser() -> argparse.ArgumentParser:
     actions.add_parser("show", help="one entry as JSON").add_argument("id")
     ex = actions.add_parser("explain", help="why a lookup for a fusion hits or misses")
     ex.add_argument("fusion")
-    ex.add_argument("--device", choices=("cpu", "gpu", "default"), default="default")
+    ex.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
     actions.add_parser("export", help="write the cache as a bundle").add_argument("output")
     mg = actions.add_parser("merge", help="merge bundles (the faster entry per key)")
     mg.add_argument("output")
@@ -251,7 +252,7 @@ def _parser() -> argparse.ArgumentParser:
         "Example: tilefuse bench smoke --device cpu --csv smoke.csv --plot smoke.png",
     )
     b.add_argument("suite", help="a suite file or the name of a shipped suite")
-    b.add_argument("--device", choices=("cpu", "gpu", "default"), default="default")
+    b.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
     b.add_argument(
         "--measure",
         choices=("kernel", "call"),

@@ -15,19 +15,13 @@ from rich.table import Table
 from . import pipeline as pipelines
 from . import workloads
 from .engine import Engine
-from .schedule import Device
+from .schedule import DEVICE_NAMES, as_device
 from .stages import run, workload_of
 from .workload import Workload, as_workload
 
-__all__ = ["add_commands", "device_named", "pairs"]
+__all__ = ["add_commands", "pairs"]
 
 _out = Console(soft_wrap=True)
-_DEVICES = {"cpu": Device.cpu, "gpu": Device.gpu, "default": Device.default}
-
-
-def device_named(name: str) -> Device:
-    """``cpu``, ``gpu`` or ``default``, as the commands' ``--device``."""
-    return _DEVICES[name]()
 
 
 def add_commands(sub: Any) -> None:
@@ -44,7 +38,7 @@ def add_commands(sub: Any) -> None:
     r.add_argument("pipeline", nargs="?", help="a pipeline file or name (default: found)")
     _workload_arguments(r, required=False)
     _variable_argument(r)
-    r.add_argument("--device", choices=tuple(_DEVICES), default="default")
+    r.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
     r.add_argument("--json", metavar="OUT", help="what every stage made, as JSON")
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
     r.set_defaults(run=_run)
@@ -57,7 +51,7 @@ def add_commands(sub: Any) -> None:
         "tilefuse inspect matmul --size m=512 --size epilogue=bias_relu",
     )
     _workload_arguments(i, required=True)
-    i.add_argument("--device", choices=tuple(_DEVICES), default="default")
+    i.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
     i.add_argument("--json", action="store_true", help="print the inspection as JSON")
     i.set_defaults(run=_inspect)
 
@@ -142,7 +136,7 @@ def _workload(spec: str, sizes: list[str]) -> Workload:
 
 
 def _run(args: argparse.Namespace) -> int:
-    device = device_named(args.device)
+    device = as_device(args.device)
     given = _workload(args.workload, args.size) if args.workload else None
     name = args.pipeline
     if name is None:
@@ -176,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     w = _workload(args.workload, args.size)
-    found = Engine(device_named(args.device)).inspect(w)
+    found = Engine(as_device(args.device)).inspect(w)
     if args.json:
         _out.print_json(json.dumps(found))
         return 0

@@ -32,7 +32,7 @@ from . import _native, timing
 from .complexity import Complexity
 from .params import HeuristicParams
 from .pipeline import Pipeline, load_pipeline
-from .schedule import Device, Kernel
+from .schedule import Device, Kernel, as_device
 from .segments import SegmentedKernel
 from .timing import Budget, CacheFlush, Sampler, call_sampler, interleave
 from .workload import Verification, Workload, WorkloadLike, as_workload, compare_outputs
@@ -184,12 +184,12 @@ class Engine:
 
     def __init__(
         self,
-        device: Device | None = None,
+        device: Device | str | None = None,
         *,
         peak_gflops: float | None = None,
         peak_gbps: float | None = None,
     ) -> None:
-        self.device = device or Device.default()
+        self.device = as_device(device)
         self.peak = {
             k: float(v) for k, v in (("gflops", peak_gflops), ("gbps", peak_gbps)) if v is not None
         }

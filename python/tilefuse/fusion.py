@@ -406,18 +406,19 @@ class Fusion:
         ]
 
     def heuristics(
-        self, scheduler: str | None = None, device: Device | None = None, cache: bool = True
+        self, scheduler: str | None = None, device: Device | str | None = None, cache: bool = True
     ) -> HeuristicParams | list[HeuristicParams]:
-        """The params for this fusion on ``device`` (``Device.default()``
-        when omitted): a tuned winner from the heuristic cache when it has
-        one (unless ``cache=False``), else the default heuristic's (see
+        """The params for this fusion on ``device`` (a :class:`Device` or
+        ``"cpu"`` / ``"gpu"``; the default device when omitted): a tuned
+        winner from the heuristic cache when it has one (unless
+        ``cache=False``), else the default heuristic's (see
         :meth:`params_source`). One params object, or one per segment (see
         :meth:`segments`) when no scheduler takes the whole fusion."""
         from . import cache as _cache
         from .params import HeuristicParams
-        from .schedule import Device
+        from .schedule import as_device
 
-        device = device or Device.default()
+        device = as_device(device)
         if scheduler is None and self._segmented():
             return [
                 cast("HeuristicParams", seg.fusion.heuristics(seg.scheduler, device, cache))
@@ -429,15 +430,17 @@ class Fusion:
         data = _native.heuristics(self._native, device._native, scheduler)
         return HeuristicParams._from_native(data)
 
-    def params_source(self, device: Device | None = None, scheduler: str | None = None) -> str:
+    def params_source(
+        self, device: Device | str | None = None, scheduler: str | None = None
+    ) -> str:
         """Where :meth:`heuristics` takes this fusion's params from on
         ``device``: ``"cache: ..."`` or ``"bundle: ..."`` (with the tuning
         that made them) or ``"default heuristic"``; per segment, joined by
         ``"; "``."""
         from . import cache as _cache
-        from .schedule import Device
+        from .schedule import as_device
 
-        device = device or Device.default()
+        device = as_device(device)
         if scheduler is None and self._segmented():
             return "; ".join(
                 seg.fusion.params_source(device, seg.scheduler) for seg in self.segments()
@@ -466,18 +469,18 @@ class Fusion:
         return _native.features(self._native)
 
     def tunables(
-        self, scheduler: str | None = None, device: Device | None = None
+        self, scheduler: str | None = None, device: Device | str | None = None
     ) -> tuple[str, list[dict[str, Any]]]:
         """The params fields a tuner may set when ``scheduler`` (the first
         that takes this fusion when omitted) schedules it for ``device``
-        (``Device.default()`` when omitted): ``(scheduler, [{"path":
+        (a :class:`Device` or its name; the default when omitted): ``(scheduler, [{"path":
         "tile_sizes.cta_tile.m", "domain": {...}, "values": [...]}, ...])``.
         Every value either schedules or is refused with ``ParamsError``
         (some act only with another field set, as circular buffering needs
         staged operands)."""
-        from .schedule import Device
+        from .schedule import as_device
 
-        device = device or Device.default()
+        device = as_device(device)
         return _native.tunables(self._native, device._native, scheduler)
 
     def schedule(
@@ -486,7 +489,7 @@ class Fusion:
         | dict[str, Any]
         | Sequence[HeuristicParams | dict[str, Any]]
         | None = None,
-        device: Device | None = None,
+        device: Device | str | None = None,
     ) -> Kernel | SegmentedKernel:
         """Schedules with ``params`` and compiles for ``device``; the kernel's
         ``.schedule`` shows the loop nest and trace the scheduler made. A
@@ -497,10 +500,10 @@ class Fusion:
         picked for one device kind run anywhere, but are tuned for theirs:
         ``f.heuristics()`` without a device picks the default device's)."""
         from .params import HeuristicParams
-        from .schedule import Device
+        from .schedule import as_device
         from .segments import SegmentedKernel
 
-        device = device or Device.default()
+        device = as_device(device)
         if params is None:
             params = self.heuristics(device=device)
         if isinstance(params, dict):
@@ -534,13 +537,11 @@ class Fusion:
         self,
         *arrays: Any,
         params: HeuristicParams | Sequence[HeuristicParams] | None = None,
-        device: Device | None = None,
+        device: Device | str | None = None,
     ) -> Any:
         """Runs the fusion with ``params`` (the default heuristic's when
         omitted) on ``device``; numpy arrays in, numpy arrays out."""
-        from .schedule import Device
-
-        return self.schedule(params, device or Device.default())(*arrays)
+        return self.schedule(params, device)(*arrays)
 
     def create_schedule(self) -> Schedule:
         """The initial schedule: one block per op in its own loop nest."""

@@ -45,13 +45,16 @@ ParamsList = Sequence[HeuristicParams | dict[str, Any]]
 def save(
     path: str | os.PathLike[str],
     fusion: Fusion,
-    device: Device,
+    device: Device | str,
     params: ParamsList,
     source: str = "",
 ) -> Path:
     """Writes ``params`` (one per segment, or one for a fusion one
     scheduler takes whole) tagged with the fusion's and device's
     fingerprints."""
+    from .schedule import as_device
+
+    device = as_device(device)
     target = Path(path)
     dicts = [p.to_dict() if isinstance(p, HeuristicParams) else dict(p) for p in params]
     document = {
@@ -80,12 +83,15 @@ def save(
 
 
 def load(
-    path: str | os.PathLike[str], fusion: Fusion, device: Device
+    path: str | os.PathLike[str], fusion: Fusion, device: Device | str
 ) -> list[dict[str, Any]] | None:
     """The params of ``path``, one dict per segment; ``None`` with a
     ``RuntimeWarning`` naming what differs when the file was written for
     another fusion or device. A file that is not a params file raises
     ``ParamsError`` naming the file and the field."""
+    from .schedule import as_device
+
+    device = as_device(device)
     source = Path(path)
     try:
         document = json.loads(source.read_text())

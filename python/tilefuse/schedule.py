@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from .fusion import int64s
 if TYPE_CHECKING:
     from .fusion import Fusion
 
-__all__ = ["Block", "Device", "Kernel", "Loop", "Schedule", "Timing"]
+__all__ = ["Block", "Device", "Kernel", "Loop", "Schedule", "Timing", "as_device"]
 
 
 class Block:
@@ -265,20 +265,21 @@ class Schedule:
         hand."""
         return self._native.trace_as_python()
 
-    def lower(self, device: Device | None = None) -> list[tuple[str, str]]:
-        """Every lowering pass ``device`` (``Device.default()`` when
-        omitted) runs on this schedule before code generation, in order:
+    def lower(self, device: Device | str | None = None) -> list[tuple[str, str]]:
+        """Every lowering pass ``device`` (a :class:`Device` or its
+        name, see :func:`as_device`) runs on this schedule before code generation, in order:
         ``[(pass name, the kernel and what the analyses found after it),
         ...]``. For reading what happens between scheduling and code; a
         pass that cannot lower the schedule raises ``ScheduleError`` with
         ``.lowering_pass`` set. ``TILEFUSE_DUMP=lower`` prints the same to
         stderr on every build."""
-        device = device or Device.default()
+        device = as_device(device)
         return self._native.lower(device._native)
 
-    def build(self, device: Device | None = None) -> Kernel:
-        """Compiles for ``device`` (``Device.default()`` when omitted)."""
-        device = device or Device.default()
+    def build(self, device: Device | str | None = None) -> Kernel:
+        """Compiles for ``device`` (a :class:`Device` or its name, see
+        :func:`as_device`; the default device when omitted)."""
+        device = as_device(device)
         return Kernel(self._native.build(device._native), device, self)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -366,6 +367,37 @@ class Device(DeviceFacts):
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickles as its kind; unpickling opens that kind of device here.
         return (Device.gpu if self.is_gpu else Device.cpu, ())
+
+
+#: The names a ``device`` argument takes, as the CLI's ``--device``.
+DEVICE_NAMES = {"cpu": Device.cpu, "gpu": Device.gpu, "default": Device.default}
+
+_D = TypeVar("_D", bound=DeviceFacts)
+
+
+@overload
+def as_device(device: _D) -> _D: ...
+
+
+@overload
+def as_device(device: str | None) -> Device: ...
+
+
+def as_device(device: DeviceFacts | str | None) -> DeviceFacts:
+    """What every ``device`` argument takes: a :class:`Device` (or another
+    :class:`DeviceFacts`) as it is, ``"cpu"``, ``"gpu"`` or ``"default"``
+    opened (a GPU is opened once per process), and ``None`` as
+    ``"default"``."""
+    if device is None:
+        return Device.default()
+    if isinstance(device, DeviceFacts):
+        return device
+    expected = ", ".join(map(repr, DEVICE_NAMES)) + " or a tilefuse.Device"
+    if not isinstance(device, str):
+        raise TypeError(f"device: expected {expected}, got {type(device).__name__}")
+    if device not in DEVICE_NAMES:
+        raise ValueError(f"device: unknown device {device!r}; expected {expected}")
+    return DEVICE_NAMES[device]()
 
 
 def _runtime_dir() -> None:

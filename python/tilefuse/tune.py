@@ -210,7 +210,7 @@ def _parts(fusion: Fusion, arrays: Arrays | None, expected: Arrays | None) -> li
 @overload
 def tune(
     fusion: Fusion | WorkloadLike,
-    device: DeviceFacts | None = None,
+    device: DeviceFacts | str | None = None,
     effort: str = "quick",
     strategy: str | None = None,
     trials: int | None = None,
@@ -229,7 +229,7 @@ def tune(
 @overload
 def tune(
     fusion: Fusion | WorkloadLike,
-    device: DeviceFacts | None = None,
+    device: DeviceFacts | str | None = None,
     effort: str = "quick",
     strategy: str | None = None,
     trials: int | None = None,
@@ -248,7 +248,7 @@ def tune(
 
 def tune(
     fusion: Fusion | WorkloadLike,
-    device: DeviceFacts | None = None,
+    device: DeviceFacts | str | None = None,
     effort: str = "quick",
     strategy: str | None = None,
     trials: int | None = None,
@@ -270,7 +270,8 @@ def tune(
     checked against the workload's ``expected(seed)`` within its
     ``tolerance``) (of each segment's, for fusions that run as several
     kernels) on ``device``
-    (``Device.default()`` when omitted), starting from the default
+    (a :class:`Device` or ``"cpu"`` / ``"gpu"``; the default device when
+    omitted), starting from the default
     heuristic and the seeds of the seed heuristics that apply (the built-in
     ones unless ``builtin_heuristics`` is false, and every registered
     :class:`AutotunerHeuristic`). ``effort`` is ``"none"``, ``"quick"`` or ``"full"`` unless
@@ -296,7 +297,7 @@ def tune(
     ``fields`` tunes only those tunable fields (paths, as
     :meth:`Fusion.tunables` names them), the others kept at the default's."""
     from .fusion import Fusion
-    from .schedule import Device
+    from .schedule import as_device
     from .workload import as_workload
 
     options: dict[str, Any] = {
@@ -327,7 +328,7 @@ def tune(
         if devices is not None:
             raise ValueError("tune: devices='all' needs a Ray executor (executor='ray')")
         with _Progress(run.progress) as shown:
-            return run.tune(parts, device or Device.default(), shown.line())
+            return run.tune(parts, as_device(device), shown.line())
     if device is not None:
         raise ValueError("tune: with a Ray executor the workers' devices are tuned; omit device")
     from .distributed import RayExecutor
@@ -516,11 +517,13 @@ def _result(results: list[dict[str, Any]]) -> TuneResult:
     )
 
 
-def record(fusion: Fusion, device: Device | None = None, fields: list[str] | None = None) -> str:
+def record(
+    fusion: Fusion, device: Device | str | None = None, fields: list[str] | None = None
+) -> str:
     """Measures every point of the params space of ``fusion`` on ``device``
     (only the tunable ``fields`` named, when given: spaces grow fast) and
     returns the recording as JSON, for :func:`tune`'s ``replay``."""
-    from .schedule import Device
+    from .schedule import as_device
 
-    device = device or Device.default()
+    device = as_device(device)
     return _native.record(fusion._native, device._native, {"fields": fields, "repeat": 3})
