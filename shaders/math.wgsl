@@ -5,15 +5,26 @@ fn tf_sigmoid(x: f32) -> f32 {
     return 1.0 / (1.0 + exp(-x));
 }
 
-// Some drivers return NaN from tanh of large arguments; |x| >= 10 is
-// already +-1 in f32. NaN stays NaN (clamp of NaN may give either bound).
+// tanh to a few ulp of relative error everywhere (Cephes' tanhf). Drivers'
+// tanh, (e^2x - 1) / (e^2x + 1) on Mesa, keeps no relative precision near 0
+// (tanh(1e-12) came out 3e-8), and some return NaN for large arguments:
+// |x| >= 10 is already +-1 in f32. Below 0.625 a polynomial, x (1 + x^2
+// P(x^2)), which keeps x's sign and -0; above, 1 - 2 / (e^2|x| + 1) with
+// x's sign. NaN stays NaN (min of NaN may give either operand).
 fn tf_tanh(x: f32) -> f32 {
-    return select(tanh(clamp(x, -10.0, 10.0)), x, tf_isnan(x));
+    let s = x * x;
+    let p = (((-5.70498872745e-3 * s + 2.06390887954e-2) * s - 5.37397155531e-2) * s
+        + 1.33314422036e-1) * s - 3.33332819422e-1;
+    let near_zero = x * (1.0 + s * p);
+    let far = 1.0 - 2.0 / (exp(2.0 * min(abs(x), 10.0)) + 1.0);
+    let signed = bitcast<f32>(bitcast<u32>(far) | (bitcast<u32>(x) & 0x80000000u));
+    return select(select(signed, near_zero, abs(x) < 0.625), x, tf_isnan(x));
 }
 
-// GELU, tanh approximation (torch's approximate="tanh").
+// GELU, tanh approximation (torch's approximate="tanh"): 0.5 x (1 + tanh u)
+// as x / (1 + e^-2u), which does not cancel to 0 for negative x.
 fn tf_gelu(x: f32) -> f32 {
-    return 0.5 * x * (1.0 + tf_tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    return x / (1.0 + exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)));
 }
 
 // relu(NaN) is NaN (as torch's relu and numpy's maximum(x, 0)).
@@ -31,11 +42,11 @@ fn tf_sigmoid4(x: vec4<f32>) -> vec4<f32> {
 }
 
 fn tf_tanh4(x: vec4<f32>) -> vec4<f32> {
-    return select(tanh(clamp(x, vec4<f32>(-10.0), vec4<f32>(10.0))), x, tf_isnan4(x));
+    return vec4<f32>(tf_tanh(x.x), tf_tanh(x.y), tf_tanh(x.z), tf_tanh(x.w));
 }
 
 fn tf_gelu4(x: vec4<f32>) -> vec4<f32> {
-    return 0.5 * x * (1.0 + tf_tanh4(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    return x / (1.0 + exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)));
 }
 
 fn tf_relu4(x: vec4<f32>) -> vec4<f32> {

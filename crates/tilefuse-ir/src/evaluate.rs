@@ -93,10 +93,13 @@ fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor> {
     })
 }
 
-/// tanh-approximated GELU, as in `torch.nn.functional.gelu(approximate="tanh")`.
+/// tanh-approximated GELU, as in `torch.nn.functional.gelu(approximate="tanh")`:
+/// `0.5 x (1 + tanh u)` computed as `x / (1 + e^-2u)`, which does not
+/// cancel to 0 for negative `x` (the GPU's f32 keeps its relative
+/// precision there too).
 pub fn gelu(x: f64) -> f64 {
     let c = (2.0 / std::f64::consts::PI).sqrt();
-    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+    x / (1.0 + (-2.0 * c * (x + 0.044715 * x * x * x)).exp())
 }
 
 /// One element of a unary op, with the reference semantics (f32 computed
