@@ -58,7 +58,8 @@ def random_matmul(rng: np.random.Generator) -> tuple[tf.Fusion, str]:
 
 def random_workload(rng: np.random.Generator, names: list[str]) -> tuple[tf.Fusion, str]:
     """One of the built-in workloads `names`, its sizes drawn from SIZES
-    (batches from 1 to 3) and its flags at random."""
+    (batches from 1 to 3) and its flags at random; of a workload that runs
+    as several kernels (attention), one segment at random."""
     w = tf.workloads.get(str(rng.choice(names)))
     sizes: dict[str, int | bool] = {}
     for key, default in w.defaults.items():
@@ -67,7 +68,12 @@ def random_workload(rng: np.random.Generator, names: list[str]) -> tuple[tf.Fusi
         elif isinstance(default, int):
             sizes[key] = int(rng.integers(1, 4)) if key == "batch" else int(rng.choice(SIZES))
     shown = ",".join(f"{k}={v}" for k, v in sizes.items())
-    return tf.workloads.get(w.name, **sizes).fusion(), f"{w.name}({shown})"
+    f = tf.workloads.get(w.name, **sizes).fusion()
+    segments = f.segments()
+    if len(segments) == 1:
+        return f, f"{w.name}({shown})"
+    i = int(rng.integers(len(segments)))
+    return segments[i].fusion, f"{w.name}({shown}) segment {i}"
 
 
 def points(f: tf.Fusion, device: tf.Device, count: int, seed: int) -> list[dict[str, Any]]:
