@@ -140,6 +140,8 @@ def test_mixing_fusions_is_an_error() -> None:
     a, b = tf.Fusion(), tf.Fusion()
     with pytest.raises(tf.FusionError, match="different fusions"):
         a.input((2,), "f32") + b.input((2,), "f32")
+    with pytest.raises(TypeError, match="output: expected a Tensor of this fusion, got float"):
+        a.output(1.0)  # type: ignore[arg-type]
 
 
 def test_bad_json_is_a_fusion_error() -> None:

@@ -479,6 +479,24 @@ def test_integers_out_of_range_name_the_argument(
         call(tf.Fusion())
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"effort": "fast"}, tf.ParamsError, "effort: unknown variant `fast`"),
+        ({"strategy": "beam"}, tf.ParamsError, "strategy: unknown variant `beam`"),
+        ({"trials": -1}, tf.ParamsError, "trials: invalid value"),
+        ({"seconds": -1}, tf.ParamsError, "seconds: must be a positive number of seconds"),
+        ({"seconds": 0}, tf.ParamsError, "seconds: must be a positive number of seconds"),
+        ({"device": "cuda"}, ValueError, "unknown device 'cuda'"),
+    ],
+)
+def test_bad_tuning_arguments_name_the_argument(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        tf.tune(chain_fusion(), **{"device": CPU, "cache": False, "progress": False, **kwargs})
+
+
 def test_schedule_takes_a_params_dict() -> None:
     f = chain_fusion()
     k = f.schedule(f.heuristics(device=CPU).to_dict(), CPU)

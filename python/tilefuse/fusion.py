@@ -336,6 +336,8 @@ class Fusion:
 
     def output(self, *tensors: Tensor) -> None:
         for t in tensors:
+            if not isinstance(t, Tensor):
+                raise TypeError(f"output: expected a Tensor of this fusion, got {type(t).__name__}")
             if t.fusion is not self:
                 raise FusionError("output tensor belongs to a different fusion")
             self._native.output(t.id)

@@ -51,6 +51,12 @@ fn options(value: &Value) -> Result<Options, ParamsError> {
     o.strategy = field::<Strategy>(value, "strategy")?;
     o.trials = field(value, "trials")?;
     o.seconds = field(value, "seconds")?;
+    if let Some(s) = o.seconds.filter(|s| !(*s > 0.0)) {
+        return Err(ParamsError::new(
+            "seconds",
+            format!("must be a positive number of seconds, got {s}"),
+        ));
+    }
     o.seed = field(value, "seed")?.unwrap_or(0);
     o.rtol = field(value, "rtol")?.unwrap_or(o.rtol);
     o.warmup = field(value, "warmup")?.unwrap_or(o.warmup);
