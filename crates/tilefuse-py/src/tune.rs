@@ -51,7 +51,7 @@ fn options(value: &Value) -> Result<Options, ParamsError> {
     o.strategy = field::<Strategy>(value, "strategy")?;
     o.trials = field(value, "trials")?;
     o.seconds = field(value, "seconds")?;
-    if let Some(s) = o.seconds.filter(|s| !(*s > 0.0)) {
+    if let Some(s) = o.seconds.filter(|s| s.is_nan() || *s <= 0.0) {
         return Err(ParamsError::new(
             "seconds",
             format!("must be a positive number of seconds, got {s}"),
