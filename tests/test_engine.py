@@ -131,6 +131,8 @@ def test_bad_options_are_refused_with_what_is_wrong(gpu: tf.Device) -> None:
         tf.Engine(gpu).benchmark(w, flush=True)
     with pytest.raises(ValueError, match="warmup and rep must be >= 0"):
         Budget(rep=-1)
+    with pytest.raises(TypeError, match=r"params: expected params .* got int"):
+        tf.Engine(tf.Device.cpu()).compare(w, {"three": 3})  # type: ignore[dict-item]
 
 
 class _GpuOnly(tf.Workload):

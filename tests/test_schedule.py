@@ -320,6 +320,19 @@ def test_primitive_errors_name_the_problem(rng: np.random.Generator) -> None:
     with pytest.raises(tf.ScheduleError, match="belongs to another schedule"):
         other.parallel(io)
     assert isinstance(tf.ScheduleError("x"), ValueError)
+    with pytest.raises(TypeError, match="expected a Loop of this schedule, got int"):
+        s.unroll(0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expected a Block of this schedule or a name, got int"):
+        s.get_loops(0)  # type: ignore[arg-type]
+
+
+def test_reorder_takes_loops_or_a_list_of_them(rng: np.random.Generator) -> None:
+    f, _, _ = softmax(rng)
+    s, t = f.create_schedule(), f.create_schedule()
+    (i, j), (k, m) = s.get_loops("y"), t.get_loops("y")
+    s.reorder(j, i)
+    t.reorder([m, k])
+    assert str(s) == str(t)
 
 
 def test_workgroup_buffer_must_be_placed(rng: np.random.Generator) -> None:

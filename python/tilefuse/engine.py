@@ -223,6 +223,12 @@ class Engine:
         if params is None:
             params = w.payload.heuristics(device=self.device)
         given = params if isinstance(params, Sequence) else [params]
+        for p in given:
+            if not isinstance(p, HeuristicParams | Mapping):
+                raise TypeError(
+                    "params: expected params (a HeuristicParams or its dict), a list of them "
+                    f"per segment, a pipeline or a kernel, got {type(p).__name__}"
+                )
         return [p.to_dict() if isinstance(p, HeuristicParams) else dict(p) for p in given]
 
     def lower(

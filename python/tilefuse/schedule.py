@@ -149,8 +149,11 @@ class Schedule:
         """Fuses directly nested loops into one."""
         return Loop(self, self._native.fuse([self._loop(lp) for lp in loops]))
 
-    def reorder(self, *loops: Loop) -> None:
-        """Puts loops of one single-child chain into the given order."""
+    def reorder(self, *loops: Loop | Sequence[Loop]) -> None:
+        """Puts loops of one single-child chain into the given order
+        (``s.reorder(a, b)`` or ``s.reorder([a, b])``)."""
+        if len(loops) == 1 and isinstance(loops[0], Sequence):
+            loops = tuple(loops[0])
         self._native.reorder([self._loop(lp) for lp in loops])
 
     def bind(self, loop: Loop, axis: str) -> None:
@@ -297,10 +300,15 @@ class Schedule:
     def _block(self, block: Block | str) -> int:
         if isinstance(block, str):
             return self._native.get_block(block)
+        if not isinstance(block, Block):
+            got = type(block).__name__
+            raise TypeError(f"expected a Block of this schedule or a name, got {got}")
         self._owned(block)
         return block.id
 
-    def _loop(self, loop: Loop) -> int:
+    def _loop(self, loop: object) -> int:
+        if not isinstance(loop, Loop):
+            raise TypeError(f"expected a Loop of this schedule, got {type(loop).__name__}")
         self._owned(loop)
         return loop.id
 
