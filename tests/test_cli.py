@@ -104,6 +104,17 @@ def test_errors_are_one_line_and_a_nonzero_exit(
     assert "missing.json" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="no entry with an id starting"):
         main(["cache", "show", "ffffffffffff"])
+    for argv, said in [
+        (["cache", "import", str(tmp_path / "gone.json")], "No such file or directory: '"),
+        (["inspect", "softmaxx"], "unknown workload 'softmaxx'"),
+        (["inspect", "softmax", "--size", "rows=-1"], "size rows must be positive"),
+        (["inspect", "softmax", "--size", "rows=abc"], "size rows must be an integer"),
+    ]:
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, err
+    with pytest.raises(FileNotFoundError, match=r"gone\.json"):
+        tf.cache.import_bundle(tmp_path / "gone.json")
 
 
 def test_the_console_script_and_python_m_run() -> None:

@@ -277,7 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except (TilefuseError, YamlError, OSError) as e:
+    # What users get wrong (a file, a workload's name or sizes, params) is
+    # one line; anything else is a bug and keeps its traceback.
+    except (TilefuseError, YamlError, OSError, ValueError) as e:
         Console(stderr=True, soft_wrap=True).print(f"[red]tilefuse {args.command}:[/red] {e}")
         return 1
     except KeyboardInterrupt:

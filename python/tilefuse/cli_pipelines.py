@@ -132,7 +132,10 @@ def _workload(spec: str, sizes: list[str]) -> Workload:
             raise SystemExit("tilefuse: --size applies to built-in workloads, not fusion files")
         return as_workload(spec)
     typed = {k: yaml.safe_load(v) for k, v in pairs(sizes, "--size").items()}
-    return workloads.get(spec, **typed)
+    try:
+        return workloads.get(spec, **typed)
+    except TypeError as e:  # a size of the wrong kind, as typed on the command line
+        raise ValueError(f"--size: {e}") from e
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -12,6 +12,9 @@
 //! └── InternalError(TilefuseError, RuntimeError) ← RuntimeError::Internal, and any Rust panic
 //! KeyboardInterrupt ← Interrupted (Ctrl-C during native work; see `interrupt`)
 //! MemoryError       ← OutOfMemory (names the bytes)
+//! OSError           ← CacheError::Io (the subclass its errno names, with the
+//!                     file: FileNotFoundError, PermissionError, ...)
+//! ParamsError       ← CacheError::Invalid (at path "cache")
 //! ```
 //!
 //! Every entry point of the module runs inside [`guard`], so a panic (a
@@ -24,11 +27,12 @@ use std::thread::ThreadId;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{
-    PyException, PyKeyboardInterrupt, PyMemoryError, PyRuntimeError, PyValueError,
+    PyException, PyKeyboardInterrupt, PyMemoryError, PyOSError, PyRuntimeError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
+use tilefuse::tune::CacheError;
 use tilefuse::{FusionError, LowerError, ParamsError, RuntimeError, ScheduleError};
 
 create_exception!(
@@ -216,6 +220,23 @@ impl ToPyErr for ParamsError {
             Ok(PyErr::from_value(err))
         };
         make().unwrap_or_else(|e| e)
+    }
+}
+
+impl ToPyErr for CacheError {
+    fn to_py_err(self, py: Python<'_>) -> PyErr {
+        match self {
+            // OSError(errno, strerror, filename) is the subclass errno names.
+            CacheError::Io { path, source } => match source.raw_os_error() {
+                Some(errno) => {
+                    let strerror = std::io::Error::from_raw_os_error(errno).to_string();
+                    let strerror = strerror.trim_end_matches(&format!(" (os error {errno})"));
+                    PyOSError::new_err((errno, strerror.to_owned(), path.display().to_string()))
+                }
+                None => PyOSError::new_err(format!("{}: {source}", path.display())),
+            },
+            invalid @ CacheError::Invalid { .. } => params_error(py, "cache", invalid.to_string()),
+        }
     }
 }
 

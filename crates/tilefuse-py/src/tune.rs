@@ -373,10 +373,6 @@ fn served(e: &Entry) -> Result<Value, ParamsError> {
     Ok(entry_value(&e))
 }
 
-fn cache_failed(py: Python<'_>) -> impl Fn(CacheError) -> PyErr + '_ {
-    move |e| params_error(py, "cache", e.to_string())
-}
-
 /// Writes every entry of the cache to the bundle file `path`;
 /// `(entries, warnings)`.
 #[pyfunction]
@@ -388,8 +384,8 @@ pub fn bundle_export(
 ) -> PyResult<(usize, Vec<String>)> {
     guard(|| {
         let cache = open(directory).or_raise(py)?;
-        let (b, warnings) = Bundle::export(&cache).map_err(cache_failed(py))?;
-        b.save(&path).map_err(cache_failed(py))?;
+        let (b, warnings) = Bundle::export(&cache).or_raise(py)?;
+        b.save(&path).or_raise(py)?;
         Ok((b.len(), warnings))
     })
 }
@@ -398,7 +394,7 @@ pub fn bundle_export(
 #[pyfunction]
 pub fn bundle_entries<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Vec<Bound<'py, PyAny>>> {
     guard(|| {
-        let b = bundle(&path).map_err(cache_failed(py))?;
+        let b = bundle(&path).or_raise(py)?;
         b.entries().map(|e| entry_to_py(py, e)).collect()
     })
 }
@@ -410,9 +406,9 @@ pub fn bundle_merge(py: Python<'_>, output: PathBuf, inputs: Vec<PathBuf>) -> Py
     guard(|| {
         let mut merged = Bundle::default();
         for p in &inputs {
-            merged.merge(Bundle::load(p).map_err(cache_failed(py))?);
+            merged.merge(Bundle::load(p).or_raise(py)?);
         }
-        merged.save(&output).map_err(cache_failed(py))?;
+        merged.save(&output).or_raise(py)?;
         Ok(merged.len())
     })
 }
@@ -428,8 +424,8 @@ pub fn bundle_import(
 ) -> PyResult<(usize, usize, Vec<String>)> {
     guard(|| {
         let cache = open(directory).or_raise(py)?;
-        let b = Bundle::load(&path).map_err(cache_failed(py))?;
-        let (stored, warnings) = b.import_into(&cache).map_err(cache_failed(py))?;
+        let b = Bundle::load(&path).or_raise(py)?;
+        let (stored, warnings) = b.import_into(&cache).or_raise(py)?;
         Ok((stored, b.len(), warnings))
     })
 }
@@ -456,7 +452,7 @@ pub fn cache_warm_start<'py>(
         let key = CacheKey::new(&fusion.inner, kind, &device_info(device)?);
         let dir = directory_of(directory).or_raise(py)?;
         let (mut entries, mut warnings) = match dir.is_dir() {
-            true => Cache::at(dir).entries().map_err(cache_failed(py))?,
+            true => Cache::at(dir).entries().or_raise(py)?,
             false => (Vec::new(), Vec::new()),
         };
         for path in bundles {
@@ -499,7 +495,7 @@ pub fn cache_put(
         entry.strategy = strategy;
         entry.heuristics = heuristics;
         let cache = open(directory).or_raise(py)?;
-        let (written, warnings) = cache.put(&entry).map_err(cache_failed(py))?;
+        let (written, warnings) = cache.put(&entry).or_raise(py)?;
         Ok((written == Written::Stored, warnings))
     })
 }
@@ -513,7 +509,7 @@ pub fn cache_entries<'py>(
 ) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<String>)> {
     guard(|| {
         let cache = open(directory).or_raise(py)?;
-        let (entries, warnings) = cache.entries().map_err(cache_failed(py))?;
+        let (entries, warnings) = cache.entries().or_raise(py)?;
         let entries = entries
             .iter()
             .map(|e| entry_to_py(py, e))
@@ -528,7 +524,7 @@ pub fn cache_entries<'py>(
 pub fn cache_clear(py: Python<'_>, directory: Option<String>) -> PyResult<usize> {
     guard(|| {
         let cache = open(directory).or_raise(py)?;
-        cache.clear().map_err(cache_failed(py))
+        cache.clear().or_raise(py)
     })
 }
 
@@ -552,7 +548,7 @@ pub fn cache_explain<'py>(
     guard(|| {
         let want = key(fusion, device, scheduler).or_raise(py)?;
         let cache = open(directory).or_raise(py)?;
-        let (entries, _) = cache.entries().map_err(cache_failed(py))?;
+        let (entries, _) = cache.entries().or_raise(py)?;
         let mut near: Vec<(Entry, Vec<String>)> = entries
             .into_iter()
             .map(|e| {
