@@ -123,6 +123,10 @@ def test_a_fusion_a_function_and_a_json_file_work_as_workloads(tmp_path: Path) -
         tf.as_workload(42)
     with pytest.raises(TypeError, match="returned int, not a Fusion"):
         tf.as_workload(lambda: 1)
+    named = tf.as_workload("softmax", rows=8, cols=16)
+    assert named.key == tf.workloads.get("softmax", rows=8, cols=16).key
+    with pytest.raises(FileNotFoundError, match="nor a built-in workload of that name"):
+        tf.as_workload("softmaxx")
 
 
 class _Positive(tf.Workload):

@@ -301,13 +301,16 @@ WorkloadLike: TypeAlias = "Workload | Fusion | Callable[..., Fusion] | str | os.
 def as_workload(obj: WorkloadLike, **sizes: Size) -> Workload:
     """A workload from a :class:`Workload` (returned as is), a
     :class:`~tilefuse.Fusion`, a function returning one (called with
-    ``sizes``), or the path of a fusion JSON file."""
+    ``sizes``), the path of a fusion JSON file, or the name of a built-in
+    workload (``"softmax"``, with ``sizes``; a file of that name wins)."""
     if isinstance(obj, Workload):
         return obj
     if isinstance(obj, Fusion):
         return FusionWorkload(obj, "fusion")
     if isinstance(obj, str | os.PathLike):
         path = Path(obj)
+        if isinstance(obj, str) and not path.exists():
+            return _builtin(obj, sizes)
         return FusionWorkload(Fusion.from_json(path.read_text()), path.stem)
     if callable(obj):
         fusion = _call(obj, sizes)
@@ -316,6 +319,17 @@ def as_workload(obj: WorkloadLike, **sizes: Size) -> Workload:
         "expected a Workload, a Fusion, a function returning one or a fusion JSON path, "
         f"got {type(obj).__name__}"
     )
+
+
+def _builtin(name: str, sizes: dict[str, Size]) -> Workload:
+    from . import workloads
+
+    if name not in workloads.names():
+        raise FileNotFoundError(
+            f"no fusion file {name!r}, nor a built-in workload of that name "
+            f"(built in: {', '.join(workloads.names())})"
+        )
+    return workloads.get(name, **sizes)
 
 
 def _call(fn: Callable[..., Any], sizes: dict[str, Size]) -> Fusion:
