@@ -35,9 +35,15 @@ def test_tune_prints_a_table_and_caches_the_winner(
     argv = ["tune", str(fusion), "--device", "cpu", "--trials", "4", "--seed", "1"]
     assert main([*argv, "--json", str(out_json), "--plot", str(png)]) == 0
     table = capsys.readouterr().out
-    for row in ("default heuristic", "best", "speedup", "seed heuristics", "warm start"):
+    for row in ("default heuristic", "best", "speedup", "changed", "seed heuristics", "warm start"):
         assert row in table, table
     result = json.loads(out_json.read_text())
+    default = next(t["params"] for t in result["trials"] if t["origin"] == "default")
+    winner = tf.HeuristicParams.from_dict(result["best_params"])
+    changes = tf.HeuristicParams.from_dict(default).diff(winner)
+    assert result["changes"] == {k: list(v) for k, v in changes.items()}
+    for path in changes:
+        assert path in table, table
     assert result["best_time"] > 0 and png.stat().st_size > 0
     f = tf.Fusion.from_json(fusion.read_text())
     entry = tf.cache.lookup(f, tf.Device.cpu())

@@ -187,6 +187,20 @@ def test_value_semantics() -> None:
         _ = a.nope  # type: ignore[attr-defined]
 
 
+def test_diff_names_each_changed_field_by_its_path() -> None:
+    a, b = tf.MatmulParams(), tf.MatmulParams()
+    assert a.diff(b) == {}
+    b.launch.workgroup_size = [64, 1, 1]
+    b.tile_sizes.cta_tile.m = 64
+    assert a.diff(b) == {
+        "launch.workgroup_size": (a.to_dict()["launch"]["workgroup_size"], [64, 1, 1]),
+        "tile_sizes.cta_tile.m": (128, 64),
+    }
+    assert b.tile_sizes.diff(a.tile_sizes) == {"cta_tile.m": (64, 128)}
+    with pytest.raises(TypeError, match="MatmulParams and PointwiseParams have different fields"):
+        a.diff(tf.PointwiseParams())
+
+
 def test_json_schema_documents_every_field() -> None:
     schema = tf.MatmulParams.json_schema()
     assert schema["additionalProperties"] is False

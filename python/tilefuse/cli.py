@@ -91,6 +91,18 @@ def _nth(path: str, i: int, n: int) -> str:
     return str(p.with_name(f"{p.stem}.{i}{p.suffix}"))
 
 
+def _changes(r: TuneResult) -> str:
+    """The fields the winner changed from the default heuristic's, per
+    segment when there are several."""
+    each = r.changes if isinstance(r.changes, list) else [r.changes]
+    lines = [
+        ", ".join(f"{p} {json.dumps(a)} -> {json.dumps(b)}" for p, (a, b) in c.items())
+        or "nothing (the default won)"
+        for c in each
+    ]
+    return lines[0] if len(lines) == 1 else "\n".join(f"{i}: {x}" for i, x in enumerate(lines))
+
+
 def _result_table(r: TuneResult, title: str) -> Table:
     statuses = Counter(t["status"] for t in r.trials)
     applied = [f"{h['name']}{' (won)' if h['won'] else ''}" for h in r.heuristics]
@@ -105,6 +117,7 @@ def _result_table(r: TuneResult, title: str) -> Table:
         ("default heuristic", _ms(r.default_time)),
         ("best", _ms(r.best_time)),
         ("speedup", "-" if r.speedup is None else f"{r.speedup:.2f}x"),
+        ("changed", _changes(r)),
         ("seed heuristics", ", ".join(applied) or "none applied"),
         ("warm start", f"{warm}{' (won)' if r.warm_start_won else ''}"),
         ("tuning time", f"{r.elapsed:.1f} s"),

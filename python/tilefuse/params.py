@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
 from typing import Any, ClassVar, cast
 
 from . import _native
@@ -152,6 +153,16 @@ class ParamsStruct:
     def __hash__(self) -> int:
         return hash((type(self).__name__, json.dumps(self._data(), sort_keys=True)))
 
+    def diff(self, other: ParamsStruct) -> dict[str, tuple[Any, Any]]:
+        """The fields whose values differ in ``other``, by dotted path:
+        ``{"tile_sizes.cta_tile.m": (this value, other's), ...}``. What a
+        tuner changed: ``default.diff(best)``."""
+        if type(self) is not type(other):
+            raise TypeError(
+                f"diff: {type(self).__name__} and {type(other).__name__} have different fields"
+            )
+        return dict(_differences(self._data(), other._data(), ""))
+
     def __repr__(self) -> str:
         parts = [f"{k}={getattr(self, k)!r}" for k in type(self)._fields]
         return f"{type(self).__name__}({', '.join(parts)})"
@@ -199,6 +210,16 @@ class HeuristicParams(ParamsStruct):
             return super().from_json(text)
         data = _native.params_from_json("HeuristicParams", text)
         return _from_root(_SCHEDULERS[data["scheduler"]], data)
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    """``(dotted path, (a's value, b's))`` for each leaf where they differ."""
+    for key, mine in a.items():
+        theirs, path = b[key], prefix + key
+        if isinstance(mine, dict) and isinstance(theirs, dict):
+            yield from _differences(mine, theirs, path + ".")
+        elif mine != theirs:
+            yield path, (mine, theirs)
 
 
 def _field_type(schema: dict[str, Any], field: dict[str, Any]) -> str:

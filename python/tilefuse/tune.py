@@ -59,6 +59,19 @@ class TuneResult:
     scheduler: str | list[str] = ""
     strategy: str = ""
     elapsed: float = 0.0
+    #: The default heuristic's params the search started from (one, or one
+    #: per segment).
+    default_params: HeuristicParams | list[HeuristicParams] | None = field(default=None, repr=False)
+
+    @property
+    def changes(self) -> dict[str, tuple[Any, Any]] | list[dict[str, tuple[Any, Any]]]:
+        """What the winner changed from the default heuristic's params, by
+        field path: ``{"unroll_factor_iteration": (1, 4), ...}`` (one such
+        dict per segment for a segmented fusion; empty where the default
+        won)."""
+        pairs = zip(_listed(self.default_params), _listed(self.best_params), strict=True)
+        changes = [default.diff(best) for default, best in pairs]
+        return changes if isinstance(self.best_params, list) else changes[0]
 
     @property
     def warm_start(self) -> list[dict[str, Any]]:
@@ -84,6 +97,7 @@ class TuneResult:
                 "best_params": [p.to_dict() for p in best]
                 if isinstance(best, list)
                 else best.to_dict(),
+                "changes": self.changes,
                 "best_time": self.best_time,
                 "default_time": self.default_time,
                 "speedup": self.speedup,
@@ -500,9 +514,15 @@ class _Run:
         return r
 
 
+def _listed(params: HeuristicParams | list[HeuristicParams] | None) -> list[HeuristicParams]:
+    return params if isinstance(params, list) else [] if params is None else [params]
+
+
 def _result(results: list[dict[str, Any]]) -> TuneResult:
     """One result of the native tuner's per-segment results."""
     params = [HeuristicParams.from_dict(r["best_params"]) for r in results]
+    default = [next(t["params"] for t in r["trials"] if t["origin"] == "default") for r in results]
+    started = [HeuristicParams.from_dict(d) for d in default]
     defaults = [r["default_time"] for r in results]
     one = len(results) == 1
     return TuneResult(
@@ -514,6 +534,7 @@ def _result(results: list[dict[str, Any]]) -> TuneResult:
         scheduler=results[0]["scheduler"] if one else [r["scheduler"] for r in results],
         strategy=results[0]["strategy"],
         elapsed=sum(r["elapsed"] for r in results),
+        default_params=started[0] if one else started,  # type: ignore[arg-type]
     )
 
 
