@@ -497,6 +497,11 @@ def test_bad_tuning_arguments_name_the_argument(
         tf.tune(chain_fusion(), **{"device": CPU, "cache": False, "progress": False, **kwargs})
 
 
+def test_an_infinite_tuning_time_is_no_time_limit() -> None:
+    r = tf.tune(chain_fusion(), CPU, trials=3, seconds=float("inf"), cache=False, progress=False)
+    assert r.best_time > 0
+
+
 def test_schedule_takes_a_params_dict() -> None:
     f = chain_fusion()
     k = f.schedule(f.heuristics(device=CPU).to_dict(), CPU)

@@ -318,7 +318,8 @@ def tune(
         "effort": effort,
         "strategy": strategy,
         "trials": trials,
-        "seconds": seconds,
+        # JSON has no infinity: "no time limit" is the largest float.
+        "seconds": sys.float_info.max if seconds == float("inf") else seconds,
         "fields": fields,
     }
     if isinstance(fusion, Fusion):
