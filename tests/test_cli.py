@@ -57,6 +57,16 @@ def test_tune_prints_a_table_and_caches_the_winner(
     assert capsys.readouterr().out.startswith("hit:")
 
 
+def test_tune_takes_a_built_in_workload_and_its_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_json = tmp_path / "r.json"
+    argv = ["tune", "row_sum", "--size", "rows=16", "--size", "cols=32", "--device", "cpu"]
+    assert main([*argv, "--trials", "3", "--no-cache", "--json", str(out_json)]) == 0
+    assert "row_sum(cols=32,rows=16) on" in capsys.readouterr().out
+    assert json.loads(out_json.read_text())["scheduler"] == "reduction"
+
+
 def test_bundles_export_merge_import_and_serve_as_a_layer(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,7 +1,9 @@
 """The ``tilefuse`` command (also ``python -m tilefuse``): tune a fusion
-saved as JSON (``Fusion.to_json()``) and manage the heuristic cache.
+saved as JSON (``Fusion.to_json()``) or a built-in workload, manage the
+heuristic cache, run benchmarks and pipelines.
 
-    tilefuse tune FUSION.json [--device cpu|gpu] [--effort quick] [--trials N]
+    tilefuse tune FUSION.json|WORKLOAD [--size K=V]... [--device cpu|gpu]
+                              [--effort quick] [--trials N]
                               [--seconds S] [--strategy NAME] [--seed N]
                               [--no-cache] [--json OUT] [--plot PNG]
                               [--executor ray [--address HOST:PORT] [--workers N]]
@@ -31,11 +33,12 @@ from rich.table import Table
 
 from . import cache
 from ._native import TilefuseError
-from .cli_pipelines import add_commands
+from .cli_pipelines import add_commands, workload_arguments, workload_of_arguments
 from .cli_pipelines import pairs as _pairs
 from .fusion import Fusion
 from .schedule import DEVICE_NAMES, as_device
 from .tune import TuneResult, tune
+from .workload import Workload
 from .yamlfile import YamlError
 
 __all__ = ["main"]
@@ -52,7 +55,13 @@ def _fusion(path: str) -> Fusion:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    f = _fusion(args.fusion)
+    # A fusion file is tuned on random inputs, a workload on its own.
+    f: Fusion | Workload = (
+        _fusion(args.workload)
+        if Path(args.workload).is_file() and not args.size
+        else workload_of_arguments(args.workload, args.size)
+    )
+    label = Path(args.workload).name if isinstance(f, Fusion) else f.key
     options: dict[str, Any] = {
         "effort": args.effort,
         "strategy": args.strategy,
@@ -79,7 +88,7 @@ def _tune(args: argparse.Namespace) -> int:
         if args.plot:
             r.plot(_nth(args.plot, i, len(done)))
         if not args.quiet:
-            _out.print(_result_table(r, f"{Path(args.fusion).name} on {device_name}"))
+            _out.print(_result_table(r, f"{label} on {device_name}"))
     return 0
 
 
@@ -211,8 +220,8 @@ def _bench(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tilefuse", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("tune", help="tune a fusion saved as JSON and cache the winner")
-    t.add_argument("fusion", help="a file written by Fusion.to_json()")
+    t = sub.add_parser("tune", help="tune a fusion or a workload and cache the winner")
+    workload_arguments(t, required=True)
     t.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
     t.add_argument("--effort", choices=("none", "quick", "full"), default="quick")
     t.add_argument("--strategy", choices=("random", "pattern", "surrogate", "exhaustive"))

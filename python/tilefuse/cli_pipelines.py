@@ -19,7 +19,7 @@ from .schedule import DEVICE_NAMES, as_device
 from .stages import run, workload_of
 from .workload import Workload, as_workload
 
-__all__ = ["add_commands", "pairs"]
+__all__ = ["add_commands", "pairs", "workload_arguments", "workload_of_arguments"]
 
 _out = Console(soft_wrap=True)
 
@@ -36,7 +36,7 @@ def add_commands(sub: Any) -> None:
         "tilefuse run export --workload softmax --size rows=1024 --set directory=out",
     )
     r.add_argument("pipeline", nargs="?", help="a pipeline file or name (default: found)")
-    _workload_arguments(r, required=False)
+    workload_arguments(r, required=False)
     _variable_argument(r)
     r.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
     r.add_argument("--json", metavar="OUT", help="what every stage made, as JSON")
@@ -50,7 +50,7 @@ def add_commands(sub: Any) -> None:
         "Prints the engine's inspection of a built-in workload or a fusion JSON file.",
         "tilefuse inspect matmul --size m=512 --size epilogue=bias_relu",
     )
-    _workload_arguments(i, required=True)
+    workload_arguments(i, required=True)
     i.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
     i.add_argument("--json", action="store_true", help="print the inspection as JSON")
     i.set_defaults(run=_inspect)
@@ -93,7 +93,7 @@ def _command(sub: Any, name: str, summary: str, what: str, example: str) -> Any:
     )
 
 
-def _workload_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
+def workload_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
     names = ", ".join(workloads.names())
     parser.add_argument(
         "--workload" if not required else "workload",
@@ -126,7 +126,8 @@ def pairs(given: list[str], what: str = "--set") -> dict[str, str]:
     return pairs
 
 
-def _workload(spec: str, sizes: list[str]) -> Workload:
+def workload_of_arguments(spec: str, sizes: list[str]) -> Workload:
+    """The workload a command's WORKLOAD and ``--size`` arguments name."""
     if spec.endswith(".json") or Path(spec).is_file():
         if sizes:
             raise SystemExit("tilefuse: --size applies to built-in workloads, not fusion files")
@@ -140,7 +141,7 @@ def _workload(spec: str, sizes: list[str]) -> Workload:
 
 def _run(args: argparse.Namespace) -> int:
     device = as_device(args.device)
-    given = _workload(args.workload, args.size) if args.workload else None
+    given = workload_of_arguments(args.workload, args.size) if args.workload else None
     name = args.pipeline
     if name is None:
         if given is None:
@@ -172,7 +173,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    w = _workload(args.workload, args.size)
+    w = workload_of_arguments(args.workload, args.size)
     found = Engine(as_device(args.device)).inspect(w)
     if args.json:
         _out.print_json(json.dumps(found))
