@@ -497,6 +497,13 @@ def test_bad_tuning_arguments_name_the_argument(
         tf.tune(chain_fusion(), **{"device": CPU, "cache": False, "progress": False, **kwargs})
 
 
+def test_one_params_object_for_a_segmented_fusion_asks_for_a_list() -> None:
+    f = tf.workloads.get("attention", seq=8, dim=4).fusion()
+    first = f.heuristics(device=CPU)[0]  # type: ignore[index]
+    with pytest.raises(tf.ParamsError, match=r"runs as segments \(matmul, reduction, matmul\)"):
+        f.schedule(first, CPU)
+
+
 def test_an_infinite_tuning_time_is_no_time_limit() -> None:
     r = tf.tune(chain_fusion(), CPU, trials=3, seconds=float("inf"), cache=False, progress=False)
     assert r.best_time > 0

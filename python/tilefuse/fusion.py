@@ -522,7 +522,17 @@ class Fusion:
                 for seg, p in zip(segments, params, strict=True)
             ]
             return SegmentedKernel(self, segments, kernels, device)
-        return self._auto_schedule(params, device).build(device)
+        try:
+            schedule = self._auto_schedule(params, device)
+        except _native.ParamsError as e:
+            if not self._segmented():
+                raise
+            kinds = ", ".join(seg.scheduler for seg in self.segments())
+            raise _native.ParamsError(
+                f"scheduler: the fusion runs as segments ({kinds}); give a list of params, "
+                "one per segment (as f.heuristics() does)"
+            ) from e
+        return schedule.build(device)
 
     def _auto_schedule(self, params: HeuristicParams | dict[str, Any], device: Device) -> Schedule:
         """The schedule the automatic scheduler makes with ``params`` (not
