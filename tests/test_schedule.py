@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -341,6 +342,16 @@ def test_workgroup_buffer_must_be_placed(rng: np.random.Generator) -> None:
     s.cache_read("op_1", "x", "workgroup")  # not moved under a loop
     with pytest.raises(tf.ScheduleError, match=r"x_wg .* share no loop"):
         s.build(tf.Device.cpu())
+
+
+def test_a_kernel_says_what_it_takes_gives_and_runs_on() -> None:
+    f = tf.Fusion()
+    s, v = f.input((), "f32", name="s"), f.input((3,), "i32", name="v")
+    f.output(s * 2, v + 1)
+    k = f.schedule(device="cpu")
+    shown = r"<Kernel \(s: f32\[\], v: i32\[3\]\) -> \(\w+: f32\[\], \w+: i32\[3\]\) on (.+), 2 "
+    match = re.fullmatch(shown + "dispatches>", repr(k))
+    assert match is not None and match[1] == k.device.info["name"], repr(k)
 
 
 def test_device_info() -> None:

@@ -23,6 +23,7 @@ import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -470,6 +471,17 @@ class Kernel:
                 raise ValueError(f"benchmark: {name} must not be negative, got {value}")
         median, lo, hi, samples = self._native.benchmark(*(np.asarray(a) for a in arrays), **counts)
         return Timing(median, lo, hi, samples)
+
+    def __repr__(self) -> str:
+        def side(role: str) -> str:
+            found = sorted((b for b in self.bindings if b["role"] == role), key=itemgetter("index"))
+            return ", ".join(f"{b['name']}: {b['dtype']}{list(b['shape'])}" for b in found)
+
+        n = len(self.dispatch)
+        return (
+            f"<Kernel ({side('input')}) -> ({side('output')}) on {self.device.info['name']}, "
+            f"{n} dispatch{'es' if n > 1 else ''}>"
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its schedule (fusion + trace) on the same kind of device.
