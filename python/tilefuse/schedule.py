@@ -165,8 +165,11 @@ class Schedule:
         combined across invocations, folded as a tree where they sit in a
         workgroup buffer (``rfactor`` partials set to workgroup scope),
         else with subgroup shuffles (which must fit in the device's
-        smallest subgroup). It must hold only the reducing block and span
-        the workgroup's x size, a power of two."""
+        smallest subgroup). It must hold only the reducing block (or serial
+        or unrolled loops over the block's rows, each holding only the next:
+        a tree then folds all those rows at each step, one barrier per step
+        for all of them) and span the workgroup's size along its axis, a
+        power of two."""
         self._native.bind(self._loop(loop), axis)
 
     def parallel(self, loop: Loop) -> None:

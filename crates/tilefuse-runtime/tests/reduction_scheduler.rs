@@ -4,7 +4,7 @@ mod common;
 
 use common::{check_fields, device_kinds, devices, merged, merged_value, run, wgsl};
 use serde_json::{Value, json};
-use tilefuse_ir::Fusion;
+use tilefuse_ir::{DType, Fusion, ReduceOp};
 use tilefuse_params::{HeuristicParams, ParamsStruct, ReductionParams};
 use tilefuse_runtime::Device;
 use tilefuse_schedulers::{heuristics, schedule};
@@ -365,6 +365,34 @@ fn outer_partials_fold_as_a_tree_along_y() {
         src.contains("(lid.y < 2u)") && src.contains("(lid.y < 1u)"),
         "{src}"
     );
+    for device in devices() {
+        run(&f, &p, &device).unwrap_or_else(|e| panic!("{}: {e}", device.info().name));
+    }
+}
+
+/// On a GPU, an outer tree reduction whose invocations each take several
+/// columns (unrolled, vectorized) folds them all in one tree, a barrier
+/// per step for all of them, not a reduction nest and a tree per column.
+#[test]
+fn columns_of_an_invocation_share_one_tree_on_a_gpu() {
+    let mut f = Fusion::new();
+    let x = f.input(&[256, 40], DType::F32, Some("x")).unwrap();
+    let s = f.reduce(ReduceOp::Sum, x, Some(&[0]), false).unwrap();
+    f.output(s).unwrap();
+    let p = merged(
+        &outer_base(),
+        &json!({"cross_invocation_outer_reduction": true, "reduction_invocations": 32,
+                "launch": {"workgroup_size": [32, 1, 1]}, "unroll_factor_iteration": 2,
+                "vectorization_factor_iteration": 4}),
+    );
+    let gpu = &device_kinds()[1];
+    let nest = schedule(&f, &p, gpu).unwrap();
+    let src = tilefuse_sched::codegen::generate(nest.kernel())
+        .unwrap()
+        .source;
+    // Five steps of the tree, and the barrier before it.
+    assert_eq!(src.matches("workgroupBarrier").count(), 6, "{src}");
+    assert!(nest.to_string().contains("(tree reduction)"), "{nest}");
     for device in devices() {
         run(&f, &p, &device).unwrap_or_else(|e| panic!("{}: {e}", device.info().name));
     }

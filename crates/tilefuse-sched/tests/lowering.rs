@@ -1,9 +1,9 @@
 //! The lowering pass list: which passes each target runs, what they leave,
 //! and the one launch verification every caller shares.
 
-use tilefuse_ir::{DType, Fusion, UnaryOp};
+use tilefuse_ir::{DType, Fusion, ReduceOp, UnaryOp};
 use tilefuse_sched::codegen::{emit, generate};
-use tilefuse_sched::ir::ThreadAxis;
+use tilefuse_sched::ir::{Scope, ThreadAxis};
 use tilefuse_sched::lowering::{
     LaunchLimit, MAX_UNROLLED_BLOCKS, PASSES, launch_violations, lower_steps, verify_launch,
 };
@@ -150,4 +150,45 @@ fn nested_unrolled_loops_are_bounded_on_wgsl_only() {
         ..gpu_info()
     };
     assert_eq!(launch_violations(&cpu, &cpu_info), vec![]);
+}
+
+/// A tree may walk its block's rows inside each step (loops between the
+/// bound loop and the block), but a row loop bound afterwards leaves a
+/// loop that reduces across invocations without combining them: lowering
+/// refuses it instead of racing on the target.
+#[test]
+fn a_tree_whose_rows_were_bound_afterwards_is_refused() {
+    let mut f = Fusion::new();
+    let x = f.input(&[256, 64], DType::F32, Some("x")).unwrap();
+    let s = f.reduce(ReduceOp::Sum, x, Some(&[0]), false).unwrap();
+    f.output(s).unwrap();
+    let mut s = Schedule::new(&f);
+    let b = s.get_block("op_1").unwrap();
+    let [rows, cols] = s.get_loops(b).unwrap()[..] else {
+        unreachable!()
+    };
+    let [serial, lane] = s.split(rows, &[None, Some(32)], None).unwrap()[..] else {
+        unreachable!()
+    };
+    s.reorder(&[lane, cols, serial]).unwrap();
+    let partials = s.rfactor(lane).unwrap();
+    let [wg, _] = s.split(cols, &[None, Some(16)], None).unwrap()[..] else {
+        unreachable!()
+    };
+    s.reorder(&[wg, serial, lane]).unwrap();
+    s.set_scope(partials, Scope::Workgroup).unwrap();
+    s.bind(wg, ThreadAxis::WorkgroupX).unwrap();
+    s.bind(lane, ThreadAxis::InvocationY).unwrap();
+    let combine = s.get_block("op_1").unwrap();
+    s.reverse_compute_at(combine, wg).unwrap();
+    let [_, row, over_lanes] = s.get_loops(combine).unwrap()[..] else {
+        unreachable!()
+    };
+    s.reorder(&[over_lanes, row]).unwrap();
+    s.bind(over_lanes, ThreadAxis::InvocationY).unwrap();
+    let wgsl = generate(s.kernel()).unwrap().source;
+    assert_eq!(wgsl.matches("workgroupBarrier").count(), 6, "{wgsl}");
+    s.bind(row, ThreadAxis::InvocationX).unwrap();
+    let err = lower(s.kernel(), Target::Wgsl).unwrap_err();
+    assert!(err.to_string().contains("no longer holds only it"), "{err}");
 }

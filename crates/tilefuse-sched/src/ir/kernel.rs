@@ -385,18 +385,48 @@ impl Kernel {
 
     /// The block that loop `l` reduces across invocations, and how: `l`
     /// is bound to an invocation axis and holds only that block, whose
-    /// reduction it carries (see `Schedule::bind`).
+    /// reduction it carries, or serial or unrolled loops each holding
+    /// only the next, then that block (its rows, combined together at each
+    /// step; see [`Kernel::reduction_chain`] and `Schedule::bind`).
     pub fn cross_invocation_reduction(&self, l: LoopId) -> Option<(BlockId, CrossInvocation)> {
         if !matches!(self.loop_(l).kind, LoopKind::Bound(a) if !a.is_workgroup()) {
             return None;
         }
+        let (_, b) = self.reduction_chain(l)?;
+        Some((b, self.combining(l, b)?))
+    }
+
+    /// The loops inside `l`, outermost first, and the one block they hold,
+    /// when `l` holds a chain of serial or unrolled loops each holding
+    /// only the next, ending in a single block, and each of those loops
+    /// walks the block's rows: it drives spatial iterators only (no loops
+    /// for a block directly under `l`).
+    pub fn reduction_chain(&self, l: LoopId) -> Option<(Vec<LoopId>, BlockId)> {
         let Some(Node::Loop(_, body)) = self.loop_node(l) else {
             return None;
         };
-        let [Node::Block(b)] = body[..] else {
-            return None;
-        };
-        Some((b, self.combining(l, b)?))
+        let (mut body, mut inner): (&[Node], _) = (body, Vec::new());
+        loop {
+            match body {
+                [Node::Block(b)] => {
+                    let block = self.block(*b);
+                    let drives = |i: LoopId, kind| {
+                        (block.iters.iter().zip(&block.bindings))
+                            .any(|(it, x)| it.kind == kind && x.mentions(Var::Loop(i)))
+                    };
+                    let rows =
+                        |&i: &LoopId| drives(i, IterKind::Spatial) && !drives(i, IterKind::Reduce);
+                    return inner.iter().all(rows).then_some((inner, *b));
+                }
+                [Node::Loop(i, next)]
+                    if matches!(self.loop_(*i).kind, LoopKind::Serial | LoopKind::Unrolled) =>
+                {
+                    inner.push(*i);
+                    body = next;
+                }
+                _ => return None,
+            }
+        }
     }
 
     /// How loop `l`, which carries block `b`'s reduction, combines its

@@ -31,6 +31,22 @@ fn subgroup_lanes(k: &Kernel, node: &Node, launch: &super::Launch) -> Result<u64
         lanes = lanes.max(subgroup_lanes(k, n, launch)?);
     }
     let lp = k.loop_(*l);
+    if let LoopKind::Bound(axis) = lp.kind
+        && !axis.is_workgroup()
+        && k.cross_invocation_reduction(*l).is_none()
+        && let Some(b) = k
+            .blocks_under(*l)
+            .into_iter()
+            .find(|&b| k.carried_iter(*l, b).is_some())
+    {
+        // A later primitive put something else under the loop bind checked.
+        return Err(fail(format!(
+            "loop {} reduces block {} across invocations, but no longer holds only it (or \
+             serial or unrolled loops around it alone)",
+            lp.name,
+            k.block(b).name
+        )));
+    }
     if let (Some((b, how)), LoopKind::Bound(axis)) = (k.cross_invocation_reduction(*l), lp.kind) {
         let size = launch.extent(axis);
         if lp.extent != size {

@@ -219,13 +219,11 @@ impl Schedule {
                 axis.name()
             ));
         }
-        let Some(Node::Loop(_, body)) = self.kernel.loop_node(l) else {
-            unreachable!("a live loop")
-        };
-        let [Node::Block(b)] = body[..] else {
+        let Some((_, b)) = self.kernel.reduction_chain(l) else {
             return fail(
-                "it must hold only the reducing block (rfactor the rest of the reduction \
-                 out first)"
+                "it must hold only the reducing block, or serial or unrolled loops over its \
+                 rows that each hold only the next and then it (rfactor the rest of the \
+                 reduction out first)"
                     .into(),
             );
         };

@@ -121,6 +121,9 @@ pub(super) fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) ->
         )?;
         row_loops.drain(..outer_dims);
     }
+    // Rows fused from several axes index the partials by quotients and
+    // remainders, over which a region is not affine.
+    let one_row_axis = row_loops.len() == 1;
     let row = fuse(s, &row_loops)?.expect("rows");
     let (grid, parts) = split_kept(
         s,
@@ -163,6 +166,10 @@ pub(super) fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) ->
         r = Some(parts[1]);
     }
     bind_capped(s, grid, plan.grid_axis, Some(plan.grid(plan.grid_axis)))?;
+    if let (Some(r), true, true) = (r, plan.grouped_tree && one_row_axis, is_reduction(s, b)) {
+        grouped_tree(s, plan, b, r, invocations, [unroll, vector])?;
+        return Ok(invocations);
+    }
     if let Some(u) = unroll {
         s.unroll(u)?;
     }
@@ -175,6 +182,78 @@ pub(super) fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) ->
         own_nest(s, plan, combine, plan.combine_rows())?;
     }
     Ok(invocations)
+}
+
+/// A GPU outer reduction whose reduction invocations (all of the
+/// workgroup's) fold a tree and take several rows each (`rows`, unrolled
+/// or vectorized; nvFuser's grouped reductions): every step of the reduction
+/// loop adds one element of each row into each lane's partials, and one
+/// tree folds all the rows at once, a barrier per step for all of them,
+/// instead of a reduction nest and a tree per row. `rfactor` of the lanes
+/// outermost leaves the combining block a root nest of its own, which
+/// `reverse_compute_at` brings back under the row invocations.
+fn grouped_tree(
+    s: &mut Schedule,
+    plan: &Plan,
+    b: BlockId,
+    r: LoopId,
+    invocations: LoopId,
+    rows: [Option<LoopId>; 2],
+) -> Step<()> {
+    let rows: Vec<LoopId> = rows.into_iter().flatten().collect();
+    let mut order = vec![invocations, r];
+    order.extend(&rows);
+    s.reorder(&order)?;
+    let (serial, parts) = split_kept(
+        s,
+        r,
+        &[(plan.unroll_r, false), (plan.t, true), (plan.vec_r, false)],
+    )?;
+    let [unroll_r, Some(lanes), vec_r] = parts[..] else {
+        unreachable!("the lanes are kept")
+    };
+    let mut order = vec![lanes, serial];
+    order.extend(unroll_r.iter().chain(&vec_r));
+    s.reorder(&order)?;
+    let name = s.block_name(b);
+    s.rfactor(lanes)?;
+    let partials = s.get_block(&format!("{name}_rf"))?;
+    s.set_scope(partials, Scope::Workgroup)?;
+    s.bind(invocations, plan.row_axis)?;
+    s.bind(lanes, plan.red_axis)?;
+    for l in unroll_r.into_iter().chain(vec_r).chain(rows) {
+        s.unroll(l)?;
+    }
+    // Each lane sums its rows in registers, then stores them for the tree
+    // (kept in workgroup memory, the sums ran 2-3x slower on llvmpipe).
+    let sums = s.cache_write(partials, Scope::Private)?;
+    s.reverse_compute_at(sums, lanes)?;
+    for l in loops_under(s, sums, lanes)? {
+        s.unroll(l)?;
+    }
+    let combine = s.get_block(&name)?;
+    s.reverse_compute_at(combine, invocations)?;
+    let (over_lanes, row_loops): (Vec<LoopId>, Vec<LoopId>) =
+        (loops_under(s, combine, invocations)?.into_iter())
+            .partition(|&l| s.kernel().carried_iter(l, combine).is_some());
+    let [over_lanes] = over_lanes[..] else {
+        unreachable!("one loop over the lanes")
+    };
+    if !row_loops.is_empty() {
+        s.reorder(&[&[over_lanes], &row_loops[..]].concat())?;
+    }
+    for &l in &row_loops {
+        s.unroll(l)?;
+    }
+    s.bind(over_lanes, plan.red_axis)?;
+    Ok(())
+}
+
+/// The loops of block `b` inside loop `l`, outermost first.
+fn loops_under(s: &Schedule, b: BlockId, l: LoopId) -> Step<Vec<LoopId>> {
+    let loops = s.get_loops(b)?;
+    let from = loops.iter().position(|&x| x == l).expect("b is under l") + 1;
+    Ok(loops[from..].to_vec())
 }
 
 /// Schedules a block that `compute_at` placed under the anchor's rows.

@@ -49,6 +49,9 @@ pub(super) struct Plan {
     /// The CPU device: outer reductions loop over the reduction outside
     /// their rows (see the module docs).
     pub(super) reduce_outside_rows: bool,
+    /// A GPU outer reduction folded as a tree whose invocations each take
+    /// several rows: its rows share one tree (see `nest::grouped_tree`).
+    pub(super) grouped_tree: bool,
 }
 
 impl Plan {
@@ -148,6 +151,21 @@ pub(super) fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) ->
     } else {
         (ThreadAxis::WorkgroupX, ThreadAxis::WorkgroupY)
     };
+    let grouped_tree = !inner
+        && device.is_gpu()
+        && flags.invocation
+        && !flags.subgroup
+        && groups.is_none()
+        && t > 1
+        && t.is_power_of_two()
+        && unroll_rows * vec_rows > 1
+        // Each invocation's rows are then one dense run, which the
+        // combining block can be computed over, and the lanes split
+        // the reduction exactly: the partials need no identity fill.
+        && y == 1
+        && topo
+            .reduced()
+            .is_multiple_of(t * u64::from(p.unroll_factor_reduction) * vec_r);
     Ok(Plan {
         topo,
         rows: Rows {
@@ -172,6 +190,7 @@ pub(super) fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) ->
         fixed_grid: p.launch.grid,
         max_row_invocations: u64::from(device.limits.max_workgroup_size[row_axis.dim()]),
         reduce_outside_rows: !inner && !device.is_gpu(),
+        grouped_tree,
     })
 }
 

@@ -21,7 +21,9 @@ impl Gen<'_> {
     /// them, a barrier per step, until lane 0's term holds all. The update
     /// then runs as lane 0's (the iterators rebound with the loop at 0) —
     /// by lane 0 alone when other invocations share the target. Only lanes
-    /// whose row passes the block's guards fold or combine.
+    /// whose row passes the block's guards fold or combine. Loops between
+    /// `l` and the block (its rows, see `Kernel::reduction_chain`) run
+    /// inside each step: one tree, one barrier per step, for all rows.
     pub(super) fn cross_invocation_block(
         &self,
         l: LoopId,
@@ -30,6 +32,7 @@ impl Gen<'_> {
         lane: Builtin,
     ) -> Stmt {
         let b = self.kernel.block(id);
+        let (rows_loops, _) = self.kernel.reduction_chain(l).expect("lowering checked");
         let extent = self.kernel.loop_(l).extent;
         let mut stmts = vec![Stmt::Comment(format!(
             "block {}, reduced across {extent} invocations {}",
@@ -39,33 +42,37 @@ impl Gen<'_> {
                 CrossInvocation::Tree => "in a tree through workgroup memory",
             }
         ))];
-        let result = match (how, &b.value) {
-            (CrossInvocation::Tree, ir::Expr::Load { buffer, indices }) => {
-                let rows = self.guard(id, b);
-                if rows.is_some() {
-                    // The guard reads the iterators.
-                    stmts.extend(iter_lets(b));
-                }
-                stmts.extend(self.tree(l, b, *buffer, indices, lane, rows.as_ref()));
-                // Read as lane 0's, below.
-                self.value(&b.value)
-            }
-            _ => {
-                stmts.extend(iter_lets(b));
-                stmts.extend(self.shuffles(l, id, b));
-                Expr::Var(Name::Subgroup)
-            }
-        };
         let mut first_lane = vec![Stmt::Let(Name::Loop(l.0), Expr::u32(0))];
         first_lane.extend(iter_lets(b));
-        first_lane.extend(self.update(id, b, result));
-        if self.kernel.buffer(b.buffer).scope == Scope::Private {
-            stmts.push(Stmt::Scope(first_lane));
-        } else {
-            let lane_0 = Expr::bin(BinOp::Eq, Expr::Builtin(lane), Expr::u32(0));
-            stmts.push(Stmt::If(lane_0, first_lane));
+        match (how, &b.value) {
+            (CrossInvocation::Tree, ir::Expr::Load { buffer, indices }) => {
+                stmts.extend(self.tree(l, id, *buffer, indices, lane, &rows_loops));
+                // Read as lane 0's.
+                first_lane.extend(self.update(id, b, self.value(&b.value)));
+                let update = self.within(&rows_loops, first_lane);
+                stmts.push(self.by_first_lane(b, lane, update));
+            }
+            _ => {
+                // No barriers: each row's terms are shuffled, then combined.
+                let mut each_row = iter_lets(b);
+                each_row.extend(self.shuffles(l, id, b));
+                first_lane.extend(self.update(id, b, Expr::Var(Name::Subgroup)));
+                each_row.push(self.by_first_lane(b, lane, first_lane));
+                stmts.extend(self.within(&rows_loops, each_row));
+            }
         }
         Stmt::Scope(stmts)
+    }
+
+    /// `stmts` run by every invocation where each has its own copy of the
+    /// block's target, else by lane 0 alone.
+    fn by_first_lane(&self, b: &ir::Block, lane: Builtin, stmts: Vec<Stmt>) -> Stmt {
+        if self.kernel.buffer(b.buffer).scope == Scope::Private {
+            Stmt::Scope(stmts)
+        } else {
+            let lane_0 = Expr::bin(BinOp::Eq, Expr::Builtin(lane), Expr::u32(0));
+            Stmt::If(lane_0, stmts)
+        }
     }
 
     /// Halves of loop `l`'s extent, largest first.
@@ -74,24 +81,69 @@ impl Gen<'_> {
         std::iter::successors(Some(extent / 2), |h| Some(h / 2)).take_while(|&h| h > 0)
     }
 
-    /// Folds each lane's term in `buffer` (at `indices`) in halves, where
-    /// the block's `rows` guard holds: a row past the end has no terms of
-    /// its own, and its indices may land on another row's (lowering made
-    /// sure the guard does not depend on the lane).
+    /// The tree's steps, each followed by a barrier: lanes below each half
+    /// fold the term of the lane a half above into theirs (in `buffer`,
+    /// at `indices`), for each of the block's rows that `rows` walk, and
+    /// only where the block's guard holds: a row past the end has no terms
+    /// of its own, and its indices may land on another row's (lowering
+    /// made sure the guard does not depend on the lane).
     fn tree(
+        &self,
+        l: LoopId,
+        id: BlockId,
+        buffer: ir::BufferId,
+        indices: &[Index],
+        lane: Builtin,
+        rows: &[LoopId],
+    ) -> Vec<Stmt> {
+        let b = self.kernel.block(id);
+        let guard = self.guard(id, b);
+        // The guard reads the iterators: let once, or per row where loops
+        // walk the rows.
+        let lets = if guard.is_some() {
+            iter_lets(b)
+        } else {
+            Vec::new()
+        };
+        let mut stmts = if rows.is_empty() {
+            lets.clone()
+        } else {
+            Vec::new()
+        };
+        for (half, fold) in self.folds(l, b, buffer, indices) {
+            let below = Expr::bin(BinOp::Lt, Expr::Builtin(lane), Expr::u32(half));
+            stmts.extend(match &guard {
+                // The lanes' test is the same for every row: once, outside.
+                None => vec![Stmt::If(below, self.within(rows, vec![fold]))],
+                Some(guard) => {
+                    let mut each_row = if rows.is_empty() {
+                        Vec::new()
+                    } else {
+                        lets.clone()
+                    };
+                    let folds = Expr::bin(BinOp::And, below, guard.clone());
+                    each_row.push(Stmt::If(folds, vec![fold]));
+                    self.within(rows, each_row)
+                }
+            });
+            stmts.push(Stmt::Barrier(Barrier::Workgroup));
+        }
+        stmts
+    }
+
+    /// Per half of loop `l`'s extent, largest first, the fold of the term
+    /// a half above into this lane's.
+    fn folds(
         &self,
         l: LoopId,
         b: &ir::Block,
         buffer: ir::BufferId,
         indices: &[Index],
-        lane: Builtin,
-        rows: Option<&Expr>,
-    ) -> Vec<Stmt> {
+    ) -> Vec<(u64, Stmt)> {
         let op = b.reduce.expect("a reducing block");
         let dtype = self.kernel.buffer(b.buffer).dtype;
         let lane_var = Var::Loop(l);
-        let mut stmts = Vec::new();
-        for half in self.halves(l) {
+        let folds = self.halves(l).map(|half| {
             let above: Vec<Index> = indices
                 .iter()
                 .map(|ix| {
@@ -102,16 +154,12 @@ impl Gen<'_> {
                 .collect();
             let mine = self.element(buffer, indices);
             let theirs = self.element(buffer, &above);
-            let fold = Stmt::Assign(mine.clone(), combine(op, mine, theirs, dtype, false));
-            let below = Expr::bin(BinOp::Lt, Expr::Builtin(lane), Expr::u32(half));
-            let folds = match rows {
-                Some(rows) => Expr::bin(BinOp::And, below, rows.clone()),
-                None => below,
-            };
-            stmts.push(Stmt::If(folds, vec![fold]));
-            stmts.push(Stmt::Barrier(Barrier::Workgroup));
-        }
-        stmts
+            (
+                half,
+                Stmt::Assign(mine.clone(), combine(op, mine, theirs, dtype, false)),
+            )
+        });
+        folds.collect()
     }
 
     /// Every lane's term (the identity where it does not exist), combined

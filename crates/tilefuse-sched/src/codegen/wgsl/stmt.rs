@@ -93,6 +93,33 @@ impl Gen<'_> {
         }
     }
 
+    /// `body` inside `loops` (outermost first), serial or unrolled ones
+    /// with nothing else in them (a cross-invocation reduction's rows),
+    /// spelled as `node` spells such loops.
+    pub(super) fn within(&self, loops: &[LoopId], body: Vec<Stmt>) -> Vec<Stmt> {
+        loops.iter().rev().fold(body, |body, &l| {
+            let lp = self.kernel.loop_(l);
+            let var = Name::Loop(l.0);
+            vec![match lp.kind {
+                LoopKind::Unrolled => Stmt::Unrolled {
+                    var,
+                    count: lp.extent,
+                    body,
+                },
+                _ if lp.extent == 1 => {
+                    let mut stmts = vec![Stmt::Let(var, Expr::u32(0))];
+                    stmts.extend(body);
+                    Stmt::Scope(stmts)
+                }
+                _ => Stmt::For {
+                    var,
+                    end: Expr::u32(lp.extent),
+                    body,
+                },
+            }]
+        })
+    }
+
     fn for_loop(&self, l: LoopId, body: &[Node], launch: &Launch) -> Vec<Stmt> {
         vec![Stmt::For {
             var: Name::Loop(l.0),
