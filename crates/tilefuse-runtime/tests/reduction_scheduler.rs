@@ -4,11 +4,11 @@ mod common;
 
 use common::{check_fields, device_kinds, devices, merged, merged_value, run, wgsl};
 use serde_json::{Value, json};
-use tilefuse_ir::{DType, Fusion, ReduceOp};
+use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, ParamsStruct, ReductionParams};
 use tilefuse_runtime::Device;
 use tilefuse_schedulers::{heuristics, schedule};
-use tilefuse_testing::reduction_fusions;
+use tilefuse_testing::{reduction_fusions, sum};
 
 fn fusion(name: &str) -> Fusion {
     reduction_fusions()
@@ -375,10 +375,7 @@ fn outer_partials_fold_as_a_tree_along_y() {
 /// per step for all of them, not a reduction nest and a tree per column.
 #[test]
 fn columns_of_an_invocation_share_one_tree_on_a_gpu() {
-    let mut f = Fusion::new();
-    let x = f.input(&[256, 40], DType::F32, Some("x")).unwrap();
-    let s = f.reduce(ReduceOp::Sum, x, Some(&[0]), false).unwrap();
-    f.output(s).unwrap();
+    let f = sum(&[256, 40], 0);
     let p = merged(
         &outer_base(),
         &json!({"cross_invocation_outer_reduction": true, "reduction_invocations": 32,

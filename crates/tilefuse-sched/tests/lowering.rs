@@ -1,14 +1,14 @@
 //! The lowering pass list: which passes each target runs, what they leave,
 //! and the one launch verification every caller shares.
 
-use tilefuse_ir::{DType, Fusion, ReduceOp, UnaryOp};
+use tilefuse_ir::{DType, Fusion, UnaryOp};
 use tilefuse_sched::codegen::{emit, generate};
 use tilefuse_sched::ir::{Scope, ThreadAxis};
 use tilefuse_sched::lowering::{
     LaunchLimit, MAX_UNROLLED_BLOCKS, PASSES, launch_violations, lower_steps, verify_launch,
 };
 use tilefuse_sched::{DeviceInfo, DeviceLimits, Schedule, Target, lower};
-use tilefuse_testing::{fusions, recipes};
+use tilefuse_testing::{fusions, recipes, sum};
 
 fn gpu_info() -> DeviceInfo {
     DeviceInfo {
@@ -158,10 +158,7 @@ fn nested_unrolled_loops_are_bounded_on_wgsl_only() {
 /// refuses it instead of racing on the target.
 #[test]
 fn a_tree_whose_rows_were_bound_afterwards_is_refused() {
-    let mut f = Fusion::new();
-    let x = f.input(&[256, 64], DType::F32, Some("x")).unwrap();
-    let s = f.reduce(ReduceOp::Sum, x, Some(&[0]), false).unwrap();
-    f.output(s).unwrap();
+    let f = sum(&[256, 64], 0);
     let mut s = Schedule::new(&f);
     let b = s.get_block("op_1").unwrap();
     let [rows, cols] = s.get_loops(b).unwrap()[..] else {
