@@ -29,7 +29,12 @@
 //! invocations are a power of two, else combined serially by every
 //! invocation into its own copy (an intermediate the row reuses) or by
 //! invocation 0 (a global result). Across workgroups, partials go to global memory and a second
-//! stage combines them.
+//! stage combines them. On a GPU, an outer reduction whose workgroup is
+//! all reduction invocations, folding a tree, and whose invocations take
+//! several rows (unrolled or vectorized) shares one tree among those rows
+//! (nvFuser's grouped reductions, `nest::grouped_tree`): each invocation
+//! sums every row into registers per step of the reduction, then a tree
+//! folds them all, a barrier per step, instead of a nest and a tree per row.
 //!
 //! `persistent_kernel` computes every block at the row loop of the last
 //! full-shape block: one stage, each row read while it is hot. Without it
