@@ -382,3 +382,33 @@ fn pipeline_preconditions_and_replay() {
     assert_eq!(staged.shape, [3, 1, 64]);
     assert_eq!(k.to_string().matches("block x_wg").count(), 2, "{k}");
 }
+
+/// `reverse_compute_at` computes the consumer over the region the
+/// producer writes per iteration; writes with gaps (a strided walk) would
+/// have it read elements other iterations write, so it refuses them.
+#[test]
+fn reverse_compute_at_refuses_writes_with_gaps() {
+    let mut f = Fusion::new();
+    let x = f.input(&[64], DType::F32, Some("x")).unwrap();
+    let y = f.unary(UnaryOp::Exp, x).unwrap();
+    let z = f.unary(UnaryOp::Neg, y).unwrap();
+    f.output(z).unwrap();
+    let fresh = Schedule::new(&f);
+    let [producer, consumer] = fresh.get_blocks()[..] else {
+        unreachable!("two blocks")
+    };
+    let mut s = fresh.clone();
+    let i = s.get_loops(producer).unwrap()[0];
+    let [o, m, n] = s.split(i, &[None, Some(2), Some(4)], None).unwrap()[..] else {
+        unreachable!("three loops")
+    };
+    // Under m, o and n write m * 4 + o * 8 + n: 32 elements spread over 60.
+    s.reorder(&[m, o, n]).unwrap();
+    let err = s.reverse_compute_at(consumer, m).unwrap_err();
+    assert!(err.to_string().contains("with gaps"), "{err}");
+    // Dense writes under a loop are taken.
+    let mut s = fresh;
+    let i = s.get_loops(producer).unwrap()[0];
+    let outer = s.split(i, &[None, Some(8)], None).unwrap()[0];
+    s.reverse_compute_at(consumer, outer).unwrap();
+}

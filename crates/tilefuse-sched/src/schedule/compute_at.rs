@@ -5,7 +5,9 @@
 //! in the loops inside the target loop.
 
 use super::{Instruction, Result, Schedule, ScheduleError};
-use crate::ir::{BlockId, BufferId, Index, IterKind, LoopId, Node, Region, RegionError, Var};
+use crate::ir::{
+    Block, BlockId, BufferId, Index, IterKind, LoopId, Node, Region, RegionError, Var,
+};
 
 impl Schedule {
     /// Moves producer `block` under `l`: at each iteration of `l` it
@@ -108,7 +110,8 @@ impl Schedule {
         self.check_sole_writer(P, block)?;
         let p = self.kernel.block(*producer).clone();
         let store = p.over_loops(&p.indices);
-        let region = self.region(P, l, &[store], p.buffer)?;
+        let region = self.region(P, l, std::slice::from_ref(&store), p.buffer)?;
+        self.check_dense(P, l, &p, &store, &region)?;
         // Which iterator of `block` walks each dimension of the buffer.
         let mut loads = Vec::new();
         c.value.loads(&mut loads);
@@ -159,6 +162,42 @@ impl Schedule {
         )?;
         self.record(Instruction::ReverseComputeAt { block, loop_: l });
         Ok(())
+    }
+
+    /// Every element of `region` must be written in each iteration of `l`
+    /// (the writes `store` of producer `p` may not leave gaps, as strided
+    /// ones do): the consumer computed over the region would otherwise
+    /// read elements other iterations write. A region larger than the
+    /// number of writes the loops inside `l` make has gaps.
+    fn check_dense(
+        &self,
+        primitive: &'static str,
+        l: LoopId,
+        p: &Block,
+        store: &[Index],
+        region: &Region,
+    ) -> Result<()> {
+        let writes: u64 = (self.kernel.loops_inside(l).into_iter())
+            .filter(|&i| store.iter().any(|ix| ix.mentions(Var::Loop(i))))
+            .map(|i| self.kernel.loop_(i).extent)
+            .product();
+        let volume: u64 = region.extent.iter().product();
+        if volume <= writes {
+            return Ok(());
+        }
+        Err(ScheduleError::pre(
+            primitive,
+            format!(
+                "block {} writes {writes} elements of {} per iteration of loop {}, with gaps \
+                 in the {volume} they span; the consumer would read elements other \
+                 iterations write",
+                p.name,
+                self.kernel.buffer(p.buffer).name,
+                self.loop_name(l)
+            ),
+        )
+        .blocks([p.name.clone()])
+        .loops([self.loop_name(l)]))
     }
 
     /// For each iterator of `block`, the buffer dimension it stores to

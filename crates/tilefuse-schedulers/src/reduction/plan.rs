@@ -61,6 +61,22 @@ impl Plan {
             .map_or(self.grid_cap, |g| u64::from(g[axis.dim()]))
     }
 
+    /// Whether an outer reduction's rows can share one tree: a tree over
+    /// all of the workgroup's invocations (so each invocation's rows are
+    /// one dense run, which the combining block can be computed over),
+    /// several rows per invocation, and lanes that split the reduction
+    /// exactly (the partials then need no identity fill).
+    fn one_tree_fits(&self) -> bool {
+        let rows = &self.rows;
+        !self.subgroup
+            && rows.groups.is_none()
+            && self.t > 1
+            && self.t.is_power_of_two()
+            && rows.unroll * rows.vector > 1
+            && rows.invocations == 1
+            && (self.topo.reduced()).is_multiple_of(self.t * self.unroll_r * self.vec_r)
+    }
+
     /// The stage combining cross-workgroup partials: every invocation on
     /// rows, each reducing its row's partials serially.
     pub(super) fn combine_rows(&self) -> Rows {
@@ -151,22 +167,7 @@ pub(super) fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) ->
     } else {
         (ThreadAxis::WorkgroupX, ThreadAxis::WorkgroupY)
     };
-    let grouped_tree = !inner
-        && device.is_gpu()
-        && flags.invocation
-        && !flags.subgroup
-        && groups.is_none()
-        && t > 1
-        && t.is_power_of_two()
-        && unroll_rows * vec_rows > 1
-        // Each invocation's rows are then one dense run, which the
-        // combining block can be computed over, and the lanes split
-        // the reduction exactly: the partials need no identity fill.
-        && y == 1
-        && topo
-            .reduced()
-            .is_multiple_of(t * u64::from(p.unroll_factor_reduction) * vec_r);
-    Ok(Plan {
+    let mut plan = Plan {
         topo,
         rows: Rows {
             serial: rpw / per_step,
@@ -190,8 +191,10 @@ pub(super) fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) ->
         fixed_grid: p.launch.grid,
         max_row_invocations: u64::from(device.limits.max_workgroup_size[row_axis.dim()]),
         reduce_outside_rows: !inner && !device.is_gpu(),
-        grouped_tree,
-    })
+        grouped_tree: false,
+    };
+    plan.grouped_tree = !inner && device.is_gpu() && plan.one_tree_fits();
+    Ok(plan)
 }
 
 /// The cross-invocation, cross-workgroup and subgroup flags of the
