@@ -216,7 +216,8 @@ class Schedule:
 
     def reverse_compute_at(self, block: Block | str, loop: Loop) -> None:
         """Moves a consumer under its producer's ``loop``, consuming at each
-        iteration the region just produced."""
+        iteration the region just produced (which must be dense: writes
+        with gaps, a strided walk, are refused)."""
         self._native.reverse_compute_at(self._block(block), self._loop(loop))
 
     def cache_read(self, block: Block | str, buffer: str, scope: str) -> Block:

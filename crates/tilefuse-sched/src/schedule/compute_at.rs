@@ -80,7 +80,7 @@ impl Schedule {
     /// runs after `l`'s; it reads the buffer written under `l` with one
     /// distinct iterator per dimension (or a constant, where the region
     /// covers the whole dimension); the writes are affine in the loops
-    /// inside `l`.
+    /// inside `l` and leave no gaps in the region they span.
     pub fn reverse_compute_at(&mut self, block: BlockId, l: LoopId) -> Result<()> {
         const P: &str = "reverse_compute_at";
         self.check_block(block)?;
