@@ -231,7 +231,18 @@ fn grouped_tree(
     for l in loops_under(s, sums, lanes)? {
         s.unroll(l)?;
     }
-    let combine = s.get_block(&name)?;
+    one_tree_under(s, plan, s.get_block(&name)?, invocations)
+}
+
+/// Brings the block `combine` that folds the lanes' partials under the row
+/// invocations, its loop over the lanes outermost there, bound (a tree),
+/// and its rows unrolled inside it.
+fn one_tree_under(
+    s: &mut Schedule,
+    plan: &Plan,
+    combine: BlockId,
+    invocations: LoopId,
+) -> Step<()> {
     s.reverse_compute_at(combine, invocations)?;
     let (over_lanes, row_loops): (Vec<LoopId>, Vec<LoopId>) =
         (loops_under(s, combine, invocations)?.into_iter())
