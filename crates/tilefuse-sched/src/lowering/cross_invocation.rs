@@ -31,9 +31,10 @@ fn subgroup_lanes(k: &Kernel, node: &Node, launch: &super::Launch) -> Result<u64
         lanes = lanes.max(subgroup_lanes(k, n, launch)?);
     }
     let lp = k.loop_(*l);
+    let cross = k.cross_invocation_reduction(*l);
     if let LoopKind::Bound(axis) = lp.kind
         && !axis.is_workgroup()
-        && k.cross_invocation_reduction(*l).is_none()
+        && cross.is_none()
         && let Some(b) = k
             .blocks_under(*l)
             .into_iter()
@@ -47,7 +48,7 @@ fn subgroup_lanes(k: &Kernel, node: &Node, launch: &super::Launch) -> Result<u64
             k.block(b).name
         )));
     }
-    if let (Some((b, how)), LoopKind::Bound(axis)) = (k.cross_invocation_reduction(*l), lp.kind) {
+    if let (Some((b, how)), LoopKind::Bound(axis)) = (cross, lp.kind) {
         let size = launch.extent(axis);
         if lp.extent != size {
             return Err(fail(format!(

@@ -98,32 +98,18 @@ impl Gen<'_> {
     ) -> Vec<Stmt> {
         let b = self.kernel.block(id);
         let guard = self.guard(id, b);
-        // The guard reads the iterators: let once, or per row where loops
-        // walk the rows.
-        let lets = if guard.is_some() {
-            iter_lets(b)
-        } else {
-            Vec::new()
-        };
-        let mut stmts = if rows.is_empty() {
-            lets.clone()
-        } else {
-            Vec::new()
-        };
+        let mut stmts = Vec::new();
         for (half, fold) in self.folds(l, b, buffer, indices) {
             let below = Expr::bin(BinOp::Lt, Expr::Builtin(lane), Expr::u32(half));
-            stmts.extend(match &guard {
+            stmts.push(match &guard {
                 // The lanes' test is the same for every row: once, outside.
-                None => vec![Stmt::If(below, self.within(rows, vec![fold]))],
+                None => Stmt::If(below, self.within(rows, vec![fold])),
+                // The guard reads the iterators, which the rows move.
                 Some(guard) => {
-                    let mut each_row = if rows.is_empty() {
-                        Vec::new()
-                    } else {
-                        lets.clone()
-                    };
+                    let mut each_row = iter_lets(b);
                     let folds = Expr::bin(BinOp::And, below, guard.clone());
                     each_row.push(Stmt::If(folds, vec![fold]));
-                    self.within(rows, each_row)
+                    Stmt::Scope(self.within(rows, each_row))
                 }
             });
             stmts.push(Stmt::Barrier(Barrier::Workgroup));

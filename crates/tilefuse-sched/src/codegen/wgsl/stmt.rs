@@ -67,65 +67,50 @@ impl Gen<'_> {
                 }
                 vec![Stmt::Scope(stmts)]
             }
-            // A loop of one iteration needs no loop (nor a barrier between
-            // iterations).
+            // A loop of one iteration needs no barrier between iterations.
             LoopKind::Serial | LoopKind::Parallel | LoopKind::Pipelined { .. }
                 if lp.extent == 1 =>
             {
-                let mut stmts = vec![Stmt::Let(var, Expr::u32(0))];
-                stmts.extend(self.nodes(l, body, launch));
-                vec![Stmt::Scope(stmts)]
-            }
-            LoopKind::Unrolled | LoopKind::Pipelined { unrolled: true, .. } => {
-                vec![Stmt::Unrolled {
-                    var,
-                    count: lp.extent,
-                    body: self.iteration(l, body, launch),
-                }]
+                vec![self.around(l, self.nodes(l, body, launch))]
             }
             LoopKind::Vectorized if self.l.vectors.loops.contains_key(&l) => {
                 vec![self.vector_block(l, &self.l.vectors.loops[&l])]
             }
-            LoopKind::Serial | LoopKind::Parallel | LoopKind::Pipelined { .. } => {
-                self.for_loop(l, body, launch)
+            _ => vec![self.around(l, self.iteration(l, body, launch))],
+        }
+    }
+
+    /// Loop `l` spelled around `body`, the statements of one iteration: a
+    /// `let` when it has one iteration (serial, parallel or pipelined),
+    /// repeated when unrolled, else a `for`.
+    fn around(&self, l: LoopId, body: Vec<Stmt>) -> Stmt {
+        let lp = self.kernel.loop_(l);
+        let var = Name::Loop(l.0);
+        match lp.kind {
+            LoopKind::Serial | LoopKind::Parallel | LoopKind::Pipelined { .. }
+                if lp.extent == 1 =>
+            {
+                let mut stmts = vec![Stmt::Let(var, Expr::u32(0))];
+                stmts.extend(body);
+                Stmt::Scope(stmts)
             }
-            LoopKind::Vectorized => self.for_loop(l, body, launch),
+            LoopKind::Unrolled | LoopKind::Pipelined { unrolled: true, .. } => Stmt::Unrolled {
+                var,
+                count: lp.extent,
+                body,
+            },
+            _ => Stmt::For {
+                var,
+                end: Expr::u32(lp.extent),
+                body,
+            },
         }
     }
 
     /// `body` inside `loops` (outermost first), serial or unrolled ones
-    /// with nothing else in them (a cross-invocation reduction's rows),
-    /// spelled as `node` spells such loops.
+    /// with nothing else in them (a cross-invocation reduction's rows).
     pub(super) fn within(&self, loops: &[LoopId], body: Vec<Stmt>) -> Vec<Stmt> {
-        loops.iter().rev().fold(body, |body, &l| {
-            let lp = self.kernel.loop_(l);
-            let var = Name::Loop(l.0);
-            vec![match lp.kind {
-                LoopKind::Unrolled => Stmt::Unrolled {
-                    var,
-                    count: lp.extent,
-                    body,
-                },
-                _ if lp.extent == 1 => {
-                    let mut stmts = vec![Stmt::Let(var, Expr::u32(0))];
-                    stmts.extend(body);
-                    Stmt::Scope(stmts)
-                }
-                _ => Stmt::For {
-                    var,
-                    end: Expr::u32(lp.extent),
-                    body,
-                },
-            }]
-        })
-    }
-
-    fn for_loop(&self, l: LoopId, body: &[Node], launch: &Launch) -> Vec<Stmt> {
-        vec![Stmt::For {
-            var: Name::Loop(l.0),
-            end: Expr::u32(self.kernel.loop_(l).extent),
-            body: self.iteration(l, body, launch),
-        }]
+        (loops.iter().rev()).fold(body, |body, &l| vec![self.around(l, body)])
     }
 
     /// A vectorized loop: lane 0's iterators, then all four lanes at once.
