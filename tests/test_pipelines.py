@@ -550,6 +550,8 @@ def test_cli_run_inspect_and_pipeline_commands(
     assert "build.yaml:13" in shown and "emit:" in shown
     assert main(["pipeline", "list"]) == 0
     assert "tuned" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="'softmax' is a workload: tilefuse run --workload"):
+        main(["run", "softmax"])
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     assert "example:" in capsys.readouterr().out

@@ -484,7 +484,10 @@ def test_integers_out_of_range_name_the_argument(
     [
         ({"effort": "fast"}, tf.ParamsError, "effort: unknown variant `fast`"),
         ({"strategy": "beam"}, tf.ParamsError, "strategy: unknown variant `beam`"),
-        ({"trials": -1}, tf.ParamsError, "trials: invalid value"),
+        ({"trials": -1}, tf.ParamsError, "trials: must be a whole number, 0 or more, got -1"),
+        ({"trials": 2.5}, tf.ParamsError, "trials: must be a whole number, 0 or more, got 2.5"),
+        ({"seconds": float("nan")}, tf.ParamsError, "seconds: .* got NaN"),
+        ({"seconds": -float("inf")}, tf.ParamsError, "seconds: .* got -inf"),
         ({"seconds": -1}, tf.ParamsError, "seconds: must be a positive number of seconds"),
         ({"seconds": 0}, tf.ParamsError, "seconds: must be a positive number of seconds"),
         ({"device": "cuda"}, ValueError, "unknown device 'cuda'"),

@@ -153,6 +153,17 @@ def rows_and_columns(rng: np.random.Generator) -> Case:
     return f, [a], (a64.sum(axis=1), a64.max(axis=0) * 2)
 
 
+def interleaved_axes(rng: np.random.Generator) -> Case:
+    # Reduced and kept axes alternate, and the producer is an output too:
+    # it is computed under rows fused from two kept axes.
+    f = tf.Fusion()
+    x = f.input((2, 3, 2, 4), "f32", name="x")
+    y = -x
+    f.output(y, y.sum(axis=(0, 2)))
+    a = rng.standard_normal((2, 3, 2, 4)).astype(f32)
+    return f, [a], (-a.astype(np.float64), -a.astype(np.float64).sum(axis=(0, 2)))
+
+
 FAMILIES: dict[str, tuple[Callable[[np.random.Generator], Case], list[str]]] = {
     "softmax": (softmax, ["reduction"]),
     "softmax_outer": (lambda rng: softmax(rng, (60, 33), 0), ["reduction"]),
@@ -167,6 +178,7 @@ FAMILIES: dict[str, tuple[Callable[[np.random.Generator], Case], list[str]]] = {
     "batched_gelu_residual": (batched_gelu_residual, ["matmul"]),
     "matmul_softmax": (matmul_softmax, ["matmul", "reduction"]),
     "rows_and_columns": (rows_and_columns, ["reduction", "reduction"]),
+    "interleaved_axes": (interleaved_axes, ["reduction"]),
 }
 
 

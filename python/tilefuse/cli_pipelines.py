@@ -143,6 +143,8 @@ def _run(args: argparse.Namespace) -> int:
     device = as_device(args.device)
     given = workload_of_arguments(args.workload, args.size) if args.workload else None
     name = args.pipeline
+    if given is None and name in workloads.names() and name not in pipelines.names():
+        raise SystemExit(f"tilefuse run: {name!r} is a workload: tilefuse run --workload {name}")
     if name is None:
         if given is None:
             raise SystemExit("tilefuse run: name a pipeline, or a --workload to find one for")

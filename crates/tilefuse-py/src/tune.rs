@@ -39,6 +39,21 @@ fn field<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// The `seconds` budget: a positive number (NaN and -inf arrive as text,
+/// JSON having neither).
+fn seconds(options: &Value) -> Result<Option<f64>, ParamsError> {
+    match options.get("seconds") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => (v.as_f64().filter(|&s| s > 0.0).map(Some)).ok_or_else(|| {
+            let got = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+            ParamsError::new(
+                "seconds",
+                format!("must be a positive number of seconds, got {got}"),
+            )
+        }),
+    }
+}
+
 /// Tuning options from `{"effort", "strategy", "trials", "seconds",
 /// "seed", "rtol", "warmup", "repeat", "fingerprint", "warm_start",
 /// "recorded"}` (missing or `None`: the defaults; `warm_start`: params
@@ -49,14 +64,14 @@ fn options(value: &Value) -> Result<Options, ParamsError> {
         o.effort = e;
     }
     o.strategy = field::<Strategy>(value, "strategy")?;
-    o.trials = field(value, "trials")?;
-    o.seconds = field(value, "seconds")?;
-    if let Some(s) = o.seconds.filter(|s| s.is_nan() || *s <= 0.0) {
-        return Err(ParamsError::new(
-            "seconds",
-            format!("must be a positive number of seconds, got {s}"),
-        ));
-    }
+    o.trials = field(value, "trials").map_err(|_| {
+        let got = &value["trials"];
+        ParamsError::new(
+            "trials",
+            format!("must be a whole number, 0 or more, got {got}"),
+        )
+    })?;
+    o.seconds = seconds(value)?;
     o.seed = field(value, "seed")?.unwrap_or(0);
     o.rtol = field(value, "rtol")?.unwrap_or(o.rtol);
     o.warmup = field(value, "warmup")?.unwrap_or(o.warmup);

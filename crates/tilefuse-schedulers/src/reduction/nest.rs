@@ -274,10 +274,9 @@ pub(super) fn under_row(s: &mut Schedule, plan: &Plan, b: BlockId, kept: bool) -
     if chain.len() > 1 {
         s.reorder(&chain)?;
     }
-    let vector = rows
-        .iter()
-        .copied()
-        .rfind(|&l| s.kernel().loop_(l).extent > 1);
+    // Only the innermost row loop can be vectorized: a wider loop outside
+    // a loop of one iteration is not innermost.
+    let vector = (rows.last().copied()).filter(|&l| s.kernel().loop_(l).extent > 1);
     let r = fuse(s, &r)?;
     reduction_domain(s, plan, b, r, vector, plan.rows.reduction_invocations, true)?;
     let temp = s.kernel().buffer(s.kernel().block(b).buffer).role == Role::Temp;
