@@ -118,7 +118,7 @@ def fusions(draw: st.DrawFn) -> Built:
     return built
 
 
-def _inputs(built: Built, seed: int) -> list[np.ndarray]:
+def inputs_of(built: Built, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     arrays = []
     for shape in built.shapes:
@@ -130,7 +130,7 @@ def _inputs(built: Built, seed: int) -> list[np.ndarray]:
     return arrays
 
 
-def _scale(arrays: list[np.ndarray]) -> float:
+def scale_of(arrays: list[np.ndarray]) -> float:
     finite = [np.abs(a[np.isfinite(a)]) for a in arrays if a.size]
     return max((float(f.max()) for f in finite if f.size), default=0.0)
 
@@ -145,6 +145,12 @@ def _nudged(arrays: list[np.ndarray], rng: np.random.Generator) -> list[np.ndarr
         b = np.where(step > 0, np.nextafter(a, np.float32(np.inf)), a)
         out.append(np.where(step < 0, np.nextafter(a, np.float32(-np.inf)), b).astype(a.dtype))
     return out
+
+
+def nearby_results(f: tf.Fusion, arrays: list[np.ndarray], seed: int) -> list[Any]:
+    """The reference on two copies of ``arrays`` moved by an ulp."""
+    nudge = np.random.default_rng(seed)
+    return [f.evaluate(*_nudged(arrays, nudge)) for _ in range(2)]
 
 
 def _close(got: np.ndarray, want: np.ndarray, scale: float) -> np.ndarray:
@@ -193,16 +199,14 @@ def test_random_fusions_match_the_reference(device: tf.Device) -> None:
         # Without float controls a GPU compiler may fold x - x to 0.
         assume(not any(s.startswith("self") for s in built.steps) or preserves_nan(device))
         kernel = f.schedule(f.heuristics(device=device), device)
-        arrays = _inputs(built, seed)
-        nudge = np.random.default_rng(seed)
+        arrays = inputs_of(built, seed)
         with np.errstate(all="ignore"):
-            want = f.evaluate(*arrays)
-            nearby = [f.evaluate(*_nudged(arrays, nudge)) for _ in range(2)]
+            want, nearby = f.evaluate(*arrays), nearby_results(f, arrays, seed)
             got = kernel(*arrays)
         if len(f.outputs) == 1:
             got, want, nearby = (got,), (want,), [(n,) for n in nearby]
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
             note(f"output {i}")
-            assert_matches_reference(g, w, _scale(arrays), [n[i] for n in nearby])
+            assert_matches_reference(g, w, scale_of(arrays), [n[i] for n in nearby])
 
     check()

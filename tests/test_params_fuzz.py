@@ -1,7 +1,9 @@
-"""The property test for params a user (or the tuner) picks: a built-in
-reduction workload of random sizes, scheduled with a random point of its
-scheduler's tunable fields, gives the reference's result on the CPU and the
-GPU, or is refused with ``ParamsError`` before anything runs.
+"""The property tests for params a user (or the tuner) picks: a built-in
+reduction workload of random sizes, or a random fusion of ``test_fuzz``
+(special values, empty and size-1 dimensions, any axes), scheduled with a
+random point of its scheduler's tunable fields, gives the reference's
+result on the CPU and the GPU, or is refused with ``ParamsError`` before
+anything runs.
 
 ``TILEFUSE_PARAMS_FUZZ_CASES`` sets the number of cases (CI runs the
 default, with a fixed sequence of examples; raise it to search further).
@@ -15,11 +17,12 @@ import random
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 import tilefuse as tf
-from conftest import in_ci
+from conftest import in_ci, preserves_nan
+from test_fuzz import Built, assert_matches_reference, fusions, inputs_of, nearby_results, scale_of
 
 CASES = int(os.environ.get("TILEFUSE_PARAMS_FUZZ_CASES", "40"))
 
@@ -81,5 +84,35 @@ def test_random_reduction_params_match_the_reference(device: tf.Device) -> None:
         got, want = (got, want) if isinstance(got, list) else ([got], [want])
         for g, r in zip(got, want, strict=True):
             np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4 * float(np.abs(r).max()))
+
+    check()
+
+
+def test_random_fusions_with_random_params_match_the_reference(device: tf.Device) -> None:
+    @settings(
+        max_examples=CASES,
+        deadline=None,
+        derandomize=in_ci(),
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(built=fusions(), seed=st.integers(0, 2**32 - 1))
+    def check(built: Built, seed: int) -> None:
+        f = built.fusion
+        assume(len(f.segments()) == 1)
+        assume(not any(s.startswith("self") for s in built.steps) or preserves_nan(device))
+        point = random_point(f, device, random.Random(seed))
+        assume(point is not None)
+        assert point is not None
+        p, kernel = point
+        note(f"{f}\nsteps {built.steps}\nparams {p}")
+        arrays = inputs_of(built, seed)
+        with np.errstate(all="ignore"):
+            want, nearby = f.evaluate(*arrays), nearby_results(f, arrays, seed)
+            got = kernel(*arrays)
+        if len(f.outputs) == 1:
+            got, want, nearby = (got,), (want,), [(n,) for n in nearby]
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            note(f"output {i}")
+            assert_matches_reference(g, w, scale_of(arrays), [n[i] for n in nearby])
 
     check()

@@ -462,3 +462,16 @@ def test_trace_as_python_rebuilds_the_schedule(
         again = namespace["s"]
         assert str(again) == str(s), script
         assert again.trace == s.trace
+
+
+def test_ops_no_output_uses_leave_the_scheduler_alone(device: tf.Device) -> None:
+    # A dead reduction over other axes: one scheduler still takes the rest.
+    f = tf.Fusion()
+    x = f.input((3, 4), "f32", name="x")
+    x.sum(axis=0)
+    f.output(x.sum())
+    assert f.tunables(device=device)[0] == "reduction"
+    p = f.heuristics(device=device)
+    assert isinstance(p, tf.ReductionParams)
+    a = np.random.default_rng(1).standard_normal((3, 4)).astype(f32)
+    assert_close(f.schedule(p, device)(a), a.astype(np.float64).sum())

@@ -1,4 +1,6 @@
-//! The fusion the schedulers see. A reduction's axes of extent 1 reduce
+//! The fusion the schedulers see. Ops no output depends on are dropped
+//! (a dead reduction would otherwise make the reduction scheduler refuse
+//! a fusion whose live ops it takes). A reduction's axes of extent 1 reduce
 //! nothing and are dropped (a reduction left with none is a reshape; the
 //! reduction scheduler would take its output, shaped like its input, for a
 //! full-shape block). Reduced axes that are not adjacent
@@ -14,11 +16,12 @@ use tilefuse_ir::{Fusion, FusionError, Op, ReduceOp, TensorId};
 
 /// `fusion` itself when it needs no rewrite, else its canonical form.
 pub fn canonical(fusion: &Fusion) -> Result<Cow<'_, Fusion>, String> {
+    let live = live(fusion);
     let rewritten = |i: usize| reduced_axes(fusion, i).is_some_and(|(all, kept)| all != kept);
-    if !(0..fusion.nodes().len()).any(|i| rewritten(i) || scattered(fusion, i)) {
+    if !(0..fusion.nodes().len()).any(|i| !live[i] || rewritten(i) || scattered(fusion, i)) {
         return Ok(Cow::Borrowed(fusion));
     }
-    rebuild(fusion)
+    rebuild(fusion, &live)
         .map(Cow::Owned)
         .map_err(|e| format!("canonicalizing the fusion: {e}"))
 }
@@ -39,10 +42,33 @@ fn scattered(fusion: &Fusion, i: usize) -> bool {
     reduced_axes(fusion, i).is_some_and(|(_, axes)| axes.windows(2).any(|w| w[1] != w[0] + 1))
 }
 
-fn rebuild(fusion: &Fusion) -> Result<Fusion, FusionError> {
+/// Which nodes an output depends on, and the inputs (the arguments stay
+/// as they are); the others are dead code.
+pub(crate) fn live(fusion: &Fusion) -> Vec<bool> {
+    let nodes = fusion.nodes();
+    let mut live: Vec<bool> = (nodes.iter())
+        .map(|n| matches!(n.op, Op::Input { .. }))
+        .collect();
+    for t in fusion.outputs() {
+        live[t.0] = true;
+    }
+    for (i, node) in nodes.iter().enumerate().rev() {
+        if live[i] {
+            for a in &node.args {
+                live[a.0] = true;
+            }
+        }
+    }
+    live
+}
+
+fn rebuild(fusion: &Fusion, live: &[bool]) -> Result<Fusion, FusionError> {
     let mut f = Fusion::new();
     let mut map: HashMap<TensorId, TensorId> = HashMap::new();
     for (i, node) in fusion.nodes().iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
         let id = TensorId(i);
         let name = node.name.as_deref();
         let args: Vec<TensorId> = node.args.iter().map(|a| map[a]).collect();
@@ -157,6 +183,22 @@ mod tests {
             assert_eq!(reductions.count(), 1, "{}", *c);
             same_meaning(&f, &c);
         }
+    }
+
+    #[test]
+    fn dead_ops_are_dropped_and_inputs_kept() {
+        let mut f = Fusion::new();
+        let x = f.input(&[3, 4], DType::F32, None).unwrap();
+        let unused = f.input(&[2], DType::F32, None).unwrap();
+        f.reduce(ReduceOp::Sum, x, Some(&[0]), false).unwrap();
+        let all = f.reduce(ReduceOp::Sum, x, None, false).unwrap();
+        f.unary(tilefuse_ir::UnaryOp::Exp, unused).unwrap();
+        f.output(all).unwrap();
+        assert!(crate::can_schedule(&f, tilefuse_params::SchedulerKind::Reduction).is_ok());
+        let c = canonical(&f).unwrap();
+        assert_eq!(c.nodes().len(), 3, "{}", *c);
+        assert_eq!(c.inputs().len(), 2);
+        same_meaning(&f, &c);
     }
 
     #[test]

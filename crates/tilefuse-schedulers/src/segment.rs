@@ -10,6 +10,7 @@ use tilefuse_ir::{Fusion, Op, TensorId};
 use tilefuse_params::SchedulerKind;
 
 use super::can_schedule;
+use crate::canonical::live;
 
 /// A part of a fusion that one scheduler accepts.
 #[derive(Clone, Debug)]
@@ -67,23 +68,6 @@ pub fn segments(fusion: &Fusion) -> Result<Vec<Segment>, String> {
         out.extend(part(fusion, &[])?);
     }
     Ok(out)
-}
-
-/// Which nodes an output depends on; the others (dead code) belong to no
-/// segment (one of them alone would be a segment without outputs).
-fn live(fusion: &Fusion) -> Vec<bool> {
-    let mut live = vec![false; fusion.nodes().len()];
-    for t in fusion.outputs() {
-        live[t.0] = true;
-    }
-    for (i, node) in fusion.nodes().iter().enumerate().rev() {
-        if live[i] {
-            for a in &node.args {
-                live[a.0] = true;
-            }
-        }
-    }
-    live
 }
 
 /// Whether an op computes `t` (it is neither an input nor a constant).
