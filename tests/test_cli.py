@@ -65,6 +65,8 @@ def test_tune_takes_a_built_in_workload_and_its_sizes(
     assert main([*argv, "--trials", "3", "--no-cache", "--json", str(out_json)]) == 0
     assert "row_sum(cols=32,rows=16) on" in capsys.readouterr().out
     assert json.loads(out_json.read_text())["scheduler"] == "reduction"
+    assert main(["cache", "explain", *argv[1:]]) == 0
+    assert "has no entries" in capsys.readouterr().out
 
 
 def test_bundles_export_merge_import_and_serve_as_a_layer(

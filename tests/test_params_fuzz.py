@@ -36,25 +36,37 @@ DRAWS = 200
 
 def random_point(
     f: tf.Fusion, device: tf.Device, rng: random.Random
-) -> tuple[dict[str, Any], tf.Kernel | tf.SegmentedKernel] | None:
+) -> tuple[Any, tf.Kernel | tf.SegmentedKernel] | None:
     """A random combination of the tunable fields that schedules, as a
-    params dict, with its kernel; None when DRAWS tries found none."""
-    _, fields = f.tunables(device=device)
-    base = f.heuristics(device=device, cache=False)
-    assert not isinstance(base, list)
+    params dict (a list of them, one per segment, for a segmented fusion),
+    with its kernel; None when DRAWS tries found none."""
+    segments = f.segments()
+    parts = [s.fusion for s in segments] if len(segments) > 1 else [f]
+    spaces = []
+    for part in parts:
+        base = part.heuristics(device=device, cache=False)
+        assert isinstance(base, tf.HeuristicParams)
+        spaces.append((base.to_dict(), part.tunables(device=device)[1]))
     for _ in range(DRAWS):
-        p = copy.deepcopy(base.to_dict())
-        for field in fields:
-            *outer, last = field["path"].split(".")
-            node = p
-            for key in outer:
-                node = node[key]
-            node[last] = rng.choice(field["values"])
+        points = [_draw(base, fields, rng) for base, fields in spaces]
+        params = points if len(segments) > 1 else points[0]
         try:
-            return p, f.schedule(p, device)
+            return params, f.schedule(params, device)
         except tf.ParamsError:
             continue
     return None
+
+
+def _draw(base: dict[str, Any], fields: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
+    """``base`` with each tunable field set to a random value of its own."""
+    p = copy.deepcopy(base)
+    for field in fields:
+        *outer, last = field["path"].split(".")
+        node = p
+        for key in outer:
+            node = node[key]
+        node[last] = rng.choice(field["values"])
+    return p
 
 
 def test_random_reduction_params_match_the_reference(device: tf.Device) -> None:
@@ -98,7 +110,6 @@ def test_random_fusions_with_random_params_match_the_reference(device: tf.Device
     @given(built=fusions(), seed=st.integers(0, 2**32 - 1))
     def check(built: Built, seed: int) -> None:
         f = built.fusion
-        assume(len(f.segments()) == 1)
         assume(not any(s.startswith("self") for s in built.steps) or preserves_nan(device))
         point = random_point(f, device, random.Random(seed))
         assume(point is not None)

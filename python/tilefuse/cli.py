@@ -7,7 +7,7 @@ heuristic cache, run benchmarks and pipelines.
                               [--seconds S] [--strategy NAME] [--seed N]
                               [--no-cache] [--json OUT] [--plot PNG]
                               [--executor ray [--address HOST:PORT] [--workers N]]
-    tilefuse cache list | show ID | explain FUSION.json | export OUT
+    tilefuse cache list | show ID | explain FUSION.json|WORKLOAD | export OUT
                  | merge OUT IN... | import BUNDLE | clear | dir
     tilefuse bench SUITE.yaml|NAME [--device cpu|gpu] [--pipeline NAME] [--json OUT]
                                    [--csv OUT] [--plot PNG] [--measure kernel|call]
@@ -50,17 +50,16 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.4g} ms"
 
 
-def _fusion(path: str) -> Fusion:
-    return Fusion.from_json(Path(path).read_text())
+def _target(args: argparse.Namespace) -> Fusion | Workload:
+    """The fusion file or the workload that WORKLOAD and ``--size`` name."""
+    if Path(args.workload).is_file() and not args.size:
+        return Fusion.from_json(Path(args.workload).read_text())
+    return workload_of_arguments(args.workload, args.size)
 
 
 def _tune(args: argparse.Namespace) -> int:
     # A fusion file is tuned on random inputs, a workload on its own.
-    f: Fusion | Workload = (
-        _fusion(args.workload)
-        if Path(args.workload).is_file() and not args.size
-        else workload_of_arguments(args.workload, args.size)
-    )
+    f = _target(args)
     label = Path(args.workload).name if isinstance(f, Fusion) else f.key
     options: dict[str, Any] = {
         "effort": args.effort,
@@ -166,7 +165,9 @@ def _cache(args: argparse.Namespace) -> int:
             raise SystemExit(f"tilefuse cache show: {what} with an id starting {args.id!r}")
         _out.print_json(json.dumps(matches[0]))
     elif args.action == "explain":
-        _out.print(cache.explain(_fusion(args.fusion), as_device(args.device)))
+        target = _target(args)
+        fusion = target if isinstance(target, Fusion) else target.fusion()
+        _out.print(cache.explain(fusion, as_device(args.device)))
     elif args.action == "export":
         _out.print(f"exported {cache.export(args.output)} entries to {args.output}")
     elif args.action == "merge":
@@ -253,7 +254,7 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--bundle")
     actions.add_parser("show", help="one entry as JSON").add_argument("id")
     ex = actions.add_parser("explain", help="why a lookup for a fusion hits or misses")
-    ex.add_argument("fusion")
+    workload_arguments(ex, required=True)
     ex.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
     actions.add_parser("export", help="write the cache as a bundle").add_argument("output")
     mg = actions.add_parser("merge", help="merge bundles (the faster entry per key)")
