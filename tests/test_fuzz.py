@@ -118,7 +118,7 @@ def fusions(draw: st.DrawFn) -> Built:
     return built
 
 
-def inputs_of(built: Built, seed: int) -> list[np.ndarray]:
+def _inputs(built: Built, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     arrays = []
     for shape in built.shapes:
@@ -130,7 +130,7 @@ def inputs_of(built: Built, seed: int) -> list[np.ndarray]:
     return arrays
 
 
-def scale_of(arrays: list[np.ndarray]) -> float:
+def _scale(arrays: list[np.ndarray]) -> float:
     finite = [np.abs(a[np.isfinite(a)]) for a in arrays if a.size]
     return max((float(f.max()) for f in finite if f.size), default=0.0)
 
@@ -147,7 +147,7 @@ def _nudged(arrays: list[np.ndarray], rng: np.random.Generator) -> list[np.ndarr
     return out
 
 
-def nearby_results(f: tf.Fusion, arrays: list[np.ndarray], seed: int) -> list[Any]:
+def _nearby_results(f: tf.Fusion, arrays: list[np.ndarray], seed: int) -> list[Any]:
     """The reference on two copies of ``arrays`` moved by an ulp."""
     nudge = np.random.default_rng(seed)
     return [f.evaluate(*_nudged(arrays, nudge)) for _ in range(2)]
@@ -185,28 +185,48 @@ def assert_matches_reference(got: Any, want: Any, scale: float, nearby: list[Any
     )
 
 
-def test_random_fusions_match_the_reference(device: tf.Device) -> None:
-    @settings(
-        max_examples=CASES,
+#: Seeds of the inputs.
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+def fuzz_settings(cases: int) -> settings:
+    """``cases`` examples, untimed; in CI, a fixed sequence of them."""
+    return settings(
+        max_examples=cases,
         deadline=None,
         derandomize=in_ci(),
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
-    @given(built=fusions(), seed=st.integers(0, 2**32 - 1))
+
+
+def test_random_fusions_match_the_reference(device: tf.Device) -> None:
+    @fuzz_settings(CASES)
+    @given(built=fusions(), seed=SEEDS)
     def check(built: Built, seed: int) -> None:
         f = built.fusion
         note(f"{f}\nsteps {built.steps}")
-        # Without float controls a GPU compiler may fold x - x to 0.
-        assume(not any(s.startswith("self") for s in built.steps) or preserves_nan(device))
-        kernel = f.schedule(f.heuristics(device=device), device)
-        arrays = inputs_of(built, seed)
-        with np.errstate(all="ignore"):
-            want, nearby = f.evaluate(*arrays), nearby_results(f, arrays, seed)
-            got = kernel(*arrays)
-        if len(f.outputs) == 1:
-            got, want, nearby = (got,), (want,), [(n,) for n in nearby]
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            note(f"output {i}")
-            assert_matches_reference(g, w, scale_of(arrays), [n[i] for n in nearby])
+        assume(judged_on(built, device))
+        check_kernel(built, f.schedule(f.heuristics(device=device), device), seed)
 
     check()
+
+
+def judged_on(built: Built, device: tf.Device) -> bool:
+    """Whether ``device`` keeps what ``built`` is judged by: without float
+    controls a GPU compiler may fold x - x to 0."""
+    return not any(s.startswith("self") for s in built.steps) or preserves_nan(device)
+
+
+def check_kernel(built: Built, kernel: tf.Kernel | tf.SegmentedKernel, seed: int) -> None:
+    """``kernel`` of ``built.fusion`` gives the reference's results on the
+    inputs of ``seed`` (see ``assert_matches_reference``)."""
+    f = built.fusion
+    arrays = _inputs(built, seed)
+    with np.errstate(all="ignore"):
+        want, nearby = f.evaluate(*arrays), _nearby_results(f, arrays, seed)
+        got = kernel(*arrays)
+    if len(f.outputs) == 1:
+        got, want, nearby = (got,), (want,), [(n,) for n in nearby]
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        note(f"output {i}")
+        assert_matches_reference(g, w, _scale(arrays), [n[i] for n in nearby])

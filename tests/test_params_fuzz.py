@@ -17,12 +17,11 @@ import random
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import assume, given, note
 from hypothesis import strategies as st
 
 import tilefuse as tf
-from conftest import in_ci, preserves_nan
-from test_fuzz import Built, assert_matches_reference, fusions, inputs_of, nearby_results, scale_of
+from test_fuzz import SEEDS, Built, check_kernel, fusions, fuzz_settings, judged_on
 
 CASES = int(os.environ.get("TILEFUSE_PARAMS_FUZZ_CASES", "40"))
 
@@ -70,17 +69,12 @@ def _draw(base: dict[str, Any], fields: list[dict[str, Any]], rng: random.Random
 
 
 def test_random_reduction_params_match_the_reference(device: tf.Device) -> None:
-    @settings(
-        max_examples=CASES,
-        deadline=None,
-        derandomize=in_ci(),
-        suppress_health_check=[HealthCheck.too_slow],
-    )
+    @fuzz_settings(CASES)
     @given(
         name=st.sampled_from(WORKLOADS),
         rows=st.sampled_from([1, 2, 3, 7, 33, 64]),
         cols=st.sampled_from([1, 5, 32, 100, 257]),
-        seed=st.integers(0, 2**32 - 1),
+        seed=SEEDS,
     )
     def check(name: str, rows: int, cols: int, seed: int) -> None:
         w = tf.workloads.get(name, rows=rows, cols=cols)
@@ -101,29 +95,16 @@ def test_random_reduction_params_match_the_reference(device: tf.Device) -> None:
 
 
 def test_random_fusions_with_random_params_match_the_reference(device: tf.Device) -> None:
-    @settings(
-        max_examples=CASES,
-        deadline=None,
-        derandomize=in_ci(),
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    @given(built=fusions(), seed=st.integers(0, 2**32 - 1))
+    @fuzz_settings(CASES)
+    @given(built=fusions(), seed=SEEDS)
     def check(built: Built, seed: int) -> None:
         f = built.fusion
-        assume(not any(s.startswith("self") for s in built.steps) or preserves_nan(device))
+        assume(judged_on(built, device))
         point = random_point(f, device, random.Random(seed))
         assume(point is not None)
         assert point is not None
         p, kernel = point
         note(f"{f}\nsteps {built.steps}\nparams {p}")
-        arrays = inputs_of(built, seed)
-        with np.errstate(all="ignore"):
-            want, nearby = f.evaluate(*arrays), nearby_results(f, arrays, seed)
-            got = kernel(*arrays)
-        if len(f.outputs) == 1:
-            got, want, nearby = (got,), (want,), [(n,) for n in nearby]
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            note(f"output {i}")
-            assert_matches_reference(g, w, scale_of(arrays), [n[i] for n in nearby])
+        check_kernel(built, kernel, seed)
 
     check()
