@@ -39,8 +39,8 @@ def random_point(
     """A random combination of the tunable fields that schedules, as a
     params dict (a list of them, one per segment, for a segmented fusion),
     with its kernel; None when DRAWS tries found none."""
-    segments = f.segments()
-    parts = [s.fusion for s in segments] if len(segments) > 1 else [f]
+    segmented = isinstance(f.heuristics(device=device, cache=False), list)
+    parts = [s.fusion for s in f.segments()] if segmented else [f]
     spaces = []
     for part in parts:
         base = part.heuristics(device=device, cache=False)
@@ -48,7 +48,7 @@ def random_point(
         spaces.append((base.to_dict(), part.tunables(device=device)[1]))
     for _ in range(DRAWS):
         points = [_draw(base, fields, rng) for base, fields in spaces]
-        params = points if len(segments) > 1 else points[0]
+        params = points if segmented else points[0]
         try:
             return params, f.schedule(params, device)
         except tf.ParamsError:

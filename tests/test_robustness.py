@@ -433,18 +433,22 @@ def test_heuristics_are_accepted_by_their_scheduler(device: tf.Device, build: An
         np.testing.assert_allclose(g, w, rtol=1e-5)
 
 
-def test_constant_and_input_outputs_of_segmented_fusions() -> None:
+def test_constant_and_input_outputs_of_segmented_fusions(device: tf.Device) -> None:
     f = tf.Fusion()
     a, b = f.input((8, 8), "f32"), f.input((8, 8), "f32")
     f.output((a @ b).exp().sum(axis=0), f.constant(1.5), a)
-    k = f.schedule(f.heuristics(device=CPU), CPU)
-    x = np.ones((8, 8), np.float32)
-    total, constant, copy_of_a = k(x, x)
-    np.testing.assert_allclose(total, f.evaluate(x, x)[0], rtol=1e-5)
+    k = f.schedule(f.heuristics(device=device), device)
+    assert isinstance(k, tf.SegmentedKernel)
+    x, y = np.random.default_rng(5).random((2, 8, 8), dtype=np.float32)
+    total, constant, copy_of_a = k(x, y)
+    np.testing.assert_allclose(total, f.evaluate(x, y)[0], rtol=1e-5)
     assert constant == 1.5 and copy_of_a is not x
     np.testing.assert_array_equal(copy_of_a, x)
+    into = np.full((8, 8), np.nan, np.float32)
+    assert k(x, y, out=(None, None, into))[2] is into
+    np.testing.assert_array_equal(into, x)
     f.output(a + 1.0)  # added after scheduling: the kernel keeps its outputs
-    assert len(k(x, x)) == 3
+    assert len(k(x, y)) == 3
 
 
 @pytest.mark.parametrize(

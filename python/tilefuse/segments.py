@@ -108,7 +108,11 @@ class SegmentedKernel:
             got = kernel(*(values[t.id] for t in segment.inputs), out=given)
             got = got if isinstance(got, tuple) else (got,)
             values.update((t.id, r) for t, r in zip(segment.outputs, got, strict=True))
-        results = tuple(values[t.id] for t in self.outputs)
+        # An output that is an input is a copy of it, as a kernel's would be.
+        inputs = {t.id for t in self.fusion.inputs}
+        results = tuple(
+            np.array(values[t.id]) if t.id in inputs else values[t.id] for t in self.outputs
+        )
         if out is None:
             return results
         # Outputs no segment computes (an input, or one listed twice).

@@ -49,7 +49,7 @@ pub fn segments(fusion: &Fusion) -> Result<Vec<Segment>, String> {
     for &n in &compute {
         let mut candidate = current.clone();
         candidate.push(n);
-        match part(fusion, &candidate)? {
+        match part(fusion, &candidate, &[])? {
             Some(segment) => {
                 current = candidate;
                 accepted = Some(segment);
@@ -58,14 +58,20 @@ pub fn segments(fusion: &Fusion) -> Result<Vec<Segment>, String> {
                 // An op no scheduler takes even as a segment of its own.
                 out.push(accepted.take().ok_or_else(|| alone(n))?);
                 current = vec![n];
-                accepted = Some(part(fusion, &current)?.ok_or_else(|| alone(n))?);
+                accepted = Some(part(fusion, &current, &[])?.ok_or_else(|| alone(n))?);
             }
         }
     }
     out.extend(accepted);
-    if fusion.outputs().iter().any(|&t| !computed(fusion, t)) {
-        // Outputs that are inputs or constants: a last, copying segment.
-        out.extend(part(fusion, &[])?);
+    // Outputs that are constants: a last segment fills them. Outputs that
+    // are inputs need no kernel (the caller copies them), unless nothing
+    // else runs: a fusion is at least one segment.
+    let copied: Vec<TensorId> = (fusion.outputs().iter().copied())
+        .filter(|&t| matches!(fusion.node(t).op, Op::Constant { .. }) || out.is_empty())
+        .filter(|&t| !computed(fusion, t))
+        .collect();
+    if !copied.is_empty() {
+        out.extend(part(fusion, &[], &copied)?);
     }
     Ok(out)
 }
@@ -77,9 +83,9 @@ fn computed(fusion: &Fusion, t: TensorId) -> bool {
 
 /// The segment made of `nodes` (compute nodes of `fusion`, in order), if
 /// a scheduler accepts it. Its outputs are the tensors used outside it or
-/// returned by the fusion; with no nodes, the fusion's outputs that are
-/// inputs or constants (copied).
-fn part(fusion: &Fusion, nodes: &[usize]) -> Result<Option<Segment>, String> {
+/// returned by the fusion, and `copied` (inputs or constants of the
+/// fusion that it returns).
+fn part(fusion: &Fusion, nodes: &[usize], copied: &[TensorId]) -> Result<Option<Segment>, String> {
     let fail = |e: tilefuse_ir::FusionError| format!("segmenting: {e}");
     let mut f = Fusion::new();
     let mut map: HashMap<usize, TensorId> = HashMap::new();
@@ -127,13 +133,9 @@ fn part(fusion: &Fusion, nodes: &[usize]) -> Result<Option<Segment>, String> {
         .filter(|&n| used_outside(n))
         .map(TensorId)
         .collect();
-    if nodes.is_empty() {
-        outputs = (fusion.outputs().iter().copied())
-            .filter(|&t| !computed(fusion, t))
-            .collect();
-        for &t in &outputs {
-            bring(&mut f, &mut map, t)?;
-        }
+    for &t in copied {
+        bring(&mut f, &mut map, t)?;
+        outputs.push(t);
     }
     for &t in &outputs {
         f.output(map[&t.0]).map_err(fail)?;
