@@ -368,3 +368,19 @@ def test_an_injected_wrong_candidate_is_disqualified(device: tf.Device) -> None:
     wrong = r["trials"][1]
     assert wrong["status"] == "wrong" and "output 0: element" in wrong["error"]
     assert r["best_params"] != wrong["params"] or r["trials"][0]["params"] == wrong["params"]
+
+
+def test_a_fusion_that_runs_as_one_segment_tunes_to_a_list() -> None:
+    # No scheduler returns an input beside a matmul: one segment, and the
+    # input copied by the caller.
+    cpu = tf.Device.cpu()
+    f = tf.Fusion()
+    a, b = f.input((8, 4), "f32"), f.input((4, 8), "f32")
+    f.output(a @ b, a)
+    assert [s.scheduler for s in f.segments()] == ["matmul"]
+    r = tf.tune(f, cpu, trials=2, cache=False, progress=False)
+    assert isinstance(r.best_params, list) and len(r.best_params) == 1
+    x, y = np.random.default_rng(2).random((8, 4), np.float32), np.ones((4, 8), np.float32)
+    product, copy = f.schedule(r.best_params, cpu)(x, y)
+    np.testing.assert_allclose(product, x.astype(np.float64) @ y, rtol=1e-5)
+    np.testing.assert_array_equal(copy, x)

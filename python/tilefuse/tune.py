@@ -196,6 +196,9 @@ class _Part:
     fusion: Fusion
     inputs: Arrays | None = None
     expected: Arrays | None = None
+    #: A segment of a segmented fusion (its winner goes in a list, even
+    #: when the fusion has one segment).
+    segment: bool = False
 
 
 def _parts(fusion: Fusion, arrays: Arrays | None, expected: Arrays | None) -> list[_Part]:
@@ -205,7 +208,7 @@ def _parts(fusion: Fusion, arrays: Arrays | None, expected: Arrays | None) -> li
     ``expected`` outputs (a workload's reference's) where a segment
     computes one of the fusion's outputs."""
     if arrays is None:
-        return [_Part(f) for f in fusion._parts()]
+        return [_Part(f, segment=fusion._segmented()) for f in fusion._parts()]
     if not fusion._segmented():
         return [_Part(fusion, arrays, expected)]
     segments = fusion.segments()
@@ -217,7 +220,7 @@ def _parts(fusion: Fusion, arrays: Arrays | None, expected: Arrays | None) -> li
         outs = seg.fusion._native.evaluate(*fed)
         values.update(zip((t.id for t in seg.outputs), outs, strict=True))
         want = tuple(wanted.get(t.id, v) for t, v in zip(seg.outputs, outs, strict=True))
-        out.append(_Part(seg.fusion, fed, want))
+        out.append(_Part(seg.fusion, fed, want, segment=True))
     return out
 
 
@@ -460,7 +463,7 @@ class _Run:
                     r["strategy"],
                     [h["name"] for h in r["heuristics"]],
                 )
-        return _result(results)
+        return _result(results, listed=parts[0].segment)
 
     def _part(
         self,
@@ -519,13 +522,14 @@ def _listed(params: HeuristicParams | list[HeuristicParams] | None) -> list[Heur
     return params if isinstance(params, list) else [] if params is None else [params]
 
 
-def _result(results: list[dict[str, Any]]) -> TuneResult:
-    """One result of the native tuner's per-segment results."""
+def _result(results: list[dict[str, Any]], listed: bool) -> TuneResult:
+    """One result of the native tuner's per-segment results (``listed``:
+    the params of each segment, in a list)."""
     params = [HeuristicParams.from_dict(r["best_params"]) for r in results]
     default = [next(t["params"] for t in r["trials"] if t["origin"] == "default") for r in results]
     started = [HeuristicParams.from_dict(d) for d in default]
     defaults = [r["default_time"] for r in results]
-    one = len(results) == 1
+    one = not listed
     return TuneResult(
         best_params=params[0] if one else params,  # type: ignore[arg-type]
         best_time=sum(r["best_time"] for r in results),
