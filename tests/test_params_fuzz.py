@@ -3,7 +3,7 @@ reduction workload of random sizes, or a random fusion of ``test_fuzz``
 (special values, empty and size-1 dimensions, any axes), scheduled with a
 random point of its scheduler's tunable fields, gives the reference's
 result on the CPU and the GPU, or is refused with ``ParamsError`` before
-anything runs.
+anything runs; and what the tuner picks for a random fusion runs right.
 
 ``TILEFUSE_PARAMS_FUZZ_CASES`` sets the number of cases (CI runs the
 default, with a fixed sequence of examples; raise it to search further).
@@ -24,6 +24,8 @@ import tilefuse as tf
 from test_fuzz import SEEDS, Built, check_kernel, fusions, fuzz_settings, judged_on
 
 CASES = int(os.environ.get("TILEFUSE_PARAMS_FUZZ_CASES", "40"))
+#: Random fusions tuned (a few trials each).
+TUNED = max(1, CASES // 4)
 
 WORKLOADS = ["softmax", "layernorm", "rmsnorm", "log_softmax", "row_sum", "column_sum"]
 
@@ -106,5 +108,19 @@ def test_random_fusions_with_random_params_match_the_reference(device: tf.Device
         p, kernel = point
         note(f"{f}\nsteps {built.steps}\nparams {p}")
         check_kernel(built, kernel, seed)
+
+    check()
+
+
+def test_tuning_random_fusions_gives_winners_that_match_the_reference(device: tf.Device) -> None:
+    @fuzz_settings(TUNED)
+    @given(built=fusions(), seed=SEEDS)
+    def check(built: Built, seed: int) -> None:
+        f = built.fusion
+        assume(judged_on(built, device))
+        note(f"{f}\nsteps {built.steps}")
+        r = tf.tune(f, device, trials=4, seed=seed % 100, cache=False, progress=False)
+        note(f"winner {r.best_params}")
+        check_kernel(built, f.schedule(r.best_params, device), seed)
 
     check()
