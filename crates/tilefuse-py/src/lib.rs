@@ -16,6 +16,7 @@ mod schedule;
 mod schedulers;
 mod sequence;
 mod tune;
+mod tune_options;
 
 use pyo3::prelude::*;
 

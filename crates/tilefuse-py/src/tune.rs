@@ -14,9 +14,8 @@ use tilefuse::sched::DeviceInfo;
 use tilefuse::schedulers::pick;
 use tilefuse::tune::seeds::builtin;
 use tilefuse::tune::{
-    AutotunerHeuristic, Bundle, Cache, CacheError, CacheKey, Effort, Entry, Family, Measured,
-    Options, Recording, ReplayExecutor, SeedContext, Status, Strategy, TuneError, Written, nearest,
-    tune_with,
+    AutotunerHeuristic, Bundle, Cache, CacheError, CacheKey, Entry, Family, Recording,
+    ReplayExecutor, SeedContext, TuneError, Written, nearest, tune_with,
 };
 
 use crate::arrays;
@@ -26,76 +25,7 @@ use crate::fusion::PyFusion;
 use crate::json_value::{to_py, to_value};
 use crate::remote::{self, PyExecutor};
 use crate::schedule::PyDevice;
-
-fn field<T: serde::de::DeserializeOwned>(
-    options: &Value,
-    name: &str,
-) -> Result<Option<T>, ParamsError> {
-    match options.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => serde_json::from_value(v.clone())
-            .map(Some)
-            .map_err(|e| ParamsError::new(name, e.to_string())),
-    }
-}
-
-/// The `seconds` budget: a positive number (NaN and -inf arrive as text,
-/// JSON having neither).
-fn seconds(options: &Value) -> Result<Option<f64>, ParamsError> {
-    match options.get("seconds") {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => (v.as_f64().filter(|&s| s > 0.0).map(Some)).ok_or_else(|| {
-            let got = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
-            ParamsError::new(
-                "seconds",
-                format!("must be a positive number of seconds, got {got}"),
-            )
-        }),
-    }
-}
-
-/// Tuning options from `{"effort", "strategy", "trials", "seconds",
-/// "seed", "rtol", "warmup", "repeat", "fingerprint", "warm_start",
-/// "recorded"}` (missing or `None`: the defaults; `warm_start`: params
-/// dicts; `recorded`: trials of an earlier run, as dicts).
-fn options(value: &Value) -> Result<Options, ParamsError> {
-    let mut o = Options::default();
-    if let Some(e) = field::<Effort>(value, "effort")? {
-        o.effort = e;
-    }
-    o.strategy = field::<Strategy>(value, "strategy")?;
-    o.trials = field(value, "trials").map_err(|_| {
-        let got = &value["trials"];
-        ParamsError::new(
-            "trials",
-            format!("must be a whole number, 0 or more, got {got}"),
-        )
-    })?;
-    o.seconds = seconds(value)?;
-    o.seed = field(value, "seed")?.unwrap_or(0);
-    o.rtol = field(value, "rtol")?.unwrap_or(o.rtol);
-    o.warmup = field(value, "warmup")?.unwrap_or(o.warmup);
-    o.repeat = field(value, "repeat")?.unwrap_or(o.repeat).max(1);
-    o.corrupt_trial = field(value, "corrupt_trial")?;
-    o.fields = field(value, "fields")?;
-    o.fingerprint = field(value, "fingerprint")?;
-    for (i, p) in (field::<Vec<Value>>(value, "warm_start")?.unwrap_or_default())
-        .into_iter()
-        .enumerate()
-    {
-        let p =
-            HeuristicParams::from_value(p).map_err(|e| e.within(&format!("warm_start[{i}]")))?;
-        o.warm_start.push(p);
-    }
-    for trial in field::<Vec<Value>>(value, "recorded")?.unwrap_or_default() {
-        let measured: Measured = serde_json::from_value(trial.clone())
-            .map_err(|e| ParamsError::new("recorded", e.to_string()))?;
-        if measured.status != Status::Duplicate {
-            o.recorded.insert(trial["params"].to_string(), measured);
-        }
-    }
-    Ok(o)
-}
+use crate::tune_options;
 
 /// A Python seed heuristic, already found eligible by the Python side:
 /// its seeds, and its `neighbors(params_dict)` if it has one.
@@ -194,7 +124,7 @@ pub fn tune<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     guard(|| {
         fusion.check_outputs(py)?;
-        let mut opts = self::options(&to_value(options.as_any())?).or_raise(py)?;
+        let mut opts = tune_options::options(&to_value(options.as_any())?).or_raise(py)?;
         let reference = arrays::Reference::new(&fusion.inner, inputs, expected)?;
         (opts.inputs, opts.expected) = (reference.inputs, reference.expected);
         let ours = if builtin_heuristics {
@@ -592,7 +522,7 @@ pub fn record(
     description: String,
 ) -> PyResult<String> {
     guard(|| {
-        let opts = self::options(&to_value(options.as_any())?).or_raise(py)?;
+        let opts = tune_options::options(&to_value(options.as_any())?).or_raise(py)?;
         match Recording::record(&fusion.inner, &device.inner, &opts, &description) {
             Ok(r) => Ok(serde_json::to_string(&r).expect("a recording serializes")),
             Err(TuneError::Stopped) => Err(PyKeyboardInterrupt::new_err(())),
