@@ -114,7 +114,7 @@ def test_bench_writes_json_valid_against_its_schema_csv_and_a_png(
     argv += [f"--{'plot' if ext == 'png' else ext}={p}" for ext, p in out.items()]
     assert cli.main(argv) == 0
     shown = capsys.readouterr().out
-    assert "three on" in shown and "softmax(rows=16," in shown and "vs numpy" in shown
+    assert "three on" in shown and "softmax(rows=16," in shown and "speed vs numpy" in shown
     document = json.loads(out["json"].read_text())
     jsonschema.validate(document, json.loads(bench.SCHEMA.read_text()))
     results = document["results"]

@@ -54,7 +54,14 @@ def table(results: Sequence[BenchResult], labels: Sequence[str], title: str) -> 
     t = Table(title=title)
     peaks = any(r.peak for r in results)
     t.add_column("workload", overflow="fold")
-    for column in ("median ms", "p20-p80 ms", "GFLOP/s", "GB/s", "% peak" * peaks, "vs numpy"):
+    for column in (
+        "median ms",
+        "p20-p80 ms",
+        "GFLOP/s",
+        "GB/s",
+        "% peak" * peaks,
+        "speed vs numpy",
+    ):
         if column:
             t.add_column(column, justify="right", no_wrap=True)
     for label, r in zip(labels, results, strict=True):
