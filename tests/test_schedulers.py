@@ -471,7 +471,18 @@ def test_ops_no_output_uses_leave_the_scheduler_alone(device: tf.Device) -> None
     x.sum(axis=0)
     f.output(x.sum())
     assert f.tunables(device=device)[0] == "reduction"
+    assert [s.scheduler for s in f.segments()] == ["reduction"]
     p = f.heuristics(device=device)
     assert isinstance(p, tf.ReductionParams)
     a = np.random.default_rng(1).standard_normal((3, 4)).astype(f32)
     assert_close(f.schedule(p, device)(a), a.astype(np.float64).sum())
+
+
+def test_a_dead_op_does_not_split_a_matmul_from_its_epilogue() -> None:
+    f = tf.Fusion()
+    a, b = f.input((4, 3), "f32"), f.input((3, 5), "f32")
+    product = a @ b
+    -product  # noqa: B018 (dead: no output uses it)
+    f.output(product * 2.0)
+    assert [s.scheduler for s in f.segments()] == ["matmul"]
+    assert isinstance(f.heuristics(device="cpu"), tf.MatmulParams)

@@ -119,13 +119,12 @@ fn part(fusion: &Fusion, nodes: &[usize], copied: &[TensorId]) -> Result<Option<
             .map_err(fail)?;
         map.insert(n, id);
     }
+    // Dead ops read nothing: they belong to no segment.
+    let live = live(fusion);
     let used_outside = |t: usize| {
         fusion.outputs().contains(&TensorId(t))
-            || fusion
-                .nodes()
-                .iter()
-                .enumerate()
-                .any(|(c, node)| !nodes.contains(&c) && node.args.contains(&TensorId(t)))
+            || (fusion.nodes().iter().enumerate())
+                .any(|(c, node)| live[c] && !nodes.contains(&c) && node.args.contains(&TensorId(t)))
     };
     let mut outputs: Vec<TensorId> = nodes
         .iter()
