@@ -49,7 +49,7 @@ pub fn segments(fusion: &Fusion) -> Result<Vec<Segment>, String> {
     for &n in &compute {
         let mut candidate = current.clone();
         candidate.push(n);
-        match part(fusion, &candidate, &[])? {
+        match part(fusion, &live, &candidate, &[])? {
             Some(segment) => {
                 current = candidate;
                 accepted = Some(segment);
@@ -58,7 +58,7 @@ pub fn segments(fusion: &Fusion) -> Result<Vec<Segment>, String> {
                 // An op no scheduler takes even as a segment of its own.
                 out.push(accepted.take().ok_or_else(|| alone(n))?);
                 current = vec![n];
-                accepted = Some(part(fusion, &current, &[])?.ok_or_else(|| alone(n))?);
+                accepted = Some(part(fusion, &live, &current, &[])?.ok_or_else(|| alone(n))?);
             }
         }
     }
@@ -71,7 +71,7 @@ pub fn segments(fusion: &Fusion) -> Result<Vec<Segment>, String> {
         .filter(|&t| !computed(fusion, t))
         .collect();
     if !copied.is_empty() {
-        out.extend(part(fusion, &[], &copied)?);
+        out.extend(part(fusion, &live, &[], &copied)?);
     }
     Ok(out)
 }
@@ -81,11 +81,17 @@ fn computed(fusion: &Fusion, t: TensorId) -> bool {
     !matches!(fusion.node(t).op, Op::Input { .. } | Op::Constant { .. })
 }
 
-/// The segment made of `nodes` (compute nodes of `fusion`, in order), if
+/// The segment made of `nodes` (compute nodes of `fusion`, in order; `live`
+/// marks the nodes an output depends on), if
 /// a scheduler accepts it. Its outputs are the tensors used outside it or
 /// returned by the fusion, and `copied` (inputs or constants of the
 /// fusion that it returns).
-fn part(fusion: &Fusion, nodes: &[usize], copied: &[TensorId]) -> Result<Option<Segment>, String> {
+fn part(
+    fusion: &Fusion,
+    live: &[bool],
+    nodes: &[usize],
+    copied: &[TensorId],
+) -> Result<Option<Segment>, String> {
     let fail = |e: tilefuse_ir::FusionError| format!("segmenting: {e}");
     let mut f = Fusion::new();
     let mut map: HashMap<usize, TensorId> = HashMap::new();
@@ -119,8 +125,7 @@ fn part(fusion: &Fusion, nodes: &[usize], copied: &[TensorId]) -> Result<Option<
             .map_err(fail)?;
         map.insert(n, id);
     }
-    // Dead ops read nothing: they belong to no segment.
-    let live = live(fusion);
+    // Dead ops (not `live`) read nothing: they belong to no segment.
     let used_outside = |t: usize| {
         fusion.outputs().contains(&TensorId(t))
             || (fusion.nodes().iter().enumerate())
