@@ -108,19 +108,18 @@ class SegmentedKernel:
             got = kernel(*(values[t.id] for t in segment.inputs), out=given)
             got = got if isinstance(got, tuple) else (got,)
             values.update((t.id, r) for t, r in zip(segment.outputs, got, strict=True))
-        # An output that is an input is a copy of it, as a kernel's would be.
-        inputs = {t.id for t in self.fusion.inputs}
-        results = tuple(
-            np.array(values[t.id]) if t.id in inputs else values[t.id] for t in self.outputs
-        )
-        if out is None:
-            return results
+        results = tuple(values[t.id] for t in self.outputs)
+        targets = self._out_list(out) if out is not None else [None] * len(results)
         # Outputs no segment computes (an input, or one listed twice).
-        targets = self._out_list(out)
         for target, result in zip(targets, results, strict=True):
             if target is not None and target is not result:
                 np.copyto(target, result)
-        return tuple(r if t is None else t for t, r in zip(targets, results, strict=True))
+        # An output that is an input is a copy of it, as a kernel's would be.
+        inputs = {t.id for t in self.fusion.inputs}
+        return tuple(
+            target if target is not None else np.array(r) if o.id in inputs else r
+            for o, target, r in zip(self.outputs, targets, results, strict=True)
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         args = (self.fusion, self.segments, self.kernels, self.device, self.outputs)

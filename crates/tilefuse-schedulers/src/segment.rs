@@ -82,10 +82,9 @@ fn computed(fusion: &Fusion, t: TensorId) -> bool {
 }
 
 /// The segment made of `nodes` (compute nodes of `fusion`, in order; `live`
-/// marks the nodes an output depends on), if
-/// a scheduler accepts it. Its outputs are the tensors used outside it or
-/// returned by the fusion, and `copied` (inputs or constants of the
-/// fusion that it returns).
+/// marks the nodes an output depends on), if a scheduler accepts it. Its
+/// outputs are the tensors used outside it or returned by the fusion, and
+/// `copied` (inputs or constants of the fusion that it returns).
 fn part(
     fusion: &Fusion,
     live: &[bool],
