@@ -365,6 +365,42 @@ def test_reductions_over_an_empty_axis(device: tf.Device, op: str, want: float) 
         assert not np.signbit(got).any() or want < 0
 
 
+@pytest.mark.parametrize(
+    "empty",
+    [
+        lambda a, b: a @ b,
+        lambda a, b: a.sum(axis=1, keepdims=True),
+        lambda a, b: a.max(axis=1, keepdims=True),
+        lambda a, b: b.min(axis=0, keepdims=True),
+        lambda a, b: a.mean(axis=1, keepdims=True),
+    ],
+    ids=["matmul", "sum", "max", "min", "mean"],
+)
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda c, r: c / r,
+        lambda c, r: r / c,
+        lambda c, r: c * r,
+        lambda c, r: c - r,
+        lambda c, r: r - c,
+        lambda c, r: c + r,
+    ],
+    ids=["c/r", "r/c", "c*r", "c-r", "r-c", "c+r"],
+)
+def test_arithmetic_on_empty_reductions(device: tf.Device, empty: Any, op: Any) -> None:
+    """A driver that learns an empty reduction's value r folds the arithmetic
+    around it as if values were finite (lavapipe gave 3 / (a @ b) with k = 0
+    as 0, not inf)."""
+    f = tf.Fusion()
+    a, b, c = f.input((1, 0), "f32"), f.input((0, 1), "f32"), f.input((), "f32")
+    f.output(op(c, empty(a, b)))
+    k = f.schedule(f.heuristics(device=device), device)
+    for value in [3, -2.5, np.inf, -np.inf, 0, -0.0]:
+        args = (np.ones((1, 0), np.float32), np.ones((0, 1), np.float32), np.float32(value))
+        _same(k(*args), f.evaluate(*args))
+
+
 def test_a_sum_of_negative_zeros_is_negative_zero(device: tf.Device) -> None:
     f = tf.Fusion()
     a, b = f.input((1, 3), "f32"), f.input((3, 1), "f32")

@@ -1,9 +1,9 @@
 //! The lowering pass list: which passes each target runs, what they leave,
 //! and the one launch verification every caller shares.
 
-use tilefuse_ir::{DType, Fusion, UnaryOp};
+use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
 use tilefuse_sched::codegen::{emit, generate};
-use tilefuse_sched::ir::{Scope, ThreadAxis};
+use tilefuse_sched::ir::{Expr, Scope, ThreadAxis};
 use tilefuse_sched::lowering::{
     LaunchLimit, MAX_UNROLLED_BLOCKS, PASSES, launch_violations, lower_steps, verify_launch,
 };
@@ -188,4 +188,47 @@ fn a_tree_whose_rows_were_bound_afterwards_is_refused() {
     s.bind(row, ThreadAxis::InvocationX).unwrap();
     let err = lower(s.kernel(), Target::Wgsl).unwrap_err();
     assert!(err.to_string().contains("no longer holds only it"), "{err}");
+}
+
+/// The value a block of `kernel` named `name` stores.
+fn stored<'k>(kernel: &'k tilefuse_sched::ir::Kernel, name: &str) -> &'k Expr {
+    let b = kernel.blocks.iter().find(|b| b.name == name);
+    &b.unwrap_or_else(|| panic!("no block {name}")).value
+}
+
+#[test]
+fn loads_of_empty_reductions_become_literals_on_wgsl() {
+    let mut f = Fusion::new();
+    let a = f.input(&[1, 0], DType::F32, None).unwrap();
+    let b = f.input(&[0, 1], DType::F32, None).unwrap();
+    let c = f.input(&[], DType::F32, None).unwrap();
+    let m = f.matmul(a, b, false, false).unwrap();
+    let q = f.binary(BinaryOp::Div, c, m).unwrap();
+    f.set_name(q, "q").unwrap();
+    // A sum of a non-zero constant depends on its extent: not a literal.
+    let one = f.constant(1.0, DType::F32).unwrap();
+    let ones = f.broadcast(one, &[3, 4]).unwrap();
+    let s = f.reduce(ReduceOp::Sum, ones, Some(&[1]), false).unwrap();
+    let r = f.binary(BinaryOp::Div, c, s).unwrap();
+    f.set_name(r, "r").unwrap();
+    f.output(q).unwrap();
+    f.output(r).unwrap();
+    let s = Schedule::new(&f);
+    let literal_zero = Expr::Const {
+        value: 0.0,
+        dtype: DType::F32,
+    };
+    let gpu = lower(s.kernel(), Target::Wgsl).unwrap();
+    let Expr::Binary(BinaryOp::Div, _, divisor) = stored(&gpu.kernel, "q") else {
+        panic!("a division")
+    };
+    assert_eq!(**divisor, literal_zero);
+    assert!(
+        matches!(stored(&gpu.kernel, "r"), Expr::Binary(_, _, s) if matches!(**s, Expr::Load { .. }))
+    );
+    // The CPU computes IEEE arithmetic on loads as they are.
+    let cpu = lower(s.kernel(), Target::Cpu).unwrap();
+    assert!(
+        matches!(stored(&cpu.kernel, "q"), Expr::Binary(_, _, m) if matches!(**m, Expr::Load { .. }))
+    );
 }
