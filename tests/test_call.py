@@ -192,6 +192,22 @@ def test_an_out_that_aliases_an_input_gets_the_right_result(
     assert_close(big[1:], ref)
 
 
+def test_outs_that_overlap_each_other_are_a_clear_error(device: tf.Device) -> None:
+    f = tf.Fusion()
+    x = f.input((8, 16), "f32", name="x")
+    f.output(x * 2.0, x + 1.0)
+    k = f.schedule(f.heuristics(device=device), device)
+    a = np.ones((8, 16), f32)
+    big = np.empty((9, 16), f32)
+    for out in [(a, a), (big[:8], big[1:]), (np.empty_like(a),) * 2]:
+        with pytest.raises(tf.FusionError, match=r"out 1 \(t4\) overlaps out 0 \(t2\)"):
+            k(a, out=out)
+    # Side by side in one array is fine.
+    both = np.empty((2, 8, 16), f32)
+    k(a, out=(both[0], both[1]))
+    np.testing.assert_array_equal(both, [a * 2, a + 1])
+
+
 def _softmax_rows(x: Any) -> Any:
     e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)

@@ -257,6 +257,33 @@ def test_unary_special_values(device: tf.Device, op: str) -> None:
     _same(f.execute(SPECIAL, device=device), f.evaluate(SPECIAL))
 
 
+@pytest.mark.parametrize(
+    "op",
+    ["exp", "tanh", "sigmoid", "relu", "gelu", "abs", "neg", "sqrt", "log", "reciprocal"],
+)
+def test_unary_ops_on_literals(device: tf.Device, op: str) -> None:
+    """WGSL evaluates arithmetic on literals when it creates a shader and
+    rejects results out of range (``log(0.0)``): tilefuse evaluates it
+    first, as the reference does."""
+    f = tf.Fusion()
+    x = f.input((3,), "f32")
+    f.output(*(x + getattr(f.constant(float(c)), op)() for c in SPECIAL))
+    a = np.random.default_rng(3).random(3, dtype=np.float32)
+    for got, want in zip(f.execute(a, device=device), f.evaluate(a), strict=True):
+        _same(got, want)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "max", "min", "pow"])
+def test_binary_ops_on_literals(device: tf.Device, op: str) -> None:
+    pairs = [(0.0, 0.0), (1.0, -0.0), (np.inf, np.inf), (np.inf, -np.inf), (-0.0, np.inf)]
+    f = tf.Fusion()
+    x = f.input((3,), "f32")
+    f.output(*(x + f.constant(a)._binary(op, b) for a, b in pairs))
+    a = np.random.default_rng(4).random(3, dtype=np.float32)
+    for got, want in zip(f.execute(a, device=device), f.evaluate(a), strict=True):
+        _same(got, want)
+
+
 def test_exp_overflows_to_inf_and_underflows_to_zero(device: tf.Device) -> None:
     f = tf.Fusion()
     x = f.input((5,), "f32")

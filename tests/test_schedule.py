@@ -536,7 +536,7 @@ WGSL_PASSES = [
     "cross_invocation",
     "place_barriers",
     "localize_indices",
-    "known_values",
+    "fold_constants",
 ]
 
 

@@ -16,6 +16,7 @@ use numpy::{
 };
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+use std::ops::Range;
 use std::os::raw::c_int;
 use std::sync::Arc;
 use tilefuse::ir::{check_arguments, check_results};
@@ -62,7 +63,7 @@ impl Input<'_> {
     }
 
     /// The bytes it spans, to tell whether an `out` array overlaps it.
-    fn span(&self) -> std::ops::Range<usize> {
+    fn span(&self) -> Range<usize> {
         match self {
             Input::F32(a) => span(a),
             Input::I32(a) => span(a),
@@ -72,9 +73,13 @@ impl Input<'_> {
     }
 }
 
-fn span<T: Element>(a: &Bound<'_, PyArrayDyn<T>>) -> std::ops::Range<usize> {
+fn span<T: Element>(a: &Bound<'_, PyArrayDyn<T>>) -> Range<usize> {
     let start = a.data() as usize;
     start..start + a.len() * size_of::<T>()
+}
+
+fn overlap(a: &Range<usize>, b: &Range<usize>) -> bool {
+    a.start < b.end && b.start < a.end
 }
 
 /// C-contiguous and aligned: readable as a Rust slice where it lies.
@@ -390,7 +395,7 @@ fn dtype_of(py: Python<'_>, dtype: DType) -> Bound<'_, numpy::PyArrayDescr> {
 }
 
 /// The bytes a checked `out` array spans.
-fn out_span(obj: &Bound<'_, PyAny>, dtype: DType) -> PyResult<std::ops::Range<usize>> {
+fn out_span(obj: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Range<usize>> {
     Ok(match dtype {
         DType::F32 => span(obj.cast::<PyArrayDyn<f32>>()?),
         DType::I32 => span(obj.cast::<PyArrayDyn<i32>>()?),
@@ -444,6 +449,7 @@ fn outputs<'py>(
         .or_raise(py);
     }
     let spans: Vec<_> = inputs.iter().map(Input::span).collect();
+    let mut out_spans: Vec<(usize, Range<usize>)> = Vec::new();
     let mut result = Outputs {
         arrays: Vec::with_capacity(ids.len()),
         copy_into: Vec::new(),
@@ -456,10 +462,16 @@ fn outputs<'py>(
         check_out(&obj, fusion, j, id)?;
         let dtype = fusion.ty(id).or_raise(py)?.dtype;
         let span = out_span(&obj, dtype)?;
-        if spans
-            .iter()
-            .any(|s| s.start < span.end && span.start < s.end)
-        {
+        if let Some((i, _)) = out_spans.iter().find(|(_, s)| overlap(s, &span)) {
+            return Err(FusionError::Argument(format!(
+                "out {j} ({}) overlaps out {i} ({}): each output needs memory of its own",
+                fusion.label(id),
+                fusion.label(ids[*i])
+            )))
+            .or_raise(py);
+        }
+        out_spans.push((j, span.clone()));
+        if spans.iter().any(|s| overlap(s, &span)) {
             // Aliases an input: the kernel may overwrite elements it has
             // yet to read, so numpy copies the result in afterwards.
             result.arrays.push(new_output(py, fusion, id)?);

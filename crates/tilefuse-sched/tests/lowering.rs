@@ -232,3 +232,26 @@ fn loads_of_empty_reductions_become_literals_on_wgsl() {
         matches!(stored(&cpu.kernel, "q"), Expr::Binary(_, _, m) if matches!(**m, Expr::Load { .. }))
     );
 }
+
+#[test]
+fn literal_arithmetic_is_evaluated_on_wgsl() {
+    let mut f = Fusion::new();
+    let x = f.input(&[4], DType::F32, None).unwrap();
+    let zero = f.constant(0.0, DType::F32).unwrap();
+    let log = f.unary(UnaryOp::Log, zero).unwrap();
+    let y = f.binary(BinaryOp::Add, x, log).unwrap();
+    f.set_name(y, "y").unwrap();
+    f.output(y).unwrap();
+    let gpu = lower(Schedule::new(&f).kernel(), Target::Wgsl).unwrap();
+    let Expr::Binary(BinaryOp::Add, _, term) = stored(&gpu.kernel, "y") else {
+        panic!("an addition")
+    };
+    // WGSL would reject `log(0.0)` when it creates the shader.
+    assert_eq!(
+        **term,
+        Expr::Const {
+            value: f64::NEG_INFINITY,
+            dtype: DType::F32
+        }
+    );
+}

@@ -10,7 +10,7 @@
 
 mod barriers;
 mod cross_invocation;
-mod known;
+mod fold;
 mod launch;
 mod localize;
 mod realize;
@@ -103,8 +103,9 @@ pub const PASSES: &[Pass] = &[
     pass("place_barriers", true, barriers::run),
     // Local-buffer accesses over loop variables, simplified.
     pass("localize_indices", true, localize::run),
-    // Loads of a buffer that holds one literal (an empty reduction) read it.
-    pass("known_values", true, known::run),
+    // Literal arithmetic evaluated; loads of a buffer that holds one
+    // literal (an empty reduction's result) read it.
+    pass("fold_constants", true, fold::run),
 ];
 
 const fn pass(name: &'static str, wgsl_only: bool, run: Run) -> Pass {

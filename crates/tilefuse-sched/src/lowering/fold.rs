@@ -1,0 +1,154 @@
+//! Constant folding: a subexpression of literals becomes its value,
+//! computed with the reference evaluator's semantics, and a load of a
+//! buffer that holds one literal everywhere (an empty reduction's result, a
+//! copy of one) becomes that literal. WGSL evaluates literal arithmetic at
+//! shader creation and rejects what leaves the finite range (`log(0.0)`); a
+//! GPU compiler that finds a private buffer's constant on its own folds the
+//! arithmetic around it as if values were finite (lavapipe gave
+//! `3 / (a @ b)` with k = 0 as 0, not inf). As a literal, codegen spells
+//! out the IEEE result as it does for every literal zero.
+
+use std::collections::HashMap;
+
+use tilefuse_ir::{DType, ReduceOp, Scalar, binary_scalar, reduce_identity, unary_scalar};
+
+use super::{LowerError, Lowered};
+use crate::ir::{Block, BufferId, Expr, Kernel, Role};
+
+pub(super) fn run(l: &mut Lowered) -> Result<(), LowerError> {
+    let blocks = l.kernel.blocks_in_order();
+    let mut known = HashMap::new();
+    loop {
+        for &b in &blocks {
+            let block = l.kernel.block_mut(b);
+            block.value = folded(&block.value, &known);
+        }
+        let found = known_buffers(&l.kernel, &blocks);
+        if found.len() == known.len() {
+            return Ok(());
+        }
+        known = found;
+    }
+}
+
+/// `e` with loads of `known` buffers read as their literal and every
+/// subexpression of literals evaluated.
+fn folded(e: &Expr, known: &HashMap<BufferId, Literal>) -> Expr {
+    let f = |x: &Expr| folded(x, known);
+    let out = match e {
+        Expr::Const { .. } => return e.clone(),
+        Expr::Load { buffer, .. } => match known.get(buffer) {
+            Some(&(value, dtype)) => return Expr::Const { value, dtype },
+            None => return e.clone(),
+        },
+        Expr::Unary(op, a) => Expr::Unary(*op, Box::new(f(a))),
+        Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(f(a)), Box::new(f(b))),
+        Expr::Select(c, a, b) => Expr::Select(Box::new(f(c)), Box::new(f(a)), Box::new(f(b))),
+        Expr::Cast(dtype, a) => Expr::Cast(*dtype, Box::new(f(a))),
+    };
+    evaluated(&out).unwrap_or(out)
+}
+
+/// The value of an op whose operands are literals.
+fn evaluated(e: &Expr) -> Option<Expr> {
+    let (value, dtype) = match e {
+        Expr::Unary(op, a) => {
+            let (x, dtype) = scalar(a)?;
+            (unary_scalar(*op, x), dtype)
+        }
+        Expr::Binary(op, a, b) => {
+            let ((x, dtype), (y, _)) = (scalar(a)?, scalar(b)?);
+            let dtype = if op.is_comparison() {
+                DType::Bool
+            } else {
+                dtype
+            };
+            (binary_scalar(*op, x, y), dtype)
+        }
+        Expr::Select(c, a, b) => {
+            let picked = if scalar(c)?.0.as_bool() { a } else { b };
+            return matches!(**picked, Expr::Const { .. }).then(|| (**picked).clone());
+        }
+        Expr::Cast(dtype, a) => (scalar(a)?.0, *dtype),
+        Expr::Const { .. } | Expr::Load { .. } => return None,
+    };
+    Some(Expr::Const {
+        value: value.to(dtype).as_f64(),
+        dtype,
+    })
+}
+
+fn scalar(e: &Expr) -> Option<(Scalar, DType)> {
+    match e {
+        Expr::Const { value, dtype } => Some((Scalar::F(*value).to(*dtype), *dtype)),
+        _ => None,
+    }
+}
+
+/// A literal: its value, as converted to its dtype, and the dtype.
+type Literal = (f64, DType);
+
+/// The buffers every write of which stores one literal.
+fn known_buffers(k: &Kernel, blocks: &[crate::ir::BlockId]) -> HashMap<BufferId, Literal> {
+    let mut known = HashMap::new();
+    for (i, buffer) in k.buffers.iter().enumerate() {
+        let id = BufferId(i as u32);
+        if matches!(buffer.role, Role::Input(_)) {
+            continue;
+        }
+        let writers: Vec<&Block> = blocks
+            .iter()
+            .map(|&b| k.block(b))
+            .filter(|b| b.buffer == id)
+            .collect();
+        if let Some(value) = one_value(&writers) {
+            known.insert(id, value);
+        }
+    }
+    known
+}
+
+/// The one literal that `writers` leave in their buffer, if they agree on
+/// one. A reduction's init (a plain write of its identity) is overwritten
+/// by its terms, of which there is at least one per element (an empty
+/// domain is lowered as one term).
+fn one_value(writers: &[&Block]) -> Option<Literal> {
+    let reductions: Vec<ReduceOp> = writers.iter().filter_map(|b| b.reduce).collect();
+    let is_init = |b: &Block, value: Literal| {
+        b.reduce.is_none()
+            && reductions
+                .iter()
+                .any(|&op| same(value, literal(reduce_identity(op, value.1), value.1)))
+    };
+    let mut result: Option<Literal> = None;
+    for b in writers {
+        let Expr::Const { value, dtype } = b.value else {
+            return None;
+        };
+        let value = (value, dtype);
+        if is_init(b, value) {
+            continue;
+        }
+        let stored = match b.reduce {
+            None | Some(ReduceOp::Max | ReduceOp::Min) => value,
+            // A sum of +0 terms from -0 is +0; of anything else, it depends
+            // on how many terms there are.
+            Some(ReduceOp::Sum | ReduceOp::Mean) if same(value, (0.0, value.1)) => value,
+            Some(_) => return None,
+        };
+        match result {
+            Some(r) if !same(r, stored) => return None,
+            _ => result = Some(stored),
+        }
+    }
+    result
+}
+
+fn literal(s: Scalar, dtype: DType) -> Literal {
+    (s.as_f64(), dtype)
+}
+
+/// The same literal, bit for bit (NaN equals NaN, -0 does not equal +0).
+fn same(a: Literal, b: Literal) -> bool {
+    a.1 == b.1 && a.0.to_bits() == b.0.to_bits()
+}
