@@ -1,5 +1,5 @@
 """The property test that keeps bad input from crashing, hanging or lying:
-random fusions (ops, broadcasts, reductions over random axes with and
+random fusions (ops, ops on literals, broadcasts, reductions over random axes with and
 without keepdims, matmuls, several outputs, inputs returned, sizes with 0
 and 1, ranks up to 6) with special values in their inputs (NaN, +-inf,
 +-0, huge, tiny).
@@ -84,7 +84,7 @@ def fusions(draw: st.DrawFn) -> Built:
         pool = [new_input(draw(shapes))]
     for _ in range(draw(st.integers(1, 6))):
         x = draw(st.sampled_from(pool))
-        kinds = ["unary", "binary", "self", "constant", "reduce", "where", "cast"]
+        kinds = ["unary", "binary", "self", "constant", "literal", "reduce", "where", "cast"]
         kind = draw(st.sampled_from(kinds))
         if kind == "unary":
             op = draw(st.sampled_from(UNARY))
@@ -99,6 +99,9 @@ def fusions(draw: st.DrawFn) -> Built:
         elif kind == "constant":
             op = draw(st.sampled_from(BINARY))
             y = x._binary(op, draw(st.sampled_from(CONSTANTS)))
+        elif kind == "literal":  # an op on a literal alone, evaluated before WGSL sees it
+            c = f.constant(draw(st.sampled_from([*CONSTANTS, np.inf, -np.inf, np.nan])))
+            y = x._binary(draw(st.sampled_from(BINARY)), getattr(c, draw(st.sampled_from(UNARY)))())
         elif kind == "reduce":
             op = draw(st.sampled_from(REDUCE))
             axes = None

@@ -429,6 +429,10 @@ ERRORS = {
         "version: 1\nstages:\n  - inspect\n  - include: nope.yaml\n",
         r"p.yaml:4: stages\[1\].include: no pipeline file .*nope.yaml",
     ),
+    "include of a name the file system refuses": (
+        f"version: 1\nstages:\n  - include: {'a' * 300}\n",
+        r"p.yaml:3: stages\[0\].include: .*File name too long",
+    ),
     "include cycle": (
         "version: 1\nstages:\n  - include: p.yaml\n",
         r"p.yaml:3: stages\[0\].include: includes itself: p.yaml -> p.yaml",

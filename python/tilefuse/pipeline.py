@@ -363,7 +363,7 @@ def _include(path: Path, options: Any, line: int, key: str, chain: tuple[Path, .
     )
     try:
         target = locate(target_name, relative_to=path.parent)
-    except FileNotFoundError as e:
+    except OSError as e:  # not found, a name too long for the file system, ...
         raise YamlError(path, line, key, str(e)) from e
     if target.resolve() in chain:
         cycle = " -> ".join(p.name for p in (*chain, target.resolve()))
