@@ -284,6 +284,17 @@ def test_binary_ops_on_literals(device: tf.Device, op: str) -> None:
         _same(got, want)
 
 
+def test_a_literal_condition_picks_its_branch(device: tf.Device) -> None:
+    """4096 elements take the GPU's vec4 loops, where a literal bool has no
+    place."""
+    f = tf.Fusion()
+    x = f.input((4096,), "f32")
+    f.output(tf.where(f.constant(1.0) > 0.5, x, -x), tf.where(f.constant(0.0) > 0.5, x, -x))
+    a = np.random.default_rng(5).standard_normal(4096).astype(np.float32)
+    for got, want in zip(f.execute(a, device=device), (a, -a), strict=True):
+        _same(got, want)
+
+
 def test_exp_overflows_to_inf_and_underflows_to_zero(device: tf.Device) -> None:
     f = tf.Fusion()
     x = f.input((5,), "f32")
@@ -462,6 +473,8 @@ def _softmax(x: tf.Tensor) -> tf.Tensor:
         ([(8, 0), (0, 8)], lambda a, b: a @ b),
         ([(0, 4), (4, 8)], lambda a, b: (a @ b).relu()),
         ([(1, 1, 1)], lambda x: x.mean(axis=(0, 2), keepdims=True)),
+        # The empty matmul's 0 is a literal, beside a vec4 step's loads.
+        ([(0, 0), (0, 8), ()], lambda a, b, c: a @ b + c),
     ],
 )
 def test_empty_and_size_one_dimensions(device: tf.Device, shapes: Any, build: Any) -> None:

@@ -528,6 +528,7 @@ def test_the_cpu_runs_schedules_wgsl_cannot_express(gpu: tf.Device) -> None:
 
 CPU_PASSES = ["realize_buffers", "software_pipeline", "launch"]
 WGSL_PASSES = [
+    "fold_constants",
     "realize_buffers",
     "software_pipeline",
     "verify_workgroup_spine",
@@ -536,7 +537,6 @@ WGSL_PASSES = [
     "cross_invocation",
     "place_barriers",
     "localize_indices",
-    "fold_constants",
 ]
 
 

@@ -65,9 +65,10 @@ fn evaluated(e: &Expr) -> Option<Expr> {
             };
             (binary_scalar(*op, x, y), dtype)
         }
+        // A literal condition picks its branch (and leaves no literal bool
+        // where a vec4 select expects a vector).
         Expr::Select(c, a, b) => {
-            let picked = if scalar(c)?.0.as_bool() { a } else { b };
-            return matches!(**picked, Expr::Const { .. }).then(|| (**picked).clone());
+            return Some(if scalar(c)?.0.as_bool() { a } else { b }.as_ref().clone());
         }
         Expr::Cast(dtype, a) => (scalar(a)?.0, *dtype),
         Expr::Const { .. } | Expr::Load { .. } => return None,

@@ -87,6 +87,10 @@ pub struct Pass {
 
 /// Every pass after scheduling, in the order they run.
 pub const PASSES: &[Pass] = &[
+    // Literal arithmetic evaluated; loads of a buffer that holds one
+    // literal (an empty reduction's result) read it. First, so that every
+    // analysis sees the loads codegen emits.
+    pass("fold_constants", true, fold::run),
     // Workgroup and private buffers shrink to the region one iteration uses.
     pass("realize_buffers", false, realize::run),
     // Pipelined loops get rotating stages, a prologue and copies ahead.
@@ -103,9 +107,6 @@ pub const PASSES: &[Pass] = &[
     pass("place_barriers", true, barriers::run),
     // Local-buffer accesses over loop variables, simplified.
     pass("localize_indices", true, localize::run),
-    // Literal arithmetic evaluated; loads of a buffer that holds one
-    // literal (an empty reduction's result) read it.
-    pass("fold_constants", true, fold::run),
 ];
 
 const fn pass(name: &'static str, wgsl_only: bool, run: Run) -> Pass {
