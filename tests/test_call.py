@@ -202,6 +202,13 @@ def test_outs_that_overlap_each_other_are_a_clear_error(device: tf.Device) -> No
     for out in [(a, a), (big[:8], big[1:]), (np.empty_like(a),) * 2]:
         with pytest.raises(tf.FusionError, match=r"out 1 \(t4\) overlaps out 0 \(t2\)"):
             k(a, out=out)
+    # Empty arrays share no memory, also with an input they are.
+    e = np.ones((0, 16), f32)
+    ef = tf.Fusion()
+    ex = ef.input((0, 16), "f32")
+    ef.output(-ex, ex + 1.0)
+    got = ef.schedule(ef.heuristics(device=device), device)(e, out=(e, e))
+    assert got[0] is e and got[1] is e
     # Side by side in one array is fine.
     both = np.empty((2, 8, 16), f32)
     k(a, out=(both[0], both[1]))

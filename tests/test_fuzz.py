@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
@@ -254,3 +255,71 @@ def check_kernel(built: Built, kernel: tf.Kernel | tf.SegmentedKernel, seed: int
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         note(f"output {i}")
         assert_matches_reference(g, w, _scale(f, arrays), [n[i] for n in nearby])
+
+
+def _arranged(draw: st.DrawFn, a: np.ndarray) -> np.ndarray:
+    """``a``'s values in a layout drawn at random (one the call copies, or
+    C order in place)."""
+    layout = draw(st.sampled_from(["c", "fortran", "reversed", "strided", "read_only"]))
+    if layout == "fortran" and a.ndim:  # (asfortranarray makes 0-d arrays 1-d)
+        return np.asfortranarray(a)
+    if layout == "reversed" and a.ndim:
+        return a[::-1].copy()[::-1]
+    if layout == "strided" and a.ndim:
+        return np.repeat(a, 2, axis=-1)[..., ::2]
+    b = a.copy()
+    b.flags.writeable = layout != "read_only"
+    return b
+
+
+def _outs(draw: st.DrawFn, f: tf.Fusion, inputs: list[np.ndarray]) -> tuple[list[Any], bool]:
+    """An ``out=`` entry per output: none, a new array, a view into a
+    bigger one, or an input of the output's shape. Returns them and whether
+    two of them share memory (which the call must refuse)."""
+    outs: list[Any] = []
+    taken: set[int] = set()
+    shared = False
+    for t in f.outputs:
+        choice = draw(st.sampled_from(["none", "new", "view", "input"]))
+        fits = [i for i, a in enumerate(inputs) if a.shape == t.shape and a.flags.c_contiguous]
+        fits = [i for i in fits if inputs[i].flags.writeable]
+        if choice == "input" and fits:
+            i = draw(st.sampled_from(fits))
+            shared |= i in taken and inputs[i].size > 0  # empty arrays share no memory
+            taken.add(i)
+            outs.append(inputs[i])
+        elif choice == "view":
+            size = int(np.prod(t.shape))
+            outs.append(np.full(size + 3, np.nan, np.float32)[3:].reshape(t.shape))
+        else:
+            outs.append(np.full(t.shape, np.nan, np.float32) if choice == "new" else None)
+    return outs, shared
+
+
+def test_random_calls_give_what_contiguous_inputs_give(device: tf.Device) -> None:
+    """Inputs in any layout and ``out=`` arrays (aliasing inputs or not)
+    give what the same kernel gives on fresh C-order arrays, bit for bit."""
+
+    @fuzz_settings(max(1, CASES // 3))
+    @given(built=fusions(), seed=SEEDS, data=st.data())
+    def check(built: Built, seed: int, data: st.DataObject) -> None:
+        f = built.fusion
+        note(f"{f}\nsteps {built.steps}")
+        k = f.schedule(f.heuristics(device=device), device)
+        arrays = _inputs(built, seed)
+        with np.errstate(all="ignore"):
+            want = k(*(a.copy() for a in arrays))
+        inputs = [_arranged(data.draw, a) for a in arrays]
+        outs, shared = _outs(data.draw, f, inputs)
+        note(f"inputs C-contiguous {[a.flags.c_contiguous for a in inputs]}, outs {outs}")
+        if shared:
+            with pytest.raises(tf.FusionError, match="overlaps out"):
+                k(*inputs, out=tuple(outs))
+            return
+        got = k(*inputs, out=tuple(outs))
+        got, want = (got, want) if len(f.outputs) > 1 else ((got,), (want,))
+        for g, o, w in zip(got, outs, want, strict=True):
+            assert o is None or g is o
+            np.testing.assert_array_equal(g, w)
+
+    check()

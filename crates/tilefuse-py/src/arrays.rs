@@ -471,7 +471,9 @@ fn outputs<'py>(
             .or_raise(py);
         }
         out_spans.push((j, span.clone()));
-        if spans.iter().any(|s| overlap(s, &span)) {
+        // An empty array is copied into too: nothing to write, and an
+        // input that is the same array is borrowed already.
+        if span.is_empty() || spans.iter().any(|s| overlap(s, &span)) {
             // Aliases an input: the kernel may overwrite elements it has
             // yet to read, so numpy copies the result in afterwards.
             result.arrays.push(new_output(py, fusion, id)?);
