@@ -439,6 +439,23 @@ def test_arithmetic_on_empty_reductions(device: tf.Device, empty: Any, op: Any) 
         _same(k(*args), f.evaluate(*args))
 
 
+def test_an_empty_reduction_across_invocations_combines_in_workgroup_memory(
+    gpu: tf.Device,
+) -> None:
+    """Its partials are known literals, but the lanes still combine through
+    workgroup memory, not subgroup shuffles that subgroups off forbids."""
+    f = tf.Fusion()
+    x = f.input((0,), "f32")
+    f.output(x.sum())
+    p = f.heuristics(device=gpu, cache=False).to_dict()
+    p.update(cross_invocation_inner_reduction=True, reduction_invocations=64)
+    p.update(persistent_kernel=True, rows_per_workgroup=2, vectorization_factor_reduction=4)
+    p["launch"]["workgroup_size"] = [64, 1, 1]
+    p["compile"]["use_subgroups"] = False
+    got = f.schedule(p, gpu)(np.ones(0, np.float32))
+    _same(got, 0.0)
+
+
 def test_a_sum_of_negative_zeros_is_negative_zero(device: tf.Device) -> None:
     f = tf.Fusion()
     a, b = f.input((1, 3), "f32"), f.input((3, 1), "f32")

@@ -344,6 +344,42 @@ def test_workgroup_buffer_must_be_placed(rng: np.random.Generator) -> None:
         s.build(tf.Device.cpu())
 
 
+def _exp_plus_one() -> tf.Fusion:
+    f = tf.Fusion()
+    x = f.input((8,), "f32", name="x")
+    t1 = x.exp()
+    t1.name = "t1"
+    t2 = t1 + 1.0
+    t2.name = "t2"
+    f.output(t2)
+    return f
+
+
+def test_staging_never_reorders_a_read_before_its_write() -> None:
+    """Each sequence below ran, on both devices, with a block reading a
+    buffer before the block writing it (t2 read exp(x) as 0 + 1)."""
+    s = _exp_plus_one().create_schedule()
+    s.reverse_compute_at("t2", s.get_loops("t1")[0])
+    # The copy back, after the nest, would come after t2 reads t1 (private:
+    # inlining t1 into the copy made that buildable).
+    for scope in ["private", "global"]:
+        with pytest.raises(tf.ScheduleError, match="block t2 reads t1 inside block t1's loop nest"):
+            s.cache_write("t1", scope)
+    # A copy in global memory, before the nest, would read t1 unwritten.
+    with pytest.raises(tf.ScheduleError, match="block t1 writes t1 inside block t2's loop nest"):
+        s.cache_read("t2", "t1", "global")
+    # A reduction's init would write the buffer while the update writes
+    # the copy (a reused arena then summed every call's result).
+    f = tf.Fusion()
+    y = f.input((4, 8), "f32", name="x").sum(axis=1)
+    y.name = "y"
+    f.output(y)
+    s = f.create_schedule()
+    s.decompose_reduction("y", s.get_loops("y")[1])
+    with pytest.raises(tf.ScheduleError, match="cache_write: block y shares its buffer y"):
+        s.cache_write("y", "global")
+
+
 def test_a_kernel_says_what_it_takes_gives_and_runs_on() -> None:
     f = tf.Fusion()
     s, v = f.input((), "f32", name="s"), f.input((3,), "i32", name="v")

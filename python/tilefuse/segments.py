@@ -7,6 +7,7 @@ them back, returning a :class:`SegmentedKernel`.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -99,27 +100,42 @@ class SegmentedKernel:
             raise FusionError(
                 f"the fusion takes {len(self.fusion.inputs)} inputs, got {len(arrays)}"
             )
+        targets = self._out_list(out) if out is not None else [None] * len(self.outputs)
+        self._check_distinct(targets)
         outs = self._out_arrays(out)
         values: dict[int, Any] = {
             t.id: np.asarray(a) for t, a in zip(self.fusion.inputs, arrays, strict=True)
         }
+        # An output that is an input is a copy of it, as a kernel's would be,
+        # taken before a kernel writes an out array that aliases the input.
+        inputs = {t.id for t in self.fusion.inputs}
+        copies = [np.array(values[t.id]) if t.id in inputs else None for t in self.outputs]
         for segment, kernel in zip(self.segments, self.kernels, strict=True):
             given = tuple(outs.get(t.id) for t in segment.outputs)
             got = kernel(*(values[t.id] for t in segment.inputs), out=given)
             got = got if isinstance(got, tuple) else (got,)
             values.update((t.id, r) for t, r in zip(segment.outputs, got, strict=True))
-        results = tuple(values[t.id] for t in self.outputs)
-        targets = self._out_list(out) if out is not None else [None] * len(results)
+        results = [
+            values[t.id] if c is None else c for t, c in zip(self.outputs, copies, strict=True)
+        ]
         # Outputs no segment computes (an input, or one listed twice).
         for target, result in zip(targets, results, strict=True):
             if target is not None and target is not result:
                 np.copyto(target, result)
-        # An output that is an input is a copy of it, as a kernel's would be.
-        inputs = {t.id for t in self.fusion.inputs}
-        return tuple(
-            target if target is not None else np.array(r) if o.id in inputs else r
-            for o, target, r in zip(self.outputs, targets, results, strict=True)
-        )
+        return tuple(r if t is None else t for t, r in zip(targets, results, strict=True))
+
+    def _check_distinct(self, targets: list[Any]) -> None:
+        """Refuses ``out`` arrays that share memory, as kernels do."""
+        from ._native import FusionError
+
+        given = [(j, a) for j, a in enumerate(targets) if a is not None]
+        for (i, a), (j, b) in itertools.combinations(given, 2):
+            if np.shares_memory(a, b):
+                label = self.fusion._native.label
+                raise FusionError(
+                    f"out {j} ({label(self.outputs[j].id)}) overlaps out {i} "
+                    f"({label(self.outputs[i].id)}): each output needs memory of its own"
+                )
 
     def __reduce__(self) -> tuple[Any, ...]:
         args = (self.fusion, self.segments, self.kernels, self.device, self.outputs)

@@ -355,12 +355,15 @@ pub fn cache_stage(s: &mut Schedule) {
     if !stage_first_input(s, row) {
         return;
     }
-    if let Some(mm) = s
+    let mm = s
         .get_blocks()
         .into_iter()
-        .find(|&b| s.kernel().block(b).iters.iter().any(|it| it.name == "vk"))
+        .find(|&b| s.kernel().block(b).iters.iter().any(|it| it.name == "vk"));
+    // An epilogue in the row reads the matmul's result before a copy back
+    // after the nest would run: cache_write refuses, the matmul stays.
+    if let Some(mm) = mm
+        && let Ok(out) = s.cache_write(mm, Scope::Private)
     {
-        let out = s.cache_write(mm, Scope::Private).unwrap();
         let outer = s.get_loops(mm).unwrap()[1];
         s.reverse_compute_at(out, outer).unwrap();
     }

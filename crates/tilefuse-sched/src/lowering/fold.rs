@@ -18,10 +18,19 @@ use crate::ir::{Block, BufferId, Expr, Kernel, Role};
 pub(super) fn run(l: &mut Lowered) -> Result<(), LowerError> {
     let blocks = l.kernel.blocks_in_order();
     let mut known = HashMap::new();
+    // A reduction keeps its loads: reading the partials of an rfactor from
+    // workgroup memory is what makes its lanes combine there, not by
+    // subgroup shuffles (`cross_invocation`).
+    let none = HashMap::new();
     loop {
         for &b in &blocks {
             let block = l.kernel.block_mut(b);
-            block.value = folded(&block.value, &known);
+            let substituted = if block.reduce.is_some() {
+                &none
+            } else {
+                &known
+            };
+            block.value = folded(&block.value, substituted);
         }
         let found = known_buffers(&l.kernel, &blocks);
         if found.len() == known.len() {

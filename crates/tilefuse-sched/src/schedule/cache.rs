@@ -21,12 +21,31 @@ impl Schedule {
     /// new copy block in its own nest just before `block`'s. Other readers
     /// keep reading `buffer`. Returns the copy block.
     ///
-    /// Preconditions: `block` is in the schedule and reads `buffer`.
+    /// Preconditions: `block` is in the schedule and reads `buffer`; for a
+    /// copy in global memory, no block in `block`'s loop nest writes
+    /// `buffer` (the copy, before the nest, would read it unwritten; a copy
+    /// elsewhere is refused by buffer realization until `compute_at` moves
+    /// it into the nest).
     pub fn cache_read(&mut self, block: BlockId, buffer: &str, scope: Scope) -> Result<BlockId> {
         const P: &str = "cache_read";
         self.check_block(block)?;
         let b = self.kernel.block(block).clone();
         let source = self.buffer_read_by(P, &b, buffer)?;
+        let global = scope == Scope::Global;
+        if let Some(writer) = global
+            .then(|| self.nest_mate(block, |m| m.buffer == source))
+            .flatten()
+        {
+            return Err(ScheduleError::pre(
+                P,
+                format!(
+                    "block {writer} writes {buffer} inside block {}'s loop nest, and a copy in \
+                     global memory would run before the nest",
+                    b.name
+                ),
+            )
+            .blocks([b.name, writer]));
+        }
         let cache = self.add_cache_buffer(source, scope);
         let value = b.value.map_loads(&mut |buf, indices| Expr::Load {
             buffer: if buf == source { cache } else { buf },
@@ -49,10 +68,27 @@ impl Schedule {
     /// a new block in its own nest just after `block`'s. Returns the copy
     /// block.
     ///
-    /// Preconditions: `block` is in the schedule.
+    /// Preconditions: `block` is in the schedule and the only writer of
+    /// its buffer (another, such as a reduction's init, would write the
+    /// buffer while `block` writes the copy), and no block in its loop nest
+    /// reads the buffer (the copy back, after the nest, would come late).
     pub fn cache_write(&mut self, block: BlockId, scope: Scope) -> Result<BlockId> {
+        const P: &str = "cache_write";
         self.check_block(block)?;
+        self.check_sole_writer(P, block)?;
         let target = self.kernel.block(block).buffer;
+        if let Some(reader) = self.nest_mate(block, |m| m.reads(target)) {
+            let name = self.block_name(block);
+            return Err(ScheduleError::pre(
+                P,
+                format!(
+                    "block {reader} reads {} inside block {name}'s loop nest, before the copy \
+                     back would run (cache_write before compute_at / reverse_compute_at)",
+                    self.kernel.buffer(target).name
+                ),
+            )
+            .blocks([name, reader]));
+        }
         let cache = self.add_cache_buffer(target, scope);
         self.kernel.block_mut(block).buffer = cache;
         let copy = self.copy_block(cache, target, self.kernel.buffer(cache).name.clone());
@@ -93,6 +129,17 @@ impl Schedule {
         self.kernel.buffers[buffer.0 as usize].scope = scope;
         self.record(Instruction::SetScope { block, scope });
         Ok(())
+    }
+
+    /// The name of a block other than `block` in `block`'s root loop nest
+    /// for which `f` holds.
+    fn nest_mate(&self, block: BlockId, f: impl Fn(&Block) -> bool) -> Option<String> {
+        let mut mates = Vec::new();
+        self.kernel.body[self.root_index(block)].blocks(&mut mates);
+        mates
+            .into_iter()
+            .find(|&m| m != block && f(self.kernel.block(m)))
+            .map(|m| self.block_name(m))
     }
 
     fn buffer_read_by(&self, primitive: &'static str, b: &Block, name: &str) -> Result<BufferId> {
