@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use tilefuse_ir::{DType, ReduceOp, Scalar, binary_scalar, reduce_identity, unary_scalar};
 
 use super::{LowerError, Lowered};
-use crate::ir::{Block, BufferId, Expr, Kernel, Role};
+use crate::ir::{Block, BlockId, BufferId, Expr, Kernel};
 
 pub(super) fn run(l: &mut Lowered) -> Result<(), LowerError> {
     let blocks = l.kernel.blocks_in_order();
@@ -98,24 +98,18 @@ fn scalar(e: &Expr) -> Option<(Scalar, DType)> {
 /// A literal: its value, as converted to its dtype, and the dtype.
 type Literal = (f64, DType);
 
-/// The buffers every write of which stores one literal.
-fn known_buffers(k: &Kernel, blocks: &[crate::ir::BlockId]) -> HashMap<BufferId, Literal> {
-    let mut known = HashMap::new();
-    for (i, buffer) in k.buffers.iter().enumerate() {
-        let id = BufferId(i as u32);
-        if matches!(buffer.role, Role::Input(_)) {
-            continue;
-        }
-        let writers: Vec<&Block> = blocks
-            .iter()
-            .map(|&b| k.block(b))
-            .filter(|b| b.buffer == id)
-            .collect();
-        if let Some(value) = one_value(&writers) {
-            known.insert(id, value);
-        }
+/// The buffers every write of which stores one literal (inputs have no
+/// writers).
+fn known_buffers(k: &Kernel, blocks: &[BlockId]) -> HashMap<BufferId, Literal> {
+    let mut writers: HashMap<BufferId, Vec<&Block>> = HashMap::new();
+    for &b in blocks {
+        let block = k.block(b);
+        writers.entry(block.buffer).or_default().push(block);
     }
-    known
+    writers
+        .into_iter()
+        .filter_map(|(id, w)| Some((id, one_value(&w)?)))
+        .collect()
 }
 
 /// The one literal that `writers` leave in their buffer, if they agree on
