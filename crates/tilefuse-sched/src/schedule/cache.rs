@@ -31,11 +31,11 @@ impl Schedule {
         self.check_block(block)?;
         let b = self.kernel.block(block).clone();
         let source = self.buffer_read_by(P, &b, buffer)?;
-        let global = scope == Scope::Global;
-        if let Some(writer) = global
-            .then(|| self.nest_mate(block, |m| m.buffer == source))
-            .flatten()
-        {
+        let writer = match scope {
+            Scope::Global => self.nest_mate(block, |m| m.buffer == source),
+            _ => None,
+        };
+        if let Some(writer) = writer {
             return Err(ScheduleError::pre(
                 P,
                 format!(
