@@ -102,7 +102,7 @@ class SegmentedKernel:
             )
         targets = self._out_list(out) if out is not None else [None] * len(self.outputs)
         self._check_distinct(targets)
-        outs = self._out_arrays(out)
+        outs = self._out_arrays(targets)
         values: dict[int, Any] = {
             t.id: np.asarray(a) for t, a in zip(self.fusion.inputs, arrays, strict=True)
         }
@@ -151,13 +151,12 @@ class SegmentedKernel:
             )
         return listed
 
-    def _out_arrays(self, out: Any) -> dict[int, Any]:
-        """The ``out`` array of each output tensor a segment computes."""
-        if out is None:
-            return {}
+    def _out_arrays(self, targets: list[Any]) -> dict[int, Any]:
+        """The ``out`` array (of ``targets``, one per output or ``None``) of
+        each output tensor a segment computes."""
         computed = {t.id for s in self.segments for t in s.outputs}
         arrays: dict[int, Any] = {}
-        for t, target in zip(self.outputs, self._out_list(out), strict=True):
+        for t, target in zip(self.outputs, targets, strict=True):
             if target is not None and t.id in computed:
                 arrays.setdefault(t.id, target)
         return arrays
