@@ -246,6 +246,14 @@ def _same(got: Any, want: Any, rtol: float = 3e-6) -> None:
     np.testing.assert_allclose(got, want, rtol=rtol, equal_nan=True)
 
 
+def _outputs_same(f: tf.Fusion, device: tf.Device, *arrays: Any, rtol: float = 3e-6) -> None:
+    """Each output of ``f`` (several) on ``device`` is ``_same`` as the
+    reference's."""
+    got, want = f.execute(*arrays, device=device), f.evaluate(*arrays)
+    for g, w in zip(got, want, strict=True):
+        _same(g, w, rtol=rtol)
+
+
 @pytest.mark.parametrize(
     "op",
     ["exp", "tanh", "sigmoid", "relu", "gelu", "abs", "neg", "sqrt", "log", "reciprocal"],
@@ -269,8 +277,7 @@ def test_unary_ops_on_literals(device: tf.Device, op: str) -> None:
     x = f.input((3,), "f32")
     f.output(*(x + getattr(f.constant(float(c)), op)() for c in SPECIAL))
     a = np.random.default_rng(3).random(3, dtype=np.float32)
-    for got, want in zip(f.execute(a, device=device), f.evaluate(a), strict=True):
-        _same(got, want)
+    _outputs_same(f, device, a)
 
 
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "max", "min", "pow"])
@@ -280,8 +287,7 @@ def test_binary_ops_on_literals(device: tf.Device, op: str) -> None:
     x = f.input((3,), "f32")
     f.output(*(x + f.constant(a)._binary(op, b) for a, b in pairs))
     a = np.random.default_rng(4).random(3, dtype=np.float32)
-    for got, want in zip(f.execute(a, device=device), f.evaluate(a), strict=True):
-        _same(got, want)
+    _outputs_same(f, device, a)
 
 
 def test_a_literal_condition_picks_its_branch(device: tf.Device) -> None:
@@ -334,8 +340,7 @@ def test_literal_operands_special_values(
     f = tf.Fusion()
     x = f.input(a.shape, "f32")
     f.output(x._binary(op, constant), x._binary(op, constant, reverse=True))
-    for got, want in zip(f.execute(a, device=device), f.evaluate(a), strict=True):
-        _same(got, want, rtol=2e-5 if op == "pow" else 3e-6)
+    _outputs_same(f, device, a, rtol=2e-5 if op == "pow" else 3e-6)
 
 
 def test_a_tensor_minus_itself(device: tf.Device) -> None:
@@ -349,8 +354,7 @@ def test_a_tensor_minus_itself(device: tf.Device) -> None:
     f = tf.Fusion()
     x = f.input(SPECIAL.shape, "f32")
     f.output(x - x, x * x - x * x)
-    for got, want in zip(f.execute(SPECIAL, device=device), f.evaluate(SPECIAL), strict=True):
-        _same(got, want)
+    _outputs_same(f, device, SPECIAL)
 
 
 def test_pow_at_negative_bases_zero_and_nan(device: tf.Device) -> None:
