@@ -20,7 +20,7 @@ use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::{HeuristicParams, ParamsError, SchedulerKind, Tunable};
 
 pub use features::{Features, ReductionShape, features};
-pub use matmul::{Matmul, matmul_heuristics};
+pub use matmul::{Matmul, matmul_heuristics, smem_epilogue_fits};
 pub use pointwise::{Pointwise, pointwise_heuristics};
 pub use reduction::{Reduction, reduction_heuristics};
 pub use segment::{Segment, segments};

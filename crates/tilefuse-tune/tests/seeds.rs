@@ -9,9 +9,10 @@ use common::{chain, device_kinds, gpu};
 use tilefuse_ir::Fusion;
 use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::Device;
+use tilefuse_sched::DeviceInfo;
 use tilefuse_schedulers::{features, heuristics, schedule};
 use tilefuse_testing::{matmul, softmax, sum};
-use tilefuse_tune::seeds::{applies, builtin};
+use tilefuse_tune::seeds::{LargeMatmul, applies, builtin};
 use tilefuse_tune::{AutotunerHeuristic, Options, SeedContext, Status, Strategy, tune};
 
 /// `(name, fusion, the built-in heuristic made for it)`.
@@ -19,6 +20,12 @@ fn cases() -> Vec<(&'static str, Fusion, &'static str)> {
     vec![
         ("gemv-like 4x512x256", matmul(4, 512, 256), "skinny_matmul"),
         ("tall 1024x8x2048", matmul(1024, 8, 2048), "skinny_matmul"),
+        ("square 512x512x512", matmul(512, 512, 512), "large_matmul"),
+        (
+            "square 2048x2048x64",
+            matmul(2048, 2048, 64),
+            "large_matmul",
+        ),
         ("softmax 512x128", softmax(&[512, 128], -1), "short_rows"),
         ("softmax 64x1000", softmax(&[64, 1000], -1), "short_rows"),
         ("chain of 16", chain(16), "long_chain"),
@@ -72,10 +79,10 @@ fn every_builtin_applies_where_meant_and_its_seeds_schedule() {
 
 #[test]
 fn builtins_stay_out_of_fusions_not_theirs() {
-    let square = matmul(256, 256, 256);
+    let small = matmul(32, 48, 256);
     let long_rows = softmax(&[16, 4096], -1);
     let info = gpu("discrete_gpu", 1024);
-    for f in [square, long_rows, chain(3)] {
+    for f in [small, long_rows, chain(3)] {
         let feats = features(&f).unwrap();
         let default = heuristics(&f, None, &info).unwrap();
         let cx = SeedContext {
@@ -88,6 +95,52 @@ fn builtins_stay_out_of_fusions_not_theirs() {
             assert!(!applies(h.as_ref(), &cx).unwrap(), "{}", h.name());
         }
     }
+}
+
+/// The seeds of `large_matmul` for an m x n x k matmul on `info`, as
+/// `(cta_tile.m, instruction_tile, splitk_factor)`.
+fn large_matmul_seeds(info: &DeviceInfo, [m, n, k]: [usize; 3]) -> Vec<(u32, [u32; 3], u32)> {
+    let f = matmul(m, n, k);
+    let feats = features(&f).unwrap();
+    let default = heuristics(&f, None, info).unwrap();
+    let cx = SeedContext {
+        fusion: &f,
+        device: info,
+        features: &feats,
+        default: &default,
+    };
+    if !applies(&LargeMatmul, &cx).unwrap() {
+        return Vec::new();
+    }
+    let seeds = LargeMatmul.seed_configs(&cx).unwrap();
+    seeds
+        .into_iter()
+        .map(|p| match p {
+            HeuristicParams::Matmul(p) => {
+                let i = p.tile_sizes.instruction_tile;
+                (p.tile_sizes.cta_tile.m, [i.m, i.n, i.k], p.splitk_factor)
+            }
+            _ => unreachable!("matmul params"),
+        })
+        .collect()
+}
+
+/// What the H100's full tunes found: a k step of 8, thinner workgroup
+/// tiles at 1024³ (512 workgroups of 16 x 128), 8 x 8 register tiles at
+/// 2048³, k split where the tiles cannot fill the device (512³); none of
+/// it on lavapipe, whose default is its own.
+#[test]
+fn large_matmul_seeds_deepen_k_and_fill_the_device() {
+    let h100 = gpu("discrete_gpu", 1024);
+    let seeds = large_matmul_seeds(&h100, [1024, 1024, 1024]);
+    assert!(seeds.iter().all(|s| s.1[2] == 8), "{seeds:?}");
+    assert!(seeds.contains(&(16, [4, 4, 8], 1)), "{seeds:?}");
+    assert!(!seeds.iter().any(|s| s.1 == [8, 8, 8]), "{seeds:?}");
+    let big = large_matmul_seeds(&h100, [2048, 2048, 2048]);
+    assert!(big.contains(&(128, [8, 8, 8], 1)), "{big:?}");
+    let few = large_matmul_seeds(&h100, [512, 512, 512]);
+    assert!(few.contains(&(32, [4, 4, 8], 4)), "{few:?}");
+    assert!(large_matmul_seeds(&gpu("cpu", 256), [1024, 1024, 1024]).is_empty());
 }
 
 /// A heuristic that seeds one pointwise config and proposes one neighbour

@@ -71,6 +71,12 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     p.tile_sizes.cta_tile = cta;
     p.tile_sizes.warp_tile = warp;
     p.tile_sizes.instruction_tile = instr;
+    // GPUs that are not CPUs store the output tile through workgroup
+    // memory, the whole workgroup storing rows of it: on an H100 1.17x at
+    // 2048³, 1.47x at 512³ and 1.55x at 1024³ (0.181 → 0.117 ms; BENCHMARKS.md,
+    // thirty-fourth session). lavapipe's barriers cost more than that.
+    p.use_smem_epilogue =
+        device.is_gpu() && device.adapter_type != "cpu" && smem_epilogue_fits(cta, device);
     if !device.is_gpu() && !fusion_has_batch(fusion) {
         p.splitk_factor = cpu_splitk(m, n, k, cta, device.cores);
     }
@@ -79,6 +85,11 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
         .find(|&v| instr.n.is_multiple_of(v) && n.is_multiple_of(u64::from(v)))
         .unwrap_or(1);
     p
+}
+
+/// Whether a workgroup's f32 output tile fits in its workgroup memory.
+pub fn smem_epilogue_fits(cta: GemmTile, device: &DeviceInfo) -> bool {
+    u64::from(cta.m) * u64::from(cta.n) * 4 <= u64::from(device.limits.max_workgroup_storage_bytes)
 }
 
 /// Slices of k for the CPU device: where the output tiles are fewer than

@@ -48,7 +48,7 @@ mod plan;
 mod scheduler;
 mod staging;
 
-pub use heuristics::matmul_heuristics;
+pub use heuristics::{matmul_heuristics, smem_epilogue_fits};
 pub use scheduler::Matmul;
 
 use analysis::accepts;

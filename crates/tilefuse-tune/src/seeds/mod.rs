@@ -4,9 +4,10 @@
 //! its neighbours of the best params so far join the search as it goes. A
 //! heuristic that fails is skipped with a warning; tuning goes on.
 //!
-//! The built-in ones, one per file: [`SkinnyMatmul`], [`ShortRows`],
-//! [`LongChain`], [`OuterReduction`].
+//! The built-in ones, one per file: [`SkinnyMatmul`], [`LargeMatmul`],
+//! [`ShortRows`], [`LongChain`], [`OuterReduction`].
 
+mod large_matmul;
 mod long_chain;
 mod outer_reduction;
 mod short_rows;
@@ -19,6 +20,7 @@ use tilefuse_params::{HeuristicParams, SchedulerKind};
 use tilefuse_sched::DeviceInfo;
 use tilefuse_schedulers::Features;
 
+pub use large_matmul::LargeMatmul;
 pub use long_chain::LongChain;
 pub use outer_reduction::OuterReduction;
 pub use short_rows::ShortRows;
@@ -88,6 +90,7 @@ pub trait AutotunerHeuristic {
 pub fn builtin() -> Vec<Box<dyn AutotunerHeuristic>> {
     vec![
         Box::new(SkinnyMatmul),
+        Box::new(LargeMatmul),
         Box::new(ShortRows),
         Box::new(LongChain),
         Box::new(OuterReduction),
