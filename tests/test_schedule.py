@@ -380,6 +380,30 @@ def test_staging_never_reorders_a_read_before_its_write() -> None:
         s.cache_write("y", "global")
 
 
+@pytest.mark.parametrize(
+    ("shape", "axes"),
+    [((0, 3, 1), (0, 2)), ((1, 3, 1), (0, 2)), ((0, 3), (0,)), ((2, 3, 4), (0, 2))],
+)
+def test_a_loop_fused_from_a_reduce_and_a_spatial_loop_starts_every_element(
+    device: tf.Device, rng: np.random.Generator, shape: tuple[int, ...], axes: tuple[int, ...]
+) -> None:
+    """The fused loop drives a reduce iterator (its quotient) and the
+    stored element (its remainder): each lane starts its own element. The
+    CPU device started only lane 0's and summed the others into what the
+    output held (found by tests/test_schedule_fuzz.py, seed 41)."""
+    f = tf.Fusion()
+    y = f.input(shape, "f32").sum(axis=axes)
+    y.name = "y"
+    f.output(y)
+    s = f.create_schedule()
+    reduce_loop, spatial_loop = s.get_loops("y")[:2]
+    s.fuse(reduce_loop, spatial_loop)
+    a = rng.standard_normal(shape).astype(np.float32)
+    out = np.full(3, 7.0, np.float32)
+    s.build(device)(a, out=out)
+    assert_close(out, a.astype(np.float64).sum(axis=axes))
+
+
 def test_a_kernel_says_what_it_takes_gives_and_runs_on() -> None:
     f = tf.Fusion()
     s, v = f.input((), "f32", name="s"), f.input((3,), "i32", name="v")

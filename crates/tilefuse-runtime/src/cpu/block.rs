@@ -60,12 +60,15 @@ pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -
         uniform,
         prefix,
     } = bounds(kernel, block_id, lane);
+    // Lanes that each combine into their own element while driving a
+    // reduce iterator (a loop fused from a reduce and a spatial one) start
+    // their elements at different lanes: each lane's firstness is its own.
     let per_lane = !predicates.is_empty()
         || !all_loads(&value, &|a| a.linear.is_some())
         || match store.linear {
             None => true,
             Some((0, _)) => !lane_reduces,
-            Some(_) => false,
+            Some(_) => lane_reduces && block.init,
         };
     let tape = (lane.is_some() && !per_lane)
         .then(|| tape_code(kernel, &value, &store, block, lane_reduces))
