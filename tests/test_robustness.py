@@ -619,6 +619,18 @@ def test_schedule_takes_a_params_dict() -> None:
     np.testing.assert_allclose(k(np.ones(64, np.float32)), np.exp(2.0), rtol=1e-6)
 
 
+@pytest.mark.parametrize("device", [CPU, "gpu"])
+@pytest.mark.parametrize("method", ["heuristics", "schedule"])
+def test_a_device_in_the_first_argument_says_to_pass_it_by_keyword(
+    device: Any, method: str
+) -> None:
+    """``f.heuristics(device)`` took the device for a scheduler name, and
+    ``f.schedule(device)`` for params (an AttributeError, or a string read
+    as a list of per-segment params)."""
+    with pytest.raises(TypeError, match=rf"{method}\(\): .* got a device .*by keyword"):
+        getattr(chain_fusion(), method)(device)
+
+
 def test_a_bad_device_variable_is_a_device_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TILEFUSE_DEVICE", "cuda")
     with pytest.raises(tf.DeviceError, match="TILEFUSE_DEVICE"):

@@ -420,6 +420,7 @@ class Fusion:
         from .params import HeuristicParams
         from .schedule import as_device
 
+        _refuse_device("heuristics", "scheduler", scheduler)
         device = as_device(device)
         if scheduler is None and self._segmented():
             return [
@@ -505,6 +506,7 @@ class Fusion:
         from .schedule import as_device
         from .segments import SegmentedKernel
 
+        _refuse_device("schedule", "params", params)
         device = as_device(device)
         if params is None:
             params = self.heuristics(device=device)
@@ -590,6 +592,18 @@ def _wrap(native: _native.Fusion) -> Fusion:
     f = Fusion.__new__(Fusion)
     f._native = native
     return f
+
+
+def _refuse_device(method: str, arg: str, value: object) -> None:
+    """A device given where ``method`` takes ``arg`` first (as
+    ``f.heuristics(device)`` would give it) is a clear TypeError, not a
+    confusing one from deeper down."""
+    from .schedule import DeviceFacts
+
+    if isinstance(value, DeviceFacts) or (isinstance(value, str) and value in ("cpu", "gpu")):
+        raise TypeError(
+            f"{method}(): {arg} got a device ({value!r}); pass it by keyword: {method}(device=...)"
+        )
 
 
 def _tensor(x: Operand, *others: Operand) -> Tensor:
