@@ -404,6 +404,27 @@ def test_a_loop_fused_from_a_reduce_and_a_spatial_loop_starts_every_element(
     assert_close(out, a.astype(np.float64).sum(axis=axes))
 
 
+def test_kernels_of_one_wgsl_text_that_bind_different_buffers(device: tf.Device) -> None:
+    """Loops that run zero times emit nothing of their blocks, so ``a + b``
+    and ``a * a`` give one WGSL text that binds three buffers in one and two
+    in the other. Pipelines were cached by the text alone: the second
+    kernel got the first one's layout, and wgpu refused its bind group
+    (found by tests/test_schedule_fuzz.py, seed 41)."""
+
+    def build(op: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]) -> tf.Kernel:
+        f = tf.Fusion()
+        f.output(op(f.input((3, 0), "f32"), f.input((3, 0), "f32")))
+        s = f.create_schedule()
+        s.unroll(s.get_loops(s.get_blocks()[-1])[1])
+        return s.build(device)
+
+    kernels = [build(lambda a, b: a + b), build(lambda a, b: a * a)]
+    assert kernels[0].wgsl == kernels[1].wgsl
+    empty = np.zeros((3, 0), np.float32)
+    for k in kernels:
+        assert k(empty, empty).shape == (3, 0)
+
+
 def test_a_kernel_says_what_it_takes_gives_and_runs_on() -> None:
     f = tf.Fusion()
     s, v = f.input((), "f32", name="s"), f.input((3,), "i32", name="v")

@@ -68,7 +68,8 @@ def test_random_primitive_sequences_keep_their_meaning(device: tf.Device) -> Non
         s = f.create_schedule()
         rng = random.Random(seed)
         calls = [_step(s, f, rng) for _ in range(rng.randint(1, 10)) if s.get_blocks()]
-        note(f"{f}\ncalls {calls}")
+        # The trace replays the failing schedule (`f` is the fusion above).
+        note(f"{f}\ncalls {calls}\n{s.trace_as_python()}")
         namespace: dict[str, Any] = {"f": s.recorded_fusion}
         exec(s.trace_as_python(), namespace)
         assert str(namespace["s"]) == str(s)

@@ -52,10 +52,12 @@ pub struct GpuDevice {
 
 type Pipelines = Arc<Vec<wgpu::ComputePipeline>>;
 
-/// A stage's shader module and, where wgpu cannot derive it, its layout.
-type StageModule = (wgpu::ShaderModule, Option<wgpu::PipelineLayout>);
+/// A stage's shader module and its layout (see [`spirv::stage_layout`]).
+type StageModule = (wgpu::ShaderModule, wgpu::PipelineLayout);
 
-/// Pipelines by WGSL hash, bounded: an entry lives while a kernel holds it
+/// Pipelines by the hash of their WGSL and each stage's bindings (one text
+/// can bind different buffers: a stage's loops that run zero times emit
+/// nothing of the blocks inside), bounded: an entry lives while a kernel holds it
 /// or while it is among the [`PipelineCache::RECENT`] last built (a kernel
 /// rebuilt soon after, as a tuner does, is not compiled again).
 #[derive(Default)]
@@ -268,6 +270,9 @@ impl GpuDevice {
     fn pipelines(&self, wgsl: &WgslKernel) -> Result<Pipelines> {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         wgsl.source.hash(&mut hasher);
+        for stage in &wgsl.stages {
+            stage.bindings.hash(&mut hasher);
+        }
         let key = hasher.finish();
         let mut cache = self
             .pipelines
@@ -282,7 +287,10 @@ impl GpuDevice {
                 .map_err(|e| RuntimeError::Internal(format!("generated WGSL was rejected: {e}")))?,
             None => {
                 let module = self.wgsl_module(wgsl);
-                vec![(module, None); wgsl.stages.len()]
+                let layout = |bindings| spirv::stage_layout(&self.device, wgsl, bindings);
+                (wgsl.stages.iter())
+                    .map(|stage| (module.clone(), layout(&stage.bindings)))
+                    .collect()
             }
         };
         let pipelines: Vec<_> = wgsl
@@ -293,7 +301,7 @@ impl GpuDevice {
                 self.device
                     .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                         label: Some(&stage.entry_point),
-                        layout: layout.as_ref(),
+                        layout: Some(layout),
                         module,
                         entry_point: Some(&stage.entry_point),
                         compilation_options: Default::default(),

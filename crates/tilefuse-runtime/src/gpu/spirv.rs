@@ -157,9 +157,11 @@ fn binding_map(bindings: &[u32]) -> spv::BindingMap {
         .collect()
 }
 
-/// The pipeline layout of a stage binding `bindings` of `wgsl`'s buffers
-/// (wgpu derives layouts only from WGSL it translates itself).
-fn stage_layout(
+/// The pipeline layout of a stage binding `bindings` of `wgsl`'s buffers.
+/// Every stage gets one: wgpu derives layouts only from WGSL it translates
+/// itself, and only with the bindings the code touches, which a stage whose
+/// loops run zero times may not (its bind group still binds them).
+pub(super) fn stage_layout(
     device: &wgpu::Device,
     wgsl: &WgslKernel,
     bindings: &[u32],
@@ -213,7 +215,7 @@ pub(super) fn passthrough_modules(
                 ..Default::default()
             })
         };
-        (module, Some(stage_layout(device, wgsl, &stage.bindings)))
+        (module, stage_layout(device, wgsl, &stage.bindings))
     });
     Ok(modules.collect())
 }
