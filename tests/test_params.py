@@ -70,8 +70,22 @@ def test_rejected_write_leaves_the_value_unchanged() -> None:
     with pytest.raises(tf.ParamsError) as info:
         p.tile_sizes.warp_tile.m = 48
     assert info.value.path == "tile_sizes.warp_tile.m"
-    assert str(info.value) == "tile_sizes.warp_tile.m: 48 does not divide cta_tile.m (128)"
+    assert info.value.message == "48 does not divide cta_tile.m (128)"
+    assert str(info.value).startswith("tile_sizes.warp_tile.m: 48 does not divide cta_tile.m")
+    assert "use replace()" in str(info.value)
     assert p.to_dict() == before
+
+
+def test_replace_changes_fields_that_constrain_each_other_at_once() -> None:
+    """One at a time, the first write is refused: 48 does not divide the
+    cta tile's 128 rows until those are 96."""
+    p = tf.MatmulParams()
+    q = p.replace(tile_sizes={"cta_tile": {"m": 96}, "warp_tile": {"m": 48}})
+    assert (q.tile_sizes.cta_tile.m, q.tile_sizes.warp_tile.m) == (96, 48)
+    assert (p.tile_sizes.cta_tile.m, p.tile_sizes.warp_tile.m) == (128, 64)
+    assert q.tile_sizes.cta_tile.replace(n=32).to_dict() == {"m": 96, "n": 32, "k": 32}
+    with pytest.raises(tf.ParamsError, match=r"warp_tile\.m: 48 does not divide"):
+        p.replace(tile_sizes={"warp_tile": {"m": 48}})
 
 
 @pytest.mark.parametrize(

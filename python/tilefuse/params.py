@@ -113,6 +113,13 @@ class ParamsStruct:
         """An independent copy (a copied view becomes a standalone object)."""
         return _from_root(type(self), self.to_dict())
 
+    def replace(self, **fields: Any) -> ParamsStruct:
+        """A copy with ``fields`` changed (nested structs as partial dicts),
+        validated once: for fields that constrain each other, which setting
+        one at a time would refuse in between (a workgroup size and the
+        reduction's invocations in it, say)."""
+        return type(self)(self.to_dict(), **fields)
+
     # --- attribute access -------------------------------------------------
     def __getattr__(self, name: str) -> Any:
         fields = type(self)._fields
@@ -138,7 +145,12 @@ class ParamsStruct:
         for key in self._path:
             target = target[key]
         target[name] = _plain(value)
-        root.data = _native.params_normalize(root.struct, data)
+        try:
+            root.data = _native.params_normalize(root.struct, data)
+        except _native.ParamsError as e:
+            hint = "to change fields that depend on each other together, use replace()"
+            e.args = (f"{e} ({hint})",)
+            raise
 
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *type(self)._fields})
