@@ -38,42 +38,47 @@ fn cases() -> Vec<(&'static str, Fusion, &'static str)> {
     ]
 }
 
+/// Runs `run` with the seed context of `f` on `info` (its features and
+/// default params).
+fn in_context<R>(f: &Fusion, info: &DeviceInfo, run: impl FnOnce(&SeedContext) -> R) -> R {
+    let feats = features(f).unwrap();
+    let default = heuristics(f, None, info).unwrap();
+    run(&SeedContext {
+        fusion: f,
+        device: info,
+        features: &feats,
+        default: &default,
+    })
+}
+
 #[test]
 fn every_builtin_applies_where_meant_and_its_seeds_schedule() {
     let devices = device_kinds();
     let builtin = builtin();
     for (case, f, meant) in cases() {
-        let feats = features(&f).unwrap();
         let mut applied_somewhere = false;
         for info in &devices {
-            let default = heuristics(&f, None, info).unwrap();
-            let cx = SeedContext {
-                fusion: &f,
-                device: info,
-                features: &feats,
-                default: &default,
-            };
-            for h in &builtin {
-                if !applies(h.as_ref(), &cx).unwrap() {
-                    continue;
+            in_context(&f, info, |cx| {
+                for h in builtin.iter().filter(|h| applies(h.as_ref(), cx).unwrap()) {
+                    applied_somewhere |= h.name() == meant;
+                    seeds_schedule(h.as_ref(), cx, case);
                 }
-                applied_somewhere |= h.name() == meant;
-                let seeds = h.seed_configs(&cx).unwrap();
-                assert!(!seeds.is_empty(), "{} gave no seed for {case}", h.name());
-                for p in seeds {
-                    assert_ne!(p, default, "{} seeds the default for {case}", h.name());
-                    if let Err(e) = schedule(&f, &p, info) {
-                        panic!(
-                            "{} on {case} for {}: {e}\n{}",
-                            h.name(),
-                            info.name,
-                            p.to_value()
-                        );
-                    }
-                }
-            }
+            });
         }
         assert!(applied_somewhere, "{meant} never applied to {case}");
+    }
+}
+
+/// `h` gives seeds for `case`, none the default, each of which schedules.
+fn seeds_schedule(h: &dyn AutotunerHeuristic, cx: &SeedContext, case: &str) {
+    let seeds = h.seed_configs(cx).unwrap();
+    assert!(!seeds.is_empty(), "{} gave no seed for {case}", h.name());
+    for p in seeds {
+        assert_ne!(&p, cx.default, "{} seeds the default for {case}", h.name());
+        if let Err(e) = schedule(cx.fusion, &p, cx.device) {
+            let (name, device) = (h.name(), &cx.device.name);
+            panic!("{name} on {case} for {device}: {e}\n{}", p.to_value());
+        }
     }
 }
 
@@ -83,36 +88,24 @@ fn builtins_stay_out_of_fusions_not_theirs() {
     let long_rows = softmax(&[16, 4096], -1);
     let info = gpu("discrete_gpu", 1024);
     for f in [small, long_rows, chain(3)] {
-        let feats = features(&f).unwrap();
-        let default = heuristics(&f, None, &info).unwrap();
-        let cx = SeedContext {
-            fusion: &f,
-            device: &info,
-            features: &feats,
-            default: &default,
-        };
-        for h in builtin() {
-            assert!(!applies(h.as_ref(), &cx).unwrap(), "{}", h.name());
-        }
+        in_context(&f, &info, |cx| {
+            for h in builtin() {
+                assert!(!applies(h.as_ref(), cx).unwrap(), "{}", h.name());
+            }
+        });
     }
 }
 
 /// The seeds of `large_matmul` for an m x n x k matmul on `info`, as
 /// `(cta_tile.m, instruction_tile, splitk_factor)`.
 fn large_matmul_seeds(info: &DeviceInfo, [m, n, k]: [usize; 3]) -> Vec<(u32, [u32; 3], u32)> {
-    let f = matmul(m, n, k);
-    let feats = features(&f).unwrap();
-    let default = heuristics(&f, None, info).unwrap();
-    let cx = SeedContext {
-        fusion: &f,
-        device: info,
-        features: &feats,
-        default: &default,
-    };
-    if !applies(&LargeMatmul, &cx).unwrap() {
-        return Vec::new();
-    }
-    let seeds = LargeMatmul.seed_configs(&cx).unwrap();
+    let seeds = in_context(&matmul(m, n, k), info, |cx| {
+        if applies(&LargeMatmul, cx).unwrap() {
+            LargeMatmul.seed_configs(cx).unwrap()
+        } else {
+            Vec::new()
+        }
+    });
     seeds
         .into_iter()
         .map(|p| match p {
