@@ -6,7 +6,7 @@ mod common;
 use common::gpu;
 use tilefuse_ir::{Fusion, evaluate};
 use tilefuse_runtime::Device;
-use tilefuse_runtime::gpu::GpuDevice;
+use tilefuse_runtime::gpu::{GpuDevice, OpenOptions};
 use tilefuse_sched::Schedule;
 use tilefuse_testing::{compare, fusions, inputs, recipes};
 
@@ -30,15 +30,72 @@ fn schedules_match_the_reference_on_the_gpu() {
     every_schedule(&device);
 }
 
+/// The GPU device opened with `options`, where an adapter is found.
+fn opened(options: OpenOptions) -> Option<Device> {
+    gpu()?;
+    let device = GpuDevice::open(options).expect("the adapter opened once already");
+    Some(Device::Gpu(std::sync::Arc::new(device)))
+}
+
 /// The copies through staging buffers that a discrete GPU makes, on any
 /// adapter (lavapipe's own buffers are mapped by the host otherwise).
 #[test]
 fn schedules_match_the_reference_through_staging_buffers() {
-    if gpu().is_none() {
-        return;
+    let staged = OpenOptions {
+        map_host: false,
+        ..OpenOptions::default()
+    };
+    if let Some(device) = opened(staged) {
+        every_schedule(&device);
     }
-    let staged = GpuDevice::open(false).expect("the adapter opened once already");
-    every_schedule(&Device::Gpu(std::sync::Arc::new(staged)));
+}
+
+/// The WGSL that wgpu translates itself, as on adapters without IEEE
+/// SPIR-V (lavapipe takes SPIR-V otherwise): every stage's layout comes
+/// from its bindings, as on the SPIR-V path.
+#[test]
+fn schedules_match_the_reference_through_wgsl() {
+    let wgsl = OpenOptions {
+        ieee_spirv: false,
+        ..OpenOptions::default()
+    };
+    if let Some(device) = opened(wgsl) {
+        every_schedule(&device);
+        one_text_binding_different_buffers(&device);
+    }
+}
+
+#[test]
+fn one_text_binding_different_buffers_on_the_default_path() {
+    if let Some(device) = gpu() {
+        one_text_binding_different_buffers(&device);
+    }
+}
+
+/// `a + b` and `a * a` on (3, 0) arrays with the empty loop unrolled: one
+/// WGSL text (the loop emits nothing) whose stage binds three buffers in
+/// one kernel and two in the other. Pipelines cached by the text alone
+/// gave the second kernel the first one's layout.
+fn one_text_binding_different_buffers(device: &Device) {
+    use tilefuse_ir::{BinaryOp, DType};
+    let build = |op: BinaryOp, same: bool| {
+        let mut f = Fusion::new();
+        let a = f.input(&[3, 0], DType::F32, Some("a")).unwrap();
+        let b = f.input(&[3, 0], DType::F32, Some("b")).unwrap();
+        let y = f.binary(op, a, if same { a } else { b }).unwrap();
+        f.output(y).unwrap();
+        let mut s = Schedule::new(&f);
+        let block = *s.get_blocks().last().unwrap();
+        let inner = s.get_loops(block).unwrap()[1];
+        s.unroll(inner).unwrap();
+        (device.build(&s).unwrap(), inputs(&f, 0))
+    };
+    let (sum, x) = build(BinaryOp::Add, false);
+    let (square, _) = build(BinaryOp::Mul, true);
+    assert_eq!(sum.wgsl().unwrap().source, square.wgsl().unwrap().source);
+    for k in [sum, square] {
+        assert_eq!(k.run(&x).unwrap()[0].shape, vec![3, 0]);
+    }
 }
 
 fn every_schedule(device: &Device) {
@@ -125,7 +182,8 @@ fn the_pipeline_cache_is_bounded() {
     if gpu().is_none() {
         return;
     }
-    let gpu = std::sync::Arc::new(GpuDevice::open(true).expect("the adapter opened once already"));
+    let gpu = GpuDevice::open(OpenOptions::default()).expect("the adapter opened once already");
+    let gpu = std::sync::Arc::new(gpu);
     let device = Device::Gpu(std::sync::Arc::clone(&gpu));
     let build = |c: f64| {
         let mut f = Fusion::new();

@@ -101,18 +101,39 @@ fn gpu_err(e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Gpu(e.to_string())
 }
 
+/// How [`GpuDevice::open`] uses the adapter; both paths are the default
+/// where the adapter has them, and tests turn each off to cover the path
+/// other adapters take, on lavapipe.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenOptions {
+    /// Kernel buffers mapped by the host where the adapter allows it (a
+    /// CPU adapter); `false` copies through staging buffers as on a
+    /// discrete GPU.
+    pub map_host: bool,
+    /// Shaders passed to the driver as SPIR-V that keeps NaN, infinities
+    /// and signed zeros, where the adapter can; `false` leaves the WGSL to
+    /// wgpu, as on adapters without (Metal, DX12, older Vulkan).
+    pub ieee_spirv: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            map_host: true,
+            ieee_spirv: true,
+        }
+    }
+}
+
 impl GpuDevice {
     /// Opens the best available adapter (a discrete GPU over an integrated
     /// one over a CPU implementation such as lavapipe).
     pub fn new() -> Result<GpuDevice> {
-        GpuDevice::open(true)
+        GpuDevice::open(OpenOptions::default())
     }
 
-    /// [`GpuDevice::new`], where `map_host` lets the host map kernel
-    /// buffers when the adapter allows it (a CPU adapter); `false` copies
-    /// through staging buffers as on a discrete GPU (tests cover that path
-    /// on lavapipe so).
-    pub fn open(map_host: bool) -> Result<GpuDevice> {
+    /// [`GpuDevice::new`] with `options`.
+    pub fn open(options: OpenOptions) -> Result<GpuDevice> {
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
@@ -120,7 +141,7 @@ impl GpuDevice {
             ..Default::default()
         }))
         .map_err(|e| RuntimeError::Gpu(format!("no GPU adapter: {e}")))?;
-        let host_mapped = map_host
+        let host_mapped = options.map_host
             && adapter.get_info().device_type == wgpu::DeviceType::Cpu
             && adapter
                 .features()
@@ -130,7 +151,7 @@ impl GpuDevice {
         if host_mapped {
             features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
-        let ieee_spirv = spirv::float_controls(&adapter);
+        let ieee_spirv = spirv::float_controls(&adapter).filter(|_| options.ieee_spirv);
         if ieee_spirv.is_some() {
             features |= wgpu::Features::PASSTHROUGH_SHADERS;
         }
