@@ -22,6 +22,25 @@ fn default_heuristics_match_the_reference() {
     }
 }
 
+/// A discrete GPU's defaults (the output tile stored through workgroup
+/// memory, where it fits) give the reference on every device here too:
+/// CI has no discrete GPU to take them by default.
+#[test]
+fn discrete_gpu_defaults_match_the_reference_everywhere() {
+    let discrete = &device_kinds()[1];
+    for (name, f) in matmul_fusions() {
+        let p = heuristics(&f, None, discrete).unwrap();
+        let HeuristicParams::Matmul(m) = &p else {
+            panic!("matmul params")
+        };
+        assert!(m.use_smem_epilogue, "{name}");
+        for device in devices() {
+            run(&f, &p, &device)
+                .unwrap_or_else(|e| panic!("{name} on {}: {e}\n{p:?}", device.info().name));
+        }
+    }
+}
+
 fn fusion(name: &str) -> Fusion {
     matmul_fusions()
         .into_iter()
