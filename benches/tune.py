@@ -47,6 +47,7 @@ def tune_case(
         row[f"{effort} seconds"] = result.elapsed
         row[f"{effort} trials"] = len(result.trials)
         row[f"{effort} tuner speedup"] = result.speedup
+        row[f"{effort} changes"] = result.changes  # in the JSON: what the winner changed
     budget = tf.timing.Budget(warmup=0.3, rep=0.2 * args.rounds)
     timed = tf.Engine(device).compare(case.workload, kernels, budget=budget, rounds=args.rounds)
     times = {name: r.median for name, r in timed.items()}
@@ -73,7 +74,8 @@ def show(rows: list[dict[str, Any]], efforts: list[str]) -> None:
         cells = []
         for c in columns:
             v = r.get(c)
-            cells.append("-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v))
+            # three significant digits: GPU kernels take tenths of a millisecond
+            cells.append("-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v))
         table.add_row(*cells)
     Console(width=200).print(table)
 
