@@ -1,15 +1,16 @@
 //! Large matmuls on GPUs that are not CPUs (both output sides at least
 //! 64). On an H100 the full tunes of 512³, 1024³ and 2048³ (BENCHMARKS.md,
-//! thirty-fourth session) found winners 1.2-2.2x the default, and all of
-//! them share what the default lacks: a k step of 8 in the register tile
-//! (more loads of A and B in flight per step) and enough workgroups to
-//! fill the device. They got there by thinner workgroup tiles (16 x 128 at
-//! 1024³), k split four ways (512³) or 8 x 8 register tiles in 128 x 128
-//! workgroup tiles (2048³). Quick tunes found none of it in 24 trials.
-//! (The third trait, the output tile stored through workgroup memory, is
-//! now the default's; see `matmul_heuristics`.)
-//! lavapipe keeps its own default (8 x 16 register tiles, few workgroups
-//! for few cores): nothing here is measured there.
+//! thirty-fourth session) found winners 1.2-2.2x the default. Their one
+//! shared trait, the output tile stored through workgroup memory, is now
+//! the default's (see `matmul_heuristics`). The rest varied with the size
+//! and pays only in combination, which a quick tune's 24 trials did not
+//! reach: a k step of 8 in the register tile (alone 1.6x slower at 512³
+//! and 1024³), thinner workgroup tiles for more workgroups (16 x 128 at
+//! 1024³), k split four ways (512³), 8 x 8 register tiles in 128 x 128
+//! workgroup tiles (2048³). Seeded with those, quick tunes reach or beat
+//! the old full tunes there. lavapipe keeps its own default (8 x 16
+//! register tiles, few workgroups for few cores): nothing here is
+//! measured there.
 
 use serde_json::Value;
 use tilefuse_params::{GemmTile, HeuristicParams, SchedulerKind};
@@ -24,7 +25,7 @@ const SIDE: u64 = 64;
 /// Workgroups that fill a large GPU: two waves on an H100's 132
 /// multiprocessors.
 const FILL: u64 = 256;
-/// The register tile's k step the H100's winners all had.
+/// The register tile's k step of every H100 winner.
 const DEEP_K: u32 = 8;
 
 impl AutotunerHeuristic for LargeMatmul {
