@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::gpu;
+use common::{gpu, opened};
 use tilefuse_ir::{Fusion, evaluate};
 use tilefuse_runtime::Device;
 use tilefuse_runtime::gpu::{GpuDevice, OpenOptions};
@@ -28,13 +28,6 @@ fn schedules_match_the_reference_on_the_gpu() {
     let Some(device) = gpu() else { return };
     eprintln!("GPU: {:?}", device.info().name);
     every_schedule(&device);
-}
-
-/// The GPU device opened with `options`, where an adapter is found.
-fn opened(options: OpenOptions) -> Option<Device> {
-    gpu()?;
-    let device = GpuDevice::open(options).expect("the adapter opened once already");
-    Some(Device::Gpu(std::sync::Arc::new(device)))
 }
 
 /// The copies through staging buffers that a discrete GPU makes, on any

@@ -5,8 +5,11 @@
 mod common;
 
 use proptest::prelude::*;
+use std::sync::OnceLock;
 use tilefuse_ir::evaluate;
+
 use tilefuse_runtime::Device;
+use tilefuse_runtime::gpu::OpenOptions;
 use tilefuse_sched::Schedule;
 use tilefuse_sched::ir::{BlockId, LoopId, Scope, ThreadAxis};
 use tilefuse_testing::{compare, fusions, inputs};
@@ -130,4 +133,23 @@ proptest! {
             check(&gpu, which, &calls)?;
         }
     }
+
+    /// And through the WGSL that wgpu translates itself, the path of
+    /// adapters without IEEE SPIR-V.
+    #[test]
+    fn random_schedules_run_right_through_wgsl(which in 0usize..6, calls in prop::collection::vec(call(), 1..12)) {
+        if let Some(gpu) = wgsl_device() {
+            check(gpu, which, &calls)?;
+        }
+    }
+}
+
+/// One device for every case: each opening creates a wgpu instance.
+fn wgsl_device() -> Option<&'static Device> {
+    static DEVICE: OnceLock<Option<Device>> = OnceLock::new();
+    let wgsl = OpenOptions {
+        ieee_spirv: false,
+        ..OpenOptions::default()
+    };
+    DEVICE.get_or_init(|| common::opened(wgsl)).as_ref()
 }

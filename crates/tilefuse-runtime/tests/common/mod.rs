@@ -22,6 +22,15 @@ pub fn gpu() -> Option<Device> {
     }
 }
 
+/// The GPU device opened with `options`, where an adapter is found (see
+/// [`gpu`]).
+#[allow(dead_code)] // not every test binary opens one
+pub fn opened(options: tilefuse_runtime::gpu::OpenOptions) -> Option<Device> {
+    gpu()?;
+    let device = tilefuse_runtime::gpu::GpuDevice::open(options).expect("the adapter opened once");
+    Some(Device::Gpu(std::sync::Arc::new(device)))
+}
+
 /// A property test's case count: `PROPTEST_CASES` where set (longer runs
 /// by hand), else `default` (what CI runs).
 pub fn cases(default: u32) -> u32 {
