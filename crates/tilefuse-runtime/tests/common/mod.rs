@@ -24,7 +24,6 @@ pub fn gpu() -> Option<Device> {
 
 /// The GPU device opened with `options`, where an adapter is found (see
 /// [`gpu`]).
-#[allow(dead_code)] // not every test binary opens one
 pub fn opened(options: tilefuse_runtime::gpu::OpenOptions) -> Option<Device> {
     gpu()?;
     let device = tilefuse_runtime::gpu::GpuDevice::open(options).expect("the adapter opened once");
