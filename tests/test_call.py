@@ -232,6 +232,27 @@ def test_segmented_kernels_take_out_arrays(device: tf.Device, rng: np.random.Gen
         k(*inputs, out=(out, out))
 
 
+def test_a_segmented_out_array_that_is_an_input_a_later_segment_reads(
+    device: tf.Device, rng: np.random.Generator
+) -> None:
+    """The matmul's result goes to ``c``, which the next segment still
+    reads: it is copied in after every segment ran (the CPU device wrote
+    it in place first, and the max read the product for ``c``)."""
+    f = tf.Fusion()
+    a, b, c = f.input((8, 5), "f32"), f.input((5, 6), "f32"), f.input((8, 6), "f32")
+    y = a @ b
+    f.output(y, (y + c).max(axis=1))
+    k = f.schedule(device=device)
+    assert isinstance(k, tf.SegmentedKernel)
+    xa, xb, xc = (rng.standard_normal(s).astype(f32) for s in [(8, 5), (5, 6), (8, 6)])
+    want_y = xa.astype(np.float64) @ xb
+    want_max = (want_y + xc).max(axis=1)
+    got_y, got_max = k(xa, xb, xc, out=(xc, None))
+    assert got_y is xc
+    assert_close(got_y, want_y)
+    assert_close(got_max, want_max)
+
+
 def cpu_softmax_with_temporaries(shape: tuple[int, int]) -> tf.Kernel:
     """Softmax whose exponentials live in a global temporary (the CPU
     arena's job), rows in parallel."""

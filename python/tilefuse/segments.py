@@ -102,10 +102,10 @@ class SegmentedKernel:
             )
         targets = self._out_list(out) if out is not None else [None] * len(self.outputs)
         self._check_distinct(targets)
-        outs = self._out_arrays(targets)
         values: dict[int, Any] = {
             t.id: np.asarray(a) for t, a in zip(self.fusion.inputs, arrays, strict=True)
         }
+        outs = self._out_arrays(targets, list(values.values()))
         # An output that is an input is a copy of it, as a kernel's would be,
         # taken before a kernel writes an out array that aliases the input.
         inputs = {t.id for t in self.fusion.inputs}
@@ -151,13 +151,17 @@ class SegmentedKernel:
             )
         return listed
 
-    def _out_arrays(self, targets: list[Any]) -> dict[int, Any]:
+    def _out_arrays(self, targets: list[Any], inputs: list[Any]) -> dict[int, Any]:
         """The ``out`` array (of ``targets``, one per output or ``None``) of
-        each output tensor a segment computes."""
+        each output tensor a segment computes and writes in place. One that
+        overlaps an input gets its result copied in after the last segment:
+        a later segment may still read that input."""
         computed = {t.id for s in self.segments for t in s.outputs}
         arrays: dict[int, Any] = {}
         for t, target in zip(self.outputs, targets, strict=True):
-            if target is not None and t.id in computed:
+            if target is None or t.id not in computed:
+                continue
+            if not any(np.shares_memory(target, a) for a in inputs):
                 arrays.setdefault(t.id, target)
         return arrays
 
