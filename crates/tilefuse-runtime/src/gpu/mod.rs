@@ -57,9 +57,9 @@ type StageModule = (wgpu::ShaderModule, wgpu::PipelineLayout);
 
 /// Pipelines by the hash of their WGSL and each stage's bindings (one text
 /// can bind different buffers: a stage's loops that run zero times emit
-/// nothing of the blocks inside), bounded: an entry lives while a kernel holds it
-/// or while it is among the [`PipelineCache::RECENT`] last built (a kernel
-/// rebuilt soon after, as a tuner does, is not compiled again).
+/// nothing of the blocks inside), bounded: an entry lives while a kernel
+/// holds it or while it is among the [`PipelineCache::RECENT`] last built
+/// (a kernel rebuilt soon after, as a tuner does, is not compiled again).
 #[derive(Default)]
 struct PipelineCache {
     by_hash: HashMap<u64, Weak<Vec<wgpu::ComputePipeline>>>,

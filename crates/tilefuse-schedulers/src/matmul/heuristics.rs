@@ -13,9 +13,10 @@ use tilefuse_sched::DeviceInfo;
 /// output tiles are fewer than them). A CPU
 /// Vulkan (lavapipe): 8×16 register tiles read straight from global memory,
 /// no workgroup memory (its barriers are costly). Other GPUs: 4×4 register
-/// tiles in a 64×128 workgroup tile, operands read from global memory too:
-/// on an H100, 1024³ took 0.18 ms so and 1.5 ms with this scheduler's
-/// workgroup-memory staging (scalar copies, a barrier pair per k step).
+/// tiles in a 64×128 workgroup tile, operands read from global memory too
+/// (on an H100, 1024³ took 0.18 ms so and 1.5 ms with this scheduler's
+/// workgroup-memory staging: scalar copies, a barrier pair per k step),
+/// the output tile stored through workgroup memory.
 /// `launch.workgroup_size` stays null: the scheduler derives it from the
 /// tiles, so editing them keeps the params valid.
 pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
@@ -74,7 +75,7 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     // GPUs that are not CPUs store the output tile through workgroup
     // memory, the whole workgroup storing rows of it: on an H100 1.17x at
     // 2048³, 1.47x at 512³ and 1.55x at 1024³ (0.181 → 0.117 ms; BENCHMARKS.md,
-    // thirty-fourth session). lavapipe's barriers cost more than that.
+    // thirty-fourth session). On lavapipe it was 2-9 % slower (256³, 512³).
     p.use_smem_epilogue =
         device.is_gpu() && device.adapter_type != "cpu" && smem_epilogue_fits(cta, device);
     if !device.is_gpu() && !fusion_has_batch(fusion) {
