@@ -3,15 +3,17 @@ the cache and its bundles, as a user at a terminal would."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import tilefuse as tf
-from tilefuse.cli import main
+from tilefuse.cli import _parser, main
 
 # Each test its own cache: these tests clear and import.
 pytestmark = pytest.mark.usefixtures("own_cache")
@@ -141,3 +143,21 @@ def test_the_console_script_and_python_m_run() -> None:
             cmd = [str(Path(sys.executable).with_name("tilefuse"))]
         done = subprocess.run([*cmd, "cache", "dir"], capture_output=True, text=True, check=True)
         assert done.stdout.strip() == tf.cache.directory()
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield name, sub
+                yield from ((f"{name} {n}", p) for n, p in _subcommands(sub))
+
+
+def test_every_command_says_what_it_does_with_an_example() -> None:
+    """As the module promises (``tilefuse COMMAND --help``); ``tune`` and
+    ``cache`` had a one-line help and no example."""
+    commands = dict(_subcommands(_parser()))
+    assert {"tune", "cache list", "bench", "run", "pipeline show"} <= set(commands)
+    for name, sub in commands.items():
+        text = sub.format_help()
+        assert sub.description and "example:\n  tilefuse " in text, name

@@ -33,7 +33,7 @@ from rich.table import Table
 
 from . import cache
 from ._native import TilefuseError
-from .cli_pipelines import add_commands, workload_arguments, workload_of_arguments
+from .cli_pipelines import add_commands, command, workload_arguments, workload_of_arguments
 from .cli_pipelines import pairs as _pairs
 from .fusion import Fusion
 from .schedule import DEVICE_NAMES, as_device
@@ -218,10 +218,77 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache_commands(actions: Any) -> None:
+    """``tilefuse cache``'s actions, each with an example."""
+    ls = command(
+        actions,
+        "list",
+        "every entry (of the cache, or of --bundle)",
+        "One row per entry: its id, scheduler, device, best time, speedup, trials, origin.",
+        "tilefuse cache list --bundle shipped.json",
+    )
+    ls.add_argument("--bundle")
+    command(
+        actions,
+        "show",
+        "one entry as JSON",
+        "The entry whose id starts with ID, params included.",
+        "tilefuse cache show 3db64e28",
+    ).add_argument("id")
+    ex = command(
+        actions,
+        "explain",
+        "why a lookup for a fusion hits or misses",
+        "The entries nearest to the fusion's key, and which key fields differ.",
+        "tilefuse cache explain softmax --size rows=4096 --device gpu",
+    )
+    workload_arguments(ex, required=True)
+    ex.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
+    command(
+        actions,
+        "export",
+        "write the cache as a bundle",
+        "One JSON file other machines import.",
+        "tilefuse cache export winners.json",
+    ).add_argument("output")
+    mg = command(
+        actions,
+        "merge",
+        "merge bundles (the faster entry per key)",
+        "Writes OUTPUT with every entry of the inputs, the faster one where keys meet.",
+        "tilefuse cache merge all.json a.json b.json",
+    )
+    mg.add_argument("output")
+    mg.add_argument("inputs", nargs="+")
+    command(
+        actions,
+        "import",
+        "copy a bundle into the cache",
+        "Copies its entries in, marked imported; an entry measured here, or a faster one, stays.",
+        "tilefuse cache import winners.json",
+    ).add_argument("bundle")
+    command(actions, "clear", "remove every entry", "Empties the cache.", "tilefuse cache clear")
+    command(
+        actions,
+        "dir",
+        "print the cache directory",
+        "The directory the cache lives in.",
+        "tilefuse cache dir",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tilefuse", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("tune", help="tune a fusion or a workload and cache the winner")
+    t = command(
+        sub,
+        "tune",
+        "tune a fusion or a workload and cache the winner",
+        "Searches the scheduler's params for the fastest that gives the reference's "
+        "results, starting from the default heuristic and the seed heuristics, and keeps "
+        "the winner in the heuristic cache; ends with a table of default and best times.",
+        "tilefuse tune softmax --size rows=4096 --size cols=1024 --device gpu --effort quick",
+    )
     workload_arguments(t, required=True)
     t.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
     t.add_argument("--effort", choices=("none", "quick", "full"), default="quick")
@@ -248,31 +315,27 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--threads", type=int, default=1, help="threads of each CPU worker")
     t.set_defaults(run=_tune)
 
-    c = sub.add_parser("cache", help="the heuristic cache and bundles")
+    c = command(
+        sub,
+        "cache",
+        "the heuristic cache and bundles",
+        "Lists, shows, explains, exports, merges, imports and clears the tuned winners "
+        "that f.heuristics() serves (the user cache directory, or TILEFUSE_CACHE).",
+        "tilefuse cache list",
+    )
     actions = c.add_subparsers(dest="action", required=True)
-    ls = actions.add_parser("list", help="every entry (of the cache, or of --bundle)")
-    ls.add_argument("--bundle")
-    actions.add_parser("show", help="one entry as JSON").add_argument("id")
-    ex = actions.add_parser("explain", help="why a lookup for a fusion hits or misses")
-    workload_arguments(ex, required=True)
-    ex.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
-    actions.add_parser("export", help="write the cache as a bundle").add_argument("output")
-    mg = actions.add_parser("merge", help="merge bundles (the faster entry per key)")
-    mg.add_argument("output")
-    mg.add_argument("inputs", nargs="+")
-    actions.add_parser("import", help="copy a bundle into the cache").add_argument("bundle")
-    actions.add_parser("clear", help="remove every entry")
-    actions.add_parser("dir", help="print the cache directory")
+    _cache_commands(actions)
     c.set_defaults(run=_cache)
 
     from .suite import names as suites
 
-    b = sub.add_parser(
+    b = command(
+        sub,
         "bench",
-        help="time a suite of workloads, with tables, JSON, CSV and plots",
-        description="Times every workload of a suite (a YAML file, or a shipped suite: "
-        f"{', '.join(suites())}), verified against the reference, and its numpy form. "
-        "Example: tilefuse bench smoke --device cpu --csv smoke.csv --plot smoke.png",
+        "time a suite of workloads, with tables, JSON, CSV and plots",
+        "Times every workload of a suite (a YAML file, or a shipped suite: "
+        f"{', '.join(suites())}), verified against the reference, and its numpy form.",
+        "tilefuse bench smoke --device cpu --csv smoke.csv --plot smoke.png",
     )
     b.add_argument("suite", help="a suite file or the name of a shipped suite")
     b.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")

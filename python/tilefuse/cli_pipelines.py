@@ -19,14 +19,14 @@ from .schedule import DEVICE_NAMES, as_device
 from .stages import run, workload_of
 from .workload import Workload, as_workload
 
-__all__ = ["add_commands", "pairs", "workload_arguments", "workload_of_arguments"]
+__all__ = ["add_commands", "command", "pairs", "workload_arguments", "workload_of_arguments"]
 
 _out = Console(soft_wrap=True)
 
 
 def add_commands(sub: Any) -> None:
     """Registers ``run``, ``inspect`` and ``pipeline`` on the subparsers."""
-    r = _command(
+    r = command(
         sub,
         "run",
         "run a pipeline on a workload",
@@ -43,7 +43,7 @@ def add_commands(sub: Any) -> None:
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
     r.set_defaults(run=_run)
 
-    i = _command(
+    i = command(
         sub,
         "inspect",
         "what a workload is: segments, schedulers, shapes, matmuls, reductions, flops",
@@ -55,9 +55,16 @@ def add_commands(sub: Any) -> None:
     i.add_argument("--json", action="store_true", help="print the inspection as JSON")
     i.set_defaults(run=_inspect)
 
-    p = sub.add_parser("pipeline", help="list, check and show pipelines")
+    p = command(
+        sub,
+        "pipeline",
+        "list, check and show pipelines",
+        "The named pipelines, a descriptor's validation (file, line and key of each "
+        "error), and a descriptor with its includes and variables resolved.",
+        "tilefuse pipeline validate my.yaml",
+    )
     actions = p.add_subparsers(dest="action", required=True)
-    _command(
+    command(
         actions,
         "list",
         "the named pipelines and where they are",
@@ -69,7 +76,7 @@ def add_commands(sub: Any) -> None:
         ("validate", "check pipeline files", "tilefuse pipeline validate my.yaml"),
         ("show", "a pipeline as it runs", "tilefuse pipeline show export --set directory=out"),
     ):
-        a = _command(
+        a = command(
             actions,
             action,
             summary,
@@ -83,7 +90,8 @@ def add_commands(sub: Any) -> None:
     p.set_defaults(run=_pipeline)
 
 
-def _command(sub: Any, name: str, summary: str, what: str, example: str) -> Any:
+def command(sub: Any, name: str, summary: str, what: str, example: str) -> Any:
+    """A subcommand whose ``--help`` says what it does, with an example."""
     return sub.add_parser(
         name,
         help=summary,
