@@ -33,10 +33,16 @@ from rich.table import Table
 
 from . import cache
 from ._native import TilefuseError
-from .cli_pipelines import add_commands, command, workload_arguments, workload_of_arguments
+from .cli_pipelines import (
+    add_commands,
+    command,
+    device_argument,
+    workload_arguments,
+    workload_of_arguments,
+)
 from .cli_pipelines import pairs as _pairs
 from .fusion import Fusion
-from .schedule import DEVICE_NAMES, as_device
+from .schedule import as_device
 from .tune import TuneResult, tune
 from .workload import Workload
 from .yamlfile import YamlError
@@ -243,7 +249,7 @@ def _cache_commands(actions: Any) -> None:
         "tilefuse cache explain softmax --size rows=4096 --device gpu",
     )
     workload_arguments(ex, required=True)
-    ex.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
+    device_argument(ex)
     command(
         actions,
         "export",
@@ -290,7 +296,7 @@ def _parser() -> argparse.ArgumentParser:
         "tilefuse tune softmax --size rows=4096 --size cols=1024 --device gpu --effort quick",
     )
     workload_arguments(t, required=True)
-    t.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
+    device_argument(t)
     t.add_argument("--effort", choices=("none", "quick", "full"), default="quick")
     t.add_argument("--strategy", choices=("random", "pattern", "surrogate", "exhaustive"))
     t.add_argument("--trials", type=int)
@@ -338,7 +344,7 @@ def _parser() -> argparse.ArgumentParser:
         "tilefuse bench smoke --device cpu --csv smoke.csv --plot smoke.png",
     )
     b.add_argument("suite", help="a suite file or the name of a shipped suite")
-    b.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
+    device_argument(b)
     b.add_argument(
         "--measure",
         choices=("kernel", "call"),

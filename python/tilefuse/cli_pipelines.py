@@ -19,7 +19,14 @@ from .schedule import DEVICE_NAMES, as_device
 from .stages import run, workload_of
 from .workload import Workload, as_workload
 
-__all__ = ["add_commands", "command", "pairs", "workload_arguments", "workload_of_arguments"]
+__all__ = [
+    "add_commands",
+    "command",
+    "device_argument",
+    "pairs",
+    "workload_arguments",
+    "workload_of_arguments",
+]
 
 _out = Console(soft_wrap=True)
 
@@ -38,7 +45,7 @@ def add_commands(sub: Any) -> None:
     r.add_argument("pipeline", nargs="?", help="a pipeline file or name (default: found)")
     workload_arguments(r, required=False)
     _variable_argument(r)
-    r.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
+    device_argument(r)
     r.add_argument("--json", metavar="OUT", help="what every stage made, as JSON")
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
     r.set_defaults(run=_run)
@@ -51,7 +58,7 @@ def add_commands(sub: Any) -> None:
         "tilefuse inspect matmul --size m=512 --size epilogue=bias_relu",
     )
     workload_arguments(i, required=True)
-    i.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
+    device_argument(i)
     i.add_argument("--json", action="store_true", help="print the inspection as JSON")
     i.set_defaults(run=_inspect)
 
@@ -99,6 +106,10 @@ def command(sub: Any, name: str, summary: str, what: str, example: str) -> Any:
         epilog=f"example:\n  {example}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+
+
+def device_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
 
 
 def workload_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
