@@ -598,6 +598,8 @@ def _refuse_device(method: str, arg: str, value: object) -> None:
     """A device given where ``method`` takes ``arg`` first (as
     ``f.heuristics(device)`` would give it) is a clear TypeError, not a
     confusing one from deeper down."""
+    if value is None:  # the usual case, on the path of every heuristics() call
+        return
     from .schedule import DeviceFacts
 
     if isinstance(value, DeviceFacts) or (isinstance(value, str) and value in ("cpu", "gpu")):
