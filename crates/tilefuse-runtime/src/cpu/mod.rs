@@ -54,8 +54,7 @@ impl Default for CpuDevice {
     /// or not valid; `Device::cpu_from_env` reports an invalid value).
     fn default() -> Self {
         CpuDevice {
-            threads: pool::threads_from_env()
-                .unwrap_or_else(|_| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            threads: pool::threads_from_env().unwrap_or_else(|_| pool::machine_parallelism()),
         }
     }
 }

@@ -30,8 +30,16 @@ pub fn threads_from_env() -> Result<usize> {
                     "TILEFUSE_NUM_THREADS={v:?}: expected a positive integer"
                 ))
             }),
-        Err(_) => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        Err(_) => Ok(machine_parallelism()),
     }
+}
+
+/// The machine's available parallelism, read once per process: std reads
+/// the cgroup's quota files on every call, which made each `Device.cpu()`
+/// (and each `device="cpu"` argument) cost about 57 us.
+pub fn machine_parallelism() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// The pool of workers beside the launching thread, sized once, from the
