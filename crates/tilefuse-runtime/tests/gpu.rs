@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{gpu, opened};
+use common::{gpu, opened, wgsl_only};
 use tilefuse_ir::{Fusion, evaluate};
 use tilefuse_runtime::Device;
 use tilefuse_runtime::gpu::{GpuDevice, OpenOptions};
@@ -48,11 +48,7 @@ fn schedules_match_the_reference_through_staging_buffers() {
 /// from its bindings, as on the SPIR-V path.
 #[test]
 fn schedules_match_the_reference_through_wgsl() {
-    let wgsl = OpenOptions {
-        ieee_spirv: false,
-        ..OpenOptions::default()
-    };
-    if let Some(device) = opened(wgsl) {
+    if let Some(device) = wgsl_only() {
         every_schedule(&device);
         one_text_binding_different_buffers(&device);
     }

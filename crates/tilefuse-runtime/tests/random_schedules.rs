@@ -4,12 +4,11 @@
 
 mod common;
 
-use proptest::prelude::*;
 use std::sync::OnceLock;
-use tilefuse_ir::evaluate;
 
+use proptest::prelude::*;
+use tilefuse_ir::evaluate;
 use tilefuse_runtime::Device;
-use tilefuse_runtime::gpu::OpenOptions;
 use tilefuse_sched::Schedule;
 use tilefuse_sched::ir::{BlockId, LoopId, Scope, ThreadAxis};
 use tilefuse_testing::{compare, fusions, inputs};
@@ -147,9 +146,5 @@ proptest! {
 /// One device for every case: each opening creates a wgpu instance.
 fn wgsl_device() -> Option<&'static Device> {
     static DEVICE: OnceLock<Option<Device>> = OnceLock::new();
-    let wgsl = OpenOptions {
-        ieee_spirv: false,
-        ..OpenOptions::default()
-    };
-    DEVICE.get_or_init(|| common::opened(wgsl)).as_ref()
+    DEVICE.get_or_init(common::wgsl_only).as_ref()
 }

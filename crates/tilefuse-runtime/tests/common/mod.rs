@@ -22,6 +22,15 @@ pub fn gpu() -> Option<Device> {
     }
 }
 
+/// The GPU device on the path adapters without IEEE SPIR-V take: the WGSL
+/// that wgpu translates itself (lavapipe takes SPIR-V otherwise).
+pub fn wgsl_only() -> Option<Device> {
+    opened(tilefuse_runtime::gpu::OpenOptions {
+        ieee_spirv: false,
+        ..Default::default()
+    })
+}
+
 /// The GPU device opened with `options`, where an adapter is found (see
 /// [`gpu`]).
 pub fn opened(options: tilefuse_runtime::gpu::OpenOptions) -> Option<Device> {
