@@ -169,8 +169,9 @@ class TuneProblem:
         """Schedules, builds, checks and times one candidate."""
     def final_round(
         self, device: Device, finalists: list[dict[str, Any]], warmup: int, repeat: int
-    ) -> list[float]:
-        """Medians of the finalists timed interleaved."""
+    ) -> list[list[float]]:
+        """The finalists timed in interleaved rounds: each one's median in
+        each round."""
 
 def cache_get(
     fusion: Fusion,

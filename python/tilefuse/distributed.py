@@ -115,7 +115,7 @@ class _TuneWorker:
 
     def final_round(
         self, key: str, problem: Problem, finalists: list[dict[str, Any]], warmup: int, repeat: int
-    ) -> list[float]:
+    ) -> list[list[float]]:
         tp = self._problem(key, problem)
         return tp.final_round(self.device._native, finalists, warmup, repeat)
 
@@ -282,14 +282,16 @@ class RayGroup:
         self._dispatch()
         return None
 
-    def final_round(self, finalists: list[dict[str, Any]], warmup: int, repeat: int) -> list[float]:
+    def final_round(
+        self, finalists: list[dict[str, Any]], warmup: int, repeat: int
+    ) -> list[list[float]]:
         died = self.ray.exceptions.RayActorError
         for a in list(self.live):
             try:
-                medians: list[float] = self.ray.get(
+                rounds: list[list[float]] = self.ray.get(
                     a.final_round.remote(*self.problem, finalists, warmup, repeat)
                 )
-                return medians
+                return rounds
             except died:
                 self.live.remove(a)
         raise RuntimeError("every Ray worker of this device died before the final round")

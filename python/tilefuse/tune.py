@@ -39,7 +39,9 @@ __all__ = ["TuneResult", "record", "tune"]
 @dataclass(frozen=True)
 class TuneResult:
     """What :func:`tune` found. Times are medians in seconds, from the final
-    interleaved run of the best candidates and the default heuristic's."""
+    run of the best candidates and the default heuristic's, timed in
+    interleaved rounds: a candidate wins only if it beat the default in
+    every round by at least 1 %, else the default's params are the best."""
 
     #: The winner: one params object, or one per segment.
     best_params: HeuristicParams | list[HeuristicParams]

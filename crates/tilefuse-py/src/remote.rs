@@ -11,8 +11,8 @@ use serde_json::Value;
 use tilefuse::Fusion;
 use tilefuse::tune::measure::RTOL;
 use tilefuse::tune::{
-    Candidate, Executor, Finalist, Measured, Problem, Recording, ReplayExecutor, Timing, TuneError,
-    measure,
+    Candidate, Executor, Finalist, Measured, Problem, Recording, ReplayExecutor, RoundTimes,
+    Timing, TuneError, measure,
 };
 
 use crate::arrays;
@@ -82,7 +82,7 @@ impl Executor for PyExecutor<'_, '_> {
         &mut self,
         finalists: &[Finalist],
         timing: Timing,
-    ) -> Result<Vec<f64>, TuneError> {
+    ) -> Result<RoundTimes, TuneError> {
         let py = self.inner.py();
         let value = serde_json::to_value(finalists).expect("finalists serialize");
         let got = to_py(py, &value)
@@ -90,17 +90,17 @@ impl Executor for PyExecutor<'_, '_> {
                 self.inner
                     .call_method1("final_round", (f, timing.warmup, timing.repeat))
             })
-            .and_then(|r| r.extract::<Vec<f64>>());
-        let medians = self.kept(got)?;
-        if medians.len() != finalists.len() {
+            .and_then(|r| r.extract::<RoundTimes>());
+        let rounds = self.kept(got)?;
+        if rounds.len() != finalists.len() || rounds.iter().any(Vec::is_empty) {
             let why = format!(
-                "final_round gave {} times for {} finalists",
-                medians.len(),
+                "final_round gave times for {} finalists, not for each of {} in a round at least",
+                rounds.len(),
                 finalists.len()
             );
             return Err(TuneError::Failed(why));
         }
-        Ok(medians)
+        Ok(rounds)
     }
 }
 
@@ -163,8 +163,8 @@ impl PyTuneProblem {
         })
     }
 
-    /// Medians of `finalists` (`{params, point}` dicts) timed interleaved
-    /// on `device`.
+    /// `finalists` (`{params, point}` dicts) timed in interleaved rounds
+    /// on `device`: each one's median in each round.
     fn final_round(
         &self,
         py: Python<'_>,
@@ -172,7 +172,7 @@ impl PyTuneProblem {
         finalists: &Bound<'_, PyAny>,
         warmup: usize,
         repeat: usize,
-    ) -> PyResult<Vec<f64>> {
+    ) -> PyResult<RoundTimes> {
         guard(|| {
             let finalists: Vec<Finalist> = serde_json::from_value(to_value(finalists)?)
                 .map_err(|e| params_error(py, "finalists", e.to_string()))?;

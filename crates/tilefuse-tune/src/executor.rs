@@ -16,6 +16,7 @@ use crate::candidate::{Candidate, Finalist, Measured, Timing};
 use crate::measure::{self, Problem};
 use crate::options::TuneError;
 use crate::trial::Status;
+use crate::verdict::RoundTimes;
 
 /// Measures candidates for a search, possibly several at once.
 pub trait Executor {
@@ -29,13 +30,14 @@ pub trait Executor {
     /// Waits for any submitted candidate's result: its id and what was found.
     fn next(&mut self) -> Result<(usize, Measured), TuneError>;
 
-    /// Medians of the `finalists` (params) timed interleaved on one device,
-    /// `timing.repeat` launches a round.
+    /// The `finalists` (params) timed in interleaved rounds on one
+    /// device, `timing.repeat` launches a round: each one's median in
+    /// each round.
     fn final_round(
         &mut self,
         finalists: &[Finalist],
         timing: Timing,
-    ) -> Result<Vec<f64>, TuneError>;
+    ) -> Result<RoundTimes, TuneError>;
 }
 
 /// Candidates a [`LocalExecutor`] that overlaps builds hands out at once:
@@ -160,7 +162,7 @@ impl Executor for LocalExecutor<'_> {
         &mut self,
         finalists: &[Finalist],
         timing: Timing,
-    ) -> Result<Vec<f64>, TuneError> {
+    ) -> Result<RoundTimes, TuneError> {
         let params: Vec<_> = finalists.iter().map(|f| f.params.clone()).collect();
         measure::final_round(self.fusion, self.device, &self.problem, &params, timing)
             .map_err(TuneError::from_runtime)

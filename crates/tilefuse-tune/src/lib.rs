@@ -22,6 +22,7 @@ mod space;
 mod strategy;
 mod surrogate;
 mod trial;
+mod verdict;
 mod warm;
 
 pub use bundle::Bundle;
@@ -38,4 +39,5 @@ pub use seeds::{AutotunerHeuristic, DeviceKind, SeedContext};
 pub use space::{Grid, Observation, Point, Space};
 pub use strategy::Strategy;
 pub use trial::{Source, Status, Trial, TuneResult};
+pub use verdict::{FINAL_GAIN, RoundTimes};
 pub use warm::nearest;

@@ -19,6 +19,7 @@ use tilefuse_schedulers::schedule;
 
 use crate::candidate::{Candidate, Measured, Timing};
 use crate::trial::Status;
+use crate::verdict::RoundTimes;
 
 /// Relative error a candidate's f32 outputs may have against the
 /// reference by default, scaled by the largest finite value: reductions
@@ -133,15 +134,16 @@ fn stopped(limit: Duration) -> Measured {
     }
 }
 
-/// Medians of the `finalists` over three interleaved rounds on `device`;
-/// the first warms each up, the device stays warm for the others.
+/// The `finalists` timed in three interleaved rounds on `device` (each
+/// one's median in each round); the first warms each up, the device
+/// stays warm for the others.
 pub fn final_round(
     fusion: &Fusion,
     device: &Device,
     problem: &Problem,
     finalists: &[serde_json::Value],
     timing: Timing,
-) -> Result<Vec<f64>, String> {
+) -> Result<RoundTimes, String> {
     let kernels = (finalists.iter())
         .map(|p| build(fusion, device, p))
         .collect::<Result<Vec<_>, _>>()?;
@@ -152,7 +154,7 @@ pub fn final_round(
             t.push(problem.time(k, warmup, timing.repeat)?);
         }
     }
-    Ok(times.iter_mut().map(|t| median(t)).collect())
+    Ok(times)
 }
 
 /// Schedules `params`, lowers and compiles the kernel on `device`.

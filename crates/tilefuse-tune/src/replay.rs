@@ -18,6 +18,7 @@ use crate::space::Observation;
 use crate::space::{Grid, Point};
 use crate::strategy::{Points, Strategy};
 use crate::trial::Status;
+use crate::verdict::RoundTimes;
 
 /// Every point of a space with its time (`None`: it failed).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -225,11 +226,12 @@ impl Executor for ReplayExecutor<'_> {
         Ok((c.id, self.recording.measured(&c.point)))
     }
 
-    fn final_round(&mut self, finalists: &[Finalist], _: Timing) -> Result<Vec<f64>, TuneError> {
+    /// One round of the recorded times.
+    fn final_round(&mut self, finalists: &[Finalist], _: Timing) -> Result<RoundTimes, TuneError> {
         (finalists.iter())
             .map(|f| {
                 let m = self.recording.measured(&f.point);
-                m.time
+                (m.time.map(|t| vec![t]))
                     .ok_or_else(|| TuneError::Failed(m.error.unwrap_or_default()))
             })
             .collect()

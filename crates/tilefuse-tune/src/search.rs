@@ -7,7 +7,8 @@
 //! point); a candidate the scheduler refuses is recorded with its error
 //! and skipped, one whose kernel was measured already is not measured
 //! again. At the end the best few (the default among them) are
-//! re-measured interleaved and the winner is the best of that paired run,
+//! re-measured in interleaved rounds, and a finalist replaces the
+//! default's params only if it beat them in every round (see `verdict`),
 //! so a tuned result is never slower than the default on the measurement
 //! that picked it.
 
@@ -30,6 +31,7 @@ use crate::space::Observation;
 use crate::space::{Point, Space};
 use crate::strategy::{Points, Strategy};
 use crate::trial::{Source, Status, Trial, TuneResult};
+use crate::verdict;
 
 /// Finalists re-measured at the end.
 const FINALISTS: usize = 4;
@@ -92,8 +94,8 @@ pub fn tune_with(
         let why = "no candidate ran correctly, not even the default heuristic's";
         return Err(TuneError::Failed(why.into()));
     }
-    let medians = executor.final_round(&finalists, options.timing())?;
-    Ok(search.finish(&medians))
+    let rounds = executor.final_round(&finalists, options.timing())?;
+    Ok(search.finish(&rounds))
 }
 
 /// A measured candidate kept for the final run.
@@ -438,14 +440,15 @@ impl<'a> Search<'a> {
             .collect()
     }
 
-    /// The result, given the finalists' `medians` in the final round.
-    pub fn finish(mut self, medians: &[f64]) -> TuneResult {
-        let win = (0..medians.len())
-            .min_by(|&a, &b| medians[a].total_cmp(&medians[b]))
-            .expect("finalists");
-        let default_time = (self.default_ok == Some(Status::Ok)
+    /// The result, given the finalists' times in each round of the final
+    /// run.
+    pub fn finish(mut self, rounds: &[Vec<f64>]) -> TuneResult {
+        let medians = verdict::medians(rounds);
+        let default = (self.default_ok == Some(Status::Ok)
             && self.finalists[0].params == self.base)
-            .then(|| medians[0]);
+            .then_some(0);
+        let win = verdict::winner(rounds, default);
+        let default_time = default.map(|d| medians[d]);
         let winner = &self.finalists[win].source;
         if let (Some(name), "seed") = (&winner.heuristic, winner.origin) {
             self.seeding.won(name);

@@ -5,8 +5,8 @@
 use tilefuse_runtime::Device;
 use tilefuse_testing::softmax;
 use tilefuse_tune::{
-    Candidate, Executor, Finalist, Measured, Options, Recording, ReplayExecutor, Status, Strategy,
-    Timing, TuneError, tune_with,
+    Candidate, Executor, FINAL_GAIN, Finalist, Measured, Options, Recording, ReplayExecutor,
+    RoundTimes, Status, Strategy, Timing, TuneError, tune_with,
 };
 
 fn recorded() -> (tilefuse_ir::Fusion, Device, Recording) {
@@ -55,7 +55,7 @@ impl Executor for Wrapped<'_> {
         m.device = self.device.clone();
         Ok((id, m))
     }
-    fn final_round(&mut self, f: &[Finalist], t: Timing) -> Result<Vec<f64>, TuneError> {
+    fn final_round(&mut self, f: &[Finalist], t: Timing) -> Result<RoundTimes, TuneError> {
         self.inner.final_round(f, t)
     }
 }
@@ -69,7 +69,14 @@ fn parallel_workers_find_the_recorded_best() {
     for width in [1, 3] {
         let mut replay = ReplayExecutor::new(&r, width);
         let res = tune_with(&f, &info, &options, &[], &mut replay, &mut |_, _| true).unwrap();
-        assert_eq!(res.best_time, r.best(), "width {width}");
+        // The best point, unless it gains too little on the default's.
+        let base = r.measured(&r.base).time.unwrap();
+        let best = if r.best() < base * (1.0 - FINAL_GAIN) {
+            r.best()
+        } else {
+            base
+        };
+        assert_eq!(res.best_time, best, "width {width}");
         let ids: Vec<_> = res.trials.iter().map(|t| t.id).collect();
         assert_eq!(ids, (0..res.trials.len()).collect::<Vec<_>>());
         winners.push(res.best_params);
@@ -128,4 +135,43 @@ fn a_journal_s_results_are_not_measured_again() {
     let again = tune_with(&f, &info, &resumed, &[], &mut none, &mut |_, _| true).unwrap();
     assert_eq!(again.best_params, done.best_params);
     assert_eq!(again.trials.len(), done.trials.len());
+}
+
+/// Final rounds in which every finalist but the default is fastest in two
+/// rounds of three and slowest in the third (a machine's hiccup).
+struct Hiccup<'r>(ReplayExecutor<'r>);
+
+impl Executor for Hiccup<'_> {
+    fn capacity(&self) -> usize {
+        1
+    }
+    fn submit(&mut self, c: Candidate) -> Result<(), TuneError> {
+        self.0.submit(c)
+    }
+    fn next(&mut self) -> Result<(usize, Measured), TuneError> {
+        self.0.next()
+    }
+    fn final_round(&mut self, f: &[Finalist], _: Timing) -> Result<RoundTimes, TuneError> {
+        let mut rounds = vec![vec![1.0; 3]];
+        rounds.extend((1..f.len()).map(|_| vec![0.5, 0.5, 1.5]));
+        Ok(rounds)
+    }
+}
+
+#[test]
+fn a_finalist_slower_than_the_default_in_one_round_does_not_win() {
+    let (f, device, r) = recorded();
+    let options = exhaustive(&r);
+    let mut hiccup = Hiccup(ReplayExecutor::new(&r, 1));
+    let res = tune_with(
+        &f,
+        &device.info(),
+        &options,
+        &[],
+        &mut hiccup,
+        &mut |_, _| true,
+    )
+    .unwrap();
+    assert_eq!(res.best_params, res.default_params);
+    assert_eq!((res.best_time, res.default_time), (1.0, Some(1.0)));
 }
