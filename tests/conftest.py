@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -114,6 +115,45 @@ def from_schema(root: dict[str, Any], schema: dict[str, Any]) -> st.SearchStrate
         return st.lists(from_schema(root, schema["items"]), min_size=n, max_size=n)
     fields = {k: from_schema(root, v) for k, v in schema["properties"].items()}
     return st.fixed_dictionaries({}, optional=fields)
+
+
+# What a hand edit or a bad tool puts into a JSON or YAML document.
+ODD_VALUES = [None, 0, -1, 2**64, 1.5, float("inf"), "", "x", "${nope}", [], {}, [0], {"a": 1}]
+
+
+def _nodes(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The path to every value inside ``doc`` (not ``doc`` itself)."""
+    if isinstance(doc, dict):
+        items: Any = doc.items()
+    else:
+        items = enumerate(doc) if isinstance(doc, list) else ()
+    return [p for k, v in items for p in [(*path, k), *_nodes(v, (*path, k))]]
+
+
+@st.composite
+def mutated(draw: st.DrawFn, doc: Any) -> Any:
+    """``doc`` (plain JSON data) with one to three values replaced by odd
+    ones, removed, or joined by an unknown key."""
+    doc = copy.deepcopy(doc)
+    odd = st.sampled_from(ODD_VALUES).map(copy.deepcopy)  # never one list in two places
+    for _ in range(draw(st.integers(1, 3))):
+        nodes = _nodes(doc)
+        if not nodes:
+            break
+        *parents, last = draw(st.sampled_from(nodes))
+        parent = doc
+        for key in parents:
+            parent = parent[key]
+        action = draw(st.sampled_from(["replace", "replace", "remove", "add"]))
+        if action == "replace":
+            parent[last] = draw(odd)
+        elif action == "remove":
+            del parent[last]
+        elif isinstance(parent, dict):
+            parent["unknown"] = draw(odd)
+        else:
+            parent.insert(0, draw(odd))
+    return doc
 
 
 class ScaledReference(tf.Workload):

@@ -13,6 +13,7 @@ with a fixed sequence of examples; raise it to search further).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 import tilefuse as tf
-from conftest import in_ci, preserves_nan
+from conftest import in_ci, mutated, preserves_nan
 
 CASES = int(os.environ.get("TILEFUSE_FUZZ_CASES", "150"))
 
@@ -323,3 +324,40 @@ def test_random_calls_give_what_contiguous_inputs_give(device: tf.Device) -> Non
             np.testing.assert_array_equal(g, w)
 
     check()
+
+
+def _saved_documents() -> list[tuple[str, Any]]:
+    """Fusion and params JSON as users save them: the workloads'."""
+    docs: list[tuple[str, Any]] = []
+    for name in ["chain", "softmax", "layernorm", "column_sum", "matmul", "attention"]:
+        f = tf.workloads.get(name).fusion()
+        docs.append(("fusion", json.loads(f.to_json())))
+        params = f.heuristics(device=tf.Device.cpu())
+        for p in params if isinstance(params, list) else [params]:
+            docs.append(("params", json.loads(p.to_json())))
+    return docs
+
+
+SAVED = _saved_documents()
+
+
+@fuzz_settings(CASES)
+@given(data=st.data(), saved=st.sampled_from(SAVED))
+def test_mangled_fusion_and_params_files_load_or_say_what_is_wrong(
+    data: st.DataObject, saved: tuple[str, Any]
+) -> None:
+    """A saved fusion or params file with values replaced, removed or
+    added: loading, scheduling and building either work or raise
+    tilefuse's own errors (ValueErrors), never another exception."""
+    kind, doc = saved
+    text = json.dumps(data.draw(mutated(doc)))
+    note(text)
+    cpu = tf.Device.cpu()
+    try:
+        if kind == "fusion":
+            f = tf.Fusion.from_json(text)
+            f.schedule(f.heuristics(device=cpu), cpu)
+        else:
+            tf.HeuristicParams.from_json(text)
+    except (tf.TilefuseError, ValueError):
+        pass

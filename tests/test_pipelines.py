@@ -5,6 +5,7 @@ overrides, the engine and the CLI over them."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -13,13 +14,22 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tilefuse as tf
-from conftest import assert_close, run_exported_sequence_with_wgpu_py, run_exported_with_wgpu_py
+from conftest import (
+    assert_close,
+    in_ci,
+    mutated,
+    run_exported_sequence_with_wgpu_py,
+    run_exported_with_wgpu_py,
+)
 from tilefuse import paramsfile
 from tilefuse.bench import SCHEMA as BENCH_SCHEMA
 from tilefuse.cli import main
-from tilefuse.pipeline import SCHEMA, Pipeline, find, load_pipeline, names
+from tilefuse.pipeline import SCHEMA, Pipeline, find, load_pipeline, locate, names
 from tilefuse.stages import PipelineRun, run, workload_of
 from tilefuse.yamlfile import YamlError
 
@@ -443,7 +453,16 @@ ERRORS = {
     ),
     "include with a wrong type": (
         "version: 1\nstages:\n  - include: {pipeline: build, with: {selector: 3}}\n",
-        r"build.yaml:7: variables.selector: expects str, got 3",
+        r"build.yaml:7: variables.selector: expects str, got 3 \(given by .*p.yaml:3: "
+        r"stages\[0\].include.with\)",
+    ),
+    "include with a value not among the choices": (
+        "version: 1\nstages:\n  - include: {pipeline: build, with: {selector: tuned}}\n",
+        r"build.yaml:9: variables.selector: 'tuned' is not one of .* \(given by .*p.yaml:3: ",
+    ),
+    "variables that are not a mapping": (
+        "version: 1\nvariables:\nstages: [inspect]\n",
+        r"p.yaml:2: variables: None is not of type 'object'",
     ),
     "unknown workload": (
         "version: 1\nworkload:\n  name: sofmax\nstages: [inspect]\n",
@@ -588,3 +607,30 @@ def test_pipeline_reprs_and_digest_follow_the_files_read(tmp_path: Path) -> None
     params["unroll_factor_reduction"] = 2
     paramsfile.save(tmp_path / "p.json", w.payload, device, [params])
     assert p.digest != before
+
+
+SHIPPED = {name: yaml.safe_load(locate(name).read_text()) for name in names()}
+CASES = int(os.environ.get("TILEFUSE_FUZZ_CASES", "150"))  # as in test_fuzz.py
+
+
+@settings(
+    max_examples=CASES,
+    deadline=None,
+    derandomize=in_ci(),
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data(), name=st.sampled_from(sorted(SHIPPED)))
+def test_a_mangled_pipeline_file_loads_or_says_what_is_wrong(
+    tmp_path: Path, data: st.DataObject, name: str
+) -> None:
+    # A shipped pipeline with values replaced, removed or added; its
+    # includes are found beside it.
+    for other, doc in SHIPPED.items():
+        (tmp_path / f"{other}.yaml").write_text(yaml.safe_dump(doc))
+    path = tmp_path / "mangled.yaml"
+    path.write_text(yaml.safe_dump(data.draw(mutated(SHIPPED[name]))))
+    try:
+        load_pipeline(path)
+    except YamlError as e:
+        # where it is wrong, or who gave a shipped include a wrong value
+        assert re.search(rf"{tmp_path}/\w+\.yaml:\d+: ", str(e)), e

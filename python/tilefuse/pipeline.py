@@ -258,7 +258,9 @@ def _substituted(
     if doc.get("version") != 1:
         raise YamlError(path, line_of(doc, "version"), "version", "must be 1")
     declared = doc.get("variables", Located())
-    _validate(path, {"variables": declared}, variables_only=True)
+    head = Located(doc.line, {k: n for k, n in doc.lines.items() if k == "variables"})
+    head["variables"] = declared  # with its line, for errors in the declarations
+    _validate(path, head, variables_only=True)
     unknown = sorted(set(given) - set(declared))
     if unknown:
         raise YamlError(
@@ -267,7 +269,7 @@ def _substituted(
             "variables",
             f"{giver}: no variable {unknown[0]!r} (declared: {', '.join(declared) or 'none'})",
         )
-    values = {name: _value(path, name, decl, given, base) for name, decl in declared.items()}
+    values = {name: _value(path, name, decl, given, base, giver) for name, decl in declared.items()}
     body = Located(doc.line, dict(doc.lines))
     body.update((k, v) for k, v in doc.items() if k != "variables")
     substituted = _substitute(path, body, values, "", doc.line)
@@ -275,12 +277,16 @@ def _substituted(
     return substituted, values
 
 
-def _value(path: Path, name: str, decl: Located, given: dict[str, Any], base: Path) -> Any:
+def _value(
+    path: Path, name: str, decl: Located, given: dict[str, Any], base: Path, giver: str
+) -> Any:
+    """The variable's value: the one ``giver`` gave (read relative to
+    ``base``), else its default; errors in a given value say who gave it."""
     key = f"variables.{name}"
     if name in given:
-        value, where = given[name], base
+        value, where, by = given[name], base, f" (given by {giver})"
     elif "default" in decl:
-        value, where = decl["default"], path.parent
+        value, where, by = decl["default"], path.parent, ""
     else:
         raise YamlError(
             path, line_of(decl, "type"), key, f"required (type {decl['type']}) and not given"
@@ -289,14 +295,15 @@ def _value(path: Path, name: str, decl: Located, given: dict[str, Any], base: Pa
     if isinstance(value, _Text) and kind != "str" and kind != "path":
         value = yaml.safe_load(value) if value else value
     if not isinstance(value, _TYPES[kind]) or (kind != "bool" and isinstance(value, bool)):
-        raise YamlError(path, line_of(decl, "type"), key, f"expects {kind}, got {value!r}")
+        raise YamlError(path, line_of(decl, "type"), key, f"expects {kind}, got {value!r}{by}")
     if kind == "path":
         value = str(where / str(value))
     elif kind in ("str", "float"):
         value = {"str": str, "float": float}[kind](value)
     choices = decl.get("choices")
     if choices is not None and value not in choices:
-        raise YamlError(path, line_of(decl, "choices"), key, f"{value!r} is not one of {choices}")
+        message = f"{value!r} is not one of {choices}{by}"
+        raise YamlError(path, line_of(decl, "choices"), key, message)
     return value
 
 
