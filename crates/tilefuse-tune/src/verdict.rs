@@ -1,10 +1,11 @@
 //! How the final run's times pick the winner. The finalists are timed in
 //! interleaved rounds, so a machine that drifts slows every finalist of a
 //! round alike; a finalist replaces the default heuristic's params only
-//! when it beat them in every round, by more than [`FINAL_GAIN`]. A pick by
-//! the lowest median alone made the "winner" of a quick tune of a small
-//! kernel slower than the default, when timed again, as often as faster
-//! (see BENCHMARKS.md, thirty-fifth session).
+//! when it beat them in every round, by more than [`FINAL_GAIN`]. Picked by
+//! the lowest median alone, one in five winners of quick tunes of small
+//! CPU kernels was over 3 % slower than the default when timed again; one
+//! in ten with this rule, about the noise of that measurement
+//! (BENCHMARKS.md, thirty-fifth session; `benches/selection.py`).
 
 /// What a finalist must gain on the default's params in each round.
 pub const FINAL_GAIN: f64 = 0.01;
