@@ -134,9 +134,13 @@ fn stopped(limit: Duration) -> Measured {
     }
 }
 
-/// The `finalists` timed in three interleaved rounds on `device` (each
-/// one's median in each round); the first warms each up, the device
-/// stays warm for the others.
+/// Rounds of the final run.
+const FINAL_ROUNDS: usize = 5;
+
+/// The `finalists` timed in [`FINAL_ROUNDS`] interleaved rounds on
+/// `device` (each one's median in each round). The first warms each up,
+/// the device stays warm for the others; each round starts one finalist
+/// later, so that none is always first after the last of a round.
 pub fn final_round(
     fusion: &Fusion,
     device: &Device,
@@ -147,11 +151,12 @@ pub fn final_round(
     let kernels = (finalists.iter())
         .map(|p| build(fusion, device, p))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut times = vec![Vec::new(); kernels.len()];
-    for round in 0..3 {
+    let n = kernels.len();
+    let mut times = vec![Vec::new(); n];
+    for round in 0..FINAL_ROUNDS {
         let warmup = if round == 0 { timing.warmup.max(1) } else { 0 };
-        for (k, t) in kernels.iter().zip(&mut times) {
-            t.push(problem.time(k, warmup, timing.repeat)?);
+        for i in (round..round + n).map(|i| i % n) {
+            times[i].push(problem.time(&kernels[i], warmup, timing.repeat)?);
         }
     }
     Ok(times)

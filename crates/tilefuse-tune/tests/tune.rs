@@ -266,3 +266,23 @@ fn a_candidate_past_its_time_limit_is_stopped_and_recorded() {
         "{why}"
     );
 }
+
+#[test]
+fn the_final_run_times_every_finalist_in_every_round() {
+    let f = softmax(&[16, 64], -1);
+    let device = Device::cpu();
+    let problem = Problem::new(&f, 1).unwrap();
+    let params = heuristics(&f, None, &device.info()).unwrap().to_value();
+    let timing = Timing {
+        warmup: 1,
+        repeat: 2,
+    };
+    let finalists = [params.clone(), params.clone(), params];
+    let rounds = measure::final_round(&f, &device, &problem, &finalists, timing).unwrap();
+    assert_eq!(rounds.len(), 3);
+    assert!(
+        rounds
+            .iter()
+            .all(|r| r.len() == 5 && r.iter().all(|&t| t > 0.0))
+    );
+}
