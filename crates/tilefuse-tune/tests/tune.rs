@@ -198,12 +198,18 @@ fn builds_run_ahead_of_the_timing_without_losing_or_repeating_a_trial() {
     assert!(r.best_time <= r.default_time.unwrap());
 }
 
-#[test]
-fn a_candidate_far_slower_than_the_best_is_cut_on_its_first_launch() {
-    let f = softmax(&[64, 256], -1);
+/// `f` on the CPU device: the device, random inputs with the reference's
+/// outputs, and the default heuristic's params.
+fn on_the_cpu(f: Fusion) -> (Fusion, Device, Problem, serde_json::Value) {
     let device = Device::cpu();
     let problem = Problem::new(&f, 1).unwrap();
     let params = heuristics(&f, None, &device.info()).unwrap().to_value();
+    (f, device, problem, params)
+}
+
+#[test]
+fn a_candidate_far_slower_than_the_best_is_cut_on_its_first_launch() {
+    let (f, device, problem, params) = on_the_cpu(softmax(&[64, 256], -1));
     let candidate = |best| Candidate {
         id: 0,
         params: params.clone(),
@@ -230,10 +236,7 @@ fn a_candidate_past_its_time_limit_is_stopped_and_recorded() {
     // release build's executor runs 512^3 in 6 ms, so it gets 2048^3
     // (the debug build's float64 reference of that would take minutes).
     let n = if cfg!(debug_assertions) { 512 } else { 2048 };
-    let f = matmul(n, n, n);
-    let device = Device::cpu();
-    let problem = Problem::new(&f, 1).unwrap();
-    let mut params = heuristics(&f, None, &device.info()).unwrap().to_value();
+    let (f, device, problem, mut params) = on_the_cpu(matmul(n, n, n));
     let tile = |m, n, k| json!({"m": m, "n": n, "k": k});
     params["tile_sizes"] = json!({
         "cta_tile": tile(16, 16, 8),
@@ -269,10 +272,7 @@ fn a_candidate_past_its_time_limit_is_stopped_and_recorded() {
 
 #[test]
 fn the_final_run_times_every_finalist_in_every_round() {
-    let f = softmax(&[16, 64], -1);
-    let device = Device::cpu();
-    let problem = Problem::new(&f, 1).unwrap();
-    let params = heuristics(&f, None, &device.info()).unwrap().to_value();
+    let (f, device, problem, params) = on_the_cpu(softmax(&[16, 64], -1));
     let timing = Timing {
         warmup: 1,
         repeat: 2,
