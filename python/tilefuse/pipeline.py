@@ -258,7 +258,7 @@ def _substituted(
     if doc.get("version") != 1:
         raise YamlError(path, line_of(doc, "version"), "version", "must be 1")
     declared = doc.get("variables", Located())
-    head = Located(doc.line, {k: n for k, n in doc.lines.items() if k == "variables"})
+    head = Located(doc.line, {"variables": doc.lines.get("variables", doc.line)})
     head["variables"] = declared  # with its line, for errors in the declarations
     _validate(path, head, variables_only=True)
     unknown = sorted(set(given) - set(declared))

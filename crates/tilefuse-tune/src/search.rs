@@ -447,7 +447,7 @@ impl<'a> Search<'a> {
         let default = (self.default_ok == Some(Status::Ok)
             && self.finalists[0].params == self.base)
             .then_some(0);
-        let win = verdict::winner(rounds, default);
+        let win = verdict::winner(rounds, &medians, default);
         let default_time = default.map(|d| medians[d]);
         let winner = &self.finalists[win].source;
         if let (Some(name), "seed") = (&winner.heuristic, winner.origin) {
