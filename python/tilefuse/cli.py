@@ -111,7 +111,7 @@ def _changes(r: TuneResult) -> str:
     each = r.changes if isinstance(r.changes, list) else [r.changes]
     lines = [
         ", ".join(f"{p} {json.dumps(a)} -> {json.dumps(b)}" for p, (a, b) in c.items())
-        or "nothing: no candidate beat the default by 1 % in every final round"
+        or "nothing: no candidate beat the default by 1 % in the final rounds"
         for c in each
     ]
     return lines[0] if len(lines) == 1 else "\n".join(f"{i}: {x}" for i, x in enumerate(lines))

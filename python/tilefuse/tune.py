@@ -41,7 +41,8 @@ class TuneResult:
     """What :func:`tune` found. Times are medians in seconds, from the final
     run of the best candidates and the default heuristic's, timed in
     interleaved rounds: a candidate wins only if it beat the default in
-    every round by at least 1 %, else the default's params are the best."""
+    every round by at least 1 % (a gain of 10 % on the median may lose one
+    round of five), else the default's params are the best."""
 
     #: The winner: one params object, or one per segment.
     best_params: HeuristicParams | list[HeuristicParams]

@@ -8,7 +8,8 @@
 //! and skipped, one whose kernel was measured already is not measured
 //! again. At the end the best few (the default among them) are
 //! re-measured in interleaved rounds, and a finalist replaces the
-//! default's params only if it beat them in every round (see `verdict`),
+//! default's params only if it beat them in every round (one of five may
+//! be lost to a gain of 10 %, see `verdict`),
 //! so a tuned result is never slower than the default on the measurement
 //! that picked it.
 
