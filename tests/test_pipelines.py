@@ -5,8 +5,8 @@ overrides, the engine and the CLI over them."""
 from __future__ import annotations
 
 import json
-import os
 import re
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -15,17 +15,17 @@ import jsonschema
 import numpy as np
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import tilefuse as tf
 from conftest import (
     assert_close,
-    in_ci,
     mutated,
     run_exported_sequence_with_wgpu_py,
     run_exported_with_wgpu_py,
 )
+from test_fuzz import CASES, fuzz_settings
 from tilefuse import paramsfile
 from tilefuse.bench import SCHEMA as BENCH_SCHEMA
 from tilefuse.cli import main
@@ -610,25 +610,20 @@ def test_pipeline_reprs_and_digest_follow_the_files_read(tmp_path: Path) -> None
 
 
 SHIPPED = {name: yaml.safe_load(locate(name).read_text()) for name in names()}
-CASES = int(os.environ.get("TILEFUSE_FUZZ_CASES", "150"))  # as in test_fuzz.py
 
 
-@settings(
-    max_examples=CASES,
-    deadline=None,
-    derandomize=in_ci(),
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@fuzz_settings(CASES)
 @given(data=st.data(), name=st.sampled_from(sorted(SHIPPED)))
 def test_a_mangled_pipeline_file_loads_or_says_what_is_wrong(
-    tmp_path: Path, data: st.DataObject, name: str
+    data: st.DataObject, name: str
 ) -> None:
     # A shipped pipeline with values replaced, removed or added; it
     # includes other shipped pipelines by name.
-    path = tmp_path / "mangled.yaml"
-    path.write_text(yaml.safe_dump(data.draw(mutated(SHIPPED[name]))))
-    try:
-        load_pipeline(path)
-    except YamlError as e:
-        # where it is wrong, or who gave a shipped include a wrong value
-        assert re.search(rf"{tmp_path}/\w+\.yaml:\d+: ", str(e)), e
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mangled.yaml"
+        path.write_text(yaml.safe_dump(data.draw(mutated(SHIPPED[name]))))
+        try:
+            load_pipeline(path)
+        except YamlError as e:
+            # where it is wrong, or who gave a shipped include a wrong value
+            assert re.search(rf"{re.escape(tmp)}/\w+\.yaml:\d+: ", str(e)), e
