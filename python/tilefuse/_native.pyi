@@ -168,10 +168,15 @@ class TuneProblem:
     def measure(self, device: Device, candidate: dict[str, Any]) -> dict[str, Any]:
         """Schedules, builds, checks and times one candidate."""
     def final_round(
-        self, device: Device, finalists: list[dict[str, Any]], warmup: int, repeat: int
+        self,
+        device: Device,
+        finalists: list[dict[str, Any]],
+        warmup: int,
+        repeat: int,
+        rounds: int,
     ) -> list[list[float]]:
-        """The finalists timed in interleaved rounds: each one's median in
-        each round."""
+        """The finalists timed in ``rounds`` interleaved rounds: each one's
+        median in each round."""
 
 def cache_get(
     fusion: Fusion,

@@ -114,10 +114,16 @@ class _TuneWorker:
         return m
 
     def final_round(
-        self, key: str, problem: Problem, finalists: list[dict[str, Any]], warmup: int, repeat: int
+        self,
+        key: str,
+        problem: Problem,
+        finalists: list[dict[str, Any]],
+        warmup: int,
+        repeat: int,
+        rounds: int,
     ) -> list[list[float]]:
         tp = self._problem(key, problem)
-        return tp.final_round(self.device._native, finalists, warmup, repeat)
+        return tp.final_round(self.device._native, finalists, warmup, repeat, rounds)
 
 
 class Stopped(Exception):
@@ -283,15 +289,15 @@ class RayGroup:
         return None
 
     def final_round(
-        self, finalists: list[dict[str, Any]], warmup: int, repeat: int
+        self, finalists: list[dict[str, Any]], warmup: int, repeat: int, rounds: int
     ) -> list[list[float]]:
         died = self.ray.exceptions.RayActorError
         for a in list(self.live):
             try:
-                rounds: list[list[float]] = self.ray.get(
-                    a.final_round.remote(*self.problem, finalists, warmup, repeat)
+                times: list[list[float]] = self.ray.get(
+                    a.final_round.remote(*self.problem, finalists, warmup, repeat, rounds)
                 )
-                return rounds
+                return times
             except died:
                 self.live.remove(a)
         raise RuntimeError("every Ray worker of this device died before the final round")

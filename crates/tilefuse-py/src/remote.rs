@@ -23,8 +23,7 @@ use crate::schedule::PyDevice;
 
 /// A Python executor: `capacity() -> int`, `submit(candidate: dict)`,
 /// `next() -> (id, measured: dict)` and `final_round(params: list, warmup,
-/// repeat) ->
-/// list[float]`. An exception it raises stops tuning and is raised again
+/// repeat, rounds) -> list[list[float]]`. An exception it raises stops tuning and is raised again
 /// by `tune`.
 pub struct PyExecutor<'a, 'py> {
     inner: Bound<'py, PyAny>,
@@ -82,13 +81,14 @@ impl Executor for PyExecutor<'_, '_> {
         &mut self,
         finalists: &[Finalist],
         timing: Timing,
+        rounds: usize,
     ) -> Result<RoundTimes, TuneError> {
         let py = self.inner.py();
         let value = serde_json::to_value(finalists).expect("finalists serialize");
         let got = to_py(py, &value)
             .and_then(|f| {
                 self.inner
-                    .call_method1("final_round", (f, timing.warmup, timing.repeat))
+                    .call_method1("final_round", (f, timing.warmup, timing.repeat, rounds))
             })
             .and_then(|r| r.extract::<RoundTimes>());
         let rounds = self.kept(got)?;
@@ -163,8 +163,8 @@ impl PyTuneProblem {
         })
     }
 
-    /// `finalists` (`{params, point}` dicts) timed in interleaved rounds
-    /// on `device`: each one's median in each round.
+    /// `finalists` (`{params, point}` dicts) timed in `rounds` interleaved
+    /// rounds on `device`: each one's median in each round.
     fn final_round(
         &self,
         py: Python<'_>,
@@ -172,6 +172,7 @@ impl PyTuneProblem {
         finalists: &Bound<'_, PyAny>,
         warmup: usize,
         repeat: usize,
+        rounds: usize,
     ) -> PyResult<RoundTimes> {
         guard(|| {
             let finalists: Vec<Finalist> = serde_json::from_value(to_value(finalists)?)
@@ -181,12 +182,20 @@ impl PyTuneProblem {
             if let Some(r) = &self.replay {
                 let mut replay = ReplayExecutor::new(r, 1);
                 return replay
-                    .final_round(&finalists, timing)
+                    .final_round(&finalists, timing, rounds)
                     .map_err(|e| failed(e.to_string()));
             }
             let params: Vec<Value> = finalists.into_iter().map(|f| f.params).collect();
-            measure::final_round(&self.fusion, &device.inner, &self.problem, &params, timing)
-                .map_err(failed)
+            let problem = &self.problem;
+            measure::final_round(
+                &self.fusion,
+                &device.inner,
+                problem,
+                &params,
+                timing,
+                rounds,
+            )
+            .map_err(failed)
         })
     }
 }

@@ -45,7 +45,9 @@ pub struct Finalist {
 pub struct Measured {
     /// `Ok`, `Failed` (refused, failed to build or to run), `Wrong` or `Cut`.
     pub status: Status,
-    /// Median seconds (the short timing of a cut candidate).
+    /// Median seconds: the faster of the short and the full timing (the
+    /// short timing of a cut candidate, the first launch of one cut at
+    /// once).
     pub time: Option<f64>,
     pub error: Option<String>,
     /// The fingerprint of the device that measured it, where the executor

@@ -30,13 +30,14 @@ pub trait Executor {
     /// Waits for any submitted candidate's result: its id and what was found.
     fn next(&mut self) -> Result<(usize, Measured), TuneError>;
 
-    /// The `finalists` (params) timed in interleaved rounds on one
-    /// device, `timing.repeat` launches a round: each one's median in
+    /// The `finalists` (params) timed in `rounds` interleaved rounds on
+    /// one device, `timing.repeat` launches a round: each one's median in
     /// each round.
     fn final_round(
         &mut self,
         finalists: &[Finalist],
         timing: Timing,
+        rounds: usize,
     ) -> Result<RoundTimes, TuneError>;
 }
 
@@ -162,9 +163,17 @@ impl Executor for LocalExecutor<'_> {
         &mut self,
         finalists: &[Finalist],
         timing: Timing,
+        rounds: usize,
     ) -> Result<RoundTimes, TuneError> {
         let params: Vec<_> = finalists.iter().map(|f| f.params.clone()).collect();
-        measure::final_round(self.fusion, self.device, &self.problem, &params, timing)
-            .map_err(TuneError::from_runtime)
+        measure::final_round(
+            self.fusion,
+            self.device,
+            &self.problem,
+            &params,
+            timing,
+            rounds,
+        )
+        .map_err(TuneError::from_runtime)
     }
 }

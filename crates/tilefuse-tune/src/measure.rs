@@ -48,7 +48,7 @@ pub const LIMIT_FLOOR: Duration = Duration::from_millis(500);
 /// `device`: one launch first, cut when over [`PROBE_RATIO`] times the
 /// best so far (stopped when it and the check's launch run past
 /// [`LIMIT_RATIO`] times), then a short timing, cut when over [`CUT_RATIO`]
-/// times it.
+/// times it, then the full timing; its time is the faster of the two.
 pub fn candidate(fusion: &Fusion, device: &Device, problem: &Problem, c: &Candidate) -> Measured {
     built(build(fusion, device, &c.params), problem, c)
 }
@@ -77,8 +77,10 @@ pub(crate) fn built(kernel: Result<Kernel, String>, problem: &Problem, c: &Candi
             if slower(short, CUT_RATIO) {
                 return Ok((Status::Cut, short, Some("over 3x the best")));
             }
+            // A slow spell of a shared machine only adds time: the faster
+            // of the two timings is the closer to the kernel's own.
             let full = problem.time(&kernel, 0, c.timing.repeat)?;
-            Ok((Status::Ok, full, None))
+            Ok((Status::Ok, full.min(short), None))
         })
     };
     match timed {
@@ -134,29 +136,35 @@ fn stopped(limit: Duration) -> Measured {
     }
 }
 
-/// Rounds of the final run.
-const FINAL_ROUNDS: usize = 5;
-
-/// The `finalists` timed in [`FINAL_ROUNDS`] interleaved rounds on
-/// `device` (each one's median in each round). The first warms each up,
-/// the device stays warm for the others; each round starts one finalist
-/// later, so that none is always first after the last of a round.
+/// The `finalists` timed in `rounds` interleaved rounds on `device`
+/// (each one's median in each round). The device is warmed up once (a
+/// GPU for at least 200 ms) and each kernel by its own warm-up launches;
+/// the rounds run back to back, so none cools down. Each round starts one
+/// finalist later, so that none is always first after the last of a
+/// round.
 pub fn final_round(
     fusion: &Fusion,
     device: &Device,
     problem: &Problem,
     finalists: &[serde_json::Value],
     timing: Timing,
+    rounds: usize,
 ) -> Result<RoundTimes, String> {
     let kernels = (finalists.iter())
         .map(|p| build(fusion, device, p))
         .collect::<Result<Vec<_>, _>>()?;
+    let warmup = timing.warmup.max(1);
+    if let Some(first) = kernels.first() {
+        problem.time(first, warmup, 1)?;
+    }
+    for k in &kernels {
+        problem.time(k, 0, warmup)?;
+    }
     let n = kernels.len();
     let mut times = vec![Vec::new(); n];
-    for round in 0..FINAL_ROUNDS {
-        let warmup = if round == 0 { timing.warmup.max(1) } else { 0 };
+    for round in 0..rounds {
         for i in (round..round + n).map(|i| i % n) {
-            times[i].push(problem.time(&kernels[i], warmup, timing.repeat)?);
+            times[i].push(problem.time(&kernels[i], 0, timing.repeat)?);
         }
     }
     Ok(times)

@@ -226,8 +226,13 @@ impl Executor for ReplayExecutor<'_> {
         Ok((c.id, self.recording.measured(&c.point)))
     }
 
-    /// One round of the recorded times.
-    fn final_round(&mut self, finalists: &[Finalist], _: Timing) -> Result<RoundTimes, TuneError> {
+    /// One round of the recorded times, however many were asked for.
+    fn final_round(
+        &mut self,
+        finalists: &[Finalist],
+        _: Timing,
+        _: usize,
+    ) -> Result<RoundTimes, TuneError> {
         (finalists.iter())
             .map(|f| {
                 let m = self.recording.measured(&f.point);

@@ -6,8 +6,10 @@
 //! seeds (their neighbours of each new best go before the strategy's next
 //! point); a candidate the scheduler refuses is recorded with its error
 //! and skipped, one whose kernel was measured already is not measured
-//! again. At the end the best few (the default among them) are
-//! re-measured in interleaved rounds, and a finalist replaces the
+//! again. At the end the best dozen get a second look (one more timing
+//! each: a shared machine's slow spells only add time, so a candidate
+//! keeps the faster of its two), the best few of them (the default among
+//! them) are re-measured in interleaved rounds, and a finalist replaces the
 //! default's params only if it beat them in every round (one of five may
 //! be lost to a gain of 10 %, see `verdict`),
 //! so a tuned result is never slower than the default on the measurement
@@ -34,8 +36,16 @@ use crate::strategy::{Points, Strategy};
 use crate::trial::{Source, Status, Trial, TuneResult};
 use crate::verdict;
 
-/// Finalists re-measured at the end.
+/// Candidates given a second look at the end: a slow spell of lavapipe
+/// on a shared VM can double a trial's time, dropping a 1.7x winner
+/// below a dozen others (thirty-seventh session, BENCHMARKS.md).
+const CONTENDERS: usize = 12;
+
+/// Of those, the finalists re-measured in the final run.
 const FINALISTS: usize = 4;
+
+/// Rounds of the final run.
+const FINAL_ROUNDS: usize = 5;
 
 /// Tunes `fusion` (one scheduler must take it whole) on `device`, seeded
 /// by the `heuristics` that apply (`seeds::builtin()` and any others),
@@ -90,16 +100,21 @@ pub fn tune_with(
     if search.stopped {
         return Err(TuneError::Stopped);
     }
+    let contenders = search.contenders();
+    if contenders.len() > FINALISTS + 1 {
+        let look = executor.final_round(&contenders, options.timing(), 1)?;
+        search.second_look(&look);
+    }
     let finalists = search.finalists();
     if finalists.is_empty() {
         let why = "no candidate ran correctly, not even the default heuristic's";
         return Err(TuneError::Failed(why.into()));
     }
-    let rounds = executor.final_round(&finalists, options.timing())?;
+    let rounds = executor.final_round(&finalists, options.timing(), FINAL_ROUNDS)?;
     Ok(search.finish(&rounds))
 }
 
-/// A measured candidate kept for the final run.
+/// A measured candidate kept for the second look and the final run.
 struct Kept {
     params: HeuristicParams,
     point: Point,
@@ -161,7 +176,8 @@ pub struct Search<'a> {
     trials: Vec<Trial>,
     /// What the strategy learns from: each trial's point and time.
     history: Vec<Observation>,
-    finalists: Vec<Kept>,
+    /// The measured candidates kept for the second look.
+    kept: Vec<Kept>,
     /// The default's status once told.
     default_ok: Option<Status>,
     observe: &'a mut Observer<'a>,
@@ -220,7 +236,7 @@ impl<'a> Search<'a> {
             pending: HashMap::new(),
             trials: Vec::new(),
             history: Vec::new(),
-            finalists: Vec::new(),
+            kept: Vec::new(),
             default_ok: None,
             observe,
         })
@@ -275,7 +291,7 @@ impl<'a> Search<'a> {
             features: &self.features,
             default: &self.base,
         };
-        let best = (self.finalists.iter())
+        let best = (self.kept.iter())
             .min_by(|a, b| a.time.total_cmp(&b.time))
             .map(|f| &f.params);
         if let Some(Proposal {
@@ -390,7 +406,7 @@ impl<'a> Search<'a> {
     }
 
     fn best_time(&self) -> Option<f64> {
-        self.finalists.iter().map(|f| f.time).min_by(f64::total_cmp)
+        self.kept.iter().map(|f| f.time).min_by(f64::total_cmp)
     }
 
     fn record(
@@ -422,18 +438,42 @@ impl<'a> Search<'a> {
         self.trials.push(trial);
     }
 
-    /// Keeps the fastest few for the final run.
+    /// Keeps the fastest dozen for the second look.
     fn keep(&mut self, kept: Kept) {
-        self.finalists.push(kept);
-        // The first (the default's, when it ran) always stays; the rest
-        // by time.
-        self.finalists[1..].sort_by(|a, b| a.time.total_cmp(&b.time));
-        self.finalists.truncate(FINALISTS + 1);
+        self.kept.push(kept);
+        self.rank();
+        self.kept.truncate(CONTENDERS + 1);
+    }
+
+    /// The first kept (the default's, when it ran) stays first; the rest
+    /// by time.
+    fn rank(&mut self) {
+        self.kept[1..].sort_by(|a, b| a.time.total_cmp(&b.time));
+    }
+
+    /// The candidates the second look re-measures.
+    pub fn contenders(&self) -> Vec<Finalist> {
+        self.leading(CONTENDERS)
+    }
+
+    /// Learns the contenders' second look, `times` (one list of times
+    /// each, as [`Executor::final_round`] gives them): each keeps its
+    /// fastest time.
+    pub fn second_look(&mut self, times: &[Vec<f64>]) {
+        for (kept, again) in self.kept.iter_mut().zip(times) {
+            kept.time = again.iter().copied().fold(kept.time, f64::min);
+        }
+        self.rank();
     }
 
     /// The candidates the final round re-measures.
     pub fn finalists(&self) -> Vec<Finalist> {
-        (self.finalists.iter())
+        self.leading(FINALISTS)
+    }
+
+    /// The first kept and the `n` fastest others.
+    fn leading(&self, n: usize) -> Vec<Finalist> {
+        (self.kept.iter().take(n + 1))
             .map(|f| Finalist {
                 params: f.params.to_value(),
                 point: f.point.clone(),
@@ -445,12 +485,11 @@ impl<'a> Search<'a> {
     /// run.
     pub fn finish(mut self, rounds: &[Vec<f64>]) -> TuneResult {
         let medians = verdict::medians(rounds);
-        let default = (self.default_ok == Some(Status::Ok)
-            && self.finalists[0].params == self.base)
-            .then_some(0);
+        let default =
+            (self.default_ok == Some(Status::Ok) && self.kept[0].params == self.base).then_some(0);
         let win = verdict::winner(rounds, &medians, default);
         let default_time = default.map(|d| medians[d]);
-        let winner = &self.finalists[win].source;
+        let winner = &self.kept[win].source;
         if let (Some(name), "seed") = (&winner.heuristic, winner.origin) {
             self.seeding.won(name);
         }
@@ -462,7 +501,7 @@ impl<'a> Search<'a> {
                 .map(|f| f.path.to_owned())
                 .collect(),
             sizes: self.space.grid.sizes.clone(),
-            best_params: self.finalists[win].params.to_value(),
+            best_params: self.kept[win].params.to_value(),
             best_time: medians[win],
             default_params: self.base.to_value(),
             default_time,

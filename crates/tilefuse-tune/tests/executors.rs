@@ -5,18 +5,19 @@
 use tilefuse_runtime::Device;
 use tilefuse_testing::softmax;
 use tilefuse_tune::{
-    Candidate, Executor, FINAL_GAIN, Finalist, Measured, Options, Recording, ReplayExecutor,
+    Candidate, Executor, FINAL_GAIN, Finalist, Measured, Options, Point, Recording, ReplayExecutor,
     RoundTimes, Status, Strategy, Timing, TuneError, tune_with,
 };
 
 fn recorded() -> (tilefuse_ir::Fusion, Device, Recording) {
+    recorded_over(&["reduction_invocations", "unroll_factor_reduction"])
+}
+
+fn recorded_over(fields: &[&str]) -> (tilefuse_ir::Fusion, Device, Recording) {
     let f = softmax(&[16, 64], -1);
     let device = Device::cpu();
     let options = Options {
-        fields: Some(vec![
-            "reduction_invocations".into(),
-            "unroll_factor_reduction".into(),
-        ]),
+        fields: Some(fields.iter().map(|&p| p.to_owned()).collect()),
         repeat: 1,
         ..Options::default()
     };
@@ -33,11 +34,28 @@ fn exhaustive(r: &Recording) -> Options {
     }
 }
 
-/// A replay that claims another `device`, or that `refuse`s to measure.
+/// A replay that claims another `device`, that `refuse`s to measure, or
+/// in which the `slowed` point's trials ran in a slow spell of the
+/// machine (they report its time instead of the recorded one).
 struct Wrapped<'r> {
     inner: ReplayExecutor<'r>,
     device: Option<String>,
     refuse: bool,
+    slowed: Option<(Point, f64)>,
+    /// The ids of the slowed point's candidates.
+    spelled: Vec<usize>,
+}
+
+impl<'r> Wrapped<'r> {
+    fn new(r: &'r Recording) -> Self {
+        Wrapped {
+            inner: ReplayExecutor::new(r, 1),
+            device: None,
+            refuse: false,
+            slowed: None,
+            spelled: Vec::new(),
+        }
+    }
 }
 
 impl Executor for Wrapped<'_> {
@@ -45,18 +63,29 @@ impl Executor for Wrapped<'_> {
         1
     }
     fn submit(&mut self, c: Candidate) -> Result<(), TuneError> {
-        match self.refuse {
-            true => Err(TuneError::Failed(format!("candidate {} measured", c.id))),
-            false => self.inner.submit(c),
+        if self.refuse {
+            return Err(TuneError::Failed(format!("candidate {} measured", c.id)));
         }
+        if self.slowed.as_ref().is_some_and(|(p, _)| *p == c.point) {
+            self.spelled.push(c.id);
+        }
+        self.inner.submit(c)
     }
     fn next(&mut self) -> Result<(usize, Measured), TuneError> {
         let (id, mut m) = self.inner.next()?;
         m.device = self.device.clone();
+        if let (Some((_, time)), true) = (&self.slowed, self.spelled.contains(&id)) {
+            m.time = Some(*time);
+        }
         Ok((id, m))
     }
-    fn final_round(&mut self, f: &[Finalist], t: Timing) -> Result<RoundTimes, TuneError> {
-        self.inner.final_round(f, t)
+    fn final_round(
+        &mut self,
+        f: &[Finalist],
+        t: Timing,
+        rounds: usize,
+    ) -> Result<RoundTimes, TuneError> {
+        self.inner.final_round(f, t, rounds)
     }
 }
 
@@ -92,9 +121,8 @@ fn timings_of_another_device_are_refused() {
         ..exhaustive(&r)
     };
     let mut elsewhere = Wrapped {
-        inner: ReplayExecutor::new(&r, 1),
         device: Some("bbbb".into()),
-        refuse: false,
+        ..Wrapped::new(&r)
     };
     let e = tune_with(
         &f,
@@ -128,9 +156,8 @@ fn a_journal_s_results_are_not_measured_again() {
         resumed.recorded.insert(t.params.to_string(), m);
     }
     let mut none = Wrapped {
-        inner: ReplayExecutor::new(&r, 1),
-        device: None,
         refuse: true,
+        ..Wrapped::new(&r)
     };
     let again = tune_with(&f, &info, &resumed, &[], &mut none, &mut |_, _| true).unwrap();
     assert_eq!(again.best_params, done.best_params);
@@ -151,7 +178,12 @@ impl Executor for Hiccup<'_> {
     fn next(&mut self) -> Result<(usize, Measured), TuneError> {
         self.0.next()
     }
-    fn final_round(&mut self, f: &[Finalist], _: Timing) -> Result<RoundTimes, TuneError> {
+    fn final_round(
+        &mut self,
+        f: &[Finalist],
+        _: Timing,
+        _: usize,
+    ) -> Result<RoundTimes, TuneError> {
         let mut rounds = vec![vec![1.0; 3]];
         rounds.extend((1..f.len()).map(|_| vec![0.5, 0.5, 1.5]));
         Ok(rounds)
@@ -174,4 +206,46 @@ fn a_finalist_slower_than_the_default_in_one_round_does_not_win() {
     .unwrap();
     assert_eq!(res.best_params, res.default_params);
     assert_eq!((res.best_time, res.default_time), (1.0, Some(1.0)));
+}
+
+#[test]
+fn a_trial_slowed_by_the_machine_gets_a_second_look() {
+    let (f, device, mut r) = recorded_over(&[
+        "launch.workgroup_size",
+        "vectorization_factor_reduction",
+        "rows_per_workgroup",
+    ]);
+    let options = exhaustive(&r);
+    let info = device.info();
+    let mut replay = ReplayExecutor::new(&r, 1);
+    let first = tune_with(&f, &info, &options, &[], &mut replay, &mut |_, _| true).unwrap();
+    // The other kernels (not duplicates), 2x faster than the default, the
+    // last 10x.
+    let kernels: Vec<_> = (first.trials[1..].iter())
+        .filter(|t| t.status == Status::Ok)
+        .map(|t| t.point.clone())
+        .collect();
+    assert!(
+        kernels.len() > 12,
+        "{} kernels: too few to slow one out of the finalists",
+        kernels.len()
+    );
+    for (point, time) in &mut r.times {
+        if let Some(k) = kernels.iter().position(|p| p == point) {
+            *time = Some(0.5 + 0.01 * k as f64);
+        } else if *point == r.base {
+            *time = Some(1.0);
+        }
+    }
+    let best = kernels.last().unwrap().clone();
+    r.times.iter_mut().find(|(p, _)| *p == best).unwrap().1 = Some(0.1);
+    // Its trial ran in a slow spell: seventh of the others.
+    let mut spell = Wrapped {
+        slowed: Some((best.clone(), 0.575)),
+        ..Wrapped::new(&r)
+    };
+    let res = tune_with(&f, &info, &options, &[], &mut spell, &mut |_, _| true).unwrap();
+    let trial = res.trials.iter().find(|t| t.point == best).unwrap();
+    assert_eq!(trial.time, Some(0.575));
+    assert_eq!((&res.best_params, res.best_time), (&trial.params, 0.1));
 }

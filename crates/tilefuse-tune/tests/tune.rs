@@ -278,11 +278,11 @@ fn the_final_run_times_every_finalist_in_every_round() {
         repeat: 2,
     };
     let finalists = [params.clone(), params.clone(), params];
-    let rounds = measure::final_round(&f, &device, &problem, &finalists, timing).unwrap();
+    let rounds = measure::final_round(&f, &device, &problem, &finalists, timing, 4).unwrap();
     assert_eq!(rounds.len(), 3);
     assert!(
         rounds
             .iter()
-            .all(|r| r.len() == 5 && r.iter().all(|&t| t > 0.0))
+            .all(|r| r.len() == 4 && r.iter().all(|&t| t > 0.0))
     );
 }
