@@ -42,10 +42,10 @@ class TuneResult:
     run of the best candidates and the default heuristic's, timed in
     interleaved rounds: a candidate wins only if it beat the default in
     every round by at least 1 % (a gain of 10 % on the median may lose one
-    round of five), else the default's params are the best. The best
-    candidates are those fastest in their trial or in a second look at the
-    dozen fastest trials: a slow spell of a shared machine only adds time,
-    so each keeps the faster."""
+    round of five), else the default's params are the best. The best four
+    candidates are the fastest in their trial or, for the eight next to
+    them, in a second look: a slow spell of a shared machine only adds
+    time, so each keeps the faster."""
 
     #: The winner: one params object, or one per segment.
     best_params: HeuristicParams | list[HeuristicParams]

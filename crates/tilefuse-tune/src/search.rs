@@ -6,14 +6,14 @@
 //! seeds (their neighbours of each new best go before the strategy's next
 //! point); a candidate the scheduler refuses is recorded with its error
 //! and skipped, one whose kernel was measured already is not measured
-//! again. At the end the best dozen get a second look (one more timing
-//! each: a shared machine's slow spells only add time, so a candidate
-//! keeps the faster of its two), the best few of them (the default among
-//! them) are re-measured in interleaved rounds, and a finalist replaces the
-//! default's params only if it beat them in every round (one of five may
-//! be lost to a gain of 10 %, see `verdict`),
-//! so a tuned result is never slower than the default on the measurement
-//! that picked it.
+//! again. At the end the eight next to the best four get a second look
+//! (one more timing each: a shared machine's slow spells only add time,
+//! so a candidate keeps the faster of its two), then the best four (and
+//! the default) are re-measured in interleaved rounds, and a finalist
+//! replaces the default's params only if it beat them in every round (one
+//! of five may be lost to a gain of 10 %, see `verdict`), so a tuned
+//! result is never slower than the default on the measurement that picked
+//! it.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -36,12 +36,13 @@ use crate::strategy::{Points, Strategy};
 use crate::trial::{Source, Status, Trial, TuneResult};
 use crate::verdict;
 
-/// Candidates given a second look at the end: a slow spell of lavapipe
-/// on a shared VM can double a trial's time, dropping a 1.7x winner
-/// below a dozen others (thirty-seventh session, BENCHMARKS.md).
-const CONTENDERS: usize = 12;
+/// Candidates kept at the end: the fastest [`FINALISTS`] go to the final
+/// run, the others get a second look first. A slow spell of lavapipe on a
+/// shared VM can double a trial's time, dropping a 1.7x winner below a
+/// dozen others (thirty-seventh session, BENCHMARKS.md).
+const KEPT: usize = 12;
 
-/// Of those, the finalists re-measured in the final run.
+/// The candidates re-measured in the final run (with the default's).
 const FINALISTS: usize = 4;
 
 /// Rounds of the final run.
@@ -101,7 +102,7 @@ pub fn tune_with(
         return Err(TuneError::Stopped);
     }
     let contenders = search.contenders();
-    if contenders.len() > FINALISTS + 1 {
+    if !contenders.is_empty() {
         let look = executor.final_round(&contenders, options.timing(), 1)?;
         search.second_look(&look);
     }
@@ -438,11 +439,11 @@ impl<'a> Search<'a> {
         self.trials.push(trial);
     }
 
-    /// Keeps the fastest dozen for the second look.
+    /// Keeps the fastest dozen.
     fn keep(&mut self, kept: Kept) {
         self.kept.push(kept);
         self.rank();
-        self.kept.truncate(CONTENDERS + 1);
+        self.kept.truncate(KEPT + 1);
     }
 
     /// The first kept (the default's, when it ran) stays first; the rest
@@ -451,34 +452,27 @@ impl<'a> Search<'a> {
         self.kept[1..].sort_by(|a, b| a.time.total_cmp(&b.time));
     }
 
-    /// The candidates the second look re-measures.
+    /// The candidates the second look re-measures: those kept that are
+    /// not finalists (yet).
     pub fn contenders(&self) -> Vec<Finalist> {
-        self.leading(CONTENDERS)
+        views(self.kept.get(FINALISTS + 1..).unwrap_or_default())
     }
 
     /// Learns the contenders' second look, `times` (one list of times
     /// each, as [`Executor::final_round`] gives them): each keeps its
     /// fastest time.
     pub fn second_look(&mut self, times: &[Vec<f64>]) {
-        for (kept, again) in self.kept.iter_mut().zip(times) {
+        let contenders = self.kept.iter_mut().skip(FINALISTS + 1);
+        for (kept, again) in contenders.zip(times) {
             kept.time = again.iter().copied().fold(kept.time, f64::min);
         }
         self.rank();
     }
 
-    /// The candidates the final round re-measures.
+    /// The candidates the final round re-measures: the first kept and the
+    /// fastest others.
     pub fn finalists(&self) -> Vec<Finalist> {
-        self.leading(FINALISTS)
-    }
-
-    /// The first kept and the `n` fastest others.
-    fn leading(&self, n: usize) -> Vec<Finalist> {
-        (self.kept.iter().take(n + 1))
-            .map(|f| Finalist {
-                params: f.params.to_value(),
-                point: f.point.clone(),
-            })
-            .collect()
+        views(&self.kept[..self.kept.len().min(FINALISTS + 1)])
     }
 
     /// The result, given the finalists' times in each round of the final
@@ -511,6 +505,16 @@ impl<'a> Search<'a> {
             elapsed: self.start.elapsed().as_secs_f64(),
         }
     }
+}
+
+/// What the final round needs to know of `kept` candidates.
+fn views(kept: &[Kept]) -> Vec<Finalist> {
+    (kept.iter())
+        .map(|f| Finalist {
+            params: f.params.to_value(),
+            point: f.point.clone(),
+        })
+        .collect()
 }
 
 /// The scheduler's tunable `fields`, only those `options.fields` names.
