@@ -57,7 +57,9 @@ class TuneResult:
     #: ``heuristic`` (of a seed or its neighbour), ``status`` (``ok``,
     #: ``failed``, ``wrong``, ``duplicate``, ``cut``), ``time``, ``error``,
     #: ``at`` (seconds since tuning started), ``id`` (in the order
-    #: proposed), ``device`` (the fingerprint of the device that measured it).
+    #: proposed), ``device`` (the fingerprint of the device that measured it),
+    #: ``look`` (its time in the second look before the final run, for the
+    #: eight fastest after the four fastest; else ``None``).
     trials: list[dict[str, Any]] = field(repr=False)
     #: The seed heuristics that applied: ``name``, ``seeds`` (params
     #: dicts), ``won`` (whether one of its seeds won).

@@ -117,6 +117,8 @@ pub fn tune_with(
 
 /// A measured candidate kept for the second look and the final run.
 struct Kept {
+    /// Its trial's.
+    id: usize,
     params: HeuristicParams,
     point: Point,
     source: Source,
@@ -393,6 +395,7 @@ impl<'a> Search<'a> {
             && let Some(time) = measured.time
         {
             self.keep(Kept {
+                id,
                 params: p.params.clone(),
                 point: p.point.clone(),
                 source: p.source.clone(),
@@ -432,6 +435,7 @@ impl<'a> Search<'a> {
             error: m.error,
             device: m.device.or_else(|| self.options.fingerprint.clone()),
             at: self.start.elapsed().as_secs_f64(),
+            look: None,
         };
         let best = self.best_time();
         let interrupted = trial.error.as_deref() == Some(INTERRUPTED);
@@ -460,11 +464,15 @@ impl<'a> Search<'a> {
 
     /// Learns the contenders' second look, `times` (one list of times
     /// each, as [`Executor::final_round`] gives them): each keeps its
-    /// fastest time.
+    /// fastest time, and its trial records the look.
     pub fn second_look(&mut self, times: &[Vec<f64>]) {
         let contenders = self.kept.iter_mut().skip(FINALISTS + 1);
         for (kept, again) in contenders.zip(times) {
-            kept.time = again.iter().copied().fold(kept.time, f64::min);
+            let look = again.iter().copied().fold(f64::INFINITY, f64::min);
+            kept.time = kept.time.min(look);
+            if let Some(trial) = self.trials.iter_mut().find(|t| t.id == kept.id) {
+                trial.look = Some(look);
+            }
         }
         self.rank();
     }

@@ -65,13 +65,18 @@ pub struct Trial {
     #[serde(flatten)]
     pub source: Source,
     pub status: Status,
-    /// Median seconds (short timing for cut candidates).
+    /// Median seconds: the faster of the short and the full timing (the
+    /// short timing of a cut candidate).
     pub time: Option<f64>,
     pub error: Option<String>,
     /// The fingerprint of the device that measured it, where known.
     pub device: Option<String>,
     /// Seconds since tuning started.
     pub at: f64,
+    /// Its time in the second look before the final run, for those given
+    /// one (the eight fastest after the four fastest, which keep the
+    /// faster of the two).
+    pub look: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]

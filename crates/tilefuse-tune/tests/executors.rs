@@ -246,6 +246,6 @@ fn a_trial_slowed_by_the_machine_gets_a_second_look() {
     };
     let res = tune_with(&f, &info, &options, &[], &mut spell, &mut |_, _| true).unwrap();
     let trial = res.trials.iter().find(|t| t.point == best).unwrap();
-    assert_eq!(trial.time, Some(0.575));
+    assert_eq!((trial.time, trial.look), (Some(0.575), Some(0.1)));
     assert_eq!((&res.best_params, res.best_time), (&trial.params, 0.1));
 }
