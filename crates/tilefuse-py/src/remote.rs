@@ -23,8 +23,8 @@ use crate::schedule::PyDevice;
 
 /// A Python executor: `capacity() -> int`, `submit(candidate: dict)`,
 /// `next() -> (id, measured: dict)` and `final_round(params: list, warmup,
-/// repeat, rounds) -> list[list[float]]`. An exception it raises stops tuning and is raised again
-/// by `tune`.
+/// repeat, rounds) -> list[list[float]]`. An exception it raises stops
+/// tuning and is raised again by `tune`.
 pub struct PyExecutor<'a, 'py> {
     inner: Bound<'py, PyAny>,
     raised: &'a RefCell<Option<PyErr>>,
@@ -186,11 +186,10 @@ impl PyTuneProblem {
                     .map_err(|e| failed(e.to_string()));
             }
             let params: Vec<Value> = finalists.into_iter().map(|f| f.params).collect();
-            let problem = &self.problem;
             measure::final_round(
                 &self.fusion,
                 &device.inner,
-                problem,
+                &self.problem,
                 &params,
                 timing,
                 rounds,

@@ -179,7 +179,8 @@ pub struct Search<'a> {
     trials: Vec<Trial>,
     /// What the strategy learns from: each trial's point and time.
     history: Vec<Observation>,
-    /// The measured candidates kept for the second look.
+    /// The fastest measured candidates (the default's first, when it
+    /// ran), for the second look and the final run.
     kept: Vec<Kept>,
     /// The default's status once told.
     default_ok: Option<Status>,

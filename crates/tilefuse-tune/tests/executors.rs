@@ -239,7 +239,7 @@ fn a_trial_slowed_by_the_machine_gets_a_second_look() {
     }
     let best = kernels.last().unwrap().clone();
     r.times.iter_mut().find(|(p, _)| *p == best).unwrap().1 = Some(0.1);
-    // Its trial ran in a slow spell: seventh of the others.
+    // Its trial ran in a slow spell: eighth of the others.
     let mut spell = Wrapped {
         slowed: Some((best.clone(), 0.575)),
         ..Wrapped::new(&r)
