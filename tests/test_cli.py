@@ -50,9 +50,16 @@ def test_tune_prints_a_table_and_caches_the_winner(
     f = tf.Fusion.from_json(fusion.read_text())
     entry = tf.cache.lookup(f, tf.Device.cpu())
     assert entry is not None and entry["params"] == result["best_params"]
+    # The best time is the median of the final run's rounds, which the
+    # table shows the range of and the entry keeps.
+    assert sorted(result["best_samples"])[2] == result["best_time"]
+    assert "over 5 rounds" in table, table
+    assert entry["samples"] == result["best_samples"]
+    assert entry["signature"] == "f32[64, 128] -> f32[64, 128]: max, sub, exp, sum, div"
 
     assert main(["cache", "list"]) == 0
-    assert entry["id"][:10] in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert entry["id"][:10] in listed and "f32[64," in listed, listed
     assert main(["cache", "show", entry["id"][:8]]) == 0
     assert json.loads(capsys.readouterr().out)["params"] == entry["params"]
     assert main(["cache", "explain", str(fusion), "--device", "cpu"]) == 0

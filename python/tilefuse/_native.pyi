@@ -198,6 +198,7 @@ def cache_put(
     trials: int = 0,
     strategy: str = ...,
     heuristics: list[str] = ...,
+    samples: list[float] = ...,
     directory: str | None = None,
 ) -> tuple[bool, list[str]]: ...
 def cache_warm_start(

@@ -80,9 +80,13 @@ def unregister_bundle(path: str | os.PathLike[str]) -> None:
 
 
 def lookup(fusion: Fusion, device: Device, scheduler: str | None = None) -> dict[str, Any] | None:
-    """The entry for ``fusion`` on ``device`` (its ``"params"``,
-    ``"best_time"``, ...) from the cache or a bundle, with ``"layer"``:
-    ``"cache"`` or the bundle's path; ``None`` when neither has one."""
+    """The entry for ``fusion`` on ``device`` from the cache or a bundle:
+    its ``"params"``, ``"best_time"`` and ``"samples"`` (the winner's time
+    in each round of the tuner's final run), ``"default_time"``,
+    ``"trials"``, ``"strategy"``, ``"heuristics"``, ``"signature"`` (what
+    the fusion is), ``"origin"``, ``"created"``, ``"key"``, and
+    ``"layer"``: ``"cache"`` or the bundle's path. ``None`` when neither
+    has one."""
     entry, layer, messages = _native.cache_get(
         fusion._native, device._native, scheduler, None, bundles()
     )
@@ -101,9 +105,11 @@ def store(
     trials: int = 0,
     strategy: str = "",
     heuristics: list[str] | None = None,
+    samples: list[float] | None = None,
 ) -> bool:
     """Stores a winner for ``device`` (a :class:`Device`, or a remote
-    worker's); ``False`` when a faster entry of its key was there."""
+    worker's), with its ``samples`` (its time in each round of a final
+    run); ``False`` when a faster entry of its key was there."""
     stored, messages = _native.cache_put(
         fusion._native,
         device.info,
@@ -113,6 +119,7 @@ def store(
         trials,
         strategy,
         heuristics or [],
+        samples or [],
     )
     _warn(messages)
     return stored

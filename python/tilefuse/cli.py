@@ -120,7 +120,8 @@ def _changes(r: TuneResult) -> str:
 def _result_table(r: TuneResult, title: str) -> Table:
     statuses = Counter(t["status"] for t in r.trials)
     applied = [f"{h['name']}{' (won)' if h['won'] else ''}" for h in r.heuristics]
-    warm = f"{len(r.warm_start)} cached winners of this structure"
+    n = len(r.warm_start)
+    warm = f"{n} cached winner{'' if n == 1 else 's'} of this structure"
     t = Table(title=title, show_header=False)
     t.add_column(style="bold")
     t.add_column()
@@ -129,7 +130,7 @@ def _result_table(r: TuneResult, title: str) -> Table:
         ("strategy", r.strategy),
         ("trials", ", ".join(f"{n} {s}" for s, n in statuses.most_common())),
         ("default heuristic", _ms(r.default_time)),
-        ("best", _ms(r.best_time)),
+        ("best", _ms(r.best_time) + _spread(r.best_samples)),
         ("speedup", "-" if r.speedup is None else f"{r.speedup:.2f}x"),
         ("changed", _changes(r)),
         ("seed heuristics", ", ".join(applied) or "none applied"),
@@ -140,16 +141,24 @@ def _result_table(r: TuneResult, title: str) -> Table:
     return t
 
 
+def _spread(samples: list[float]) -> str:
+    """The range of a final run's rounds, after its median."""
+    if len(samples) < 2:
+        return ""
+    return f" ({_ms(min(samples))} to {_ms(max(samples))} over {len(samples)} rounds)"
+
+
 def _entries_table(entries: list[dict[str, Any]], title: str) -> Table:
     t = Table(title=title)
     t.add_column("id", no_wrap=True)
-    for column in ("scheduler", "device", "best", "speedup", "trials", "origin"):
+    for column in ("fusion", "scheduler", "device", "best", "speedup", "trials", "origin"):
         t.add_column(column)
     for e in entries:
         key = e["key"]
         speedup = e["default_time"] / e["best_time"] if e.get("default_time") else None
         t.add_row(
             e["id"][:10],
+            e["signature"] or "-",
             key["scheduler"],
             key["device"]["name"],
             _ms(e["best_time"]),

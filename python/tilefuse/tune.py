@@ -70,6 +70,10 @@ class TuneResult:
     #: The default heuristic's params the search started from (one, or one
     #: per segment).
     default_params: HeuristicParams | list[HeuristicParams] | None = field(default=None, repr=False)
+    #: The winner's time in each round of the final run, what ``best_time``
+    #: is the median of (for a segmented fusion, its segments' times added
+    #: round by round).
+    best_samples: list[float] = field(default_factory=list, repr=False)
 
     @property
     def changes(self) -> dict[str, tuple[Any, Any]] | list[dict[str, tuple[Any, Any]]]:
@@ -107,6 +111,7 @@ class TuneResult:
                 else best.to_dict(),
                 "changes": self.changes,
                 "best_time": self.best_time,
+                "best_samples": self.best_samples,
                 "default_time": self.default_time,
                 "speedup": self.speedup,
                 "scheduler": self.scheduler,
@@ -470,6 +475,7 @@ class _Run:
                     len(r["trials"]),
                     r["strategy"],
                     [h["name"] for h in r["heuristics"]],
+                    r["best_samples"],
                 )
         return _result(results, listed=parts[0].segment)
 
@@ -548,6 +554,7 @@ def _result(results: list[dict[str, Any]], listed: bool) -> TuneResult:
         strategy=results[0]["strategy"],
         elapsed=sum(r["elapsed"] for r in results),
         default_params=started[0] if one else started,  # type: ignore[arg-type]
+        best_samples=[sum(t) for t in zip(*(r["best_samples"] for r in results), strict=True)],
     )
 
 

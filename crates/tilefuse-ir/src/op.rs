@@ -139,6 +139,20 @@ impl Op {
         }
     }
 
+    /// Whether the op computes values, rather than bringing them in
+    /// (inputs, constants) or only re-indexing them (broadcast, permute,
+    /// reshape). Casts compute.
+    pub fn computes(&self) -> bool {
+        !matches!(
+            self,
+            Op::Input { .. }
+                | Op::Constant { .. }
+                | Op::Broadcast { .. }
+                | Op::Permute { .. }
+                | Op::Reshape { .. }
+        )
+    }
+
     /// How many tensor arguments the op takes.
     pub fn arity(&self) -> usize {
         match self {

@@ -62,3 +62,26 @@ impl fmt::Display for Fusion {
         write!(f, "}}")
     }
 }
+
+impl Fusion {
+    /// One line saying what the fusion is, without names: its inputs' and
+    /// outputs' types and its compute ops in order, each once
+    /// (`f32[64, 128] -> f32[64, 128]: max, sub, exp, sum, div`). Cache
+    /// listings show it beside an entry's fingerprint.
+    pub fn signature(&self) -> String {
+        let types = |ids: &[crate::TensorId]| {
+            (ids.iter())
+                .map(|&t| self.ty(t).map_or_else(|_| "?".into(), |ty| ty.to_string()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut ops: Vec<&str> = Vec::new();
+        for node in self.nodes() {
+            if node.op.computes() && !ops.contains(&node.op.name()) {
+                ops.push(node.op.name());
+            }
+        }
+        let (inputs, outputs) = (types(self.inputs()), types(self.outputs()));
+        format!("{inputs} -> {outputs}: {}", ops.join(", "))
+    }
+}

@@ -143,6 +143,14 @@ fn printer_is_readable() {
 }
 
 #[test]
+fn a_signature_names_types_and_ops_once_but_no_tensors() {
+    assert_eq!(
+        softmax().signature(),
+        "f32[4, 8] -> f32[4, 8]: max, sub, exp, sum, div"
+    );
+}
+
+#[test]
 fn errors_name_the_op_and_shapes() {
     let mut f = Fusion::new();
     let a = f.input(&[4, 3], DType::F32, None).unwrap();

@@ -413,10 +413,11 @@ pub fn cache_warm_start<'py>(
     })
 }
 
-/// Stores a tuning winner as the entry of its key; `(stored, warnings)`,
-/// `stored` false when a faster entry was there.
+/// Stores a tuning winner as the entry of its key (`samples`: its time in
+/// each round of the final run); `(stored, warnings)`, `stored` false when
+/// a faster entry was there.
 #[pyfunction]
-#[pyo3(signature = (fusion, device, params, best_time, default_time=None, trials=0, strategy=String::new(), heuristics=Vec::new(), directory=None))]
+#[pyo3(signature = (fusion, device, params, best_time, default_time=None, trials=0, strategy=String::new(), heuristics=Vec::new(), samples=Vec::new(), directory=None))]
 #[allow(clippy::too_many_arguments)] // keyword arguments from Python
 pub fn cache_put(
     py: Python<'_>,
@@ -428,6 +429,7 @@ pub fn cache_put(
     trials: usize,
     strategy: String,
     heuristics: Vec<String>,
+    samples: Vec<f64>,
     directory: Option<String>,
 ) -> PyResult<(bool, Vec<String>)> {
     guard(|| {
@@ -435,10 +437,12 @@ pub fn cache_put(
         let key = CacheKey::new(&fusion.inner, params.kind(), &device_info(device)?);
         let mut entry = Entry::measured(key, params.to_value(), best_time);
         entry.family = Family::of(&fusion.inner);
+        entry.signature = fusion.inner.signature();
         entry.default_time = default_time;
         entry.trials = trials;
         entry.strategy = strategy;
         entry.heuristics = heuristics;
+        entry.samples = samples;
         let cache = open(directory).or_raise(py)?;
         let (written, warnings) = cache.put(&entry).or_raise(py)?;
         Ok((written == Written::Stored, warnings))

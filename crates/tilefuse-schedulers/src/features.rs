@@ -4,7 +4,7 @@
 //! heuristics read it to decide whether they apply.
 
 use serde::Serialize;
-use tilefuse_ir::{Fusion, Op};
+use tilefuse_ir::Fusion;
 use tilefuse_params::SchedulerKind;
 
 use super::{accepted, matmul, reduction};
@@ -32,20 +32,7 @@ pub struct Features {
 /// The features of `fusion` as the scheduler that takes it sees them.
 pub fn features(fusion: &Fusion) -> Result<Features, String> {
     let (kind, canon) = accepted(fusion, None).map_err(|e| e.message)?;
-    let compute_ops = canon
-        .nodes()
-        .iter()
-        .filter(|n| {
-            !matches!(
-                n.op,
-                Op::Input { .. }
-                    | Op::Constant { .. }
-                    | Op::Broadcast { .. }
-                    | Op::Permute { .. }
-                    | Op::Reshape { .. }
-            )
-        })
-        .count();
+    let compute_ops = canon.nodes().iter().filter(|n| n.op.computes()).count();
     let matmul = (kind == SchedulerKind::Matmul).then(|| {
         let (m, n, k) = matmul::problem(&canon);
         [m, n, k]

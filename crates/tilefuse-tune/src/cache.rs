@@ -39,6 +39,8 @@ pub struct Entry {
     pub params: serde_json::Value,
     /// Median seconds of the winner.
     pub best_time: f64,
+    /// The winner's seconds in each round of the tuner's final run (none
+    /// in entries older than this field).
     #[serde(default)]
     pub samples: Vec<f64>,
     /// Median seconds of the default heuristic's params.
@@ -62,6 +64,10 @@ pub struct Entry {
     /// warm start).
     #[serde(default)]
     pub family: Family,
+    /// What the fusion is, for people listing the cache
+    /// (`Fusion::signature`; empty in entries older than this field).
+    #[serde(default)]
+    pub signature: String,
 }
 
 impl Entry {
@@ -82,6 +88,7 @@ impl Entry {
                 .map_or(0, |d| d.as_secs()),
             origin: Origin::Measured,
             family: Family::default(),
+            signature: String::new(),
         }
     }
 

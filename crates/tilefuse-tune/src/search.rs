@@ -506,6 +506,7 @@ impl<'a> Search<'a> {
             sizes: self.space.grid.sizes.clone(),
             best_params: self.kept[win].params.to_value(),
             best_time: medians[win],
+            best_samples: rounds[win].clone(),
             default_params: self.base.to_value(),
             default_time,
             trials: std::mem::take(&mut self.trials),

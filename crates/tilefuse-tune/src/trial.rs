@@ -89,6 +89,9 @@ pub struct TuneResult {
     pub best_params: serde_json::Value,
     /// Median seconds of the winner in the final interleaved run.
     pub best_time: f64,
+    /// The winner's seconds in each round of that run: what its median is
+    /// of, and how much it spread.
+    pub best_samples: Vec<f64>,
     pub default_params: serde_json::Value,
     /// The default heuristic's median in the same run (`None` if it failed).
     pub default_time: Option<f64>,
