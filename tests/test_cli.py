@@ -78,6 +78,32 @@ def test_tune_takes_a_built_in_workload_and_its_sizes(
     assert "has no entries" in capsys.readouterr().out
 
 
+def test_tune_takes_a_suite_and_ends_with_one_table_of_them_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = tmp_path / "mine.yaml"
+    suite.write_text(
+        "version: 1\nworkloads:\n  - workload: row_sum\n    sizes: {rows: 16, cols: [32, 64]}\n"
+    )
+    out_json = tmp_path / "r.json"
+    argv = ["tune", "--suite", str(suite), "--device", "cpu", "--trials", "3", "--no-cache"]
+    assert main([*argv, "--json", str(out_json)]) == 0
+    table = capsys.readouterr().out
+    assert "[2/2] row_sum(cols=64,rows=16)" in table, table
+    assert "mine: tuned against the default heuristic" in table, table
+    results = json.loads(out_json.read_text())
+    assert [r["workload"] for r in results] == [
+        "row_sum(cols=32,rows=16)",
+        "row_sum(cols=64,rows=16)",
+    ]
+    assert all(r["device"] == "x86_64 CPU" and r["best_time"] > 0 for r in results)
+    for wrong in (["tune"], ["tune", "row_sum", "--suite", "smoke"]):
+        with pytest.raises(SystemExit, match="a WORKLOAD or a --suite"):
+            main(wrong)
+    with pytest.raises(SystemExit, match="their own sizes"):
+        main(["tune", "--suite", "smoke", "--size", "rows=4"])
+
+
 def test_bundles_export_merge_import_and_serve_as_a_layer(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

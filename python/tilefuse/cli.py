@@ -2,7 +2,7 @@
 saved as JSON (``Fusion.to_json()``) or a built-in workload, manage the
 heuristic cache, run benchmarks and pipelines.
 
-    tilefuse tune FUSION.json|WORKLOAD [--size K=V]... [--device cpu|gpu]
+    tilefuse tune FUSION.json|WORKLOAD|--suite SUITE [--size K=V]... [--device cpu|gpu]
                               [--effort quick] [--trials N]
                               [--seconds S] [--strategy NAME] [--seed N]
                               [--no-cache] [--json OUT] [--plot PNG]
@@ -25,6 +25,7 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ from .cli_pipelines import (
 from .cli_pipelines import pairs as _pairs
 from .fusion import Fusion
 from .schedule import as_device
+from .suite import load_suite
+from .suite import names as suites
 from .tune import TuneResult, tune
 from .workload import Workload
 from .yamlfile import YamlError
@@ -63,10 +66,22 @@ def _target(args: argparse.Namespace) -> Fusion | Workload:
     return workload_of_arguments(args.workload, args.size)
 
 
-def _tune(args: argparse.Namespace) -> int:
-    # A fusion file is tuned on random inputs, a workload on its own.
+def _tune_targets(args: argparse.Namespace) -> list[tuple[str, Fusion | Workload]]:
+    """What to tune, labelled: a suite's workloads, or the one fusion file
+    or workload named. A fusion file is tuned on random inputs, a workload
+    on its own."""
+    if (args.suite is None) == (args.workload is None):
+        raise SystemExit("tilefuse tune: name a WORKLOAD or a --suite, not both")
+    if args.suite is not None:
+        if args.size:
+            raise SystemExit("tilefuse tune: a suite's workloads have their own sizes")
+        return [(w.key, w) for w in load_suite(args.suite).workloads]
     f = _target(args)
-    label = Path(args.workload).name if isinstance(f, Fusion) else f.key
+    return [(Path(args.workload).name if isinstance(f, Fusion) else f.key, f)]
+
+
+def _tune(args: argparse.Namespace) -> int:
+    targets = _tune_targets(args)
     options: dict[str, Any] = {
         "effort": args.effort,
         "strategy": args.strategy,
@@ -77,24 +92,54 @@ def _tune(args: argparse.Namespace) -> int:
         "progress": None if not args.quiet else False,
         "builtin_heuristics": not args.no_builtin_heuristics,
     }
-    if args.executor == "ray":
-        from .distributed import RayExecutor
-
-        with RayExecutor(args.workers, address=args.address, threads=args.threads) as ex:
-            results = tune(f, executor=ex, devices="all", **options)
-        named = {d.fingerprint: d.info["name"] for d in ex.devices}
-        done = [(r, f"{named[fp]} ({fp})") for fp, r in results.items()]
-    else:
-        device = as_device(args.device)
-        done = [(tune(f, device, **options), device.info["name"])]
-    for i, (r, device_name) in enumerate(done):
-        if args.json:
-            Path(_nth(args.json, i, len(done))).write_text(r.to_json())
+    done = _tuned(targets, args, options)
+    for i, (_, _, r) in enumerate(done):
         if args.plot:
             r.plot(_nth(args.plot, i, len(done)))
+    if args.suite is not None:
+        if args.json:
+            rows = [{"workload": w, "device": d, **json.loads(r.to_json())} for w, d, r in done]
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        if not args.quiet:
+            _out.print(
+                _suite_table(done, f"{Path(args.suite).stem}: tuned against the default heuristic")
+            )
+        return 0
+    for i, (label, device_name, r) in enumerate(done):
+        if args.json:
+            Path(_nth(args.json, i, len(done))).write_text(r.to_json())
         if not args.quiet:
             _out.print(_result_table(r, f"{label} on {device_name}"))
     return 0
+
+
+def _tuned(
+    targets: list[tuple[str, Fusion | Workload]], args: argparse.Namespace, options: dict[str, Any]
+) -> list[tuple[str, str, TuneResult]]:
+    """Each target tuned: ``(label, device name, result)``, one per device
+    fingerprint on a Ray cluster."""
+    done: list[tuple[str, str, TuneResult]] = []
+    with _ray(args) as ex:
+        device = as_device(args.device) if ex is None else None
+        for i, (label, f) in enumerate(targets):
+            if not args.quiet and len(targets) > 1:
+                _out.print(f"[{i + 1}/{len(targets)}] {label}")
+            if device is not None:
+                done.append((label, device.info["name"], tune(f, device, **options)))
+                continue
+            named = {d.fingerprint: d.info["name"] for d in ex.devices}
+            results = tune(f, executor=ex, devices="all", **options)
+            done += [(label, f"{named[fp]} ({fp})", r) for fp, r in results.items()]
+    return done
+
+
+def _ray(args: argparse.Namespace) -> AbstractContextManager[Any]:
+    """The Ray executor that ``--executor ray`` asks for, else ``None``."""
+    if args.executor != "ray":
+        return nullcontext()
+    from .distributed import RayExecutor
+
+    return RayExecutor(args.workers, address=args.address, threads=args.threads)
 
 
 def _nth(path: str, i: int, n: int) -> str:
@@ -146,6 +191,38 @@ def _spread(samples: list[float]) -> str:
     if len(samples) < 2:
         return ""
     return f" ({_ms(min(samples))} to {_ms(max(samples))} over {len(samples)} rounds)"
+
+
+def _suite_table(done: list[tuple[str, str, TuneResult]], title: str) -> Table:
+    """One row a tuned workload, and what the winners changed most: where
+    the default heuristic leaves time behind, and which fields to look at."""
+    devices = {d for _, d, _ in done}
+    t = Table(title=title)
+    for column in ("workload", *(["device"] if len(devices) > 1 else [])):
+        t.add_column(column, overflow="fold")
+    for column in ("default ms", "best ms", "speedup"):
+        t.add_column(column, justify="right")
+    t.add_column("changed", overflow="fold")
+    for column in ("trials", "s"):
+        t.add_column(column, justify="right")
+    changed: Counter[str] = Counter()
+    for label, device_name, r in done:
+        each = r.changes if isinstance(r.changes, list) else [r.changes]
+        changed.update(path for c in each for path in c)
+        t.add_row(
+            label,
+            *([device_name] if len(devices) > 1 else []),
+            "-" if r.default_time is None else f"{r.default_time * 1e3:.4g}",
+            f"{r.best_time * 1e3:.4g}",
+            "-" if r.speedup is None else f"{r.speedup:.2f}x",
+            _changes(r) if any(each) else "-",
+            str(len(r.trials)),
+            f"{r.elapsed:.1f}",
+        )
+    if changed:
+        most = ", ".join(f"{path} ({n} of {len(done)})" for path, n in changed.most_common())
+        t.caption = f"fields the winners changed: {most}"
+    return t
 
 
 def _entries_table(entries: list[dict[str, Any]], title: str) -> Table:
@@ -204,7 +281,6 @@ def _bench(args: argparse.Namespace) -> int:
     from . import bench
     from .engine import Engine, to_csv
     from .pipeline import load_pipeline
-    from .suite import load_suite
     from .timing import Budget
 
     suite = load_suite(args.suite)
@@ -304,7 +380,12 @@ def _parser() -> argparse.ArgumentParser:
         "the winner in the heuristic cache; ends with a table of default and best times.",
         "tilefuse tune softmax --size rows=4096 --size cols=1024 --device gpu --effort quick",
     )
-    workload_arguments(t, required=True)
+    workload_arguments(t, required=True, nargs="?")
+    t.add_argument(
+        "--suite",
+        help="tune every workload of a suite (a YAML file, or a shipped suite: "
+        f"{', '.join(suites())}) instead, ending with one table of them all",
+    )
     device_argument(t)
     t.add_argument("--effort", choices=("none", "quick", "full"), default="quick")
     t.add_argument("--strategy", choices=("random", "pattern", "surrogate", "exhaustive"))
@@ -313,7 +394,11 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int)
     t.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     t.add_argument("--no-builtin-heuristics", action="store_true")
-    t.add_argument("--json", metavar="OUT", help="write the whole result, every trial, as JSON")
+    t.add_argument(
+        "--json",
+        metavar="OUT",
+        help="write the whole result, every trial, as JSON (a suite's: a list of them)",
+    )
     t.add_argument("--plot", metavar="PNG", help="plot the best time against trials and seconds")
     t.add_argument("--quiet", action="store_true", help="no progress and no table")
     r = t.add_argument_group("tuning on a Ray cluster (pip install 'tilefuse[ray]')")
@@ -341,8 +426,6 @@ def _parser() -> argparse.ArgumentParser:
     actions = c.add_subparsers(dest="action", required=True)
     _cache_commands(actions)
     c.set_defaults(run=_cache)
-
-    from .suite import names as suites
 
     b = command(
         sub,

@@ -112,11 +112,14 @@ def device_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=tuple(DEVICE_NAMES), default="default")
 
 
-def workload_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
+def workload_arguments(
+    parser: argparse.ArgumentParser, required: bool, nargs: str | None = None
+) -> None:
     names = ", ".join(workloads.names())
     parser.add_argument(
         "--workload" if not required else "workload",
         metavar="WORKLOAD",
+        nargs=nargs,
         help=f"a built-in workload ({names}) or a fusion JSON file",
     )
     parser.add_argument(
