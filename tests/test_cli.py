@@ -104,6 +104,24 @@ def test_tune_takes_a_suite_and_ends_with_one_table_of_them_all(
         main(["tune", "--suite", "smoke", "--size", "rows=4"])
 
 
+def test_prune_removes_the_entries_an_older_tilefuse_tuned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tf.Fusion.from_json(_softmax_file(tmp_path).read_text())
+    params = f.heuristics(device="cpu").to_dict()
+    tf.cache.store(f, tf.Device.cpu(), params, 1e-3)
+    (path,) = Path(str(tf.cache.directory())).glob("*.json")
+    old = json.loads(path.read_text())
+    old["key"]["codegen_version"] -= 1
+    path.write_text(json.dumps(old))
+    assert main(["cache", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "(stale)" in listed and "1 stale" in listed, listed
+    assert main(["cache", "prune"]) == 0
+    assert "removed 1 stale entries" in capsys.readouterr().out
+    assert tf.cache.entries() == []
+
+
 def test_bundles_export_merge_import_and_serve_as_a_layer(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "cache_entries",
     "cache_explain",
     "cache_get",
+    "cache_prune",
     "cache_put",
     "cache_warm_start",
     "features",
@@ -189,6 +190,7 @@ def bundle_export(path: str, directory: str | None = None) -> tuple[int, list[st
 def bundle_entries(path: str) -> list[dict[str, Any]]: ...
 def bundle_merge(output: str, inputs: list[str]) -> int: ...
 def bundle_import(path: str, directory: str | None = None) -> tuple[int, int, list[str]]: ...
+def cache_prune(directory: str | None = None) -> int: ...
 def cache_put(
     fusion: Fusion,
     device: Device | dict[str, Any],

@@ -37,6 +37,7 @@ __all__ = [
     "import_bundle",
     "lookup",
     "merge",
+    "prune",
     "register_bundle",
     "store",
     "unregister_bundle",
@@ -171,6 +172,14 @@ def import_bundle(path: str | os.PathLike[str]) -> tuple[int, int]:
     stored, total, messages = _native.bundle_import(os.fspath(path))
     _warn(messages)
     return stored, total
+
+
+def prune() -> int:
+    """Removes the entries no lookup can serve any more (tuned by a tilefuse
+    with an older params format or scheduler/codegen version: an entry's
+    ``"stale"``), corrupt files set aside, and temporary files of writers
+    that died; how many entries it removed."""
+    return _native.cache_prune()
 
 
 def clear() -> int:

@@ -8,7 +8,7 @@ heuristic cache, run benchmarks and pipelines.
                               [--no-cache] [--json OUT] [--plot PNG]
                               [--executor ray [--address HOST:PORT] [--workers N]]
     tilefuse cache list | show ID | explain FUSION.json|WORKLOAD | export OUT
-                 | merge OUT IN... | import BUNDLE | clear | dir
+                 | merge OUT IN... | import BUNDLE | prune | clear | dir
     tilefuse bench SUITE.yaml|NAME [--device cpu|gpu] [--pipeline NAME] [--json OUT]
                                    [--csv OUT] [--plot PNG] [--measure kernel|call]
     tilefuse run [PIPELINE] [--workload W] [--size K=V]... [--set VAR=VALUE]...
@@ -226,22 +226,27 @@ def _suite_table(done: list[tuple[str, str, TuneResult]], title: str) -> Table:
 
 
 def _entries_table(entries: list[dict[str, Any]], title: str) -> Table:
+    """One row an entry (``tilefuse cache show`` has the rest), narrow
+    enough for 80 columns."""
     t = Table(title=title)
     t.add_column("id", no_wrap=True)
-    for column in ("fusion", "scheduler", "device", "best", "speedup", "trials", "origin"):
+    t.add_column("fusion", min_width=18)
+    t.add_column("device", max_width=12)
+    for column in ("best (speedup)", "origin"):
         t.add_column(column)
     for e in entries:
         key = e["key"]
         speedup = e["default_time"] / e["best_time"] if e.get("default_time") else None
         t.add_row(
             e["id"][:10],
-            e["signature"] or "-",
-            key["scheduler"],
+            f"{key['scheduler']}: {e['signature'] or 'a fusion tuned before signatures'}",
             key["device"]["name"],
-            _ms(e["best_time"]),
-            "-" if speedup is None else f"{speedup:.2f}x",
-            str(e["trials"]),
-            e["origin"],
+            _ms(e["best_time"]) + ("" if speedup is None else f"\n({speedup:.2f}x)"),
+            e["origin"] + (" (stale)" if e["stale"] else ""),
+        )
+    if stale := sum(e["stale"] for e in entries):
+        t.caption = (
+            f"{stale} stale: tuned by an older tilefuse, never served (tilefuse cache prune)"
         )
     return t
 
@@ -268,6 +273,8 @@ def _cache(args: argparse.Namespace) -> int:
     elif args.action == "import":
         stored, total = cache.import_bundle(args.bundle)
         _out.print(f"imported {stored} of {total} entries (the rest were here, measured or faster)")
+    elif args.action == "prune":
+        _out.print(f"removed {cache.prune()} stale entries from {cache.directory()}")
     elif args.action == "clear":
         _out.print(f"removed {cache.clear()} entries from {cache.directory()}")
     else:
@@ -358,6 +365,15 @@ def _cache_commands(actions: Any) -> None:
         "Copies its entries in, marked imported; an entry measured here, or a faster one, stays.",
         "tilefuse cache import winners.json",
     ).add_argument("bundle")
+    command(
+        actions,
+        "prune",
+        "remove the entries no lookup serves any more",
+        "Removes the entries tuned by a tilefuse with an older params format or "
+        "scheduler/codegen version (never served again, marked stale in the list), "
+        "corrupt files set aside, and temporary files of writers that died.",
+        "tilefuse cache prune",
+    )
     command(actions, "clear", "remove every entry", "Empties the cache.", "tilefuse cache clear")
     command(
         actions,

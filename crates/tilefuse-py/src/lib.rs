@@ -51,6 +51,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tune::bundle_merge, m)?)?;
     m.add_function(wrap_pyfunction!(tune::bundle_import, m)?)?;
     m.add_function(wrap_pyfunction!(tune::cache_put, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::cache_prune, m)?)?;
     m.add_function(wrap_pyfunction!(tune::cache_warm_start, m)?)?;
     m.add_function(wrap_pyfunction!(tune::cache_entries, m)?)?;
     m.add_function(wrap_pyfunction!(tune::cache_clear, m)?)?;

@@ -230,6 +230,7 @@ fn key(
 fn entry_value(e: &Entry) -> Value {
     let mut value = serde_json::to_value(e).expect("an entry serializes");
     value["id"] = e.key.file_stem().into();
+    value["stale"] = (!e.key.is_current()).into();
     value
 }
 
@@ -474,6 +475,18 @@ pub fn cache_clear(py: Python<'_>, directory: Option<String>) -> PyResult<usize>
     guard(|| {
         let cache = open(directory).or_raise(py)?;
         cache.clear().or_raise(py)
+    })
+}
+
+/// Removes the entries no lookup can serve any more (an older params
+/// format or scheduler/codegen version), corrupt files set aside and dead
+/// writers' temporary files; how many entries it removed.
+#[pyfunction]
+#[pyo3(signature = (directory=None))]
+pub fn cache_prune(py: Python<'_>, directory: Option<String>) -> PyResult<usize> {
+    guard(|| {
+        let cache = open(directory).or_raise(py)?;
+        cache.prune().or_raise(py)
     })
 }
 

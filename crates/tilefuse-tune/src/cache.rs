@@ -12,7 +12,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -137,6 +137,16 @@ pub enum Written {
     /// A faster measurement of the same key (or one measured here, when
     /// the new one is imported) was there already and stays.
     KeptFaster,
+}
+
+/// How old a temporary file must be for [`Cache::prune`] to take its
+/// writer for dead: writing an entry takes milliseconds.
+const DEAD_WRITER: Duration = Duration::from_secs(3600);
+
+/// Whether `path` was last modified over `age` ago.
+fn older_than(path: &Path, age: Duration) -> bool {
+    (fs::metadata(path).and_then(|m| m.modified()))
+        .is_ok_and(|t| t.elapsed().is_ok_and(|e| e > age))
 }
 
 /// A cache directory.
@@ -265,6 +275,30 @@ impl Cache {
         }
         out.sort_by_cached_key(|e| e.key.file_stem());
         Ok((out, warnings))
+    }
+
+    /// Removes what can never be served: entries of an older params format
+    /// or scheduler/codegen version ([`CacheKey::is_current`]) with their
+    /// lock files, files set aside as corrupt, and temporary files of
+    /// writers that died (an hour old: a live writer's is younger).
+    /// Returns how many entries it removed.
+    pub fn prune(&self) -> Result<usize, CacheError> {
+        let mut n = 0;
+        for item in fs::read_dir(&self.dir).map_err(io(&self.dir))? {
+            let path = item.map_err(io(&self.dir))?.path();
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            let stale = ext == "json"
+                && (self.read(&path, &mut Vec::new())).is_some_and(|e| !e.key.is_current());
+            let dead = ext == "tmp" && older_than(&path, DEAD_WRITER);
+            if stale {
+                n += 1;
+                let _ = fs::remove_file(path.with_extension("lock"));
+            }
+            if stale || dead || ext.starts_with("corrupt-") {
+                fs::remove_file(&path).map_err(io(&path))?;
+            }
+        }
+        Ok(n)
     }
 
     /// Removes every entry (and lock and temporary file); returns how many

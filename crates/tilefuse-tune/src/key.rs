@@ -83,6 +83,13 @@ impl CacheKey {
         }
     }
 
+    /// Whether this key can still be served: made with this build's params
+    /// format and scheduler/codegen version. Entries of older versions are
+    /// never looked up again (their keys differ from any made now).
+    pub fn is_current(&self) -> bool {
+        self.params_version == PARAMS_VERSION && self.codegen_version == CODEGEN_VERSION
+    }
+
     /// The entry's file name, without extension: a digest of the key.
     pub fn file_stem(&self) -> String {
         let json = serde_json::to_string(self).expect("a key serializes");

@@ -204,3 +204,43 @@ fn a_file_that_is_not_a_bundle_is_a_clear_error() {
     let err = Bundle::load(&path).unwrap_err().to_string();
     assert!(err.contains("x.json"), "{err}");
 }
+
+#[test]
+fn prune_removes_only_what_can_never_be_served() {
+    let dir = temp_dir("prune");
+    let cache = Cache::open(&dir).unwrap();
+    let current = Entry::measured(key(64), json!({"scheduler": "pointwise"}), 1e-3);
+    let mut old = key(128);
+    old.codegen_version -= 1;
+    assert!(current.key.is_current() && !old.is_current());
+    let stale = Entry::measured(old, json!({"scheduler": "pointwise"}), 1e-3);
+    for e in [&current, &stale] {
+        cache.put(e).unwrap();
+    }
+    let write = |name: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, "{").unwrap();
+        std::fs::File::options().write(true).open(&path).unwrap()
+    };
+    write("a.corrupt-12");
+    write(".b.1.2.tmp"); // a writer at work
+    let dead = write(".c.1.2.tmp");
+    let hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    dead.set_modified(hours_ago).unwrap();
+
+    assert_eq!(cache.prune().unwrap(), 1);
+    let mut left: Vec<String> = (std::fs::read_dir(&dir).unwrap())
+        .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let stem = current.key.file_stem();
+    assert_eq!(
+        left,
+        [
+            ".b.1.2.tmp".to_owned(),
+            format!("{stem}.json"),
+            format!("{stem}.lock")
+        ]
+    );
+    assert_eq!(cache.get(&current.key).entry, Some(current));
+}
