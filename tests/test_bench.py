@@ -114,7 +114,7 @@ def test_bench_writes_json_valid_against_its_schema_csv_and_a_png(
     argv += [f"--{'plot' if ext == 'png' else ext}={p}" for ext, p in out.items()]
     assert cli.main(argv) == 0
     shown = capsys.readouterr().out
-    assert "three on" in shown and "softmax(rows=16," in shown and "speed vs numpy" in shown
+    assert "three on" in shown and "softmax(rows=16," in shown and "vs numpy" in shown
     document = json.loads(out["json"].read_text())
     jsonschema.validate(document, json.loads(bench.SCHEMA.read_text()))
     results = document["results"]
@@ -126,6 +126,29 @@ def test_bench_writes_json_valid_against_its_schema_csv_and_a_png(
     assert [float(r["median_s"]) for r in rows] == [r["median_s"] for r in results]
     image = matplotlib.image.imread(out["png"])
     assert image.shape[:2] == (500, 800) and image.std() > 0
+
+
+def test_bench_against_a_baseline_marks_changes_beyond_the_noise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "_out", Console(width=200))
+    suite, old = tmp_path / "three.yaml", tmp_path / "old.json"
+    suite.write_text(THREE)
+    argv = ["bench", str(suite), "--device", "cpu", "--warmup", "0.005", "--rep", "0.02"]
+    assert cli.main([*argv, "--no-numpy", "--quiet", f"--json={old}"]) == 0
+    document = json.loads(old.read_text())
+    results = document["results"]
+    for r, scale in zip(results, (10.0, 0.1), strict=False):  # then 10x faster, 10x slower
+        for q in ("median_s", "p20_s", "p80_s"):
+            r[q] *= scale
+    del results[2]  # a workload the baseline lacks
+    old.write_text(json.dumps(document))
+    assert cli.main([*argv, "--no-numpy", f"--baseline={old}"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
+    assert len(rows) == 5, rows
+    assert "x faster" in rows[0] and "x slower" in rows[1] and rows[2].rstrip(" │").endswith("-")
+    assert cli.main([*argv, f"--baseline={tmp_path / 'three.yaml'}"]) == 1
+    assert "not the JSON of a tilefuse bench run" in capsys.readouterr().err
 
 
 def test_the_schema_rejects_what_is_not_a_result() -> None:

@@ -4,8 +4,10 @@ as a table and drawn as throughput against size with p20-p80 bands."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -15,7 +17,7 @@ from .suite import Suite
 from .timing import Budget
 from .workload import Workload
 
-__all__ = ["SCHEMA", "plot", "run", "table"]
+__all__ = ["SCHEMA", "Baseline", "load_baseline", "plot", "run", "table"]
 
 #: The JSON Schema of ``tilefuse bench --json``'s output, shipped with the package.
 SCHEMA = Path(__file__).parent / "schemas" / "bench.schema.json"
@@ -49,27 +51,60 @@ def run(
     return results
 
 
-def table(results: Sequence[BenchResult], labels: Sequence[str], title: str) -> Table:
-    """Time, throughput, share of peak and speedup over numpy per workload."""
+#: An earlier run's results by ``(workload, measure)``: what
+#: ``tilefuse bench --baseline`` compares with.
+Baseline = dict[tuple[str, str], dict[str, Any]]
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    """The results of an earlier ``tilefuse bench --json`` run."""
+    try:
+        document = json.loads(Path(path).read_text())
+        return {(r["workload"], r["measure"]): r for r in document["results"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"--baseline {path}: not the JSON of a tilefuse bench run ({e!r})") from e
+
+
+def _against(r: BenchResult, base: dict[str, Any] | None, threshold: float) -> str:
+    """The baseline's median over this one (above 1: faster now), marked
+    faster or slower where it is off by over ``threshold`` and the two
+    runs' p20-p80 bands are apart."""
+    if base is None:
+        return "-"
+    ratio = base["median_s"] / r.median
+    if ratio > 1 + threshold and r.p80 < base["p20_s"]:
+        return f"{ratio:.2f}x faster"
+    if ratio < 1 / (1 + threshold) and r.p20 > base["p80_s"]:
+        return f"{ratio:.2f}x slower"
+    return f"{ratio:.2f}x"
+
+
+def table(
+    results: Sequence[BenchResult],
+    labels: Sequence[str],
+    title: str,
+    baseline: Baseline | None = None,
+    threshold: float = 0.05,
+) -> Table:
+    """Time, throughput, share of peak and speedup over numpy per workload,
+    and with a ``baseline``, the speed against it (see ``_against``)."""
     t = Table(title=title)
     peaks = any(r.peak for r in results)
-    t.add_column("workload", overflow="fold")
-    for column in (
-        "median ms",
-        "p20-p80 ms",
-        "GFLOP/s",
-        "GB/s",
-        "% peak" * peaks,
-        "speed vs numpy",
-    ):
+    t.add_column("workload", overflow="fold", min_width=10)
+    for column in ("median ms", "p20-p80 ms", "GFLOP/s", "GB/s", "% peak" * peaks, "vs numpy"):
         if column:
-            t.add_column(column, justify="right", no_wrap=True)
+            # The band alone may fold: the other numbers are short.
+            t.add_column(column, justify="right", overflow="fold", no_wrap=column != "p20-p80 ms")
+    if baseline is not None:
+        t.add_column("vs baseline", justify="right")
     for label, r in zip(labels, results, strict=True):
         share = r.fraction_of_peak
         peak = [f"{100 * max(share.values()):.0f}%" if share else "-"] if peaks else []
         speedup = "-" if r.speedup_over_numpy is None else f"{r.speedup_over_numpy:.2f}x"
         row = [_ms(r.median), f"{_ms(r.p20)}-{_ms(r.p80)}", f"{r.gflops:.3g}", f"{r.gbps:.3g}"]
-        t.add_row(label, *row, *peak, speedup)
+        base = None if baseline is None else baseline.get((r.workload, r.measure))
+        against = [] if baseline is None else [_against(r, base, threshold)]
+        t.add_row(label, *row, *peak, speedup, *against)
     return t
 
 

@@ -11,6 +11,7 @@ heuristic cache, run benchmarks and pipelines.
                  | merge OUT IN... | import BUNDLE | prune | clear | dir
     tilefuse bench SUITE.yaml|NAME [--device cpu|gpu] [--pipeline NAME] [--json OUT]
                                    [--csv OUT] [--plot PNG] [--measure kernel|call]
+                                   [--baseline OLD.json [--threshold 0.05]]
     tilefuse run [PIPELINE] [--workload W] [--size K=V]... [--set VAR=VALUE]...
     tilefuse inspect WORKLOAD [--size K=V]...
     tilefuse pipeline list | validate FILE... | show NAME|FILE
@@ -291,6 +292,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .timing import Budget
 
     suite = load_suite(args.suite)
+    baseline = bench.load_baseline(args.baseline) if args.baseline else None
     engine = Engine(as_device(args.device))
     pipeline = load_pipeline(args.pipeline, _pairs(args.set)) if args.pipeline else None
     budget = Budget(warmup=args.warmup, rep=args.rep)
@@ -305,7 +307,11 @@ def _bench(args: argparse.Namespace) -> int:
         )
     title = f"{suite.name} on {engine.device.info['name']} ({args.measure} time)"
     if not args.quiet:
-        _out.print(bench.table(results, [w.label for w in suite.workloads], title))
+        _out.print(
+            bench.table(
+                results, [w.label for w in suite.workloads], title, baseline, args.threshold
+            )
+        )
     if args.json:
         document = {"suite": suite.name, "results": [r.to_dict() for r in results]}
         Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
@@ -322,7 +328,8 @@ def _cache_commands(actions: Any) -> None:
         actions,
         "list",
         "every entry (of the cache, or of --bundle)",
-        "One row per entry: its id, scheduler, device, best time, speedup, trials, origin.",
+        "One row per entry: its id, what the fusion is and its scheduler, the device, the "
+        "best time and its speedup, the origin (stale entries marked).",
         "tilefuse cache list --bundle shipped.json",
     )
     ls.add_argument("--bundle")
@@ -465,6 +472,19 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--rep", type=float, default=0.5, help="seconds of timed runs per workload")
     b.add_argument("--no-numpy", action="store_true", help="skip timing the numpy forms")
     b.add_argument("--json", metavar="OUT", help="every result, with all samples, as JSON")
+    b.add_argument(
+        "--baseline",
+        metavar="OLD.json",
+        help="an earlier run's --json: each workload's speed against it, marked faster or "
+        "slower where it is off by over --threshold and the two runs' p20-p80 bands are apart",
+    )
+    b.add_argument(
+        "--threshold",
+        type=float,
+        default=0.05,
+        help="the change --baseline marks (default 0.05: 5%%); on a shared machine, runs at "
+        "different times can differ by more",
+    )
     b.add_argument("--csv", metavar="OUT", help="one row per workload, full precision")
     b.add_argument("--plot", metavar="PNG", help="throughput against size with p20-p80 bands")
     b.add_argument("--quiet", action="store_true", help="no progress and no table")
