@@ -9,10 +9,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import tilefuse as tf
+from tilefuse import cli
 from tilefuse.cli import _parser, main
 
 # Each test its own cache: these tests clear and import.
@@ -79,7 +81,7 @@ def test_tune_takes_a_built_in_workload_and_its_sizes(
 
 
 def test_tune_takes_a_suite_and_ends_with_one_table_of_them_all(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     suite = tmp_path / "mine.yaml"
     suite.write_text(
@@ -97,6 +99,23 @@ def test_tune_takes_a_suite_and_ends_with_one_table_of_them_all(
         "row_sum(cols=64,rows=16)",
     ]
     assert all(r["device"] == "x86_64 CPU" and r["best_time"] > 0 for r in results)
+    # A workload that fails is reported, and the suite goes on.
+    real = cli.tune
+
+    def failing(w: Any, *args: Any, **kwargs: Any) -> Any:
+        if "cols=32" in w.key:
+            raise tf.TilefuseError("no candidate ran correctly")
+        return real(w, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(cli, "tune", failing)
+        assert main([*argv, "--json", str(out_json)]) == 1
+    captured = capsys.readouterr()
+    assert "row_sum(cols=32,rows=16) failed: no candidate ran correctly" in captured.err
+    assert [r.get("error") for r in json.loads(out_json.read_text())] == [
+        None,
+        "no candidate ran correctly",
+    ]
     for wrong in (["tune"], ["tune", "row_sum", "--suite", "smoke"]):
         with pytest.raises(SystemExit, match="a WORKLOAD or a --suite"):
             main(wrong)

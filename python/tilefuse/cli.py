@@ -44,7 +44,7 @@ from .cli_pipelines import (
 )
 from .cli_pipelines import pairs as _pairs
 from .fusion import Fusion
-from .schedule import as_device
+from .schedule import Device, as_device
 from .suite import load_suite
 from .suite import names as suites
 from .tune import TuneResult, tune
@@ -93,19 +93,25 @@ def _tune(args: argparse.Namespace) -> int:
         "progress": None if not args.quiet else False,
         "builtin_heuristics": not args.no_builtin_heuristics,
     }
-    done = _tuned(targets, args, options)
+    done: list[tuple[str, str, TuneResult]] = []
+    failed: list[tuple[str, str]] = []
+    with _ray(args) as ex:
+        device = as_device(args.device) if ex is None else None
+        for i, (label, f) in enumerate(targets):
+            if not args.quiet and len(targets) > 1:
+                _out.print(f"[{i + 1}/{len(targets)}] {label}")
+            try:
+                done += [(label, name, r) for name, r in _tuned(f, options, device, ex)]
+            except TilefuseError as e:
+                if args.suite is None:
+                    raise
+                failed.append((label, str(e)))  # a suite goes on
     for i, (_, _, r) in enumerate(done):
         if args.plot:
             r.plot(_nth(args.plot, i, len(done)))
     if args.suite is not None:
-        if args.json:
-            rows = [{"workload": w, "device": d, **json.loads(r.to_json())} for w, d, r in done]
-            Path(args.json).write_text(json.dumps(rows, indent=2))
-        if not args.quiet:
-            _out.print(
-                _suite_table(done, f"{Path(args.suite).stem}: tuned against the default heuristic")
-            )
-        return 0
+        _report_suite(args, done, failed)
+        return int(bool(failed))
     for i, (label, device_name, r) in enumerate(done):
         if args.json:
             Path(_nth(args.json, i, len(done))).write_text(r.to_json())
@@ -115,23 +121,30 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _tuned(
-    targets: list[tuple[str, Fusion | Workload]], args: argparse.Namespace, options: dict[str, Any]
-) -> list[tuple[str, str, TuneResult]]:
-    """Each target tuned: ``(label, device name, result)``, one per device
-    fingerprint on a Ray cluster."""
-    done: list[tuple[str, str, TuneResult]] = []
-    with _ray(args) as ex:
-        device = as_device(args.device) if ex is None else None
-        for i, (label, f) in enumerate(targets):
-            if not args.quiet and len(targets) > 1:
-                _out.print(f"[{i + 1}/{len(targets)}] {label}")
-            if device is not None:
-                done.append((label, device.info["name"], tune(f, device, **options)))
-                continue
-            named = {d.fingerprint: d.info["name"] for d in ex.devices}
-            results = tune(f, executor=ex, devices="all", **options)
-            done += [(label, f"{named[fp]} ({fp})", r) for fp, r in results.items()]
-    return done
+    f: Fusion | Workload, options: dict[str, Any], device: Device | None, ex: Any
+) -> list[tuple[str, TuneResult]]:
+    """``f`` tuned on ``device``, or on the Ray executor ``ex``'s workers
+    (one result per device fingerprint), with each device's name."""
+    if device is not None:
+        return [(device.info["name"], tune(f, device, **options))]
+    named = {d.fingerprint: d.info["name"] for d in ex.devices}
+    results = tune(f, executor=ex, devices="all", **options)
+    return [(f"{named[fp]} ({fp})", r) for fp, r in results.items()]
+
+
+def _report_suite(
+    args: argparse.Namespace, done: list[tuple[str, str, TuneResult]], failed: list[tuple[str, str]]
+) -> None:
+    """A suite's results as one JSON list and one table, failures last."""
+    if args.json:
+        rows = [{"workload": w, "device": d, **json.loads(r.to_json())} for w, d, r in done]
+        rows += [{"workload": w, "error": error} for w, error in failed]
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    if not args.quiet:
+        title = f"{Path(args.suite).stem}: tuned against the default heuristic"
+        _out.print(_suite_table(done, title))
+    for label, error in failed:
+        Console(stderr=True, soft_wrap=True).print(f"[red]{label} failed:[/red] {error}")
 
 
 def _ray(args: argparse.Namespace) -> AbstractContextManager[Any]:
