@@ -91,6 +91,17 @@ def test_a_tuned_entry_serves_a_fresh_process_and_only_its_device(tmp_path: Path
     assert "device.cores" in other
 
 
+def test_params_source_says_a_winner_was_tuned_over_another_space(own_cache: Path) -> None:
+    f, d = softmax(), tf.Device.cpu()
+    _, fields = f.tunables(device=d)
+    tf.tune(f, d, trials=3, seed=1, progress=False, fields=[fields[0]["path"]])
+    assert "over another params space" in f.params_source(d)
+    tf.cache.clear()
+    tf.tune(f, d, trials=3, seed=1, progress=False)
+    source = f.params_source(d)
+    assert source.startswith("cache: ") and "another" not in source, source
+
+
 def test_eight_processes_writing_one_cache_keep_every_entry(tmp_path: Path) -> None:
     writer = """
         import sys, tilefuse as tf

@@ -45,6 +45,7 @@ __all__ = [
     "schedule",
     "schedulers",
     "segments",
+    "space_digest",
     "tunables",
     "tune",
 ]
@@ -129,6 +130,10 @@ class Fusion:
 def schedulers(fusion: Fusion) -> list[tuple[str, str | None]]: ...
 def heuristics(fusion: Fusion, device: Device, scheduler: str | None = None) -> dict[str, Any]: ...
 def schedule(fusion: Fusion, params: Any, device: Device) -> Schedule: ...
+def space_digest(fusion: Fusion, device: Device, scheduler: str | None = None) -> str:
+    """A digest of the fields and values the tuner searches for ``fusion``
+    on ``device``: what a cache entry's ``"space"`` is compared with."""
+
 def tunables(
     fusion: Fusion, device: Device, scheduler: str | None = None
 ) -> tuple[str, list[dict[str, Any]]]: ...
@@ -201,6 +206,7 @@ def cache_put(
     strategy: str = ...,
     heuristics: list[str] = ...,
     samples: list[float] = ...,
+    space: str = ...,
     directory: str | None = None,
 ) -> tuple[bool, list[str]]: ...
 def cache_warm_start(

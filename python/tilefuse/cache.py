@@ -85,7 +85,8 @@ def lookup(fusion: Fusion, device: Device, scheduler: str | None = None) -> dict
     its ``"params"``, ``"best_time"`` and ``"samples"`` (the winner's time
     in each round of the tuner's final run), ``"default_time"``,
     ``"trials"``, ``"strategy"``, ``"heuristics"``, ``"signature"`` (what
-    the fusion is), ``"origin"``, ``"created"``, ``"key"``, and
+    the fusion is), ``"space"`` (a digest of the fields and values tuned
+    over), ``"origin"``, ``"created"``, ``"key"``, and
     ``"layer"``: ``"cache"`` or the bundle's path. ``None`` when neither
     has one."""
     entry, layer, messages = _native.cache_get(
@@ -107,10 +108,12 @@ def store(
     strategy: str = "",
     heuristics: list[str] | None = None,
     samples: list[float] | None = None,
+    space: str = "",
 ) -> bool:
     """Stores a winner for ``device`` (a :class:`Device`, or a remote
     worker's), with its ``samples`` (its time in each round of a final
-    run); ``False`` when a faster entry of its key was there."""
+    run) and the digest of the ``space`` it was tuned over; ``False`` when
+    a faster entry of its key was there."""
     stored, messages = _native.cache_put(
         fusion._native,
         device.info,
@@ -121,6 +124,7 @@ def store(
         strategy,
         heuristics or [],
         samples or [],
+        space,
     )
     _warn(messages)
     return stored

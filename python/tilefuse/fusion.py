@@ -438,8 +438,9 @@ class Fusion:
     ) -> str:
         """Where :meth:`heuristics` takes this fusion's params from on
         ``device``: ``"cache: ..."`` or ``"bundle: ..."`` (with the tuning
-        that made them) or ``"default heuristic"``; per segment, joined by
-        ``"; "``."""
+        that made them, and whether it searched other fields or values than
+        the tuner would now) or ``"default heuristic"``; per segment, joined
+        by ``"; "``."""
         from . import cache as _cache
         from .schedule import as_device
 
@@ -462,7 +463,13 @@ class Fusion:
             else (f"bundle: {entry['layer']}")
         )
         imported = ", imported" if entry.get("origin") == "imported" else ""
-        return f"{layer} ({entry['trials']} trials, {entry['strategy']}{speedup}{imported})"
+        space = entry.get("space")
+        kind = entry["key"]["scheduler"]
+        moved = space and space != _native.space_digest(self._native, device._native, kind)
+        # Tuned over other fields or values (a narrowed tune, or an older
+        # scheduler's): still served, but tuning again searches this space.
+        other = ", over another params space than the tuner's now" if moved else ""
+        return f"{layer} ({entry['trials']} trials, {entry['strategy']}{speedup}{imported}{other})"
 
     def features(self) -> dict[str, Any]:
         """What seed heuristics decide on, as the scheduler that takes the

@@ -476,6 +476,7 @@ class _Run:
                     r["strategy"],
                     [h["name"] for h in r["heuristics"]],
                     r["best_samples"],
+                    r["space"],
                 )
         return _result(results, listed=parts[0].segment)
 

@@ -37,6 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(schedulers::heuristics, m)?)?;
     m.add_function(wrap_pyfunction!(schedulers::schedule, m)?)?;
     m.add_function(wrap_pyfunction!(schedulers::tunables, m)?)?;
+    m.add_function(wrap_pyfunction!(schedulers::space_digest, m)?)?;
     m.add_function(wrap_pyfunction!(schedulers::segments, m)?)?;
     m.add_function(wrap_pyfunction!(params::params_structs, m)?)?;
     m.add_function(wrap_pyfunction!(params::params_schema, m)?)?;

@@ -69,6 +69,25 @@ pub fn tunables<'py>(
     })
 }
 
+/// The digest of the space the tuner searches for `fusion` on `device`
+/// (`tilefuse::tune::space_digest`): a cache entry tuned over another
+/// lacks fields or values the scheduler declares now.
+#[pyfunction]
+#[pyo3(signature = (fusion, device, scheduler=None))]
+pub fn space_digest(
+    py: Python<'_>,
+    fusion: &PyFusion,
+    device: &PyDevice,
+    scheduler: Option<&str>,
+) -> PyResult<String> {
+    guard(|| {
+        fusion.check_outputs(py)?;
+        let kind = parse_kind(scheduler).or_raise(py)?;
+        let (_, fields) = auto::tunables(&fusion.inner, kind, &device.inner.info()).or_raise(py)?;
+        Ok(tilefuse::tune::space_digest(&fields))
+    })
+}
+
 /// What seed heuristics decide on: the scheduler that takes `fusion`, its
 /// compute ops, the matmul's `[m, n, k]`, the reduction's shape.
 #[pyfunction]

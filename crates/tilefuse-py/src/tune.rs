@@ -415,10 +415,11 @@ pub fn cache_warm_start<'py>(
 }
 
 /// Stores a tuning winner as the entry of its key (`samples`: its time in
-/// each round of the final run); `(stored, warnings)`, `stored` false when
-/// a faster entry was there.
+/// each round of the final run; `space`: the digest of the space it was
+/// tuned over); `(stored, warnings)`, `stored` false when a faster entry
+/// was there.
 #[pyfunction]
-#[pyo3(signature = (fusion, device, params, best_time, default_time=None, trials=0, strategy=String::new(), heuristics=Vec::new(), samples=Vec::new(), directory=None))]
+#[pyo3(signature = (fusion, device, params, best_time, default_time=None, trials=0, strategy=String::new(), heuristics=Vec::new(), samples=Vec::new(), space=String::new(), directory=None))]
 #[allow(clippy::too_many_arguments)] // keyword arguments from Python
 pub fn cache_put(
     py: Python<'_>,
@@ -431,6 +432,7 @@ pub fn cache_put(
     strategy: String,
     heuristics: Vec<String>,
     samples: Vec<f64>,
+    space: String,
     directory: Option<String>,
 ) -> PyResult<(bool, Vec<String>)> {
     guard(|| {
@@ -444,6 +446,7 @@ pub fn cache_put(
         entry.strategy = strategy;
         entry.heuristics = heuristics;
         entry.samples = samples;
+        entry.space = space;
         let cache = open(directory).or_raise(py)?;
         let (written, warnings) = cache.put(&entry).or_raise(py)?;
         Ok((written == Written::Stored, warnings))

@@ -68,6 +68,10 @@ pub struct Entry {
     /// (`Fusion::signature`; empty in entries older than this field).
     #[serde(default)]
     pub signature: String,
+    /// The space it was tuned over (`space::digest`; empty in entries
+    /// older than this field).
+    #[serde(default)]
+    pub space: String,
 }
 
 impl Entry {
@@ -89,6 +93,7 @@ impl Entry {
             origin: Origin::Measured,
             family: Family::default(),
             signature: String::new(),
+            space: String::new(),
         }
     }
 

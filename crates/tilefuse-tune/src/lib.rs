@@ -36,7 +36,7 @@ pub use replay::{Recording, ReplayExecutor};
 pub use search::{Search, tune, tune_with};
 pub use seeding::HeuristicReport;
 pub use seeds::{AutotunerHeuristic, DeviceKind, SeedContext};
-pub use space::{Grid, Observation, Point, Space};
+pub use space::{Grid, Observation, Point, Space, digest as space_digest};
 pub use strategy::Strategy;
 pub use trial::{Source, Status, Trial, TuneResult};
 pub use verdict::{FINAL_GAIN, RoundTimes};

@@ -504,6 +504,7 @@ impl<'a> Search<'a> {
                 .map(|f| f.path.to_owned())
                 .collect(),
             sizes: self.space.grid.sizes.clone(),
+            space: crate::space::digest(&self.space.fields),
             best_params: self.kept[win].params.to_value(),
             best_time: medians[win],
             best_samples: rounds[win].clone(),

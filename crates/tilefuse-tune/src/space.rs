@@ -75,6 +75,17 @@ impl Grid {
     }
 }
 
+/// A digest of a space's fields and their domains (not the base), what a
+/// cache entry keeps to tell whether the scheduler declares the space it
+/// was tuned over (CubeCL's checksum of the candidate set): a winner tuned
+/// before a field or value was added never saw it.
+pub fn digest(fields: &[Tunable]) -> String {
+    let text: Vec<String> = (fields.iter())
+        .map(|t| format!("{}={}", t.path, Value::from(t.domain.values())))
+        .collect();
+    tilefuse_ir::sha256_hex(&text.join(";"))[..16].to_owned()
+}
+
 pub struct Space {
     pub base: HeuristicParams,
     pub fields: Vec<Tunable>,
@@ -325,7 +336,7 @@ mod tests {
     use serde_json::{Value, json};
     use tilefuse_params::Tunable;
 
-    use super::Space;
+    use super::{Space, digest};
 
     /// A field's values in a space around a CPU matmul's defaults (whole
     /// rows of 64 columns an invocation, `launch` derived), and the index
@@ -379,5 +390,17 @@ mod tests {
                 Some(128.into())
             );
         }
+    }
+
+    #[test]
+    fn the_digest_changes_with_a_field_or_a_value_and_only_then() {
+        let fields = || vec![Tunable::flag("a"), Tunable::pow2("b", 1, 8)];
+        assert_eq!(digest(&fields()), digest(&fields()));
+        let mut wider = fields();
+        wider[1] = Tunable::pow2("b", 1, 16);
+        let mut more = fields();
+        more.push(Tunable::flag("c"));
+        assert_ne!(digest(&wider), digest(&fields()));
+        assert_ne!(digest(&more), digest(&fields()));
     }
 }

@@ -86,6 +86,8 @@ pub struct TuneResult {
     /// The tuned fields and their number of values: the space's shape.
     pub fields: Vec<String>,
     pub sizes: Vec<usize>,
+    /// [`crate::space_digest`] of the tuned fields.
+    pub space: String,
     pub best_params: serde_json::Value,
     /// Median seconds of the winner in the final interleaved run.
     pub best_time: f64,
