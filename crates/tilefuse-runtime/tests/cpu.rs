@@ -64,7 +64,8 @@ fn matmul_with_the_spatial_axis_innermost_takes_the_axpy_path() {
 /// with a leaf on either side, an expression deeper than the tape's
 /// registers (which falls back to columns), rows that are not a whole
 /// number of tiles, a lane-invariant load, sums into consecutive elements
-/// (over an outer loop) and into one element (over the lanes).
+/// (over an outer loop) and into one element (over the lanes), of an
+/// expression or of a load as it is.
 #[test]
 fn tapes_match_the_reference() {
     use tilefuse_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
@@ -91,7 +92,13 @@ fn tapes_match_the_reference() {
         let centered = f.binary(BinaryOp::Sub, a, row_max).unwrap();
         let column_sums = f.reduce(ReduceOp::Sum, mixed, Some(&[0]), false).unwrap();
         let row_sums = f.reduce(ReduceOp::Sum, power, Some(&[1]), false).unwrap();
-        for out in [mixed, power, deep, centered, column_sums, row_sums] {
+        // Folds of a load as it is, straight from the input.
+        let loaded = [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Mean]
+            .map(|op| f.reduce(op, b, Some(&[1]), false).unwrap());
+        for out in [mixed, power, deep, centered, column_sums, row_sums]
+            .into_iter()
+            .chain(loaded)
+        {
             f.output(out).unwrap();
         }
         let mut s = Schedule::new(&f);
