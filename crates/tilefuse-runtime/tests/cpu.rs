@@ -69,7 +69,7 @@ fn matmul_with_the_spatial_axis_innermost_takes_the_axpy_path() {
 #[test]
 fn tapes_match_the_reference() {
     use tilefuse_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
-    for cols in [1usize, 255, 1000, 4099] {
+    for cols in [1usize, 255, 256, 1000, 4099] {
         let mut f = Fusion::new();
         let a = f.input(&[3, cols], DType::F32, Some("a")).unwrap();
         let b = f.input(&[3, cols], DType::F32, Some("b")).unwrap();

@@ -461,14 +461,22 @@ multiversion!(
             combine_into(dst, &loads[i][..n], *op, *first);
             return None;
         }
-        if let (Some(i), Sink::Fold(op), Some(acc)) = (single_load(ops), &*sink, &mut folded) {
-            // A load folded as it is (a row sum): tile by tile straight
-            // from it, adding in the order a copy through a register would
-            // (the copy was over half of a 4096-column row sum's time).
-            for tile in loads[i][..n].chunks(TILE) {
-                combine_into(&mut acc[..tile.len()], tile, *op, false);
+        if let (Some(i), Sink::Fold(op)) = (single_load(ops), &*sink) {
+            // A load folded as it is (a row sum): straight from it, adding
+            // in the order a copy through a register would (the copy was
+            // over half of a 4096-column row sum's time). One tile that
+            // needs no padding (below) folds where it lies.
+            let row = &loads[i][..n];
+            match &mut folded {
+                Some(acc) => {
+                    for tile in row.chunks(TILE) {
+                        combine_into(&mut acc[..tile.len()], tile, *op, false);
+                    }
+                    return Some(fold_f32(acc, *op));
+                }
+                None if n.is_multiple_of(8) => return Some(fold_f32(row, *op)),
+                None => {}
             }
-            return Some(fold_f32(acc, *op));
         }
         let (scratch, above) = regs.split_first_mut().expect("registers exist");
         for lo in (0..n).step_by(TILE) {
