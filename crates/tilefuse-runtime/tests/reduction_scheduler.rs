@@ -331,6 +331,30 @@ fn heuristics_differ_by_device_kind() {
     assert!(!p.subgroup_inner_reduction && !p.persistent_kernel, "{p:?}");
 }
 
+/// Thousands of short rows share workgroups of 128 rows on the CPU (the
+/// last one ragged); long rows, or a few hundred, keep one a workgroup.
+#[test]
+fn short_rows_share_cpu_workgroups_and_match_the_reference() {
+    let cpu = Device::cpu();
+    let many = 512 * cpu.info().cores.max(1) + 3;
+    let workgroup = |f: &Fusion| {
+        let HeuristicParams::Reduction(p) = heuristics(f, None, &cpu.info()).unwrap() else {
+            unreachable!("a reduction")
+        };
+        p.launch.workgroup_size
+    };
+    for f in [
+        sum(&[many, 16], 1),
+        tilefuse_testing::softmax(&[many, 40], 1),
+    ] {
+        assert_eq!(workgroup(&f), Some([128, 1, 1]));
+        let p = heuristics(&f, None, &cpu.info()).unwrap();
+        run(&f, &p, &cpu).unwrap();
+    }
+    assert_eq!(workgroup(&sum(&[many, 257], 1)), Some([1, 1, 1]));
+    assert_eq!(workgroup(&sum(&[300, 16], 1)), Some([1, 1, 1]));
+}
+
 /// A workgroup with more rows than the fusion: the rows past the end take
 /// no part in a tree, whose steps would fold their indices, which land on
 /// other rows' partials, into those.
