@@ -3,7 +3,7 @@
 use tilefuse_ir::Fusion;
 use tilefuse_params::ReductionParams;
 
-use super::topology::topology;
+use super::topology::{Topology, topology};
 use tilefuse_sched::DeviceInfo;
 
 /// Default params. The CPU device: one row per workgroup (rows run on
@@ -28,31 +28,7 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
     let r = topo.reduced();
     let max = u64::from(device.limits.max_invocations_per_workgroup);
     if !device.is_gpu() {
-        let threads = device.cores.max(1) as u64;
-        // Thousands of short rows: a workgroup of one costs more than its
-        // row, so 128 rows share one (row sums of 65536 x 16 on 2 threads:
-        // 5.2 ms one a workgroup, 1.8 with 128; 16384 x 64 and x 256 1.1x;
-        // softmax and layernorm 1.0-1.06x; fewer rows would idle threads).
-        let rows = if p.fastest_dim && r <= 256 && topo.outer() >= 512 * threads {
-            128
-        } else {
-            1
-        };
-        p.launch.workgroup_size = Some([rows, 1, 1]);
-        p.reduction_invocations = 1;
-        p.project_persistent_buffers = false;
-        if !p.fastest_dim {
-            // Column blocks a thread each, 1024 at most (4096² column sums:
-            // 2.4 ms with 1024 a block on 2 threads, 3.3 with 512, 2.8
-            // with 4096; numpy 2.1), each reduced row by row in its own
-            // nest (see the module docs).
-            let w = (topo.inner() / threads).clamp(1, 1024);
-            let w = 1 << (63 - w.leading_zeros());
-            p.launch.workgroup_size = Some([w as u32, 1, 1]);
-            p.rows_per_workgroup = Some(w as u32);
-            p.persistent_kernel = false;
-        }
-        return p;
+        return cpu_heuristics(p, &topo, device);
     }
     let cpu_vulkan = device.adapter_type == "cpu";
     let pow2_at_most = |n: u64| 1u64 << (63 - n.max(1).leading_zeros());
@@ -123,6 +99,31 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         p.launch.workgroup_size = Some([(x * y) as u32, 1, 1]);
         p.rows_per_workgroup = Some(x as u32);
         p.schedule_3d = topo.three_d();
+    }
+    p
+}
+
+/// The CPU device's defaults (see [`reduction_heuristics`]).
+fn cpu_heuristics(mut p: ReductionParams, topo: &Topology, device: &DeviceInfo) -> ReductionParams {
+    let threads = device.cores.max(1) as u64;
+    // Thousands of short rows: a workgroup of one costs more than its
+    // row, so 128 rows share one (row sums of 65536 x 16 on 2 threads:
+    // 5.2 ms one a workgroup, 1.8 with 128; 16384 x 64 and x 256 1.1x;
+    // softmax and layernorm 1.0-1.06x; fewer rows would idle threads).
+    let short = p.fastest_dim && topo.reduced() <= 256 && topo.outer() >= 512 * threads;
+    p.launch.workgroup_size = Some([if short { 128 } else { 1 }, 1, 1]);
+    p.reduction_invocations = 1;
+    p.project_persistent_buffers = false;
+    if !p.fastest_dim {
+        // Column blocks a thread each, 1024 at most (4096² column sums:
+        // 2.4 ms with 1024 a block on 2 threads, 3.3 with 512, 2.8 with
+        // 4096; numpy 2.1), each reduced row by row in its own nest (see
+        // the module docs).
+        let w = (topo.inner() / threads).clamp(1, 1024);
+        let w = 1 << (63 - w.leading_zeros());
+        p.launch.workgroup_size = Some([w as u32, 1, 1]);
+        p.rows_per_workgroup = Some(w as u32);
+        p.persistent_kernel = false;
     }
     p
 }
