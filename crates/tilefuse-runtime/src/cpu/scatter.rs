@@ -87,15 +87,33 @@ impl Ctx<'_> {
     ) {
         let buf = &self.buffers[buffer];
         let range = lanes.0 as i64..(lanes.0 + lanes.1) as i64;
+        // SAFETY: the lanes' own elements (module docs of `memory`), in
+        // bounds as the schedule's are.
+        let element = |at: i64| unsafe { &mut buf.slice_mut::<f32>((base + at) as usize, 1)[0] };
         tape.run_staged(self.buffers, env, lanes, registers, |values| {
-            for (&v, (at, start)) in values.iter().zip(scatter.offsets(range)) {
-                // SAFETY: the lanes' own elements (module docs of
-                // `memory`), in bounds as the schedule's are.
-                let d = unsafe { buf.slice_mut::<f32>((base + at) as usize, 1) };
-                match op {
-                    Some(op) => combine_into(d, &[v], op, first && start),
-                    None => d[0] = v,
+            let lanes = values.iter().zip(scatter.offsets(range));
+            let Some(op) = op else {
+                lanes.for_each(|(&v, (at, _))| *element(at) = v);
+                return;
+            };
+            // Consecutive lanes of one element (a short row's) combine in
+            // a register, in lane order, and the element is written once.
+            let mut run: Option<(i64, f32)> = None;
+            for (&v, (at, start)) in lanes {
+                if let Some((here, acc)) = run.take_if(|(here, _)| *here != at) {
+                    *element(here) = acc;
                 }
+                let value = if first && start {
+                    v
+                } else {
+                    let mut cell = [run.map_or_else(|| *element(at), |(_, acc)| acc)];
+                    combine_into(&mut cell, &[v], op, false);
+                    cell[0]
+                };
+                run = Some((at, value));
+            }
+            if let Some((here, acc)) = run {
+                *element(here) = acc;
             }
         });
     }
