@@ -54,6 +54,18 @@ def test_every_built_in_executes_and_verifies_on_both_devices(
     assert_close(w.numpy(*w.inputs(seed)), want, rtol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layernorm", "rmsnorm", "row_sum"])
+def test_thousands_of_short_rows_share_cpu_workgroups_and_verify(
+    name: str, rng: np.random.Generator
+) -> None:
+    cpu = tf.Device.cpu()
+    w = tf.workloads.get(name, rows=512 * cpu.info["cores"] + 3, cols=16)
+    assert w.fusion().heuristics(device=cpu).launch.workgroup_size == (128, 1, 1)
+    seed = int(rng.integers(2**31))
+    (want,) = w.expected(seed)
+    assert_close(tf.Engine(cpu).execute(w, seed=seed)[0], want, rtol=1e-4)
+
+
 def test_complexity_matches_hand_counts() -> None:
     m, n, k = 64, 48, 32
     mm = tf.workloads.get("matmul", m=m, n=n, k=k, epilogue="bias_relu").complexity()
