@@ -2,7 +2,7 @@
 //! and scheduling with given params.
 
 use pyo3::prelude::*;
-use tilefuse::params::{HeuristicParams, ParamsError, SchedulerKind};
+use tilefuse::params::{HeuristicParams, ParamsError, SchedulerKind, Tunable};
 use tilefuse::schedulers as auto;
 
 use crate::errors::{OrRaise, guard};
@@ -57,10 +57,7 @@ pub fn tunables<'py>(
     scheduler: Option<&str>,
 ) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
     guard(|| {
-        fusion.check_outputs(py)?;
-        let kind = parse_kind(scheduler).or_raise(py)?;
-        let (kind, fields) =
-            auto::tunables(&fusion.inner, kind, &device.inner.info()).or_raise(py)?;
+        let (kind, fields) = tunable_fields(py, fusion, device, scheduler)?;
         let fields: Vec<serde_json::Value> = fields
             .iter()
             .map(|t| serde_json::json!({"path": t.path, "domain": t.domain, "values": t.domain.values()}))
@@ -81,11 +78,22 @@ pub fn space_digest(
     scheduler: Option<&str>,
 ) -> PyResult<String> {
     guard(|| {
-        fusion.check_outputs(py)?;
-        let kind = parse_kind(scheduler).or_raise(py)?;
-        let (_, fields) = auto::tunables(&fusion.inner, kind, &device.inner.info()).or_raise(py)?;
+        let (_, fields) = tunable_fields(py, fusion, device, scheduler)?;
         Ok(tilefuse::tune::space_digest(&fields))
     })
+}
+
+/// The scheduler named (or the first that takes `fusion`) and the fields a
+/// tuner may set when it schedules `fusion` for `device`.
+fn tunable_fields(
+    py: Python<'_>,
+    fusion: &PyFusion,
+    device: &PyDevice,
+    scheduler: Option<&str>,
+) -> PyResult<(SchedulerKind, Vec<Tunable>)> {
+    fusion.check_outputs(py)?;
+    let kind = parse_kind(scheduler).or_raise(py)?;
+    auto::tunables(&fusion.inner, kind, &device.inner.info()).or_raise(py)
 }
 
 /// What seed heuristics decide on: the scheduler that takes `fusion`, its

@@ -268,13 +268,23 @@ impl Cache {
         Ok((written, warnings))
     }
 
+    /// Every file of the cache directory, with its extension.
+    fn files(&self) -> Result<Vec<(PathBuf, String)>, CacheError> {
+        let mut out = Vec::new();
+        for item in fs::read_dir(&self.dir).map_err(io(&self.dir))? {
+            let path = item.map_err(io(&self.dir))?.path();
+            let ext = path.extension().map(|e| e.to_string_lossy().into_owned());
+            out.push((path, ext.unwrap_or_default()));
+        }
+        Ok(out)
+    }
+
     /// Every whole entry, and warnings about those set aside.
     pub fn entries(&self) -> Result<(Vec<Entry>, Vec<String>), CacheError> {
         let mut warnings = Vec::new();
         let mut out = Vec::new();
-        for item in fs::read_dir(&self.dir).map_err(io(&self.dir))? {
-            let path = item.map_err(io(&self.dir))?.path();
-            if path.extension().is_some_and(|e| e == "json") {
+        for (path, ext) in self.files()? {
+            if ext == "json" {
                 out.extend(self.read(&path, &mut warnings));
             }
         }
@@ -289,9 +299,7 @@ impl Cache {
     /// Returns how many entries it removed.
     pub fn prune(&self) -> Result<usize, CacheError> {
         let mut n = 0;
-        for item in fs::read_dir(&self.dir).map_err(io(&self.dir))? {
-            let path = item.map_err(io(&self.dir))?.path();
-            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        for (path, ext) in self.files()? {
             let stale = ext == "json"
                 && (self.read(&path, &mut Vec::new())).is_some_and(|e| !e.key.is_current());
             let dead = ext == "tmp" && older_than(&path, DEAD_WRITER);
@@ -310,10 +318,8 @@ impl Cache {
     /// entries there were.
     pub fn clear(&self) -> Result<usize, CacheError> {
         let mut n = 0;
-        for item in fs::read_dir(&self.dir).map_err(io(&self.dir))? {
-            let path = item.map_err(io(&self.dir))?.path();
-            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-            if matches!(ext, "json" | "lock" | "tmp") {
+        for (path, ext) in self.files()? {
+            if matches!(ext.as_str(), "json" | "lock" | "tmp") {
                 n += usize::from(ext == "json");
                 fs::remove_file(&path).map_err(io(&path))?;
             }
