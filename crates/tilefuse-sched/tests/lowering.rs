@@ -5,10 +5,10 @@ use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
 use tilefuse_sched::codegen::{emit, generate};
 use tilefuse_sched::ir::{Expr, Scope, ThreadAxis};
 use tilefuse_sched::lowering::{
-    LaunchLimit, MAX_UNROLLED_BLOCKS, PASSES, launch_violations, lower_steps, verify_launch,
+    LaunchLimit, MAX_COPIED_LOOP_STEPS, MAX_UNROLLED_BLOCKS, PASSES, launch_violations, lower_steps, verify_launch,
 };
 use tilefuse_sched::{DeviceInfo, DeviceLimits, Schedule, Target, lower};
-use tilefuse_testing::{fusions, recipes, sum};
+use tilefuse_testing::{fusions, matmul_bias_relu, recipes, sum};
 
 fn gpu_info() -> DeviceInfo {
     DeviceInfo {
@@ -150,6 +150,37 @@ fn nested_unrolled_loops_are_bounded_on_wgsl_only() {
         ..gpu_info()
     };
     assert_eq!(launch_violations(&cpu, &cpu_info), vec![]);
+}
+
+/// Loops inside unrolled loops are copied out with them, and drivers
+/// unroll short ones themselves: a random schedule that unrolled a
+/// 20 x 36 matmul's row and column loops around its 24-step reduction
+/// loop took lavapipe minutes and gigabytes to compile. Their steps are
+/// bounded on WGSL, and loops the unrolled ones do not hold are not copies.
+#[test]
+fn loops_copied_by_unrolled_loops_are_bounded_on_wgsl() {
+    let unrolled = |rows: usize| {
+        let f = matmul_bias_relu(rows, 36, 24);
+        let mut s = Schedule::new(&f);
+        let b = s.get_block("op_3").unwrap();
+        let [i, j, _k] = s.get_loops(b).unwrap()[..] else {
+            panic!("three loops")
+        };
+        s.unroll(i).unwrap();
+        s.unroll(j).unwrap();
+        lower(s.kernel(), Target::Wgsl).unwrap()
+    };
+    let fits = unrolled(1);
+    assert_eq!(fits.launches[0].copied_loop_steps, 36 * 24);
+    verify_launch(&fits, &gpu_info()).unwrap();
+
+    let over = unrolled(20);
+    let e = verify_launch(&over, &gpu_info()).unwrap_err();
+    assert_eq!(e.limit, LaunchLimit::CopiedLoopSteps);
+    assert_eq!((e.value, e.max), (20 * 36 * 24, MAX_COPIED_LOOP_STEPS));
+    assert!(e.to_string().contains("unroll the inner loops instead"), "{e}");
+    // The epilogue's loops stand alone: one copy each, none counted.
+    assert!(over.launches[1..].iter().all(|l| l.copied_loop_steps == 0));
 }
 
 /// A tree may walk its block's rows inside each step (loops between the

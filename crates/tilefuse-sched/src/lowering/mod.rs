@@ -22,7 +22,8 @@ use std::fmt;
 
 pub use barriers::{Barrier, Barriers};
 pub use launch::{
-    Launch, LaunchError, LaunchLimit, MAX_UNROLLED_BLOCKS, launch_violations, verify_launch,
+    Launch, LaunchError, LaunchLimit, MAX_COPIED_LOOP_STEPS, MAX_UNROLLED_BLOCKS,
+    launch_violations, verify_launch,
 };
 pub use vectorize::{VecStep, Vectors};
 
