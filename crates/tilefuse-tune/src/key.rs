@@ -36,7 +36,10 @@ use tilefuse_sched::DeviceInfo;
 ///   4096-column row sums became 1.9x faster (256-column ones too), faster
 ///   than the winners tuned against it; thousands of short rows share
 ///   workgroups of 128 rows by default.
-pub const CODEGEN_VERSION: u32 = 7;
+/// - 8: WGSL stages bound the steps of loops that unrolled loops copy out
+///   ([`tilefuse_sched::lowering::MAX_COPIED_LOOP_STEPS`]): a winner over
+///   the bound would no longer build.
+pub const CODEGEN_VERSION: u32 = 8;
 
 /// A device as a cache key sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
