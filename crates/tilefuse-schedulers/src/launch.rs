@@ -112,14 +112,16 @@ pub(super) fn fuse(s: &mut Schedule, loops: &[LoopId]) -> Step<Option<LoopId>> {
 #[derive(Clone, Copy)]
 pub(super) struct Fix(pub &'static str, pub &'static str);
 
-/// Workgroup memory and the per-invocation loop budget (llvmpipe's), checked
-/// on the schedule lowered for the device, as `ParamsError`s on the given
-/// fields rather than `DeviceError`s when the kernel is built.
+/// Workgroup memory, the per-invocation loop budget (llvmpipe's) and the
+/// code unrolled loops copy out, checked on the schedule lowered for the
+/// device, as `ParamsError`s on the given fields rather than `DeviceError`s
+/// when the kernel is built.
 pub(super) fn check_launch_limits(
     s: &Schedule,
     device: &DeviceInfo,
     storage: Fix,
     loops: Fix,
+    unrolled: Fix,
 ) -> Step<()> {
     let lowered = lower(s.kernel(), Target::of(device))
         .map_err(|e| err("scheduler", format!("the generated kernel is invalid: {e}")))?;
@@ -127,6 +129,7 @@ pub(super) fn check_launch_limits(
         let fix = match e.limit {
             LaunchLimit::WorkgroupStorage => storage,
             LaunchLimit::LoopIterations => loops,
+            LaunchLimit::UnrolledBlocks | LaunchLimit::CopiedLoopSteps => unrolled,
             _ => continue,
         };
         return Err(err(fix.0, format!("{e}; {}", fix.1)));

@@ -283,5 +283,10 @@ fn check_limits(s: &Schedule, p: &MatmulParams, device: &DeviceInfo) -> Step<()>
             "tile_sizes.instruction_tile",
             "give each invocation fewer k steps (a larger instruction_tile.k, or splitk_factor)",
         ),
+        Fix(
+            "tile_sizes.instruction_tile",
+            "each invocation's register tile is unrolled around the loops inside it; use a \
+             smaller instruction_tile.m or .n (or circular_buffer_options.smem_read = false)",
+        ),
     )
 }

@@ -134,8 +134,8 @@ pub(crate) fn schedule_reduction(
     Ok(s)
 }
 
-/// Workgroup memory and per-invocation loop budgets, checked on the WGSL
-/// the schedule produces.
+/// Workgroup memory, per-invocation loop budgets and unrolled code,
+/// checked on the WGSL the schedule produces.
 fn check_limits(s: &Schedule, kept: bool, device: &DeviceInfo) -> Step<()> {
     let storage = if kept {
         Fix(
@@ -150,5 +150,9 @@ fn check_limits(s: &Schedule, kept: bool, device: &DeviceInfo) -> Step<()> {
         "spread the work over more invocations (cross-invocation reduction, \
          reduction_invocations) or workgroups",
     );
-    check_launch_limits(s, device, storage, loops)
+    let unrolled = Fix(
+        "unroll_factor_iteration",
+        "unroll fewer rows (or a smaller unroll_factor_reduction)",
+    );
+    check_launch_limits(s, device, storage, loops, unrolled)
 }
