@@ -3,12 +3,13 @@
 
 use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
 use tilefuse_sched::codegen::{emit, generate};
-use tilefuse_sched::ir::{Expr, Scope, ThreadAxis};
+use tilefuse_sched::ir::{Expr, Node, Scope, ThreadAxis};
 use tilefuse_sched::lowering::{
-    LaunchLimit, MAX_COPIED_LOOP_STEPS, MAX_UNROLLED_BLOCKS, PASSES, launch_violations, lower_steps, verify_launch,
+    LaunchLimit, MAX_COPIED_LOOP_STEPS, MAX_UNROLLED_BLOCKS, PASSES, launch_violations,
+    lower_steps, verify_launch,
 };
 use tilefuse_sched::{DeviceInfo, DeviceLimits, Schedule, Target, lower};
-use tilefuse_testing::{fusions, matmul_bias_relu, recipes, sum};
+use tilefuse_testing::{fusions, matmul_bias_relu, recipes, softmax, sum};
 
 fn gpu_info() -> DeviceInfo {
     DeviceInfo {
@@ -41,14 +42,16 @@ fn each_target_runs_its_passes_in_order() {
         let steps = lower_steps(s.kernel(), t).unwrap();
         steps.iter().map(|s| s.pass).collect()
     };
-    let all: Vec<&str> = PASSES.iter().map(|p| p.name).collect();
-    assert_eq!(names(Target::Wgsl), all);
-    let cpu: Vec<&str> = PASSES
-        .iter()
-        .filter(|p| !p.wgsl_only)
-        .map(|p| p.name)
-        .collect();
-    assert_eq!(names(Target::Cpu), cpu);
+    let of = |t: Target| -> Vec<&str> {
+        (PASSES.iter())
+            .filter(|p| p.only.is_none_or(|only| only == t))
+            .map(|p| p.name)
+            .collect()
+    };
+    assert_eq!(names(Target::Wgsl), of(Target::Wgsl));
+    assert_eq!(names(Target::Cpu), of(Target::Cpu));
+    assert!(of(Target::Cpu).contains(&"distribute_short_nests"));
+    assert!(!of(Target::Wgsl).contains(&"distribute_short_nests"));
 }
 
 #[test]
@@ -178,9 +181,76 @@ fn loops_copied_by_unrolled_loops_are_bounded_on_wgsl() {
     let e = verify_launch(&over, &gpu_info()).unwrap_err();
     assert_eq!(e.limit, LaunchLimit::CopiedLoopSteps);
     assert_eq!((e.value, e.max), (20 * 36 * 24, MAX_COPIED_LOOP_STEPS));
-    assert!(e.to_string().contains("unroll the inner loops instead"), "{e}");
+    assert!(
+        e.to_string().contains("unroll the inner loops instead"),
+        "{e}"
+    );
     // The epilogue's loops stand alone: one copy each, none counted.
     assert!(over.launches[1..].iter().all(|l| l.copied_loop_steps == 0));
+}
+
+/// A softmax whose rows (`rows` x `cols`) are split into workgroups of
+/// `per_group` rows, each op's nest computed at the row loop inside (as
+/// the CPU's short-row default does), with `e` inlined or not.
+fn softmax_rows(rows: usize, cols: usize, per_group: u64) -> Schedule {
+    let f = softmax(&[rows, cols], 1);
+    let mut s = Schedule::new(&f);
+    s.compute_inline_all(&[]);
+    let out = *s.get_blocks().last().unwrap();
+    let [i, _] = s.get_loops(out).unwrap()[..] else {
+        panic!("two loops")
+    };
+    let [wg, row] = s.split(i, &[None, Some(per_group)], None).unwrap()[..] else {
+        panic!("two parts")
+    };
+    s.bind(wg, ThreadAxis::WorkgroupX).unwrap();
+    for b in s.get_blocks().into_iter().rev().skip(1) {
+        s.compute_at(b, row).unwrap();
+    }
+    s
+}
+
+/// Row loops of the loop nests under one row loop, outermost first.
+fn row_loops(l: &tilefuse_sched::Lowered) -> Vec<String> {
+    let Node::Loop(_, body) = &l.kernel.body[0] else {
+        panic!("a loop nest")
+    };
+    body.iter()
+        .filter_map(|n| match n {
+            Node::Loop(id, _) => Some(l.kernel.loop_(*id).name.clone()),
+            Node::Block(_) => None,
+        })
+        .collect()
+}
+
+/// On the CPU, a workgroup's short rows run nest by nest: each nest gets
+/// its own copy of the row loop, so that the device runs it as one long
+/// lane step. Long rows, rows too many to stay in cache, and GPUs keep
+/// one row loop around all the nests.
+#[test]
+fn short_nests_are_distributed_on_the_cpu_only() {
+    let short = softmax_rows(1024, 16, 128);
+    let cpu = lower(short.kernel(), Target::Cpu).unwrap();
+    let rows = row_loops(&cpu);
+    assert_eq!(rows.len(), 3, "{}", cpu.kernel);
+    assert!(
+        rows[1].ends_with("_1") && rows[2].ends_with("_2"),
+        "{rows:?}"
+    );
+    let wgsl = lower(short.kernel(), Target::Wgsl).unwrap();
+    assert_eq!(row_loops(&wgsl).len(), 1);
+    for long in [softmax_rows(1024, 256, 128), softmax_rows(1024, 128, 128)] {
+        let cpu = lower(long.kernel(), Target::Cpu).unwrap();
+        assert_eq!(row_loops(&cpu).len(), 1, "{}", cpu.kernel);
+    }
+    // A row maximum kept in one private element that every row reuses: a
+    // row's nests must run before the next row overwrites it.
+    let mut reused = softmax_rows(1024, 16, 128);
+    let max = reused.get_blocks()[0];
+    reused.set_scope(max, Scope::Private).unwrap();
+    let cpu = lower(reused.kernel(), Target::Cpu).unwrap();
+    assert_eq!(cpu.kernel.buffer(cpu.kernel.block(max).buffer).numel(), 1);
+    assert_eq!(row_loops(&cpu).len(), 1, "{}", cpu.kernel);
 }
 
 /// A tree may walk its block's rows inside each step (loops between the

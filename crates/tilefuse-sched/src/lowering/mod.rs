@@ -10,6 +10,7 @@
 
 mod barriers;
 mod cross_invocation;
+mod distribute;
 mod fold;
 mod launch;
 mod localize;
@@ -78,11 +79,11 @@ pub struct Lowered {
 
 type Run = fn(&mut Lowered) -> Result<(), LowerError>;
 
-/// One pass: its name (the dump's heading), whether only WGSL needs it,
-/// and what it does.
+/// One pass: its name (the dump's heading), the one target that needs it
+/// (`None`: every target), and what it does.
 pub struct Pass {
     pub name: &'static str,
-    pub wgsl_only: bool,
+    pub only: Option<Target>,
     run: Run,
 }
 
@@ -91,31 +92,34 @@ pub const PASSES: &[Pass] = &[
     // Literal arithmetic evaluated; loads of a buffer that holds one
     // literal (an empty reduction's result) read it. First, so that every
     // analysis sees the loads codegen emits.
-    pass("fold_constants", true, fold::run),
+    pass("fold_constants", WGSL, fold::run),
     // Workgroup and private buffers shrink to the region one iteration uses.
-    pass("realize_buffers", false, realize::run),
+    pass("realize_buffers", ALL, realize::run),
     // Pipelined loops get rotating stages, a prologue and copies ahead.
-    pass("software_pipeline", false, software_pipeline::run),
+    pass("software_pipeline", ALL, software_pipeline::run),
+    // A loop of short nests, each iteration writing its own elements,
+    // becomes one loop per nest (long lane steps on the CPU).
+    pass("distribute_short_nests", CPU, distribute::run),
     // No workgroup-bound loop under a loop with several children.
-    pass("verify_workgroup_spine", true, spine::run),
+    pass("verify_workgroup_spine", WGSL, spine::run),
     // Which vectorized loops become one vec4 step.
-    pass("vectorize", true, vectorize::run),
+    pass("vectorize", WGSL, vectorize::run),
     // Each root nest's grid, workgroup size, loop budget and memory.
-    pass("launch", false, launch::run),
+    pass("launch", ALL, launch::run),
     // Reductions across invocations span their axis; subgroup widths.
-    pass("cross_invocation", true, cross_invocation::run),
+    pass("cross_invocation", WGSL, cross_invocation::run),
     // Barriers where invocations hand data to each other.
-    pass("place_barriers", true, barriers::run),
+    pass("place_barriers", WGSL, barriers::run),
     // Local-buffer accesses over loop variables, simplified.
-    pass("localize_indices", true, localize::run),
+    pass("localize_indices", WGSL, localize::run),
 ];
 
-const fn pass(name: &'static str, wgsl_only: bool, run: Run) -> Pass {
-    Pass {
-        name,
-        wgsl_only,
-        run,
-    }
+const ALL: Option<Target> = None;
+const WGSL: Option<Target> = Some(Target::Wgsl);
+const CPU: Option<Target> = Some(Target::Cpu);
+
+const fn pass(name: &'static str, only: Option<Target>, run: Run) -> Pass {
+    Pass { name, only, run }
 }
 
 /// Lowers a scheduled kernel for `target`, running every pass in
@@ -185,7 +189,7 @@ fn run_passes(
     };
     let mut last = observer.as_ref().map(|_| l.to_string());
     for p in PASSES {
-        if p.wgsl_only && target != Target::Wgsl {
+        if p.only.is_some_and(|only| only != target) {
             continue;
         }
         (p.run)(&mut l)?;
