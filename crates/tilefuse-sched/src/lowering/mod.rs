@@ -1,8 +1,9 @@
 //! Lowering: every pass between a schedule and code, in order, in one list
 //! (Halide's `Lower.cpp`). A scheduled kernel is lowered once per build;
 //! WGSL codegen, the CPU device and the schedulers' limit checks all read
-//! the one [`Lowered`] it yields. Passes that only a GPU needs are guarded
-//! by the [`Target`], so a CPU build never forms WGSL.
+//! the one [`Lowered`] it yields. Passes that only one target needs are
+//! guarded by the [`Target`], so a CPU build never forms WGSL and a GPU
+//! kernel keeps its nests as scheduled.
 //!
 //! `TILEFUSE_DUMP=lower` prints the state after each pass to stderr
 //! ("(unchanged)" when the pass changed nothing); [`lower_steps`] returns
