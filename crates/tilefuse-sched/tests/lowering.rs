@@ -159,11 +159,12 @@ fn nested_unrolled_loops_are_bounded_on_wgsl_only() {
 /// unroll short ones themselves: a random schedule that unrolled a
 /// 20 x 36 matmul's row and column loops around its 24-step reduction
 /// loop took lavapipe minutes and gigabytes to compile. Their steps are
-/// bounded on WGSL, and loops the unrolled ones do not hold are not copies.
+/// bounded on WGSL (loops too long for a driver to unroll count a step a
+/// copy), and loops the unrolled ones do not hold are not copies.
 #[test]
 fn loops_copied_by_unrolled_loops_are_bounded_on_wgsl() {
-    let unrolled = |rows: usize| {
-        let f = matmul_bias_relu(rows, 36, 24);
+    let unrolled = |rows: usize, k: usize| {
+        let f = matmul_bias_relu(rows, 36, k);
         let mut s = Schedule::new(&f);
         let b = s.get_block("op_3").unwrap();
         let [i, j, _k] = s.get_loops(b).unwrap()[..] else {
@@ -173,11 +174,16 @@ fn loops_copied_by_unrolled_loops_are_bounded_on_wgsl() {
         s.unroll(j).unwrap();
         lower(s.kernel(), Target::Wgsl).unwrap()
     };
-    let fits = unrolled(1);
+    let fits = unrolled(1, 24);
     assert_eq!(fits.launches[0].copied_loop_steps, 36 * 24);
     verify_launch(&fits, &gpu_info()).unwrap();
 
-    let over = unrolled(20);
+    // A loop too long for drivers to unroll stays one loop a copy.
+    let long = unrolled(20, 48);
+    assert_eq!(long.launches[0].copied_loop_steps, 20 * 36);
+    verify_launch(&long, &gpu_info()).unwrap();
+
+    let over = unrolled(20, 24);
     let e = verify_launch(&over, &gpu_info()).unwrap_err();
     assert_eq!(e.limit, LaunchLimit::CopiedLoopSteps);
     assert_eq!((e.value, e.max), (20 * 36 * 24, MAX_COPIED_LOOP_STEPS));

@@ -24,7 +24,12 @@ pub const MAX_UNROLLED_BLOCKS: u64 = 4096;
 /// straight-line code: on lavapipe, 36 copies of a 24-step matmul loop
 /// (864 steps) compiled in 1.4-2.7 s, 144 copies (3,456) in 36 s and 720
 /// (17,280) in 4.5 minutes, while 3,456 straight-line blocks took 3 s.
+/// A loop longer than [`DRIVER_UNROLLS`] stays a loop (144 copies of a
+/// 48-step one compiled in 65 ms) and counts one step a copy.
 pub const MAX_COPIED_LOOP_STEPS: u64 = 1024;
+
+/// The longest loop lavapipe unrolled itself (32 steps did, 40 did not).
+const DRIVER_UNROLLS: u64 = 32;
 
 /// One dispatch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -167,7 +172,8 @@ fn unrolled_blocks(k: &Kernel, node: &Node) -> u64 {
 /// Steps of the `for` loops in `node`'s code that unrolled loops copy
 /// out, `copies` times each (`copies` is 1 outside unrolled loops, where a
 /// loop is not a copy). Drivers may unroll those loops, so the steps of
-/// one multiply the copies of the loops inside it.
+/// one multiply the copies of the loops inside it, up to the loops a
+/// driver would not unroll.
 fn copied_loop_steps(l: &Lowered, node: &Node, copies: u64) -> u64 {
     let Node::Loop(id, body) = node else { return 0 };
     let lp = l.kernel.loop_(*id);
@@ -177,6 +183,7 @@ fn copied_loop_steps(l: &Lowered, node: &Node, copies: u64) -> u64 {
         LoopKind::Bound(_) => (0, copies),
         LoopKind::Vectorized if l.vectors.loops.contains_key(id) => (0, copies),
         _ if lp.extent == 1 || copies == 1 => (0, copies),
+        _ if lp.extent > DRIVER_UNROLLS => (copies, copies),
         _ => (steps, steps),
     };
     body.iter()
