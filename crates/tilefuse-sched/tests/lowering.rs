@@ -196,8 +196,8 @@ fn loops_copied_by_unrolled_loops_are_bounded_on_wgsl() {
 }
 
 /// A softmax whose rows (`rows` x `cols`) are split into workgroups of
-/// `per_group` rows, each op's nest computed at the row loop inside (as
-/// the CPU's short-row default does), with `e` inlined or not.
+/// `per_group` rows, `e` inlined and each other op's nest computed at the
+/// row loop inside (as the CPU's short-row default does).
 fn softmax_rows(rows: usize, cols: usize, per_group: u64) -> Schedule {
     let f = softmax(&[rows, cols], 1);
     let mut s = Schedule::new(&f);

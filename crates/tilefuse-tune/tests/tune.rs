@@ -238,11 +238,10 @@ fn a_candidate_far_slower_than_the_best_is_cut_on_its_first_launch() {
 fn a_candidate_past_its_time_limit_is_stopped_and_recorded() {
     // Scalar 16x16 tiles, one k step at a time (with 8, the CPU runs
     // them as long lane steps since `distribute_short_nests`): a launch
-    // longer than the 0.52 s limit on a
-    // 2-vCPU VM, as a quick tune's random point can run for minutes. The
-    // release build's executor runs 512^3 in 6 ms, so it gets 2048^3
-    // (the debug build gets 768^3: its float64 reference of 2048^3 would
-    // take minutes).
+    // longer than the 0.52 s limit on a 2-vCPU VM, as a quick tune's
+    // random point can run for minutes. The release build's executor runs
+    // 512^3 in 6 ms, so it gets 2048^3 (the debug build gets 768^3: its
+    // float64 reference of 2048^3 would take minutes).
     let n = if cfg!(debug_assertions) { 768 } else { 2048 };
     let (f, device, problem, mut params) = on_the_cpu(matmul(n, n, n));
     let tile = |m, n, k| json!({"m": m, "n": n, "k": k});

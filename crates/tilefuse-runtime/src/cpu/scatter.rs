@@ -183,13 +183,14 @@ fn fold_rows<'a>(
 ) {
     const SIDE: usize = 64;
     let (mut acc, mut column) = ([0f32; SIDE], [0f32; SIDE]);
+    let mut mine: Vec<&mut f32> = Vec::with_capacity(SIDE);
     for rows in values.chunks(SIDE * len) {
         let n = rows.len() / len;
         let (acc, column) = (&mut acc[..n], &mut column[..n]);
         let gather = |c: usize, into: &mut [f32]| {
             (into.iter_mut().zip(rows.chunks_exact(len))).for_each(|(x, row)| *x = row[c]);
         };
-        let mine: Vec<&mut f32> = elements.by_ref().take(n).collect();
+        mine.extend(elements.by_ref().take(n));
         if first {
             gather(0, acc);
         } else {
@@ -201,7 +202,7 @@ fn fold_rows<'a>(
             gather(c, column);
             combine_into(acc, column, op, false);
         }
-        mine.into_iter().zip(acc.iter()).for_each(|(e, &v)| *e = v);
+        mine.drain(..).zip(acc.iter()).for_each(|(e, &v)| *e = v);
     }
 }
 

@@ -5,7 +5,7 @@
 //! places blocks with them and buffer realization sizes workgroup /
 //! private buffers with them.
 
-use super::index::{Index, LoopId, Var};
+use super::index::{BufferId, Index, LoopId, Var};
 use super::kernel::{Block, Kernel, Node};
 
 /// Per dimension: a start (a function of the loop and the loops around
@@ -35,6 +35,20 @@ impl Block {
                     Var::Loop(_) => None,
                 })
             })
+            .collect()
+    }
+
+    /// This block's accesses to `buffer` over loop variables, its store
+    /// first: whether each writes, and its indices.
+    pub fn accesses(&self, buffer: BufferId) -> Vec<(bool, Vec<Index>)> {
+        let mut loads = Vec::new();
+        self.value.loads(&mut loads);
+        let store = (self.buffer == buffer).then(|| (true, self.over_loops(&self.indices)));
+        (store.into_iter())
+            .chain(
+                (loads.into_iter().filter(|(from, _)| *from == buffer))
+                    .map(|(_, indices)| (false, self.over_loops(indices))),
+            )
             .collect()
     }
 }

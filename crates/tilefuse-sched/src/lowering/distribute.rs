@@ -8,7 +8,7 @@
 //! is still in cache for the next nest. GPUs keep every nest as scheduled.
 
 use super::{LowerError, Lowered};
-use crate::ir::{BufferId, Index, Kernel, LoopId, LoopKind, Node, Var};
+use crate::ir::{BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, Var};
 
 /// Block instances one iteration of a loop runs in its largest nest, below
 /// which its nests are distributed, and the most the loop runs in one nest
@@ -54,7 +54,17 @@ fn distributable(k: &Kernel, l: LoopId, body: &[Node]) -> bool {
             let each = instances(k, n);
             each < SHORT_NEST && each.saturating_mul(lp.extent) <= MOST_INSTANCES
         })
-        && written_under(k, l).all(|b| own_elements(k, l, b))
+        && iterations_write_their_own(k, l)
+}
+
+/// Whether each iteration of `l` touches elements of its own in every
+/// buffer a block under it writes.
+fn iterations_write_their_own(k: &Kernel, l: LoopId) -> bool {
+    let blocks = k.blocks_under(l);
+    let mut written: Vec<BufferId> = blocks.iter().map(|&b| k.block(b).buffer).collect();
+    written.sort_unstable();
+    written.dedup();
+    written.into_iter().all(|b| own_elements(k, l, &blocks, b))
 }
 
 /// Block instances in one run of `node`.
@@ -67,30 +77,14 @@ fn instances(k: &Kernel, node: &Node) -> u64 {
     }
 }
 
-fn written_under(k: &Kernel, l: LoopId) -> impl Iterator<Item = BufferId> + '_ {
-    let mut written: Vec<BufferId> = (k.blocks_under(l).into_iter())
-        .map(|b| k.block(b).buffer)
-        .collect();
-    written.sort_unstable();
-    written.dedup();
-    written.into_iter()
-}
-
-/// Whether every access to `buffer` under `l` stays within elements of
+/// Whether every access to `buffer` by `blocks` (those under `l`) stays within elements of
 /// its own iteration of `l`: along some dimension, each iteration's
 /// accesses start at the same `c * l + rest` and span at most `c`.
-fn own_elements(k: &Kernel, l: LoopId, buffer: BufferId) -> bool {
-    let mut accesses = Vec::new();
-    for b in k.blocks_under(l) {
-        let block = k.block(b);
-        if block.buffer == buffer {
-            accesses.push(block.over_loops(&block.indices));
-        }
-        let mut loads = Vec::new();
-        block.value.loads(&mut loads);
-        (loads.into_iter().filter(|(from, _)| *from == buffer))
-            .for_each(|(_, indices)| accesses.push(block.over_loops(indices)));
-    }
+fn own_elements(k: &Kernel, l: LoopId, blocks: &[BlockId], buffer: BufferId) -> bool {
+    let accesses: Vec<Vec<Index>> = (blocks.iter())
+        .flat_map(|&b| k.block(b).accesses(buffer))
+        .map(|(_, indices)| indices)
+        .collect();
     let inner = k.loops_inside(l);
     let rank = k.buffer(buffer).shape.len();
     let regions: Option<Vec<_>> = (accesses.iter())

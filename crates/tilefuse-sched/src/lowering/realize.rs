@@ -80,15 +80,8 @@ impl<'k> Users<'k> {
             .collect();
         let mut accesses = Vec::new();
         for &b in &blocks {
-            let block = k.block(b);
-            if block.buffer == buffer {
-                accesses.push((b, true, block.over_loops(&block.indices)));
-            }
-            let mut loads = Vec::new();
-            block.value.loads(&mut loads);
-            for (_, idx) in loads.into_iter().filter(|(buf, _)| *buf == buffer) {
-                accesses.push((b, false, block.over_loops(idx)));
-            }
+            let mine = k.block(b).accesses(buffer).into_iter();
+            accesses.extend(mine.map(|(writes, indices)| (b, writes, indices)));
         }
         Users {
             k,
