@@ -231,8 +231,8 @@ fn row_loops(l: &tilefuse_sched::Lowered) -> Vec<String> {
 
 /// On the CPU, a workgroup's short rows run nest by nest: each nest gets
 /// its own copy of the row loop, so that the device runs it as one long
-/// lane step. Long rows, rows too many to stay in cache, and GPUs keep
-/// one row loop around all the nests.
+/// lane step. Long rows, rows too many to stay in L2 between nests, and
+/// GPUs keep one row loop around all the nests.
 #[test]
 fn short_nests_are_distributed_on_the_cpu_only() {
     let short = softmax_rows(1024, 16, 128);
@@ -245,7 +245,7 @@ fn short_nests_are_distributed_on_the_cpu_only() {
     );
     let wgsl = lower(short.kernel(), Target::Wgsl).unwrap();
     assert_eq!(row_loops(&wgsl).len(), 1);
-    for long in [softmax_rows(1024, 256, 128), softmax_rows(1024, 128, 128)] {
+    for long in [softmax_rows(1024, 256, 128), softmax_rows(2048, 128, 1024)] {
         let cpu = lower(long.kernel(), Target::Cpu).unwrap();
         assert_eq!(row_loops(&cpu).len(), 1, "{}", cpu.kernel);
     }

@@ -121,6 +121,7 @@ fn bounds(kernel: &Kernel, id: BlockId, lane: Option<Var>) -> Bounds {
                 rest: LoopIndex::new(rest),
                 coef,
                 bound,
+                period: 1,
             }),
             _ => out.predicates.push((x, bound)),
         }

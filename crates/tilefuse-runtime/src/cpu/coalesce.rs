@@ -5,10 +5,11 @@
 use tilefuse_sched::ir::{Block, Index, Kernel, LoopId, Node, Scope, Var, flat_offset};
 
 use super::block::{all_loads, compile_block, tape_into};
-use super::code::{BlockCode, MIN_PARALLEL_WORK, Step, TapeStore};
+use super::code::{BlockCode, LaneBound, MIN_PARALLEL_WORK, Step, TapeCode, TapeStore};
 use super::gemm_match::gemm_code;
 use super::nest::{in_one_thread, loop_chain, through_units};
 use super::scatter::Scatter;
+use super::tape::{Period, TILE};
 use super::value::Access;
 
 /// A chain of loops, each the only child of the one before (looking
@@ -126,13 +127,14 @@ fn reordered(kernel: &Kernel, chain: &[LoopId], block: &Block, more_than: i64) -
 /// stores through a tape.
 fn lane_step(kernel: &Kernel, chain: &[LoopId], block: &Block) -> Option<Step> {
     let lane = *chain.last()?;
-    let code = compile_block(kernel, block, Some(Var::Loop(lane)));
-    code.tape.as_ref()?;
+    let mut code = compile_block(kernel, block, Some(Var::Loop(lane)));
     if !contiguous(kernel, chain, block, &code.store)
         || !loads_and_bounds_as_one(kernel, chain, block, &code)
     {
         return None;
     }
+    wrap_loads(kernel, chain, code.tape.as_mut()?)?;
+    wrap_bounds(kernel, chain, &mut code);
     // Across threads, every lane must be independent of the others and
     // of the thread: global buffers only, none both loaded and stored.
     let threaded = !chain.iter().all(|&l| in_one_thread(kernel, l));
@@ -191,19 +193,88 @@ fn contiguous(kernel: &Kernel, chain: &[LoopId], block: &Block, a: &Access) -> b
     )
 }
 
-/// Whether every load of `code` moves with the `chain` as one variable,
-/// and every bound either does not move with it or holds for a prefix of
-/// that variable (the lanes run as one past the innermost extent).
+/// Whether every load of `code` moves with the `chain` as one variable
+/// (or wraps around its inner loops, see [`periodic`]), and every bound
+/// either does not move with it or holds for a prefix of that variable
+/// (the lanes run as one past the innermost extent).
 fn loads_and_bounds_as_one(
     kernel: &Kernel,
     chain: &[LoopId],
     block: &Block,
     code: &BlockCode,
 ) -> bool {
-    let in_chain = |x: &Index| chain.iter().any(|&l| x.mentions(Var::Loop(l)));
-    all_loads(&code.value, &|a| contiguous(kernel, chain, block, a))
-        && !code.uniform.iter().any(|(x, _)| in_chain(x.index()))
+    let moves = |x: &Index| in_chain(chain, x) && periodic(kernel, chain, x, 0).is_none();
+    let wraps = |a: &Access| {
+        (a.linear.as_ref()).is_some_and(|(coef, rest)| {
+            *coef >= 0 && periodic(kernel, chain, rest, *coef as usize).is_some()
+        })
+    };
+    all_loads(&code.value, &|a| {
+        contiguous(kernel, chain, block, a) || wraps(a)
+    }) && !code.uniform.iter().any(|(x, _)| moves(x.index()))
         && (code.prefix.iter()).all(|p| as_one(kernel, chain, p.rest.index(), p.coef))
+}
+
+/// `(period, step)` of a load whose offset (`x` over loop variables but
+/// the lane's, `stride` along the lane) the `chain`'s inner loops move as
+/// one variable and its outer loops as another, but not all as one: in a
+/// lane step over the chain, lane `i` reads `(i / period) * step + (i %
+/// period) * stride` past lane 0 (`period` the inner loops' iterations,
+/// fewer than [`MAX_PERIOD`]). A short row's statistic (its maximum, read
+/// by each element of the row) made softmax rows of 16 run a lane step a
+/// row, and so did a layer norm's weights.
+fn periodic(kernel: &Kernel, chain: &[LoopId], x: &Index, stride: usize) -> Option<Period> {
+    let extent = |k: usize| kernel.loop_(chain[k]).extent as i64;
+    let mut coefs = (chain[..chain.len() - 1].iter())
+        .map(|&l| Some(x.linear_in(Var::Loop(l))?.0))
+        .collect::<Option<Vec<i64>>>()?;
+    coefs.push(stride as i64);
+    // Loops `split..` move the load as one: each by the next one's extent
+    // times the next one's step.
+    let split = (1..chain.len())
+        .rev()
+        .find(|&k| coefs[k - 1] != coefs[k] * extent(k))?;
+    let period = iterations(kernel, &chain[split..]);
+    let step = coefs[split - 1];
+    let outer_as_one = (1..split).all(|k| coefs[k - 1] == coefs[k] * extent(k));
+    (outer_as_one && step >= 0 && period < MAX_PERIOD).then_some((period as usize, step as usize))
+}
+
+/// Lanes from which a row runs as a lane step of its own rather than
+/// wrapping loads around it: a long row's fixed cost no longer matters,
+/// and gathering its loads would cost more than reading them in place.
+const MAX_PERIOD: i64 = TILE as i64;
+
+/// Gives the loads of `code`'s tape the periods [`periodic`] finds over
+/// the `chain`; `None` where that makes more loads than a tape reads.
+fn wrap_loads(kernel: &Kernel, chain: &[LoopId], code: &mut TapeCode) -> Option<()> {
+    (code.tape)
+        .wrap_loads(|x, stride| periodic(kernel, chain, x, stride))
+        .then_some(())
+}
+
+/// Turns the bounds of `code` the same in every lane of the innermost
+/// loop but moving with the `chain`'s outer loops (whole rows past a
+/// ragged edge) into bounds on a prefix of the lanes, rows of `period`.
+fn wrap_bounds(kernel: &Kernel, chain: &[LoopId], code: &mut BlockCode) {
+    let (wrapped, uniform) = std::mem::take(&mut code.uniform)
+        .into_iter()
+        .partition(|(x, _)| in_chain(chain, x.index()));
+    code.uniform = uniform;
+    for (x, bound) in wrapped {
+        let (period, coef) = periodic(kernel, chain, x.index(), 0).expect("checked");
+        code.prefix.push(LaneBound {
+            rest: x,
+            coef: coef as i64,
+            bound,
+            period: period as i64,
+        });
+    }
+}
+
+/// Whether `x` moves with a loop of the `chain`.
+fn in_chain(chain: &[LoopId], x: &Index) -> bool {
+    chain.iter().any(|&l| x.mentions(Var::Loop(l)))
 }
 
 /// `block` as one lane step over the `chain` in one thread whose loads
@@ -212,7 +283,12 @@ fn loads_and_bounds_as_one(
 /// loops drive reduce iterators, they must drive them upward: a lane
 /// starts its element where all of them are at 0. `code` is the block
 /// compiled for lanes of the innermost loop.
-fn scattered(kernel: &Kernel, chain: &[LoopId], block: &Block, code: BlockCode) -> Option<Step> {
+fn scattered(
+    kernel: &Kernel,
+    chain: &[LoopId],
+    block: &Block,
+    mut code: BlockCode,
+) -> Option<Step> {
     let lane = *chain.last()?;
     let one_thread = chain.iter().all(|&l| in_one_thread(kernel, l));
     if !one_thread || code.per_lane {
@@ -239,13 +315,15 @@ fn scattered(kernel: &Kernel, chain: &[LoopId], block: &Block, code: BlockCode) 
         })
         .collect::<Option<Vec<_>>>()?;
     let into = block.reduce.map_or(TapeStore::Lanes, TapeStore::Combine);
-    let tape = tape_into(
+    let mut tape = tape_into(
         kernel,
         &code.value,
         &code.store,
         into,
         Some(Scatter::over(digits)),
     )?;
+    wrap_loads(kernel, chain, &mut tape)?;
+    wrap_bounds(kernel, chain, &mut code);
     Some(Step::Lanes {
         var: lane.0 as usize,
         extent: iterations(kernel, chain),

@@ -45,13 +45,16 @@ pub(super) struct BlockCode {
     pub(super) per_lane: bool,
 }
 
-/// `coef * lane + rest < bound` with `coef > 0`: true for the lanes below
-/// `(bound - rest) / coef`, rounded up.
+/// `coef * (lane / period) + rest < bound` with `coef > 0`: true for the
+/// lanes below `(bound - rest) / coef`, rounded up, times `period`. The
+/// period is 1 but where a lane step runs rows of `period` lanes as one
+/// and the bound holds for whole rows (a workgroup's rows past the last).
 #[derive(Debug)]
 pub(super) struct LaneBound {
     pub(super) rest: LoopIndex,
     pub(super) coef: i64,
     pub(super) bound: i64,
+    pub(super) period: i64,
 }
 
 /// A lane step's block run whole-loop through a tape.

@@ -398,7 +398,8 @@ impl BlockCode {
     /// The lanes of `range` that the prefix bounds keep.
     fn in_prefix(&self, range: Range<i64>, env: &[i64]) -> Range<i64> {
         let end = (self.prefix.iter()).fold(range.end, |end, p| {
-            end.min((p.bound - p.rest.eval(env) + p.coef - 1).div_euclid(p.coef))
+            let rows = (p.bound - p.rest.eval(env) + p.coef - 1).div_euclid(p.coef);
+            end.min(rows.saturating_mul(p.period))
         });
         range.start..end.max(range.start)
     }
@@ -493,7 +494,9 @@ impl Ctx<'_> {
     /// first lane's variables).
     pub(super) fn tape_loop(&self, b: &BlockCode, t: &TapeCode, range: Range<usize>, env: &[i64]) {
         let first = b.first_in_lane_0(env);
-        if self.axpy(b, range.start as i64, range.len(), env, first) {
+        // The axpy reads the block's value, where a load that wraps around
+        // rows would be taken for one that moves with the lanes.
+        if !t.tape.wraps() && self.axpy(b, range.start as i64, range.len(), env, first) {
             return;
         }
         let buf = &self.buffers[b.store.buffer];

@@ -20,6 +20,12 @@ use super::loop_index::LoopIndex;
 use super::memory::RawBuf;
 use super::simd_math::multiversion;
 use super::value::{Access, Value};
+use lane_load::LaneLoad;
+pub use lane_load::Period;
+pub use rows::Rows;
+
+mod lane_load;
+mod rows;
 
 /// Lanes per tile: 1 KB per register, so that a tape's registers stay in L1
 /// (measured: 64 lanes made softmax ~10 % slower, 512 gained nothing).
@@ -77,9 +83,8 @@ enum Uniform {
 #[derive(Debug)]
 pub struct Tape {
     ops: Vec<Op>,
-    /// Buffer, offset of lane 0 (over loop variables) and stride of each
-    /// load that moves with the lane.
-    loads: Vec<(usize, LoopIndex, usize)>,
+    /// The loads that move with the lane.
+    loads: Vec<LaneLoad>,
     uniforms: Vec<Uniform>,
 }
 
@@ -149,7 +154,8 @@ impl Tape {
                 }
                 &stride if stride > 0 => {
                     let at = LoopIndex::new(rest.clone());
-                    self.loads.push((*buffer, at, stride as usize));
+                    self.loads
+                        .push(LaneLoad::strided(*buffer, at, stride as usize));
                     Some(Operand::Load(self.loads.len() as u8 - 1))
                 }
                 _ => return None,
@@ -229,8 +235,8 @@ impl Tape {
     /// `env`.
     pub fn offsets(&self, env: &[i64]) -> Offsets {
         let mut o = Offsets::default();
-        for (slot, (_, rest, _)) in o.loads.iter_mut().zip(&self.loads) {
-            *slot = rest.eval(env);
+        for (slot, load) in o.loads.iter_mut().zip(&self.loads) {
+            *slot = load.at.eval(env);
         }
         for (slot, u) in o.uniforms.iter_mut().zip(&self.uniforms) {
             if let Uniform::Load(_, rest) = u {
@@ -248,7 +254,7 @@ impl Tape {
         });
         self.loads
             .iter()
-            .map(|(_, rest, _)| rest)
+            .map(|load| &load.at)
             .chain(uniform_loads)
             .all(|x| x.index().linear_in(v).is_some())
     }
@@ -268,12 +274,10 @@ impl Tape {
         self.gather(buffers, offsets, (start, n), gathered);
         let mut loads: [&[f32]; SOURCES] = [&[]; SOURCES];
         let mut strided = gathered.chunks_exact(n.max(1));
-        for ((slot, &(buffer, _, stride)), &at) in
-            (loads.iter_mut().zip(&self.loads)).zip(&offsets.loads)
-        {
-            *slot = match stride {
-                1 => unsafe { buffers[buffer].slice::<f32>(at as usize + start, n) },
-                _ => strided.next().unwrap_or_default(),
+        for ((slot, load), &at) in (loads.iter_mut().zip(&self.loads)).zip(&offsets.loads) {
+            *slot = match load.consecutive() {
+                true => unsafe { buffers[load.buffer].slice::<f32>(at as usize + start, n) },
+                false => strided.next().unwrap_or_default(),
             };
         }
         let mut uniforms = [0f32; SOURCES];
@@ -310,63 +314,20 @@ impl Tape {
         regs.staged = staged;
     }
 
-    /// Copies the lanes `start..start + n` of each strided load into
-    /// `into`, one load after another.
+    /// Copies the lanes `lanes` of each load that does not read
+    /// consecutive elements into `into`, one load after another.
     fn gather(
         &self,
         buffers: &[RawBuf],
         offsets: &Offsets,
-        (start, n): (usize, usize),
+        lanes: (usize, usize),
         into: &mut Vec<f32>,
     ) {
         into.clear();
-        for (&(buffer, _, stride), &at) in self.loads.iter().zip(&offsets.loads) {
-            if stride > 1 {
-                let from = at as usize + start * stride;
-                unsafe { buffers[buffer].gather_f32(from, stride, n, into) };
+        for (load, &at) in self.loads.iter().zip(&offsets.loads) {
+            if !load.consecutive() {
+                unsafe { load.gather(&buffers[load.buffer], at as usize, lanes, into) };
             }
-        }
-    }
-}
-
-/// Rows of an outer reduction combined in one call: `rows` rows of lanes
-/// `start..start + dst.len()`, the loads moving by `stride` per row.
-pub struct Rows<'a> {
-    pub offsets: Offsets,
-    pub stride: Offsets,
-    pub start: usize,
-    pub rows: i64,
-    pub dst: &'a mut [f32],
-    pub op: ReduceOp,
-    /// The first row is the elements' first visit.
-    pub first: bool,
-}
-
-impl Tape {
-    /// Combines `rows` rows into `dst` (see [`Rows`]) and leaves
-    /// `rows.offsets` at the next row. A tape that is one load is summed
-    /// straight from it in one call; others run row by row.
-    pub fn run_rows(&self, buffers: &[RawBuf], regs: &mut Registers, rows: &mut Rows<'_>) {
-        let n = rows.dst.len();
-        if let Some(i) = single_load(&self.ops)
-            && let (buffer, _, 1) = self.loads[i]
-        {
-            let (at, step) = (rows.offsets.loads[i], rows.stride.loads[i]);
-            // The span of every row, whichever way the rows step.
-            let final_row = at + step * (rows.rows - 1);
-            let lo = at.min(final_row) + rows.start as i64;
-            let hi = at.max(final_row) + (rows.start + n) as i64;
-            let src = unsafe { buffers[buffer].slice::<f32>(lo as usize, (hi - lo) as usize) };
-            let from = (at + rows.start as i64 - lo) as usize;
-            combine_rows(rows.dst, src, from, step, rows.rows, rows.op, rows.first);
-            rows.offsets.advance_times(&rows.stride, rows.rows);
-            return;
-        }
-        for r in 0..rows.rows {
-            let first = rows.first && r == 0;
-            let sink = Sink::Combine(&mut *rows.dst, rows.op, first);
-            self.run_from(buffers, &rows.offsets, (rows.start, n), regs, sink);
-            rows.offsets.advance(&rows.stride);
         }
     }
 }
@@ -383,26 +344,6 @@ fn single_load(ops: &[Op]) -> Option<usize> {
         _ => None,
     }
 }
-
-multiversion!(
-    /// `dst` combined with `rows` rows of `src`, row `r` starting at
-    /// `from + r * stride`.
-    fn combine_rows(
-        dst: &mut [f32],
-        src: &[f32],
-        from: usize,
-        stride: i64,
-        rows: i64,
-        op: ReduceOp,
-        first: bool,
-    ) {
-        let n = dst.len();
-        for r in 0..rows {
-            let at = (from as i64 + r * stride) as usize;
-            combine_into(dst, &src[at..at + n], op, first && r == 0);
-        }
-    }
-);
 
 /// Where a tape's loads read (lane 0 of each contiguous load, and each
 /// uniform load) at one point of the loops.

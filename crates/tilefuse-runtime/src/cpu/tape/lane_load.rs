@@ -1,0 +1,143 @@
+//! Loads that move with a tape's lanes, and how a lane step that runs
+//! several loops as one turns loads that move otherwise into such loads.
+#![allow(unsafe_code)]
+
+use tilefuse_sched::ir::Index;
+
+use super::{Op, Operand, SOURCES, Tape, Uniform};
+use crate::cpu::loop_index::LoopIndex;
+use crate::cpu::memory::RawBuf;
+
+/// A load that moves with the lane: lane `i` of a run reads element
+/// `at + (i / period) * step + (i % period) * stride`, `at` (lane 0's)
+/// over the loop variables. A load of one loop's lanes never wraps
+/// (`period` is `usize::MAX`). A lane step that runs rows as one makes
+/// `period` the row's length: a row's statistic (`stride` 0) repeats over
+/// the row, a vector along the rows (`step` 0) restarts with each row.
+#[derive(Debug)]
+pub(super) struct LaneLoad {
+    pub(super) buffer: usize,
+    pub(super) at: LoopIndex,
+    pub(super) stride: usize,
+    pub(super) period: usize,
+    pub(super) step: usize,
+}
+
+/// A load's `period` and `step` (see [`LaneLoad`]).
+pub type Period = (usize, usize);
+
+impl LaneLoad {
+    /// A load of one loop's lanes, `stride` apart.
+    pub(super) fn strided(buffer: usize, at: LoopIndex, stride: usize) -> LaneLoad {
+        LaneLoad {
+            buffer,
+            at,
+            stride,
+            period: usize::MAX,
+            step: 0,
+        }
+    }
+
+    /// Whether the lanes read consecutive elements (read where they lie;
+    /// the others are gathered first).
+    pub(super) fn consecutive(&self) -> bool {
+        self.stride == 1 && self.period == usize::MAX
+    }
+
+    /// Appends lanes `start..start + n` to `into`, lane 0 reading element
+    /// `at` of `buf`, a period at a time.
+    ///
+    /// # Safety
+    ///
+    /// As [`RawBuf::slice`], for the elements read.
+    pub(super) unsafe fn gather(
+        &self,
+        buf: &RawBuf,
+        at: usize,
+        (start, n): (usize, usize),
+        into: &mut Vec<f32>,
+    ) {
+        let mut lane = start;
+        while lane < start + n {
+            let (row, column) = (lane / self.period, lane % self.period);
+            let len = (self.period - column).min(start + n - lane);
+            let from = at + row * self.step + column * self.stride;
+            match self.stride {
+                0 => {
+                    let x = unsafe { buf.slice::<f32>(from, 1)[0] };
+                    into.extend(std::iter::repeat_n(x, len));
+                }
+                1 => into.extend_from_slice(unsafe { buf.slice::<f32>(from, len) }),
+                stride => unsafe { buf.gather_f32(from, stride, len, into) },
+            }
+            lane += len;
+        }
+    }
+}
+
+impl Tape {
+    /// Gives each load (lane-invariant or moving with the lane) the
+    /// period that `periodic` finds from its offset over loop variables
+    /// (without the lane's) and its stride along the lane; `false`,
+    /// leaving the tape as it was, where that makes more loads than a
+    /// tape reads.
+    pub fn wrap_loads(&mut self, periodic: impl Fn(&Index, usize) -> Option<Period>) -> bool {
+        let mut repeated = Vec::new();
+        let mut uniforms = Vec::new();
+        let operands: Vec<Operand> = (self.uniforms.iter())
+            .map(|u| match u {
+                Uniform::Load(buffer, at) if let Some((period, step)) = periodic(at.index(), 0) => {
+                    repeated.push(LaneLoad {
+                        period,
+                        step,
+                        ..LaneLoad::strided(*buffer, at.clone(), 0)
+                    });
+                    Operand::Load((self.loads.len() + repeated.len() - 1) as u8)
+                }
+                Uniform::Load(buffer, at) => {
+                    uniforms.push(Uniform::Load(*buffer, at.clone()));
+                    Operand::Uniform(uniforms.len() as u8 - 1)
+                }
+                Uniform::Const(c) => {
+                    uniforms.push(Uniform::Const(*c));
+                    Operand::Uniform(uniforms.len() as u8 - 1)
+                }
+            })
+            .collect();
+        if self.loads.len() + repeated.len() > SOURCES {
+            return false;
+        }
+        for load in &mut self.loads {
+            if let Some((period, step)) = periodic(load.at.index(), load.stride) {
+                (load.period, load.step) = (period, step);
+            }
+        }
+        if repeated.is_empty() {
+            return true;
+        }
+        let renamed = |x: &mut Operand| {
+            if let Operand::Uniform(i) = *x {
+                *x = operands[usize::from(i)];
+            }
+        };
+        for op in &mut self.ops {
+            match op {
+                Op::Set { src, .. } => renamed(src),
+                Op::Binary { rhs, .. } => renamed(rhs),
+                Op::Apply { lhs, rhs, .. } => {
+                    renamed(lhs);
+                    renamed(rhs);
+                }
+                Op::Unary { .. } => {}
+            }
+        }
+        self.loads.extend(repeated);
+        self.uniforms = uniforms;
+        true
+    }
+
+    /// Whether a load wraps around a period (see [`LaneLoad`]).
+    pub fn wraps(&self) -> bool {
+        self.loads.iter().any(|l| l.period != usize::MAX)
+    }
+}
