@@ -245,7 +245,7 @@ fn short_nests_are_distributed_on_the_cpu_only() {
     );
     let wgsl = lower(short.kernel(), Target::Wgsl).unwrap();
     assert_eq!(row_loops(&wgsl).len(), 1);
-    for long in [softmax_rows(1024, 256, 128), softmax_rows(2048, 128, 1024)] {
+    for long in [softmax_rows(1024, 512, 128), softmax_rows(2048, 128, 1024)] {
         let cpu = lower(long.kernel(), Target::Cpu).unwrap();
         assert_eq!(row_loops(&cpu).len(), 1, "{}", cpu.kernel);
     }

@@ -220,7 +220,7 @@ fn loads_and_bounds_as_one(
 /// one variable and its outer loops as another, but not all as one: in a
 /// lane step over the chain, lane `i` reads `(i / period) * step + (i %
 /// period) * stride` past lane 0 (`period` the inner loops' iterations,
-/// fewer than [`MAX_PERIOD`]). A short row's statistic (its maximum, read
+/// at most [`MAX_PERIOD`]). A short row's statistic (its maximum, read
 /// by each element of the row) made softmax rows of 16 run a lane step a
 /// row, and so did a layer norm's weights.
 fn periodic(kernel: &Kernel, chain: &[LoopId], x: &Index, stride: usize) -> Option<Period> {
@@ -237,12 +237,13 @@ fn periodic(kernel: &Kernel, chain: &[LoopId], x: &Index, stride: usize) -> Opti
     let period = iterations(kernel, &chain[split..]);
     let step = coefs[split - 1];
     let outer_as_one = (1..split).all(|k| coefs[k - 1] == coefs[k] * extent(k));
-    (outer_as_one && step >= 0 && period < MAX_PERIOD).then_some((period as usize, step as usize))
+    (outer_as_one && step >= 0 && period <= MAX_PERIOD).then_some((period as usize, step as usize))
 }
 
-/// Lanes from which a row runs as a lane step of its own rather than
+/// Lanes past which a row runs as a lane step of its own rather than
 /// wrapping loads around it: a long row's fixed cost no longer matters,
-/// and gathering its loads would cost more than reading them in place.
+/// and gathering its loads would cost more than reading them in place
+/// (softmax rows of 512 and 1024 wrapped took 1.06x the time).
 const MAX_PERIOD: i64 = TILE as i64;
 
 /// Gives the loads of `code`'s tape the periods [`periodic`] finds over

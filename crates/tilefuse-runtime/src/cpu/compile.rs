@@ -429,20 +429,22 @@ mod tests {
     /// - with 2 invocations, each partial folds as one lane step (in a
     ///   loop over the two) of strided loads over its 128 elements (they
     ///   ran element by element: a 100 x 256 softmax in 8 ms, 0.11 now),
-    ///   and the two partials as one of 2;
+    ///   and the two partials of the workgroup's 64 rows as one of 128
+    ///   (distributed from the rows' nests, the partials wrapping);
     /// - with 512 for 64 columns (16 rows a workgroup), the partials
     ///   combine as one step of the 512 invocations a row, then fold (2
     ///   lanes at a time before: 3.6 ms, now 0.17, for a layer norm);
     /// - with 2 invocations of pairs, each partial folds its pairs as one
     ///   lane step, its loads wrapping around each pair (2.5 ms in steps
     ///   of 2; then the row's 256 elements scattered into the partials as
-    ///   one step, 0.55 ms on a later machine, where it takes 0.30 now).
+    ///   one step, 0.55 ms on a later machine, where it takes 0.30 now),
+    ///   the partials again as one step of 128.
     #[test]
     fn cross_invocation_partials_run_as_long_lane_steps() {
         for (shape, invocations, rows, vector, want) in [
-            ([100, 256], 2, None, 1, [(128, true), (2, true)]),
+            ([100, 256], 2, None, 1, [(128, true), (128, true)]),
             ([256, 64], 512, Some(16), 1, [(512, true), (512, true)]),
-            ([100, 256], 2, None, 2, [(128, true), (2, true)]),
+            ([100, 256], 2, None, 2, [(128, true), (128, true)]),
         ] {
             let f = tilefuse_testing::softmax(&shape, 1);
             let (_, s) = defaults_with(
