@@ -214,7 +214,8 @@ impl RawBuf {
     }
 
     /// Appends the `n` f32 elements `start`, `start + stride`, ... to
-    /// `into` (bounds and element type checked once).
+    /// `into` (bounds and element type checked once; consecutive ones
+    /// copied as one run).
     ///
     /// # Safety
     ///
@@ -223,6 +224,9 @@ impl RawBuf {
     pub unsafe fn gather_f32(&self, start: usize, stride: usize, n: usize, into: &mut Vec<f32>) {
         if n == 0 {
             return;
+        }
+        if stride == 1 {
+            return into.extend_from_slice(unsafe { self.slice::<f32>(start, n) });
         }
         self.check::<f32>(start, (n - 1) * stride + 1);
         let at = |k: usize| self.ptr.cast::<f32>().wrapping_add(start + k * stride);

@@ -67,7 +67,6 @@ impl LaneLoad {
                     let x = unsafe { buf.slice::<f32>(from, 1)[0] };
                     into.extend(std::iter::repeat_n(x, len));
                 }
-                1 => into.extend_from_slice(unsafe { buf.slice::<f32>(from, len) }),
                 stride => unsafe { buf.gather_f32(from, stride, len, into) },
             }
             lane += len;
@@ -94,12 +93,8 @@ impl Tape {
                     });
                     Operand::Load((self.loads.len() + repeated.len() - 1) as u8)
                 }
-                Uniform::Load(buffer, at) => {
-                    uniforms.push(Uniform::Load(*buffer, at.clone()));
-                    Operand::Uniform(uniforms.len() as u8 - 1)
-                }
-                Uniform::Const(c) => {
-                    uniforms.push(Uniform::Const(*c));
+                kept => {
+                    uniforms.push(kept.clone());
                     Operand::Uniform(uniforms.len() as u8 - 1)
                 }
             })

@@ -3,9 +3,10 @@
 //! compiles to straight-line code over a few per-thread registers of
 //! [`TILE`] lanes, run tile by tile. Nothing is allocated per chunk and no
 //! contiguous load is copied into a column first: the column-at-a-time
-//! path spent a third of a pointwise chain in `malloc` and copies. Strided
-//! loads are gathered first, a run's lanes at once into a per-thread
-//! buffer, so the tiles see every load as contiguous.
+//! path spent a third of a pointwise chain in `malloc` and copies. Loads
+//! that do not read consecutive elements (strided, or wrapping around
+//! short rows: `lane_load.rs`) are gathered first, a run's lanes at once
+//! into a per-thread buffer, so the tiles see every load as contiguous.
 //!
 //! Unsafe code: only the element accesses of `RawBuf` (tapes load kernel buffers through `RawBuf` views),
 //! under the contract in `memory.rs`: a verified schedule keeps concurrent
@@ -73,7 +74,7 @@ enum Op {
 }
 
 /// A lane-invariant value: a constant or one element of a buffer.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Uniform {
     Const(f32),
     Load(usize, LoopIndex),
