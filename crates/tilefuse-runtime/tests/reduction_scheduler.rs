@@ -331,28 +331,37 @@ fn heuristics_differ_by_device_kind() {
     assert!(!p.subgroup_inner_reduction && !p.persistent_kernel, "{p:?}");
 }
 
-/// Thousands of short rows share workgroups of 128 rows on the CPU (the
-/// last one ragged); long rows, or a few hundred, keep one a workgroup.
+/// Short rows share CPU workgroups: 128 rows where there are thousands
+/// (the last one ragged), fewer where that keeps four workgroups a
+/// thread, fewer where the workgroup's elements would pass 32768. Rows of
+/// more than 256 share one only as a lone reduction (their nests run a
+/// row at a time: see `rows_per_workgroup`).
 #[test]
 fn short_rows_share_cpu_workgroups_and_match_the_reference() {
     let cpu = Device::cpu();
-    let many = 512 * cpu.info().cores.max(1) + 3;
+    let threads = cpu.info().cores.max(1);
+    let many = 512 * threads + 3;
     let workgroup = |f: &Fusion| {
         let HeuristicParams::Reduction(p) = heuristics(f, None, &cpu.info()).unwrap() else {
             unreachable!("a reduction")
         };
-        p.launch.workgroup_size
+        p.launch.workgroup_size.map(|w| w[0])
     };
-    for f in [
-        sum(&[many, 16], 1),
-        tilefuse_testing::softmax(&[many, 40], 1),
+    for (f, rows) in [
+        (sum(&[many, 16], 1), 128),
+        (tilefuse_testing::softmax(&[many, 40], 1), 128),
+        (sum(&[many, 1024], 1), 32),
+        (sum(&[16 * threads, 16], 1), 4),
     ] {
-        assert_eq!(workgroup(&f), Some([128, 1, 1]));
+        assert_eq!(workgroup(&f), Some(rows), "{}", f.to_json());
         let p = heuristics(&f, None, &cpu.info()).unwrap();
         run(&f, &p, &cpu).unwrap();
     }
-    assert_eq!(workgroup(&sum(&[many, 257], 1)), Some([1, 1, 1]));
-    assert_eq!(workgroup(&sum(&[300, 16], 1)), Some([1, 1, 1]));
+    assert_eq!(
+        workgroup(&tilefuse_testing::softmax(&[many, 257], 1)),
+        Some(1)
+    );
+    assert_eq!(workgroup(&sum(&[2 * threads, 16], 1)), Some(1));
 }
 
 /// A workgroup with more rows than the fusion: the rows past the end take

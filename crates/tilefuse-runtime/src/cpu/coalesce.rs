@@ -8,7 +8,7 @@ use super::block::{all_loads, compile_block, tape_into};
 use super::code::{BlockCode, LaneBound, MIN_PARALLEL_WORK, Step, TapeCode, TapeStore};
 use super::gemm_match::gemm_code;
 use super::nest::{in_one_thread, loop_chain, through_units};
-use super::scatter::Scatter;
+use super::scatter::{SIDE_BY_SIDE_BELOW, Scatter};
 use super::tape::{Period, TILE};
 use super::value::Access;
 
@@ -52,8 +52,14 @@ pub(super) fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option
     let extent = kernel.loop_(last).extent as i64;
     let innermost = compile_block(kernel, block, Some(Var::Loop(last)));
     let rows = iterations(kernel, &chain[..chain.len() - 1]);
-    let side_by_side = reduces && extent < SIDE_BY_SIDE_BELOW && rows >= MIN_SIDE_BY_SIDE_ROWS;
-    let short = innermost.tape.is_none() || extent < LONG_LANES || side_by_side;
+    let folds = matches!(
+        innermost.tape.as_ref().map(|t| t.into),
+        Some(TapeStore::Fold(_))
+    );
+    let in_rows = (extent < SIDE_BY_SIDE_BELOW as i64 || folds && extent <= MAX_FOLDED_ROW)
+        && reduces
+        && rows >= MIN_ROWS_IN_CHAIN;
+    let short = innermost.tape.is_none() || extent < LONG_LANES || in_rows;
     if reduces && !short && innermost.tape.as_ref().is_some_and(|t| t.scatter.is_none()) {
         return None;
     }
@@ -62,7 +68,18 @@ pub(super) fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option
         (short && reduces)
             .then(|| scattered(kernel, &chain, block, innermost))
             .flatten()
+            .filter(|step| extent < SIDE_BY_SIDE_BELOW as i64 || folds_rows(step))
     })
+}
+
+/// Whether `step` is a lane step whose lanes fold in rows (`scatter`'s
+/// segments): a long row scattered lane by lane would cost far more than
+/// a lane step of its own.
+fn folds_rows(step: &Step) -> bool {
+    let Step::Lanes { block, .. } = step else {
+        return false;
+    };
+    (block.tape.as_ref()).is_some_and(|t| t.scatter.as_ref().is_some_and(|s| s.in_rows().is_some()))
 }
 
 /// Lanes per step from which a lane step's fixed cost (some 50 ns) no
@@ -70,14 +87,16 @@ pub(super) fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option
 /// scattered store.
 const LONG_LANES: i64 = 64;
 
-/// Rows of a reduction shorter than this, at least
-/// [`MIN_SIDE_BY_SIDE_ROWS`] of them in the chain, fold side by side
-/// (`scatter`'s segments) rather than each in a lane step of its own: one
-/// thread's 16384 x 64 row sum 0.79 ms, then 0.42 (x 96: 1.46, then 1.05;
-/// rows of 128 took as long either way, of 256 three times as long side by
-/// side).
-const SIDE_BY_SIDE_BELOW: i64 = 128;
-const MIN_SIDE_BY_SIDE_ROWS: i64 = 8;
+/// Rows a chain must hold for its reduction to fold in rows (see
+/// `scatter::Segments`) rather than each in a lane step of its own.
+const MIN_ROWS_IN_CHAIN: i64 = 8;
+
+/// Longer rows fold one after another through the tape (see
+/// `scatter::Segments`) up to this length, instead of a lane step each:
+/// a row's lane step cost some 100 ns of index evaluation before its
+/// lanes, a quarter of a one-thread 16384 x 128 softmax. Past it, that
+/// cost no longer shows.
+const MAX_FOLDED_ROW: i64 = 4096;
 
 /// The chain's loops sorted by how far each moves the store, outermost
 /// first, when all run in one thread and no load reads the stored buffer

@@ -407,13 +407,14 @@ mod tests {
     /// A row's reduction split into a GPU's unrolled and vectorized steps
     /// (a 64-wide row in 16 x 2 x 2) folds as one lane step of the row
     /// (it folded 2 lanes at a time: a 256 x 64 layer norm in 0.95 ms
-    /// against 0.06).
+    /// against 0.06), one row a workgroup.
     #[test]
     fn a_split_row_reduction_folds_as_one_lane_step() {
         let f = tilefuse_testing::softmax(&[256, 64], 1);
         let (_, s) = defaults_with(
             &f,
             &[
+                ("launch.workgroup_size", serde_json::json!([1, 1, 1])),
                 ("persistent_kernel", false.into()),
                 ("vectorization_factor_reduction", 2.into()),
                 ("unroll_factor_reduction", 2.into()),
@@ -464,11 +465,11 @@ mod tests {
         }
     }
 
-    /// `softmax(x) * w` over `rows` x 16, `w` along the rows: short rows.
-    fn weighted_softmax(rows: usize) -> Fusion {
+    /// `softmax(x) * w` over `rows` x `cols`, `w` along the rows.
+    fn weighted_softmax(rows: usize, cols: usize) -> Fusion {
         let mut f = Fusion::new();
-        let x = f.input(&[rows, 16], DType::F32, Some("x")).unwrap();
-        let w = f.input(&[16], DType::F32, Some("w")).unwrap();
+        let x = f.input(&[rows, cols], DType::F32, Some("x")).unwrap();
+        let w = f.input(&[cols], DType::F32, Some("w")).unwrap();
         let m = f.reduce(ReduceOp::Max, x, Some(&[1]), true).unwrap();
         let d = f.binary(BinaryOp::Sub, x, m).unwrap();
         let e = f.unary(UnaryOp::Exp, d).unwrap();
@@ -488,7 +489,7 @@ mod tests {
     #[test]
     fn short_rows_run_as_one_lane_step_with_loads_wrapping_around_them() {
         for rows in [1024, 1000] {
-            let f = weighted_softmax(rows);
+            let f = weighted_softmax(rows, 16);
             let workgroup = serde_json::json!([128, 1, 1]);
             let (_, s) = defaults_with(&f, &[("launch.workgroup_size", workgroup)]);
             let steps = compiled(&s);
@@ -499,6 +500,40 @@ mod tests {
             assert_eq!(extents, [128 * 16, 128 * 16], "{rows} rows");
             runs_right(&f, &s, 1, 1e-5);
             runs_right(&f, &s, 3, 1e-5);
+        }
+    }
+
+    /// A workgroup's rows of 128 to 4096 reduce as one lane step each
+    /// reduction, row after row (a lane step a row cost a one-thread 16384
+    /// x 128 softmax a quarter of its time): a softmax's two reductions,
+    /// the last workgroup's rows cut at a ragged edge (1000 rows), and a
+    /// row sum whose workgroup's lanes are more than a run of the tape
+    /// takes between interrupt checks, so the runs end at whole rows; rows
+    /// of 4096 in a row sum. Longer rows keep a lane step each. (A
+    /// softmax's rows of more than 256 run all their nests a row at a time:
+    /// see `distribute_short_nests`.)
+    #[test]
+    fn rows_up_to_4096_reduce_as_one_lane_step_row_after_row() {
+        let workgroup =
+            |rows: u64| vec![("launch.workgroup_size", serde_json::json!([rows, 1, 1]))];
+        for (rows, cols, per_workgroup) in [(256, 128, 128), (1000, 200, 256)] {
+            let f = weighted_softmax(rows, cols);
+            let (_, s) = defaults_with(&f, &workgroup(per_workgroup));
+            let lanes = (per_workgroup as usize * cols) as i64;
+            let want = [(lanes, true), (lanes, true)];
+            assert_eq!(reduction_lanes(&compiled(&s)), want, "{rows} x {cols}");
+            runs_right(&f, &s, 1, 1e-5);
+            runs_right(&f, &s, 3, 1e-5);
+        }
+        for (shape, per_workgroup, lanes) in [
+            ([1000, 200], 512, 512 * 200),
+            ([32, 4096], 16, 16 * 4096),
+            ([32, 4100], 16, 4100),
+        ] {
+            let f = tilefuse_testing::sum(&shape, 1);
+            let (_, s) = defaults_with(&f, &workgroup(per_workgroup));
+            assert_eq!(reduction_lanes(&compiled(&s)), [(lanes, true)], "{shape:?}");
+            runs_right(&f, &s, 1, 1e-5);
         }
     }
 

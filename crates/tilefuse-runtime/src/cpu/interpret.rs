@@ -30,6 +30,16 @@ const ASKS_PER_CHECK: u32 = 64;
 /// costs nothing, short enough to answer Ctrl-C at once.
 pub(super) const TAPE_CHUNK: usize = 1 << 16;
 
+/// Lanes a run of tape `t` takes between interrupt checks: about
+/// [`TAPE_CHUNK`], whole rows where its lanes fold in rows (a run that cut
+/// a row would scatter its lanes one by one).
+fn lanes_per_run(t: &TapeCode) -> usize {
+    match t.scatter.as_ref().and_then(|s| s.in_rows()) {
+        Some(len) => (TAPE_CHUNK / len).max(1) * len,
+        None => TAPE_CHUNK,
+    }
+}
+
 /// Lanes of an outer-reduction nest combined row by row: 16 KB, so that
 /// the elements combined into stay in L1 while the rows stream past.
 pub(super) const ROW_LANES: usize = 4096;
@@ -435,9 +445,6 @@ impl Ctx<'_> {
         chunk.axpy(b, first)
     }
 
-    /// Runs a whole lane loop (its variable at 0 in `env`) through the
-    /// block's tape, [`TAPE_CHUNK`] lanes at a time between interrupt
-    /// checks; a multiply-add goes the one-pass axpy way instead.
     /// Runs an outer-reduction nest (see [`Step::Rows`]).
     pub(super) fn rows(&self, g: &RowsCode, env: &mut [i64]) {
         let (
@@ -491,7 +498,9 @@ impl Ctx<'_> {
     }
 
     /// Lanes `range` of a lane step through its tape (`env` holds the
-    /// first lane's variables).
+    /// first lane's variables), about [`TAPE_CHUNK`] lanes at a time
+    /// between interrupt checks; a multiply-add goes the one-pass axpy
+    /// way instead.
     pub(super) fn tape_loop(&self, b: &BlockCode, t: &TapeCode, range: Range<usize>, env: &[i64]) {
         let first = b.first_in_lane_0(env);
         // The axpy reads the block's value, where a load that wraps around
@@ -502,11 +511,12 @@ impl Ctx<'_> {
         let buf = &self.buffers[b.store.buffer];
         let base = t.store.eval(env) as usize;
         let mut registers = self.registers.borrow_mut();
-        for start in range.clone().step_by(TAPE_CHUNK) {
+        let per_run = lanes_per_run(t);
+        for start in range.clone().step_by(per_run) {
             if start > range.start && self.interrupted() {
                 return;
             }
-            let lanes = (start, TAPE_CHUNK.min(range.end - start));
+            let lanes = (start, per_run.min(range.end - start));
             let mut run = |sink| t.tape.run(self.buffers, env, lanes, &mut registers, sink);
             let stored = || unsafe { buf.slice_mut::<f32>(base + lanes.0, lanes.1) };
             match t.into {

@@ -7,7 +7,8 @@
 //! loops would give them. A GPU schedule's partial sums (each invocation's
 //! vec2 of every n-th pair of a row) come this way: 2 lanes a step, they
 //! took a 100 x 256 softmax 2.5 ms. A reduction whose innermost lanes
-//! are a short row's (see [`Segments`]) folds its rows side by side.
+//! are a row's (see [`Segments`]) folds its rows side by side (short
+//! rows) or one after another.
 #![allow(unsafe_code)]
 
 use std::ops::Range;
@@ -16,7 +17,7 @@ use tilefuse_ir::ReduceOp;
 
 use super::ctx::Ctx;
 use super::lanes::combine_into;
-use super::tape::{Registers, Tape};
+use super::tape::{Registers, Sink, Tape};
 
 /// Where lanes store, past lane 0's element.
 #[derive(Debug)]
@@ -33,13 +34,20 @@ pub(super) struct Scatter {
 /// `len` consecutive lanes (a segment, from a multiple of `len`) fold into
 /// one element, and the other digits (`rows`) give each segment its own.
 /// Lane by lane, the digits' odometer and a combine per lane cost 2.5 ns,
-/// 2.6 ms of a 65536 x 16 row sum; segments fold side by side, column by
-/// column, each still in its lanes' order.
+/// 2.6 ms of a 65536 x 16 row sum. Segments shorter than
+/// [`SIDE_BY_SIDE_BELOW`] fold side by side, column by column, each still
+/// in its lanes' order; longer ones one after another, each folded by
+/// the tape as a lane step of its own would fold it.
 #[derive(Debug)]
 struct Segments {
     len: usize,
     rows: Box<Scatter>,
 }
+
+/// Segments shorter than this fold side by side: one thread's 16384 x 64
+/// row sum 0.79 ms, then 0.42 (x 96: 1.46, then 1.05; rows of 128 took as
+/// long either way, of 256 three times as long side by side).
+pub(super) const SIDE_BY_SIDE_BELOW: usize = 128;
 
 impl Scatter {
     /// Lane `i` at `i * stride`.
@@ -66,6 +74,12 @@ impl Scatter {
             }),
         });
         Scatter { digits, segments }
+    }
+
+    /// The length of the rows the lanes fold in, if they do (see
+    /// [`Segments`]).
+    pub(super) fn in_rows(&self) -> Option<usize> {
+        self.segments.as_ref().map(|g| g.len)
     }
 
     /// The offset of each of the lanes `lanes`, in order, and whether
@@ -136,11 +150,31 @@ impl Ctx<'_> {
             && lanes.0 % segments.len == 0
             && lanes.1 % segments.len == 0
         {
-            let rows = (lanes.0 / segments.len) as i64..((lanes.0 + lanes.1) / segments.len) as i64;
-            tape.run_staged(self.buffers, env, lanes, registers, |values| {
-                let elements = segments.rows.offsets(rows).map(|(at, _)| element(at));
-                fold_rows(values, segments.len, op, first, elements);
-            });
+            let len = segments.len;
+            let rows = (lanes.0 / len) as i64..((lanes.0 + lanes.1) / len) as i64;
+            let elements = segments
+                .rows
+                .offsets(rows.clone())
+                .map(|(at, _)| element(at));
+            if len < SIDE_BY_SIDE_BELOW {
+                tape.run_staged(self.buffers, env, lanes, registers, |values| {
+                    fold_rows(values, len, op, first, elements);
+                });
+                return;
+            }
+            let offsets = tape.offsets(env);
+            for (row, e) in rows.zip(elements) {
+                let row = (row as usize * len, len);
+                let folded = tape.run_from(self.buffers, &offsets, row, registers, Sink::Fold(op));
+                let mut cell = [*e];
+                combine_into(
+                    &mut cell,
+                    &[folded.expect("a fold returns its value")],
+                    op,
+                    first,
+                );
+                *e = cell[0];
+            }
             return;
         }
         tape.run_staged(self.buffers, env, lanes, registers, |values| {

@@ -1,13 +1,13 @@
 //! The reduction scheduler's default params per device kind.
 
-use tilefuse_ir::Fusion;
+use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::ReductionParams;
 
 use super::topology::{Topology, topology};
 use tilefuse_sched::DeviceInfo;
 
-/// Default params. The CPU device: one row per workgroup (rows run on
-/// threads; 128 a workgroup when there are thousands of short ones), each
+/// Default params. The CPU device: rows spread over threads by
+/// workgroups of up to 128 rows (see [`rows_per_workgroup`]), each
 /// reduced serially as SIMD lanes, intermediates kept per row. GPUs: inner reductions spread each row over up to 256 invocations
 /// whose partials fold as a tree in workgroup memory, in one persistent
 /// kernel, with vec4 loads. A CPU Vulkan (lavapipe) pays for every barrier:
@@ -28,7 +28,7 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
     let r = topo.reduced();
     let max = u64::from(device.limits.max_invocations_per_workgroup);
     if !device.is_gpu() {
-        return cpu_heuristics(p, &topo, device);
+        return cpu_heuristics(p, fusion, &topo, device);
     }
     let cpu_vulkan = device.adapter_type == "cpu";
     let pow2_at_most = |n: u64| 1u64 << (63 - n.max(1).leading_zeros());
@@ -104,14 +104,19 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
 }
 
 /// The CPU device's defaults (see [`reduction_heuristics`]).
-fn cpu_heuristics(mut p: ReductionParams, topo: &Topology, device: &DeviceInfo) -> ReductionParams {
+fn cpu_heuristics(
+    mut p: ReductionParams,
+    fusion: &Fusion,
+    topo: &Topology,
+    device: &DeviceInfo,
+) -> ReductionParams {
     let threads = device.cores.max(1) as u64;
-    // Thousands of short rows: a workgroup of one costs more than its
-    // row, so 128 rows share one (row sums of 65536 x 16 on 2 threads:
-    // 5.2 ms one a workgroup, 1.8 with 128; 16384 x 64 and x 256 1.1x;
-    // softmax and layernorm 1.0-1.06x; fewer rows would idle threads).
-    let short = p.fastest_dim && topo.reduced() <= 256 && topo.outer() >= 512 * threads;
-    p.launch.workgroup_size = Some([if short { 128 } else { 1 }, 1, 1]);
+    let rows = if p.fastest_dim {
+        rows_per_workgroup(fusion, topo, threads)
+    } else {
+        1
+    };
+    p.launch.workgroup_size = Some([rows as u32, 1, 1]);
     p.reduction_invocations = 1;
     p.project_persistent_buffers = false;
     if !p.fastest_dim {
@@ -126,4 +131,32 @@ fn cpu_heuristics(mut p: ReductionParams, topo: &Topology, device: &DeviceInfo) 
         p.persistent_kernel = false;
     }
     p
+}
+
+/// Rows a CPU workgroup reduces, for rows reduced along their fastest
+/// dimension: a workgroup of one costs more than a short row (row sums
+/// of 65536 x 16 on 2 threads: 5.2 ms one a workgroup, 1.8 with 128; 1000
+/// x 16: 0.10 ms, 0.01 with 64). Up to 128 rows share one, as many as keep
+/// the workgroup's elements within 32768 (its intermediates in L2) and
+/// four workgroups a thread (fewer would idle threads). Rows of more than
+/// 256 run each of their nests a row at a time (the executor distributes
+/// only shorter rows' nests), so they share a workgroup only where the
+/// reduction is the only nest (8192 x 512 row sums 0.7x the time; a
+/// softmax's rows over its intermediates cost 1.03-1.08x).
+fn rows_per_workgroup(fusion: &Fusion, topo: &Topology, threads: u64) -> u64 {
+    if topo.reduced() > 256 && !one_nest(fusion) {
+        return 1;
+    }
+    let rows = (32768 / topo.reduced().max(1))
+        .min(topo.outer() / (4 * threads))
+        .clamp(1, 128);
+    1 << (63 - rows.leading_zeros())
+}
+
+/// Whether `fusion` is one reduction and what feeds it (every output is
+/// that reduction): its schedule is one nest.
+fn one_nest(fusion: &Fusion) -> bool {
+    let reduces = |n: &tilefuse_ir::Node| matches!(n.op, Op::Reduce { .. });
+    (fusion.nodes().iter()).filter(|n| reduces(n)).count() == 1
+        && (fusion.outputs().iter()).all(|&t| reduces(fusion.node(t)))
 }
