@@ -16,7 +16,7 @@ use std::ops::Range;
 use tilefuse_ir::ReduceOp;
 
 use super::ctx::Ctx;
-use super::lanes::combine_into;
+use super::lanes::{combine_into, fold_f32};
 use super::tape::{Registers, Sink, Tape};
 
 /// Where lanes store, past lane 0's element.
@@ -35,9 +35,10 @@ pub(super) struct Scatter {
 /// one element, and the other digits (`rows`) give each segment its own.
 /// Lane by lane, the digits' odometer and a combine per lane cost 2.5 ns,
 /// 2.6 ms of a 65536 x 16 row sum. Segments shorter than
-/// [`SIDE_BY_SIDE_BELOW`] fold side by side, column by column, each still
-/// in its lanes' order; longer ones one after another, each folded by
-/// the tape as a lane step of its own would fold it.
+/// [`STAGED_BELOW`] are computed into a staged run first, where the
+/// shortest fold side by side, column by column, each still in its lanes'
+/// order, and the others each as a whole; longer ones fold one after
+/// another through the tape, as a lane step of their own would.
 #[derive(Debug)]
 struct Segments {
     len: usize,
@@ -45,9 +46,15 @@ struct Segments {
 }
 
 /// Segments shorter than this fold side by side: one thread's 16384 x 64
-/// row sum 0.79 ms, then 0.42 (x 96: 1.46, then 1.05; rows of 128 took as
-/// long either way, of 256 three times as long side by side).
-pub(super) const SIDE_BY_SIDE_BELOW: usize = 128;
+/// row sum took 0.79 ms a lane step a row, 0.42 side by side and 0.25
+/// each folded as a whole, which costs rows of 4 and 8 more than side by
+/// side does (a 65536 x 4 softmax 1.28x the time).
+const SIDE_BY_SIDE_BELOW: usize = 16;
+
+/// Segments from this length fold through the tape rather than staged:
+/// rows of 256 staged took a row sum 2.3x the time (the staged run falls
+/// out of L1), and 128 was even.
+pub(super) const STAGED_BELOW: usize = 128;
 
 impl Scatter {
     /// Lane `i` at `i * stride`.
@@ -156,9 +163,12 @@ impl Ctx<'_> {
                 .rows
                 .offsets(rows.clone())
                 .map(|(at, _)| element(at));
-            if len < SIDE_BY_SIDE_BELOW {
+            if len < STAGED_BELOW {
                 tape.run_staged(self.buffers, env, lanes, registers, |values| {
-                    fold_rows(values, len, op, first, elements);
+                    match len < SIDE_BY_SIDE_BELOW {
+                        true => fold_rows(values, len, op, first, elements),
+                        false => fold_each(values, len, op, first, elements),
+                    }
                 });
                 return;
             }
@@ -206,6 +216,22 @@ impl Ctx<'_> {
     }
 }
 
+/// Folds `values`, rows of `len`, into `elements`, one a row, each row
+/// as a whole (`first`: each row starts its element).
+fn fold_each<'a>(
+    values: &[f32],
+    len: usize,
+    op: ReduceOp,
+    first: bool,
+    elements: impl Iterator<Item = &'a mut f32>,
+) {
+    for (row, e) in values.chunks_exact(len).zip(elements) {
+        let mut cell = [*e];
+        combine_into(&mut cell, &[fold_f32(row, op)], op, first);
+        *e = cell[0];
+    }
+}
+
 /// Folds `values`, rows of `len`, into `elements`, one a row, rows side
 /// by side (`first`: each row starts its element).
 fn fold_rows<'a>(
@@ -244,7 +270,8 @@ fn fold_rows<'a>(
 mod tests {
     use tilefuse_ir::ReduceOp;
 
-    use super::{Scatter, fold_rows};
+    use super::super::lanes::fold_f32;
+    use super::{Scatter, fold_each, fold_rows};
 
     /// Rows of 3 lanes that reduce without moving the store, 4 rows a step
     /// apart: segments of 3. Rows whose reduce lanes move the store, or
@@ -280,6 +307,27 @@ mod tests {
         assert!(got[0].is_nan(), "{got:?}");
         assert!(got[1] == 0.0 && got[1].is_sign_negative(), "{got:?}");
         assert_eq!(got[2], -1.0);
+    }
+
+    /// Rows folded each as a whole give each element its row's fold,
+    /// combined with the element or (first) alone; a maximum keeps a
+    /// row's NaN.
+    #[test]
+    fn rows_fold_each_as_a_whole() {
+        let values: Vec<f32> = (0..5 * 20).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut got = vec![1.5f32; 5];
+        fold_each(&values, 20, ReduceOp::Sum, false, got.iter_mut());
+        let want: Vec<f32> = (values.chunks(20))
+            .map(|r| 1.5 + fold_f32(r, ReduceOp::Sum))
+            .collect();
+        assert_eq!(got, want);
+        let mut rows = vec![-2.0f32; 32];
+        rows[3] = f32::NAN;
+        rows[20] = 7.0;
+        let mut got = [9.0f32; 2];
+        fold_each(&rows, 16, ReduceOp::Max, true, got.iter_mut());
+        assert!(got[0].is_nan(), "{got:?}");
+        assert_eq!(got[1], 7.0);
     }
 
     /// Lanes over loops of 2 x 3 (steps 10 and 1, the inner one reducing),

@@ -45,12 +45,38 @@ impl LaneLoad {
     }
 
     /// Appends lanes `start..start + n` to `into`, lane 0 reading element
-    /// `at` of `buf`, a period at a time.
+    /// `at` of `buf`, a period at a time. A load that restarts with each
+    /// row (`step` 0) reads its first period and copies what it has
+    /// onward, doubling it (a layer norm's weights over rows of 64 copied
+    /// 256 bytes a row).
     ///
     /// # Safety
     ///
     /// As [`RawBuf::slice`], for the elements read.
     pub(super) unsafe fn gather(
+        &self,
+        buf: &RawBuf,
+        at: usize,
+        (start, n): (usize, usize),
+        into: &mut Vec<f32>,
+    ) {
+        if self.step != 0 || n <= self.period {
+            return unsafe { self.gather_periods(buf, at, (start, n), into) };
+        }
+        let from = into.len();
+        unsafe { self.gather_periods(buf, at, (start, self.period), into) };
+        while into.len() - from < n {
+            let have = into.len() - from;
+            into.extend_from_within(from..from + have.min(n - have));
+        }
+    }
+
+    /// As [`LaneLoad::gather`], each period read from `buf`.
+    ///
+    /// # Safety
+    ///
+    /// As [`RawBuf::slice`], for the elements read.
+    unsafe fn gather_periods(
         &self,
         buf: &RawBuf,
         at: usize,
@@ -134,5 +160,41 @@ impl Tape {
     /// Whether a load wraps around a period (see [`LaneLoad`]).
     pub fn wraps(&self) -> bool {
         self.loads.iter().any(|l| l.period != usize::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tilefuse_ir::DataRef;
+    use tilefuse_sched::ir::Index;
+
+    use super::LaneLoad;
+    use crate::cpu::loop_index::LoopIndex;
+    use crate::cpu::memory::RawBuf;
+
+    /// Lane `i` of a load wrapping around rows of 3 reads `at + (i / 3) *
+    /// step + (i % 3) * stride`, from any first lane and for any count:
+    /// a vector restarting with each row (`step` 0, copied onward from
+    /// its first period), a row's statistic (`stride` 0), and both moving.
+    #[test]
+    fn wrapped_lanes_read_by_their_row_and_column() {
+        let data: Vec<f32> = (0..64).map(|i| i as f32).collect();
+        let buf = RawBuf::of_input(DataRef::F32(&data));
+        for (stride, step) in [(1, 0), (2, 0), (0, 5), (2, 7)] {
+            let load = LaneLoad {
+                period: 3,
+                step,
+                ..LaneLoad::strided(0, LoopIndex::new(Index::Const(0)), stride)
+            };
+            for (start, n) in [(0, 3), (2, 11), (4, 2), (1, 20), (3, 12)] {
+                let mut got = vec![-1.0];
+                unsafe { load.gather(&buf, 4, (start, n), &mut got) };
+                let lane = |i: usize| (4 + (i / 3) * step + (i % 3) * stride) as f32;
+                let want: Vec<f32> = std::iter::once(-1.0)
+                    .chain((start..start + n).map(lane))
+                    .collect();
+                assert_eq!(got, want, "stride {stride}, step {step}, lanes {start}+{n}");
+            }
+        }
     }
 }
