@@ -218,7 +218,8 @@ mod tests {
 
     /// Contiguous loops become one lane step, as far out as every access
     /// stays contiguous: all 8 x 64 elements, the bias wrapping around
-    /// each row of 64 (it does not move with the rows); each row's 8192
+    /// each row of 64 (it does not move with the rows; rows of 100 start
+    /// the tiles of 256 lanes at other columns); each row's 8192
     /// where rows are too long to wrap around (see `periodic`). A split that
     /// does not divide the columns cuts each row's step at the edge. Lanes
     /// through a parallel loop are shared by the threads where there are
@@ -227,6 +228,7 @@ mod tests {
     fn contiguous_loop_chains_run_as_one_lane_step() {
         assert_eq!(split_store(8, 64, false, false), [(512, false)]);
         assert_eq!(split_store(8, 64, true, false), [(512, false)]);
+        assert_eq!(split_store(8, 100, true, false), [(800, false)]);
         assert_eq!(split_store(8, 66, false, false), [(68, false)]);
         assert_eq!(split_store(8, 64, false, true), [(512, false)]);
         assert_eq!(split_store(9, 1 << 13, false, true), [(9 << 13, true)]);

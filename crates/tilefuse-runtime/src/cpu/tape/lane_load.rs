@@ -44,6 +44,11 @@ impl LaneLoad {
         self.stride == 1 && self.period == usize::MAX
     }
 
+    /// Whether the lanes restart with each row (a vector along the rows).
+    pub(super) fn repeats(&self) -> bool {
+        self.period != usize::MAX && self.step == 0
+    }
+
     /// Appends lanes `start..start + n` to `into`, lane 0 reading element
     /// `at` of `buf`, a period at a time. A load that restarts with each
     /// row (`step` 0) reads its first period and copies what it has

@@ -272,13 +272,19 @@ impl Tape {
         let Registers {
             tiles, gathered, ..
         } = regs;
-        self.gather(buffers, offsets, (start, n), gathered);
+        let wraps = self.gather(buffers, offsets, (start, n), gathered);
         let mut loads: [&[f32]; SOURCES] = [&[]; SOURCES];
-        let mut strided = gathered.chunks_exact(n.max(1));
-        for ((slot, load), &at) in (loads.iter_mut().zip(&self.loads)).zip(&offsets.loads) {
+        let mut from = 0;
+        for (((slot, load), &at), &wrap) in (loads.iter_mut().zip(&self.loads))
+            .zip(&offsets.loads)
+            .zip(&wraps)
+        {
             *slot = match load.consecutive() {
                 true => unsafe { buffers[load.buffer].slice::<f32>(at as usize + start, n) },
-                false => strided.next().unwrap_or_default(),
+                false => {
+                    from += window(n, wrap);
+                    &gathered[from - window(n, wrap)..from]
+                }
             };
         }
         let mut uniforms = [0f32; SOURCES];
@@ -294,7 +300,7 @@ impl Tape {
                 },
             };
         }
-        run_tiles(&self.ops, tiles, &loads, &uniforms, n, &mut sink)
+        run_tiles(&self.ops, tiles, &loads, &wraps, &uniforms, n, &mut sink)
     }
 
     /// Runs lanes `lanes` into a contiguous per-thread run and hands it
@@ -316,21 +322,39 @@ impl Tape {
     }
 
     /// Copies the lanes `lanes` of each load that does not read
-    /// consecutive elements into `into`, one load after another.
+    /// consecutive elements into `into`, one load after another, and
+    /// returns each load's period where its tiles read it modulo that:
+    /// a load that restarts with each row (`LaneLoad::repeats`) needs
+    /// only the lanes that any tile's window from a row's column reads
+    /// (a layer norm's weights over rows of 64 were copied for every row
+    /// of the run); the others `usize::MAX`.
     fn gather(
         &self,
         buffers: &[RawBuf],
         offsets: &Offsets,
-        lanes: (usize, usize),
+        (start, n): (usize, usize),
         into: &mut Vec<f32>,
-    ) {
+    ) -> [usize; SOURCES] {
         into.clear();
-        for (load, &at) in self.loads.iter().zip(&offsets.loads) {
+        let mut wraps = [usize::MAX; SOURCES];
+        let whole = single_load(&self.ops).is_some();
+        for ((load, &at), wrap) in (self.loads.iter().zip(&offsets.loads)).zip(&mut wraps) {
+            if load.repeats() && !whole {
+                *wrap = load.period;
+            }
             if !load.consecutive() {
+                let lanes = (start, window(n, *wrap));
                 unsafe { load.gather(&buffers[load.buffer], at as usize, lanes, into) };
             }
         }
+        wraps
     }
+}
+
+/// The lanes gathered of a load with `wrap` (see [`Tape::gather`]) for a
+/// run of `n`: every tile's window from a lane below the wrap.
+fn window(n: usize, wrap: usize) -> usize {
+    n.min(wrap.saturating_add(TILE - 1))
 }
 
 /// The load a tape is, when it is nothing but one load (a sum of rows).
@@ -383,11 +407,14 @@ impl Offsets {
 }
 
 multiversion!(
-    /// Runs `ops` tile by tile over `n` lanes into `sink`.
+    /// Runs `ops` tile by tile over `n` lanes into `sink`. A load with a
+    /// wrap (see `Tape::gather`) holds a window of lanes that each tile
+    /// reads from its first lane modulo the wrap.
     fn run_tiles(
         ops: &[Op],
         regs: &mut [[f32; TILE]; REGISTERS],
         loads: &[&[f32]; SOURCES],
+        wraps: &[usize; SOURCES],
         uniforms: &[f32; SOURCES],
         n: usize,
         sink: &mut Sink<'_>,
@@ -398,6 +425,7 @@ multiversion!(
             Sink::Fold(op) if n > TILE => Some([identity(*op); TILE]),
             _ => None,
         };
+        // (A single load never has a wrap: `Tape::gather`.)
         if let (Some(i), Sink::Combine(dst, op, first)) = (single_load(ops), &mut *sink) {
             // A load combined as it is (a sum of rows): straight from it.
             combine_into(dst, &loads[i][..n], *op, *first);
@@ -430,8 +458,13 @@ multiversion!(
                 Sink::Store(dst) => &mut dst[lo..lo + len],
                 _ => &mut scratch[..len],
             };
+            let mut tile: [&[f32]; SOURCES] = [&[]; SOURCES];
+            for ((t, load), &wrap) in tile.iter_mut().zip(loads).zip(wraps) {
+                let at = if wrap == usize::MAX { lo } else { lo % wrap };
+                *t = load.get(at..at + len).unwrap_or_default();
+            }
             for op in ops {
-                step(op, reg0, above, loads, uniforms, lo);
+                step(op, reg0, above, &tile, uniforms);
             }
             match sink {
                 Sink::Store(_) => {}
@@ -465,7 +498,7 @@ fn identity(op: ReduceOp) -> f32 {
     reduce_identity(op, DType::F32).as_f64() as f32
 }
 
-/// Runs one op on the lanes `lo..lo + reg0.len()`.
+/// Runs one op on a tile's lanes (`loads` the tile's).
 #[inline(always)]
 fn step(
     op: &Op,
@@ -473,7 +506,6 @@ fn step(
     above: &mut [[f32; TILE]],
     loads: &[&[f32]; SOURCES],
     uniforms: &[f32; SOURCES],
-    lo: usize,
 ) {
     let len = reg0.len();
     let (dst, d, rest): (u8, &mut [f32], &[[f32; TILE]]) = match *op {
@@ -496,16 +528,16 @@ fn step(
         }
     };
     match *op {
-        Op::Set { src, .. } => match read(src, dst, rest, loads, uniforms, lo, len) {
+        Op::Set { src, .. } => match read(src, dst, rest, loads, uniforms, len) {
             Rhs::Each(b) => d.copy_from_slice(b),
             Rhs::Same(c) => d.fill(c),
         },
         Op::Unary { op, .. } => unary_f32(op, d),
         Op::Binary { op, rhs, swap, .. } => {
-            arith(op, d, read(rhs, dst, rest, loads, uniforms, lo, len), swap)
+            arith(op, d, read(rhs, dst, rest, loads, uniforms, len), swap)
         }
         Op::Apply { op, lhs, rhs, .. } => {
-            let operand = |x| read(x, dst, rest, loads, uniforms, lo, len);
+            let operand = |x| read(x, dst, rest, loads, uniforms, len);
             arith_from(op, d, Some(operand(lhs)), operand(rhs), false);
         }
     }
@@ -520,11 +552,10 @@ fn read<'a>(
     above: &'a [[f32; TILE]],
     loads: &[&'a [f32]; SOURCES],
     uniforms: &[f32; SOURCES],
-    lo: usize,
     len: usize,
 ) -> Rhs<'a> {
     match src {
-        Operand::Load(i) => Rhs::Each(&loads[usize::from(i)][lo..lo + len]),
+        Operand::Load(i) => Rhs::Each(&loads[usize::from(i)][..len]),
         Operand::Uniform(i) => Rhs::Same(uniforms[usize::from(i)]),
         Operand::Reg(r) => Rhs::Each(&above[usize::from(r - dst - 1)][..len]),
     }
