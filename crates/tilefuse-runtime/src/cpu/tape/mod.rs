@@ -351,6 +351,9 @@ impl Tape {
     }
 }
 
+/// A run's loads and their wraps (see [`Tape::gather`]).
+type Loads<'a> = (&'a [&'a [f32]; SOURCES], &'a [usize; SOURCES]);
+
 /// The lanes gathered of a load with `wrap` (see [`Tape::gather`]) for a
 /// run of `n`: every tile's window from a lane below the wrap.
 fn window(n: usize, wrap: usize) -> usize {
@@ -458,13 +461,8 @@ multiversion!(
                 Sink::Store(dst) => &mut dst[lo..lo + len],
                 _ => &mut scratch[..len],
             };
-            let mut tile: [&[f32]; SOURCES] = [&[]; SOURCES];
-            for ((t, load), &wrap) in tile.iter_mut().zip(loads).zip(wraps) {
-                let at = if wrap == usize::MAX { lo } else { lo % wrap };
-                *t = load.get(at..at + len).unwrap_or_default();
-            }
             for op in ops {
-                step(op, reg0, above, &tile, uniforms);
+                step(op, reg0, above, (loads, wraps), uniforms, lo);
             }
             match sink {
                 Sink::Store(_) => {}
@@ -498,14 +496,15 @@ fn identity(op: ReduceOp) -> f32 {
     reduce_identity(op, DType::F32).as_f64() as f32
 }
 
-/// Runs one op on a tile's lanes (`loads` the tile's).
+/// Runs one op on the lanes `lo..lo + reg0.len()`.
 #[inline(always)]
 fn step(
     op: &Op,
     reg0: &mut [f32],
     above: &mut [[f32; TILE]],
-    loads: &[&[f32]; SOURCES],
+    loads: Loads<'_>,
     uniforms: &[f32; SOURCES],
+    lo: usize,
 ) {
     let len = reg0.len();
     let (dst, d, rest): (u8, &mut [f32], &[[f32; TILE]]) = match *op {
@@ -528,16 +527,16 @@ fn step(
         }
     };
     match *op {
-        Op::Set { src, .. } => match read(src, dst, rest, loads, uniforms, len) {
+        Op::Set { src, .. } => match read(src, dst, rest, loads, uniforms, lo, len) {
             Rhs::Each(b) => d.copy_from_slice(b),
             Rhs::Same(c) => d.fill(c),
         },
         Op::Unary { op, .. } => unary_f32(op, d),
         Op::Binary { op, rhs, swap, .. } => {
-            arith(op, d, read(rhs, dst, rest, loads, uniforms, len), swap)
+            arith(op, d, read(rhs, dst, rest, loads, uniforms, lo, len), swap)
         }
         Op::Apply { op, lhs, rhs, .. } => {
-            let operand = |x| read(x, dst, rest, loads, uniforms, len);
+            let operand = |x| read(x, dst, rest, loads, uniforms, lo, len);
             arith_from(op, d, Some(operand(lhs)), operand(rhs), false);
         }
     }
@@ -550,12 +549,17 @@ fn read<'a>(
     src: Operand,
     dst: u8,
     above: &'a [[f32; TILE]],
-    loads: &[&'a [f32]; SOURCES],
+    (loads, wraps): Loads<'a>,
     uniforms: &[f32; SOURCES],
+    lo: usize,
     len: usize,
 ) -> Rhs<'a> {
     match src {
-        Operand::Load(i) => Rhs::Each(&loads[usize::from(i)][..len]),
+        Operand::Load(i) => {
+            let (load, wrap) = (loads[usize::from(i)], wraps[usize::from(i)]);
+            let at = if wrap == usize::MAX { lo } else { lo % wrap };
+            Rhs::Each(&load[at..at + len])
+        }
         Operand::Uniform(i) => Rhs::Same(uniforms[usize::from(i)]),
         Operand::Reg(r) => Rhs::Each(&above[usize::from(r - dst - 1)][..len]),
     }
