@@ -159,33 +159,8 @@ impl Ctx<'_> {
         {
             let len = segments.len;
             let rows = (lanes.0 / len) as i64..((lanes.0 + lanes.1) / len) as i64;
-            let elements = segments
-                .rows
-                .offsets(rows.clone())
-                .map(|(at, _)| element(at));
-            if len < STAGED_BELOW {
-                tape.run_staged(self.buffers, env, lanes, registers, |values| {
-                    match len < SIDE_BY_SIDE_BELOW {
-                        true => fold_rows(values, len, op, first, elements),
-                        false => fold_each(values, len, op, first, elements),
-                    }
-                });
-                return;
-            }
-            let offsets = tape.offsets(env);
-            for (row, e) in rows.zip(elements) {
-                let row = (row as usize * len, len);
-                let folded = tape.run_from(self.buffers, &offsets, row, registers, Sink::Fold(op));
-                let mut cell = [*e];
-                combine_into(
-                    &mut cell,
-                    &[folded.expect("a fold returns its value")],
-                    op,
-                    first,
-                );
-                *e = cell[0];
-            }
-            return;
+            let elements = (segments.rows.offsets(rows)).map(|(at, _)| element(at));
+            return self.fold_segments((tape, op), len, elements, (lanes, registers), env, first);
         }
         tape.run_staged(self.buffers, env, lanes, registers, |values| {
             let lanes = values.iter().zip(scatter.offsets(range));
@@ -200,12 +175,14 @@ impl Ctx<'_> {
                 if let Some((here, acc)) = run.take_if(|(here, _)| *here != at) {
                     *element(here) = acc;
                 }
-                let value = if first && start {
-                    v
-                } else {
-                    let mut cell = [run.map_or_else(|| *element(at), |(_, acc)| acc)];
-                    combine_into(&mut cell, &[v], op, false);
-                    cell[0]
+                let value = match first && start {
+                    true => v,
+                    false => combined(
+                        run.map_or_else(|| *element(at), |(_, acc)| acc),
+                        v,
+                        op,
+                        false,
+                    ),
                 };
                 run = Some((at, value));
             }
@@ -214,6 +191,49 @@ impl Ctx<'_> {
             }
         });
     }
+}
+
+impl Ctx<'_> {
+    /// Lanes `lanes` of whole segments of `len` (see [`Segments`]), each
+    /// folded by `op` into its one of `elements`.
+    fn fold_segments<'a>(
+        &self,
+        (tape, op): (&Tape, ReduceOp),
+        len: usize,
+        elements: impl Iterator<Item = &'a mut f32>,
+        (lanes, registers): ((usize, usize), &mut Registers),
+        env: &[i64],
+        first: bool,
+    ) {
+        if len < STAGED_BELOW {
+            return tape.run_staged(self.buffers, env, lanes, registers, |values| {
+                match len < SIDE_BY_SIDE_BELOW {
+                    true => fold_rows(values, len, op, first, elements),
+                    false => fold_each(values, len, op, first, elements),
+                }
+            });
+        }
+        let offsets = tape.offsets(env);
+        let rows = (lanes.0..lanes.0 + lanes.1).step_by(len);
+        for (row, e) in rows.zip(elements) {
+            let folded = tape.run_from(
+                self.buffers,
+                &offsets,
+                (row, len),
+                registers,
+                Sink::Fold(op),
+            );
+            *e = combined(*e, folded.expect("a fold returns its value"), op, first);
+        }
+    }
+}
+
+/// `element` combined with `v` by `op`, or `v` on the element's `first`
+/// visit.
+fn combined(element: f32, v: f32, op: ReduceOp, first: bool) -> f32 {
+    let mut cell = [element];
+    combine_into(&mut cell, &[v], op, first);
+    cell[0]
 }
 
 /// Folds `values`, rows of `len`, into `elements`, one a row, each row
@@ -226,9 +246,7 @@ fn fold_each<'a>(
     elements: impl Iterator<Item = &'a mut f32>,
 ) {
     for (row, e) in values.chunks_exact(len).zip(elements) {
-        let mut cell = [*e];
-        combine_into(&mut cell, &[fold_f32(row, op)], op, first);
-        *e = cell[0];
+        *e = combined(*e, fold_f32(row, op), op, first);
     }
 }
 
