@@ -106,6 +106,11 @@ impl<S: Scheduler> AnyScheduler for S {
     }
 }
 
+/// The largest power of two at most `n` (1 for 0).
+fn pow2_at_most(n: u64) -> u64 {
+    1 << (63 - n.max(1).leading_zeros())
+}
+
 /// Whether some op of `fusion` satisfies `pred`.
 fn has_op(fusion: &Fusion, pred: fn(&Op) -> bool) -> bool {
     fusion.nodes().iter().any(|n| pred(&n.op))

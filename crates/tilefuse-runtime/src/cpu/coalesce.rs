@@ -46,9 +46,10 @@ pub(super) fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option
     // its order (reordered, a column sum's rows would fold as gathers).
     // A reduction's short steps, and a fold's rows of up to
     // `MAX_FOLDED_ROW`, give way to the whole chain scattering its
-    // stores (its rows fold one after another). Stores that do not reduce keep their short steps: a
-    // fuzzed matmul's staged copies scattered took it from 1.8 to 2.7-3.8
-    // ms (a scattered lane stores alone; a short step's lanes together).
+    // stores (its rows fold one after another). Stores that do not
+    // reduce keep their short steps: a fuzzed matmul's staged copies
+    // scattered took it from 1.8 to 2.7-3.8 ms (a scattered lane stores
+    // alone; a short step's lanes together).
     let last = *chain.last()?;
     let extent = kernel.loop_(last).extent as i64;
     let innermost = compile_block(kernel, block, Some(Var::Loop(last)));
@@ -80,7 +81,7 @@ fn folds_rows(step: &Step) -> bool {
     let Step::Lanes { block, .. } = step else {
         return false;
     };
-    (block.tape.as_ref()).is_some_and(|t| t.scatter.as_ref().is_some_and(|s| s.in_rows().is_some()))
+    (block.tape.as_ref()).is_some_and(|t| t.in_rows().is_some())
 }
 
 /// Lanes per step from which a lane step's fixed cost (some 50 ns) no

@@ -68,6 +68,14 @@ pub(super) struct TapeCode {
     pub(super) scatter: Option<Scatter>,
 }
 
+impl TapeCode {
+    /// The length of the rows its lanes fold in, if they do (see
+    /// `scatter::Segments`).
+    pub(super) fn in_rows(&self) -> Option<usize> {
+        self.scatter.as_ref().and_then(Scatter::in_rows)
+    }
+}
+
 /// Where a tape's lanes go.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum TapeStore {

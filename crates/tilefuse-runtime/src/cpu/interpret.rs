@@ -34,7 +34,7 @@ pub(super) const TAPE_CHUNK: usize = 1 << 16;
 /// [`TAPE_CHUNK`], whole rows where its lanes fold in rows (a run that cut
 /// a row would scatter its lanes one by one).
 fn lanes_per_run(t: &TapeCode) -> usize {
-    match t.scatter.as_ref().and_then(|s| s.in_rows()) {
+    match t.in_rows() {
         Some(len) => (TAPE_CHUNK / len).max(1) * len,
         None => TAPE_CHUNK,
     }

@@ -11,13 +11,13 @@ use super::{LowerError, Lowered};
 use crate::ir::{BlockId, BufferId, Index, Kernel, LoopId, LoopKind, Node, Var};
 
 /// Block instances one iteration of a loop runs in its largest nest, up to
-/// which its nests are distributed, and the most the loop runs in one nest
-/// in all: about what stays in a core's L2 cache between nests (256 KB of
-/// f32). The bound was L1's 8192 at first, which kept 128 softmax rows of
-/// 100 together: 3.5 ms for 8192 of them, distributed 1.8. Rows of 256
-/// gain too (16384 softmax rows: 0.77-0.82x the time), of 512 and 1024
-/// not (1.06-1.07x).
-const SHORT_NEST: u64 = 256;
+/// which its nests are distributed on the CPU: rows of 256 gain (16384
+/// softmax rows: 0.77-0.82x the time), of 512 and 1024 not (1.06-1.07x).
+pub const SHORT_NEST: u64 = 256;
+/// The most block instances the loop runs in one nest in all: about what
+/// stays in a core's L2 cache between nests (256 KB of f32). The bound was
+/// L1's 8192 at first, which kept 128 softmax rows of 100 together: 3.5
+/// ms for 8192 of them, distributed 1.8.
 const MOST_INSTANCES: u64 = 1 << 16;
 
 pub(super) fn run(l: &mut Lowered) -> Result<(), LowerError> {

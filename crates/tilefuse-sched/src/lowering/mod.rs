@@ -23,6 +23,7 @@ mod vectorize;
 use std::fmt;
 
 pub use barriers::{Barrier, Barriers};
+pub use distribute::SHORT_NEST;
 pub use launch::{
     Launch, LaunchError, LaunchLimit, MAX_COPIED_LOOP_STEPS, MAX_UNROLLED_BLOCKS,
     launch_violations, verify_launch,

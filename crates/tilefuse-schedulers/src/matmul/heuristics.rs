@@ -22,7 +22,7 @@ use tilefuse_sched::DeviceInfo;
 pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     let (m, n, k) = problem(fusion);
     let mut p = MatmulParams::default();
-    let pow2_at_most = |x: u64, cap: u64| (1u64 << (63 - x.max(1).leading_zeros())).min(cap) as u32;
+    let pow2_at_most = |x: u64, cap: u64| crate::pow2_at_most(x).min(cap) as u32;
     let (cta, warp, instr) = if !device.is_gpu() {
         // Up to 256 rows a workgroup in k steps of 128: the executor
         // copies each k step's strip of B (k x 64) once per workgroup, so

@@ -4,7 +4,9 @@ use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::ReductionParams;
 
 use super::topology::{Topology, topology};
+use crate::pow2_at_most;
 use tilefuse_sched::DeviceInfo;
+use tilefuse_sched::lowering::SHORT_NEST;
 
 /// Default params. The CPU device: rows spread over threads by
 /// workgroups of up to 128 rows (see [`rows_per_workgroup`]), each
@@ -31,7 +33,6 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         return cpu_heuristics(p, fusion, &topo, device);
     }
     let cpu_vulkan = device.adapter_type == "cpu";
-    let pow2_at_most = |n: u64| 1u64 << (63 - n.max(1).leading_zeros());
     if p.fastest_dim {
         let v = [4u32, 2, 1]
             .into_iter()
@@ -124,8 +125,7 @@ fn cpu_heuristics(
         // 2.4 ms with 1024 a block on 2 threads, 3.3 with 512, 2.8 with
         // 4096; numpy 2.1), each reduced row by row in its own nest (see
         // the module docs).
-        let w = (topo.inner() / threads).clamp(1, 1024);
-        let w = 1 << (63 - w.leading_zeros());
+        let w = pow2_at_most((topo.inner() / threads).clamp(1, 1024));
         p.launch.workgroup_size = Some([w as u32, 1, 1]);
         p.rows_per_workgroup = Some(w as u32);
         p.persistent_kernel = false;
@@ -139,18 +139,15 @@ fn cpu_heuristics(
 /// x 16: 0.10 ms, 0.01 with 64). Up to 128 rows share one, as many as keep
 /// the workgroup's elements within 32768 (its intermediates in L2) and
 /// four workgroups a thread (fewer would idle threads). Rows of more than
-/// 256 run each of their nests a row at a time (the executor distributes
-/// only shorter rows' nests), so they share a workgroup only where the
+/// `SHORT_NEST` run each of their nests a row at a time (the CPU lowering
+/// distributes only shorter rows' nests), so they share a workgroup only where the
 /// reduction is the only nest (8192 x 512 row sums 0.7x the time; a
 /// softmax's rows over its intermediates cost 1.03-1.08x).
 fn rows_per_workgroup(fusion: &Fusion, topo: &Topology, threads: u64) -> u64 {
-    if topo.reduced() > 256 && !one_nest(fusion) {
+    if topo.reduced() > SHORT_NEST && !one_nest(fusion) {
         return 1;
     }
-    let rows = (32768 / topo.reduced().max(1))
-        .min(topo.outer() / (4 * threads))
-        .clamp(1, 128);
-    1 << (63 - rows.leading_zeros())
+    pow2_at_most((32768 / topo.reduced().max(1)).min(topo.outer() / (4 * threads))).min(128)
 }
 
 /// Whether `fusion` is one reduction and what feeds it (every output is

@@ -41,12 +41,17 @@ impl LaneLoad {
     /// Whether the lanes read consecutive elements (read where they lie;
     /// the others are gathered first).
     pub(super) fn consecutive(&self) -> bool {
-        self.stride == 1 && self.period == usize::MAX
+        self.stride == 1 && !self.wraps()
+    }
+
+    /// Whether the lanes wrap around rows of `period`.
+    pub(super) fn wraps(&self) -> bool {
+        self.period != usize::MAX
     }
 
     /// Whether the lanes restart with each row (a vector along the rows).
     pub(super) fn repeats(&self) -> bool {
-        self.period != usize::MAX && self.step == 0
+        self.wraps() && self.step == 0
     }
 
     /// Appends lanes `start..start + n` to `into`, lane 0 reading element
@@ -164,7 +169,7 @@ impl Tape {
 
     /// Whether a load wraps around a period (see [`LaneLoad`]).
     pub fn wraps(&self) -> bool {
-        self.loads.iter().any(|l| l.period != usize::MAX)
+        self.loads.iter().any(LaneLoad::wraps)
     }
 }
 

@@ -282,8 +282,9 @@ impl Tape {
             *slot = match load.consecutive() {
                 true => unsafe { buffers[load.buffer].slice::<f32>(at as usize + start, n) },
                 false => {
-                    from += window(n, wrap);
-                    &gathered[from - window(n, wrap)..from]
+                    let lanes = window(n, wrap);
+                    from += lanes;
+                    &gathered[from - lanes..from]
                 }
             };
         }
