@@ -444,17 +444,28 @@ impl<'a> Search<'a> {
         self.trials.push(trial);
     }
 
-    /// Keeps the fastest dozen.
+    /// Keeps the fastest dozen, and the default's first whenever its
+    /// result comes (parallel workers may tell others before it).
     fn keep(&mut self, kept: Kept) {
-        self.kept.push(kept);
+        if kept.source.origin == "default" {
+            self.kept.insert(0, kept);
+        } else {
+            self.kept.push(kept);
+        }
         self.rank();
         self.kept.truncate(KEPT + 1);
     }
 
-    /// The first kept (the default's, when it ran) stays first; the rest
-    /// by time.
+    fn default_kept(&self) -> bool {
+        self.kept
+            .first()
+            .is_some_and(|k| k.source.origin == "default")
+    }
+
+    /// The default's stays first; the rest by time.
     fn rank(&mut self) {
-        self.kept[1..].sort_by(|a, b| a.time.total_cmp(&b.time));
+        let first = usize::from(self.default_kept());
+        self.kept[first..].sort_by(|a, b| a.time.total_cmp(&b.time));
     }
 
     /// The candidates the second look re-measures: those kept that are
@@ -488,8 +499,7 @@ impl<'a> Search<'a> {
     /// run.
     pub fn finish(mut self, rounds: &[Vec<f64>]) -> TuneResult {
         let medians = verdict::medians(rounds);
-        let default =
-            (self.default_ok == Some(Status::Ok) && self.kept[0].params == self.base).then_some(0);
+        let default = (self.default_ok == Some(Status::Ok) && self.default_kept()).then_some(0);
         let win = verdict::winner(rounds, &medians, default);
         let default_time = default.map(|d| medians[d]);
         let winner = &self.kept[win].source;

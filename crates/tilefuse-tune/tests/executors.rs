@@ -1,6 +1,7 @@
 //! The search behind an executor: results told out of order (parallel
-//! workers) give the same winner on a recorded space, results of another
-//! device are refused, and a journal's results are not measured again.
+//! workers) give the same winner and default time on a recorded space,
+//! results of another device are refused, and a journal's results are not
+//! measured again.
 
 use tilefuse_runtime::Device;
 use tilefuse_testing::softmax;
@@ -106,6 +107,7 @@ fn parallel_workers_find_the_recorded_best() {
             base
         };
         assert_eq!(res.best_time, best, "width {width}");
+        assert_eq!(res.default_time, Some(base), "width {width}");
         let ids: Vec<_> = res.trials.iter().map(|t| t.id).collect();
         assert_eq!(ids, (0..res.trials.len()).collect::<Vec<_>>());
         winners.push(res.best_params);
