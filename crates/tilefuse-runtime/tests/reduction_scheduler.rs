@@ -364,6 +364,29 @@ fn short_rows_share_cpu_workgroups_and_match_the_reference() {
     assert_eq!(workgroup(&sum(&[2 * threads, 16], 1)), Some(1));
 }
 
+/// Row sums whose rows share a CPU workgroup fold each row where it lies
+/// (`fold_load`, or `fold_each` below 128), bit for bit as a workgroup of
+/// one row folds it through its tape: rows of one tile, of more than a
+/// tile, of a length that a tile pads (those still run through the tape),
+/// and short ones.
+#[test]
+fn grouped_row_sums_fold_where_they_lie_as_one_row_would() {
+    let cpu = Device::cpu();
+    for shape in [[64, 200], [8, 520], [64, 130], [64, 40]] {
+        let f = sum(&shape, 1);
+        let x = tilefuse_testing::inputs(&f, 5);
+        let run_with = |rows: u64| {
+            let mut p = heuristics(&f, None, &cpu.info()).unwrap();
+            p = p
+                .with("launch.workgroup_size", json!([rows, 1, 1]))
+                .unwrap();
+            let s = schedule(&f, &p, &cpu.info()).unwrap();
+            cpu.build(&s).unwrap().run(&x).unwrap()
+        };
+        assert_eq!(run_with(8), run_with(1), "{shape:?}");
+    }
+}
+
 /// A workgroup with more rows than the fusion: the rows past the end take
 /// no part in a tree, whose steps would fold their indices, which land on
 /// other rows' partials, into those.

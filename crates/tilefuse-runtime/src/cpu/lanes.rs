@@ -146,7 +146,8 @@ pub fn combine_into(dst: &mut [f32], v: &[f32], op: ReduceOp, first: bool) {
 }
 
 /// All of `v` combined with `op`; sums use eight partial sums so they
-/// vectorize.
+/// vectorize. (Inlined into the callers compiled for wider vectors.)
+#[inline]
 pub fn fold_f32(v: &[f32], op: ReduceOp) -> f32 {
     match op {
         ReduceOp::Sum | ReduceOp::Mean => {
@@ -170,6 +171,7 @@ pub fn fold_f32(v: &[f32], op: ReduceOp) -> f32 {
 /// The maximum (or minimum) of `v`, NaN if any element is: eight
 /// independent lanes and a NaN flag, which vectorize, where a running
 /// `extreme` would wait on each comparison in turn.
+#[inline]
 fn fold_extreme(v: &[f32], take_max: bool) -> f32 {
     let identity = if take_max {
         f32::NEG_INFINITY

@@ -17,7 +17,7 @@ use tilefuse_ir::ReduceOp;
 
 use super::ctx::Ctx;
 use super::lanes::{combine_into, fold_f32};
-use super::tape::{Registers, Sink, Tape};
+use super::tape::{Registers, Sink, Tape, fold_load};
 
 /// Where lanes store, past lane 0's element.
 #[derive(Debug)]
@@ -205,24 +205,30 @@ impl Ctx<'_> {
         env: &[i64],
         first: bool,
     ) {
-        if len < STAGED_BELOW {
-            return tape.run_staged(self.buffers, env, lanes, registers, |values| {
-                match len < SIDE_BY_SIDE_BELOW {
-                    true => fold_rows(values, len, op, first, elements),
-                    false => fold_each(values, len, op, first, elements),
-                }
-            });
-        }
         let offsets = tape.offsets(env);
+        // A tape that is one load folds its rows where they lie, as its
+        // tape's lanes would fold (a tape run a row took a 16384 x 128
+        // row sum 2.6x the time on one thread).
+        let direct = tape.consecutive(self.buffers, &offsets, lanes);
+        if len < STAGED_BELOW {
+            let fold = |values: &[f32]| match len < SIDE_BY_SIDE_BELOW {
+                true => fold_rows(values, len, op, first, elements),
+                false => fold_each(values, len, op, first, elements),
+            };
+            return match direct {
+                Some(values) => fold(values),
+                None => tape.run_staged(self.buffers, env, lanes, registers, fold),
+            };
+        }
         let rows = (lanes.0..lanes.0 + lanes.1).step_by(len);
         for (row, e) in rows.zip(elements) {
-            let folded = tape.run_from(
-                self.buffers,
-                &offsets,
-                (row, len),
-                registers,
-                Sink::Fold(op),
-            );
+            let at = row - lanes.0;
+            let folded = direct
+                .and_then(|lanes| fold_load(&lanes[at..at + len], op))
+                .or_else(|| {
+                    let sink = Sink::Fold(op);
+                    tape.run_from(self.buffers, &offsets, (row, len), registers, sink)
+                });
             *e = combined(*e, folded.expect("a fold returns its value"), op, first);
         }
     }

@@ -247,6 +247,21 @@ impl Tape {
         o
     }
 
+    /// Lanes `start..start + n` where they lie, for a tape that is one
+    /// load of consecutive elements (its loads' offsets `offsets`).
+    pub fn consecutive<'b>(
+        &self,
+        buffers: &'b [RawBuf],
+        offsets: &Offsets,
+        (start, n): (usize, usize),
+    ) -> Option<&'b [f32]> {
+        let i = single_load(&self.ops)?;
+        let load = &self.loads[i];
+        let at = offsets.loads[i] as usize + start;
+        load.consecutive()
+            .then(|| unsafe { buffers[load.buffer].slice::<f32>(at, n) })
+    }
+
     /// Whether every load's offset is `coefficient * v + rest`.
     pub fn linear_in(&self, v: Var) -> bool {
         let uniform_loads = self.uniforms.iter().filter_map(|u| match u {
@@ -423,35 +438,23 @@ multiversion!(
         n: usize,
         sink: &mut Sink<'_>,
     ) -> Option<f32> {
-        // Only folds of more than a tile need this (1 KB to fill, and
-        // folding it whole cost a 64-lane row's fold 4x its lanes).
-        let mut folded = match sink {
-            Sink::Fold(op) if n > TILE => Some([identity(*op); TILE]),
-            _ => None,
-        };
         // (A single load never has a wrap: `Tape::gather`.)
         if let (Some(i), Sink::Combine(dst, op, first)) = (single_load(ops), &mut *sink) {
             // A load combined as it is (a sum of rows): straight from it.
             combine_into(dst, &loads[i][..n], *op, *first);
             return None;
         }
-        if let (Some(i), Sink::Fold(op)) = (single_load(ops), &*sink) {
-            // A load folded as it is (a row sum): straight from it, adding
-            // in the order a copy through a register would (the copy was
-            // over half of a 4096-column row sum's time). One tile that
-            // needs no padding (below) folds where it lies.
-            let row = &loads[i][..n];
-            match &mut folded {
-                Some(acc) => {
-                    for tile in row.chunks(TILE) {
-                        combine_into(&mut acc[..tile.len()], tile, *op, false);
-                    }
-                    return Some(fold_f32(acc, *op));
-                }
-                None if n.is_multiple_of(8) => return Some(fold_f32(row, *op)),
-                None => {}
-            }
+        if let (Some(i), Sink::Fold(op)) = (single_load(ops), &*sink)
+            && let Some(folded) = fold_whole(&loads[i][..n], *op)
+        {
+            return Some(folded);
         }
+        // Only folds of more than a tile need this (1 KB to fill, and
+        // folding it whole cost a 64-lane row's fold 4x its lanes).
+        let mut folded = match sink {
+            Sink::Fold(op) if n > TILE => Some([identity(*op); TILE]),
+            _ => None,
+        };
         let (scratch, above) = regs.split_first_mut().expect("registers exist");
         for lo in (0..n).step_by(TILE) {
             let len = TILE.min(n - lo);
@@ -489,6 +492,30 @@ multiversion!(
                 fold_f32(&scratch[..padded], *op)
             }
         })
+    }
+);
+
+/// A load folded as it is (a row sum), or `None` where it would need
+/// padding (one tile not a multiple of `fold_f32`'s eight partial sums:
+/// `run_tiles` pads it in a register). It adds in the order a copy
+/// through a register would (the copy was over half of a 4096-column row
+/// sum's time), tile after tile for rows of more than a tile.
+#[inline(always)]
+fn fold_whole(row: &[f32], op: ReduceOp) -> Option<f32> {
+    if row.len() > TILE {
+        let mut acc = [identity(op); TILE];
+        for tile in row.chunks(TILE) {
+            combine_into(&mut acc[..tile.len()], tile, op, false);
+        }
+        return Some(fold_f32(&acc, op));
+    }
+    row.len().is_multiple_of(8).then(|| fold_f32(row, op))
+}
+
+multiversion!(
+    /// [`fold_whole`], compiled for the widest vectors.
+    pub fn fold_load(row: &[f32], op: ReduceOp) -> Option<f32> {
+        fold_whole(row, op)
     }
 );
 
