@@ -182,8 +182,6 @@ pub struct Search<'a> {
     /// The fastest measured candidates (the default's first, when it
     /// ran), for the second look and the final run.
     kept: Vec<Kept>,
-    /// The default's status once told.
-    default_ok: Option<Status>,
     observe: &'a mut Observer<'a>,
 }
 
@@ -241,7 +239,6 @@ impl<'a> Search<'a> {
             trials: Vec::new(),
             history: Vec::new(),
             kept: Vec::new(),
-            default_ok: None,
             observe,
         })
     }
@@ -331,7 +328,7 @@ impl<'a> Search<'a> {
     /// duplicate, or recorded by a journal) or hands it out.
     fn settle(&mut self, scheduled: Scheduled, point: Point, source: Source) -> Option<Candidate> {
         let id = self.trials.len() + self.pending.len();
-        let counts = source.origin != "default";
+        let counts = !source.is_default();
         let (params, s) = match scheduled {
             Ok(done) => done,
             Err(r) => {
@@ -403,9 +400,6 @@ impl<'a> Search<'a> {
                 time,
             });
         }
-        if p.source.origin == "default" {
-            self.default_ok = Some(measured.status);
-        }
         self.record(id, p.params.to_value(), p.point, p.source, measured);
         Ok(())
     }
@@ -447,7 +441,7 @@ impl<'a> Search<'a> {
     /// Keeps the fastest dozen, and the default's first whenever its
     /// result comes (parallel workers may tell others before it).
     fn keep(&mut self, kept: Kept) {
-        if kept.source.origin == "default" {
+        if kept.source.is_default() {
             self.kept.insert(0, kept);
         } else {
             self.kept.push(kept);
@@ -456,10 +450,10 @@ impl<'a> Search<'a> {
         self.kept.truncate(KEPT + 1);
     }
 
+    /// Whether the default ran and passed (only measured candidates are
+    /// kept, and the default's is never dropped).
     fn default_kept(&self) -> bool {
-        self.kept
-            .first()
-            .is_some_and(|k| k.source.origin == "default")
+        self.kept.first().is_some_and(|k| k.source.is_default())
     }
 
     /// The default's stays first; the rest by time.
@@ -499,7 +493,7 @@ impl<'a> Search<'a> {
     /// run.
     pub fn finish(mut self, rounds: &[Vec<f64>]) -> TuneResult {
         let medians = verdict::medians(rounds);
-        let default = (self.default_ok == Some(Status::Ok) && self.default_kept()).then_some(0);
+        let default = self.default_kept().then_some(0);
         let win = verdict::winner(rounds, &medians, default);
         let default_time = default.map(|d| medians[d]);
         let winner = &self.kept[win].source;

@@ -52,6 +52,11 @@ impl Source {
             heuristic: None,
         }
     }
+
+    /// Whether this is the default heuristic's candidate.
+    pub(crate) fn is_default(&self) -> bool {
+        self.origin == "default"
+    }
 }
 
 /// One candidate.

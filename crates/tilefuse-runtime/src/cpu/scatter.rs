@@ -162,7 +162,8 @@ impl Ctx<'_> {
             let elements = (segments.rows.offsets(rows)).map(|(at, _)| element(at));
             return self.fold_segments((tape, op), len, elements, (lanes, registers), env, first);
         }
-        tape.run_staged(self.buffers, env, lanes, registers, |values| {
+        let offsets = tape.offsets(env);
+        tape.run_staged(self.buffers, &offsets, lanes, registers, |values| {
             let lanes = values.iter().zip(scatter.offsets(range));
             let Some(op) = op else {
                 lanes.for_each(|(&v, (at, _))| *element(at) = v);
@@ -217,7 +218,7 @@ impl Ctx<'_> {
             };
             return match direct {
                 Some(values) => fold(values),
-                None => tape.run_staged(self.buffers, env, lanes, registers, fold),
+                None => tape.run_staged(self.buffers, &offsets, lanes, registers, fold),
             };
         }
         let rows = (lanes.0..lanes.0 + lanes.1).step_by(len);

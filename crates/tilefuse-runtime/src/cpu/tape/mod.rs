@@ -319,12 +319,13 @@ impl Tape {
         run_tiles(&self.ops, tiles, &loads, &wraps, &uniforms, n, &mut sink)
     }
 
-    /// Runs lanes `lanes` into a contiguous per-thread run and hands it
-    /// to `out` (for stores that are not consecutive: `scatter`).
+    /// Runs lanes `lanes` (the loads' offsets at lane 0 `offsets`) into a
+    /// contiguous per-thread run and hands it to `out` (for stores that
+    /// are not consecutive: `scatter`).
     pub fn run_staged(
         &self,
         buffers: &[RawBuf],
-        env: &[i64],
+        offsets: &Offsets,
         lanes: (usize, usize),
         regs: &mut Registers,
         out: impl FnOnce(&[f32]),
@@ -332,7 +333,7 @@ impl Tape {
         let mut staged = std::mem::take(&mut regs.staged);
         staged.clear();
         staged.resize(lanes.1, 0.0);
-        self.run(buffers, env, lanes, regs, Sink::Store(&mut staged));
+        self.run_from(buffers, offsets, lanes, regs, Sink::Store(&mut staged));
         out(&staged);
         regs.staged = staged;
     }
