@@ -1,9 +1,11 @@
 //! Compares the search strategies on recorded spaces (no device): for
 //! each space and strategy, over ten seeds (or `SEEDS`), how often a tenth
 //! of the space gets within 5% of the best point, and how many trials it
-//! takes to get there (the whole space when never). Trials count as a
-//! tuning run counts them: a point whose kernel was measured already is
-//! free.
+//! takes to get there (the whole space when never): the mean, and the
+//! budget that gets nine seeds in ten there (the issue's "in at least 9
+//! of 10 seeds" asks for that budget; a strategy that is fast on average
+//! but sometimes lost shows there). Trials count as a tuning run counts
+//! them: a point whose kernel was measured already is free.
 //!
 //! ```text
 //! cargo run --release -p tilefuse-tune --example replay_strategies [SEEDS] [RECORDING.json ...]
@@ -11,7 +13,7 @@
 //!
 //! `SEEDS` (default 10) seeds a strategy; more give steadier means. The
 //! recordings default to the test fixtures; `record_spaces` makes more.
-//! The last row sums each strategy's mean trials over the spaces.
+//! The last rows sum each strategy's trials over the spaces.
 
 use std::path::{Path, PathBuf};
 
@@ -31,30 +33,32 @@ fn main() {
             .into();
     }
     println!(
-        "| space | points | strategy | within 5% with 10% of the space | mean trials to within 5% |"
+        "| space | points | strategy | within 5% with 10% of the space | mean trials to within 5% | trials for 9 in 10 seeds |"
     );
-    println!("|---|---|---|---|---|");
-    let mut totals = [0.0; STRATEGIES.len()];
+    println!("|---|---|---|---|---|---|");
+    let mut totals = [(0.0, 0); STRATEGIES.len()];
     for path in &paths {
         let text = std::fs::read_to_string(path).expect("a readable recording");
         let r: Recording = serde_json::from_str(&text).expect("a recording");
         let name = path.file_stem().unwrap().to_string_lossy();
         for (strategy, total) in STRATEGIES.into_iter().zip(&mut totals) {
-            let runs: Vec<usize> = (0..seeds)
+            let mut runs: Vec<usize> = (0..seeds)
                 .map(|seed| {
                     trials_to_within(&r, strategy, 0.05, seed, r.size()).unwrap_or(r.size())
                 })
                 .collect();
             let hits = runs.iter().filter(|&&n| n <= r.size() / 10).count();
             let mean = runs.iter().sum::<usize>() as f64 / runs.len() as f64;
-            *total += mean;
+            runs.sort_unstable();
+            let ninth = runs[(runs.len() * 9).div_ceil(10) - 1];
+            *total = (total.0 + mean, total.1 + ninth);
             println!(
-                "| {name} | {} | {strategy:?} | {hits}/{seeds} | {mean:.1} |",
+                "| {name} | {} | {strategy:?} | {hits}/{seeds} | {mean:.1} | {ninth} |",
                 r.size()
             );
         }
     }
-    for (strategy, total) in STRATEGIES.into_iter().zip(totals) {
-        println!("| all | | {strategy:?} | | {total:.1} |");
+    for (strategy, (mean, ninth)) in STRATEGIES.into_iter().zip(totals) {
+        println!("| all | | {strategy:?} | | {mean:.1} | {ninth} |");
     }
 }
