@@ -42,3 +42,22 @@ def test_relative_precision_over_the_range(
         f"{op}({x[judged][worst]:.6g}) = {got[judged][worst]:.9g}, "
         f"want {want[judged][worst]:.9g}: {rel[worst] / ULP:.0f} ulp"
     )
+
+
+@pytest.mark.parametrize("divisor", [128.0, 0.25, -4.0, 3.0, 2.0**-126, 2.0**126, 2.0**127])
+@pytest.mark.parametrize("size", [9, 4096], ids=["scalar", "vectorized"])
+def test_cpu_division_by_a_constant_is_correctly_rounded(
+    divisor: float, size: int, rng: np.random.Generator
+) -> None:
+    # The CPU device multiplies by the reciprocal of a power of two whose
+    # reciprocal is normal (exact, and far cheaper than a divide); every
+    # quotient must still be IEEE's, subnormals and specials included.
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e-39, 3.4e38])
+    x = np.concatenate([specials, np.logspace(-45, 38.5, size) * rng.choice([-1.0, 1.0], size)])
+    x = rng.permutation(x.astype(np.float32))
+    f = tf.Fusion()
+    f.output(f.input(x.shape, "f32") / divisor)
+    got = f.execute(x, device=tf.Device.cpu())
+    with np.errstate(over="ignore", under="ignore"):
+        want = x / np.float32(divisor)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -2,7 +2,7 @@
 //! (linear in a lane step's variable where they are), its guards and
 //! predicates sorted by how a lane step checks them, its tape.
 
-use tilefuse_ir::{DType, Scalar};
+use tilefuse_ir::{BinaryOp, DType, Scalar};
 use tilefuse_sched::ir::{
     Block, BlockId, BufferId, Expr, Index, IterKind, Kernel, Var, flat_offset,
 };
@@ -13,6 +13,25 @@ use super::nest::block_bounds;
 use super::scatter::Scatter;
 use super::tape::Tape;
 use super::value::{Access, Value};
+
+/// The reciprocal of an f32 constant divisor that is a power of two with a
+/// normal reciprocal: `x * (1 / c)` then rounds the same exact quotient as
+/// `x / c`, so every result is the division's bit for bit (NaN, ±inf and
+/// ±0 included), and a multiply costs a fraction of a divide (a mean
+/// divides by the row length in every lane).
+fn exact_reciprocal(divisor: &Expr) -> Option<f32> {
+    let Expr::Const {
+        value,
+        dtype: DType::F32,
+    } = divisor
+    else {
+        return None;
+    };
+    let c = *value as f32;
+    let r = 1.0 / c;
+    let power_of_two = c.to_bits() & 0x007f_ffff == 0;
+    (power_of_two && c.is_normal() && r.is_normal()).then_some(r)
+}
 
 pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -> BlockCode {
     let id = kernel
@@ -34,6 +53,10 @@ pub(super) fn compile_block(kernel: &Kernel, block: &Block, lane: Option<Var>) -
             Expr::Const { value, dtype } => Value::Const(Scalar::F(*value).to(*dtype), *dtype),
             Expr::Load { buffer, indices } => Value::Load(access(*buffer, indices)),
             Expr::Unary(op, a) => Value::Unary(*op, Box::new(value(a, access))),
+            Expr::Binary(BinaryOp::Div, a, b) if let Some(r) = exact_reciprocal(b) => {
+                let r = Value::Const(Scalar::F(f64::from(r)), DType::F32);
+                Value::Binary(BinaryOp::Mul, Box::new(value(a, access)), Box::new(r))
+            }
             Expr::Binary(op, a, b) => {
                 Value::Binary(*op, Box::new(value(a, access)), Box::new(value(b, access)))
             }
