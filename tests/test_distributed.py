@@ -22,7 +22,7 @@ from conftest import ScaledReference, ray_or_skip
 from tilefuse.cli import main
 from tilefuse.distributed import RayExecutor, RayGroup, Worker
 from tilefuse.journal import Journal
-from tilefuse.tune import record
+from tilefuse.replay import record
 
 ray = ray_or_skip()
 

@@ -4,6 +4,7 @@ by plain-data heuristic params that you can read, edit, save and tune."""
 from . import cache as cache  # tf.cache: the heuristic cache (a module)
 from . import paramsfile as paramsfile  # tf.paramsfile: params files with fingerprints
 from . import pipeline as pipeline  # tf.pipeline: YAML pipelines (load, find, names)
+from . import replay as replay  # tf.replay: recorded spaces, strategies compared offline
 from . import timing as timing  # tf.timing: Budget, measure, interleave
 from . import workloads as workloads  # tf.workloads: the built-in workloads
 from ._native import (

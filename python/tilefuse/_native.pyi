@@ -42,6 +42,7 @@ __all__ = [
     "params_schema",
     "params_structs",
     "record",
+    "replay_trials",
     "schedule",
     "schedulers",
     "segments",
@@ -153,8 +154,23 @@ def tune(
     replay: str | None = None,
 ) -> dict[str, Any]: ...
 def record(
-    fusion: Fusion, device: Device, options: dict[str, Any], description: str = ...
-) -> str: ...
+    fusion: Fusion,
+    device: Device,
+    options: dict[str, Any],
+    description: str = ...,
+    passes: int = 1,
+    progress: Callable[[dict[str, Any], float | None], Any] | None = None,
+) -> str:
+    """Every point of the space of ``fusion`` on ``device`` (narrowed to
+    ``options["fields"]``) with its time, as recording JSON; each time the
+    median of ``passes`` exhaustive runs."""
+
+def replay_trials(
+    recording: str, strategy: str, tolerance: float, first: int, seeds: int
+) -> list[int]:
+    """Trials ``strategy`` takes on ``recording`` to get within
+    ``tolerance`` of its best, for seeds ``first..first + seeds``, fewest
+    first (the space's size for a seed that never gets there)."""
 
 @final
 class TuneProblem:

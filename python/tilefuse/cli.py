@@ -15,6 +15,9 @@ heuristic cache, run benchmarks and pipelines.
     tilefuse run [PIPELINE] [--workload W] [--size K=V]... [--set VAR=VALUE]...
     tilefuse inspect WORKLOAD [--size K=V]...
     tilefuse pipeline list | validate FILE... | show NAME|FILE
+    tilefuse record FUSION.json|WORKLOAD --out FILE [--size K=V]... [--device cpu|gpu]
+                                         [--field PATH]... [--passes N]
+    tilefuse replay RECORDING... [--seeds N] [--strategy NAME]... [--tolerance T]
 
 ``tilefuse COMMAND --help`` says what each does, with an example.
 """
@@ -43,6 +46,7 @@ from .cli_pipelines import (
     workload_of_arguments,
 )
 from .cli_pipelines import pairs as _pairs
+from .cli_replay import add_commands as add_replay_commands
 from .fusion import Fusion
 from .schedule import Device, as_device
 from .suite import load_suite
@@ -503,6 +507,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", action="store_true", help="no progress and no table")
     b.set_defaults(run=_bench)
     add_commands(sub)
+    add_replay_commands(sub)
     return p
 
 

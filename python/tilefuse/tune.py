@@ -28,12 +28,12 @@ from .workload import Tolerance
 if TYPE_CHECKING:
     from .distributed import RayExecutor, RemoteDevice
     from .fusion import Fusion
-    from .schedule import Device, DeviceFacts
+    from .schedule import DeviceFacts
     from .workload import Workload, WorkloadLike
 
 Arrays = tuple[np.ndarray, ...]
 
-__all__ = ["TuneResult", "record", "tune"]
+__all__ = ["TuneResult", "tune"]
 
 
 @dataclass(frozen=True)
@@ -172,12 +172,12 @@ class _Progress:
             )
             self.bar.start()
 
-    def line(self, label: str = "") -> _Shown:
+    def line(self, label: str = "", doing: str = "tuning") -> _Shown:
         """A status line for one device (``label`` names it beside others'):
         call it with each trial and the best time so far."""
         if self.bar is None:
             return lambda trial, best: None
-        bar, task, counts = self.bar, self.bar.add_task("tuning"), [0, 0]
+        bar, task, counts = self.bar, self.bar.add_task(doing), [0, 0]
 
         def show(trial: dict[str, Any], best: float | None) -> None:
             counts[0] += 1
@@ -186,7 +186,7 @@ class _Progress:
             best_ms = "-" if best is None else f"{best * 1e3:.3f} ms"
             bar.update(
                 task,
-                description=f"tuning{label}: {counts[0]} trials ({rate:.1f}/s), best {best_ms}, "
+                description=f"{doing}{label}: {counts[0]} trials ({rate:.1f}/s), best {best_ms}, "
                 f"{counts[1]} failed",
             )
 
@@ -557,15 +557,3 @@ def _result(results: list[dict[str, Any]], listed: bool) -> TuneResult:
         default_params=started[0] if one else started,  # type: ignore[arg-type]
         best_samples=[sum(t) for t in zip(*(r["best_samples"] for r in results), strict=True)],
     )
-
-
-def record(
-    fusion: Fusion, device: Device | str | None = None, fields: list[str] | None = None
-) -> str:
-    """Measures every point of the params space of ``fusion`` on ``device``
-    (only the tunable ``fields`` named, when given: spaces grow fast) and
-    returns the recording as JSON, for :func:`tune`'s ``replay``."""
-    from .schedule import as_device
-
-    device = as_device(device)
-    return _native.record(fusion._native, device._native, {"fields": fields, "repeat": 3})

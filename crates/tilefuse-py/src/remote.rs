@@ -19,6 +19,7 @@ use crate::arrays;
 use crate::errors::{guard, params_error};
 use crate::fusion::PyFusion;
 use crate::json_value::{to_py, to_value};
+use crate::replay;
 use crate::schedule::PyDevice;
 
 /// A Python executor: `capacity() -> int`, `submit(candidate: dict)`,
@@ -130,7 +131,7 @@ impl PyTuneProblem {
         replay: Option<&str>,
     ) -> PyResult<Self> {
         guard(|| {
-            let replay = replay.map(|text| recording(py, text)).transpose()?;
+            let replay = replay.map(|text| replay::recording(py, text)).transpose()?;
             let r = arrays::Reference::new(&fusion.inner, inputs, expected)?;
             let rtol = rtol.unwrap_or(RTOL);
             let problem = Problem::of(&fusion.inner, r.inputs, r.expected, seed, rtol)
@@ -197,10 +198,4 @@ impl PyTuneProblem {
             .map_err(failed)
         })
     }
-}
-
-/// A recording (`Recording` JSON) to replay.
-pub fn recording(py: Python<'_>, text: &str) -> PyResult<Recording> {
-    serde_json::from_str(text)
-        .map_err(|e| params_error(py, "replay", format!("not a recording: {e}")))
 }

@@ -5,7 +5,6 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use serde_json::Value;
@@ -14,8 +13,8 @@ use tilefuse::sched::DeviceInfo;
 use tilefuse::schedulers::pick;
 use tilefuse::tune::seeds::builtin;
 use tilefuse::tune::{
-    AutotunerHeuristic, Bundle, Cache, CacheError, CacheKey, Entry, Family, Recording,
-    ReplayExecutor, SeedContext, TuneError, Written, nearest, tune_with,
+    AutotunerHeuristic, Bundle, Cache, CacheError, CacheKey, Entry, Family, ReplayExecutor,
+    SeedContext, Written, nearest, tune_with,
 };
 
 use crate::arrays;
@@ -23,7 +22,9 @@ use crate::errors::{OrRaise, guard, params_error};
 use crate::file_memo::FileMemo;
 use crate::fusion::PyFusion;
 use crate::json_value::{to_py, to_value};
-use crate::remote::{self, PyExecutor};
+use crate::observer::{observer, tune_error};
+use crate::remote::PyExecutor;
+use crate::replay;
 use crate::schedule::PyDevice;
 use crate::tune_options;
 
@@ -139,20 +140,7 @@ pub fn tune<'py>(
             .chain(theirs.iter().map(|h| h as &dyn AutotunerHeuristic))
             .collect();
         let raised = RefCell::new(None);
-        let mut observe = |trial: &tilefuse::tune::Trial, best: Option<f64>| {
-            let Some(cb) = &progress else { return true };
-            let call = serde_json::to_value(trial)
-                .map_err(|e| params_error(py, "trial", e.to_string()))
-                .and_then(|t| to_py(py, &t))
-                .and_then(|t| cb.call1((t, best)));
-            match call {
-                Ok(_) => true,
-                Err(e) => {
-                    *raised.borrow_mut() = Some(e);
-                    false
-                }
-            }
-        };
+        let mut observe = observer(py, progress.as_ref(), &raised);
         let info = device_info(device)?;
         let result = match (executor, replay) {
             (Some(executor), _) => {
@@ -167,7 +155,7 @@ pub fn tune<'py>(
                 )
             }
             (None, Some(text)) => {
-                let recording = remote::recording(py, text)?;
+                let recording = replay::recording(py, text)?;
                 let mut replay = ReplayExecutor::new(&recording, 1);
                 tune_with(
                     &fusion.inner,
@@ -185,10 +173,7 @@ pub fn tune<'py>(
         };
         match result {
             Ok(r) => to_py(py, &serde_json::to_value(&r).expect("a result serializes")),
-            Err(TuneError::Stopped) => Err(raised
-                .into_inner()
-                .unwrap_or_else(|| PyKeyboardInterrupt::new_err(()))),
-            Err(TuneError::Failed(e)) => Err(params_error(py, "scheduler", e)),
+            Err(e) => Err(tune_error(py, e, &raised)),
         }
     })
 }
@@ -526,27 +511,5 @@ pub fn cache_explain<'py>(
             .take(5)
             .map(|(e, d)| Ok((entry_to_py(py, e)?, d.clone())))
             .collect()
-    })
-}
-
-/// Every point of the space of `fusion` on `device` (narrowed to
-/// `options["fields"]`) with its time, as `Recording` JSON: what `replay`
-/// reads.
-#[pyfunction]
-#[pyo3(signature = (fusion, device, options, description=String::new()))]
-pub fn record(
-    py: Python<'_>,
-    fusion: &PyFusion,
-    device: &PyDevice,
-    options: &Bound<'_, PyDict>,
-    description: String,
-) -> PyResult<String> {
-    guard(|| {
-        let opts = tune_options::options(&to_value(options.as_any())?).or_raise(py)?;
-        match Recording::record(&fusion.inner, &device.inner, &opts, &description) {
-            Ok(r) => Ok(serde_json::to_string(&r).expect("a recording serializes")),
-            Err(TuneError::Stopped) => Err(PyKeyboardInterrupt::new_err(())),
-            Err(TuneError::Failed(e)) => Err(params_error(py, "scheduler", e)),
-        }
     })
 }

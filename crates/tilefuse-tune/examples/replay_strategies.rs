@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tilefuse_tune::replay::trials_to_within;
+use tilefuse_tune::replay::trials_over_seeds;
 use tilefuse_tune::{Recording, Strategy};
 
 const STRATEGIES: [Strategy; 3] = [Strategy::Random, Strategy::Pattern, Strategy::Surrogate];
@@ -42,14 +42,9 @@ fn main() {
         let r: Recording = serde_json::from_str(&text).expect("a recording");
         let name = path.file_stem().unwrap().to_string_lossy();
         for (strategy, total) in STRATEGIES.into_iter().zip(&mut totals) {
-            let mut runs: Vec<usize> = (0..seeds)
-                .map(|seed| {
-                    trials_to_within(&r, strategy, 0.05, seed, r.size()).unwrap_or(r.size())
-                })
-                .collect();
+            let runs = trials_over_seeds(&r, strategy, 0.05, 0..seeds);
             let hits = runs.iter().filter(|&&n| n <= r.size() / 10).count();
             let mean = runs.iter().sum::<usize>() as f64 / runs.len() as f64;
-            runs.sort_unstable();
             let ninth = runs[(runs.len() * 9).div_ceil(10) - 1];
             *total = (total.0 + mean, total.1 + ninth);
             println!(

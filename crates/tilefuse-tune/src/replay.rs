@@ -4,6 +4,7 @@
 //! tested deterministically, in milliseconds, with no device.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 use tilefuse_ir::Fusion;
@@ -12,7 +13,7 @@ use tilefuse_runtime::Device;
 use crate::candidate::Timing;
 use crate::candidate::{Candidate, Finalist, Measured};
 use crate::executor::Executor;
-use crate::options::{Options, TuneError};
+use crate::options::{Observer, Options, TuneError};
 use crate::search::tune;
 use crate::space::Observation;
 use crate::space::{Grid, Point};
@@ -36,11 +37,14 @@ pub struct Recording {
 impl Recording {
     /// Records every point of the space of `fusion` on `device` (over
     /// `options.fields` when given): an exhaustive tuning run.
+    /// `observe` sees each trial as a tuning run's observer does (and
+    /// stops the recording by returning `false`).
     pub fn record(
         fusion: &Fusion,
         device: &Device,
         options: &Options,
         description: &str,
+        observe: &mut Observer,
     ) -> Result<Recording, TuneError> {
         let options = Options {
             strategy: Some(Strategy::Exhaustive),
@@ -48,7 +52,7 @@ impl Recording {
             seconds: Some(f64::INFINITY),
             ..options.clone()
         };
-        let r = tune(fusion, device, &options, &[], &mut |_, _| true)?;
+        let r = tune(fusion, device, &options, &[], observe)?;
         let times = (r.trials.iter())
             .map(|t| (t.point.clone(), t.status.observed(t.time)))
             .collect::<Vec<_>>();
@@ -190,6 +194,24 @@ pub fn trials_to_within(
     let near = |o: &Observation| o.time.is_some_and(|t| t <= target);
     let history = recording.replay_until(strategy, budget, seed, near);
     history.last().filter(|o| near(o)).map(|_| trials(&history))
+}
+
+/// Trials `strategy` takes to get within `tolerance` of the recording's
+/// best with each of `seeds` (the whole space for a seed that never
+/// does), fewest first: how strategies compare offline (Kernel Tuner's
+/// simulation mode).
+pub fn trials_over_seeds(
+    recording: &Recording,
+    strategy: Strategy,
+    tolerance: f64,
+    seeds: Range<u64>,
+) -> Vec<usize> {
+    let all = recording.size();
+    let mut runs: Vec<usize> = seeds
+        .map(|seed| trials_to_within(recording, strategy, tolerance, seed, all).unwrap_or(all))
+        .collect();
+    runs.sort_unstable();
+    runs
 }
 
 /// An executor that reads candidates' times from a recording instead of

@@ -22,7 +22,7 @@ fn recorded_over(fields: &[&str]) -> (tilefuse_ir::Fusion, Device, Recording) {
         repeat: 1,
         ..Options::default()
     };
-    let r = Recording::record(&f, &device, &options, "softmax 16x64").unwrap();
+    let r = Recording::record(&f, &device, &options, "softmax 16x64", &mut |_, _| true).unwrap();
     (f, device, r)
 }
 
