@@ -100,3 +100,13 @@ def test_the_commands_record_and_compare(
     assert all(len(r["trials"]) == 3 and r["recording"] == str(out) for r in rows)
     assert "surrogate" in printed and "9 seeds in 10" in printed and "softmax " in printed
     assert main(["replay", str(tmp_path / "missing.json")]) == 1
+
+
+def test_a_tuning_run_replays_a_recording_over_its_fields(recorded: str) -> None:
+    f = tf.workloads.get("softmax", rows=16, cols=64).payload
+    r = tf.tune(f, "cpu", replay=recorded, cache=False, progress=False)
+    best = min(t for _, t in json.loads(recorded)["times"] if t is not None)
+    assert r.best_time == pytest.approx(best, rel=0.05)
+    assert r.changes.keys() <= set(FIELDS)
+    with pytest.raises(ValueError, match="covers the fields"):
+        tf.tune(f, "cpu", replay=recorded, fields=["unroll_factor_reduction"], cache=False)

@@ -321,15 +321,18 @@ def tune(
     device fingerprint is tuned, or with ``devices="all"`` each of theirs
     at once, giving ``{fingerprint: TuneResult}``.
 
-    ``replay`` (what :func:`record` returns) reads candidates' times from
-    a recorded space instead of measuring them (Kernel Tuner's simulation
-    mode): strategies and executors compared offline, deterministically.
+    ``replay`` (what :func:`tilefuse.replay.record` returns) reads
+    candidates' times from a recorded space instead of measuring them
+    (Kernel Tuner's simulation mode): strategies and executors compared
+    offline, deterministically; it tunes the recorded fields.
     ``fields`` tunes only those tunable fields (paths, as
     :meth:`Fusion.tunables` names them), the others kept at the default's."""
     from .fusion import Fusion
     from .schedule import as_device
     from .workload import as_workload
 
+    if replay is not None:
+        fields = _recorded_fields(replay, fields)
     options: dict[str, Any] = {
         "effort": effort,
         "strategy": strategy,
@@ -372,6 +375,18 @@ def tune(
     # error or Ctrl-C (whose traceback would otherwise keep them alive).
     with RayExecutor() as ray:
         return _tune_on_ray(run, parts, ray, devices)
+
+
+def _recorded_fields(recording: str, fields: list[str] | None) -> list[str] | None:
+    """The fields a replayed run tunes: the recording's (no other point
+    was measured); ``fields``, where given, must be those."""
+    try:
+        recorded = list(json.loads(recording)["fields"])
+    except (ValueError, KeyError, TypeError):
+        return fields  # not a recording: the native side says what is wrong
+    if fields is not None and sorted(fields) != sorted(recorded):
+        raise ValueError(f"tune: the recording covers the fields {recorded}, not {fields}")
+    return recorded
 
 
 def _workload_parts(workload: Workload, seed: int) -> list[_Part]:
