@@ -4,7 +4,7 @@
 
 use tilefuse_sched::ir::Index;
 
-use super::{Op, Operand, SOURCES, Tape, Uniform};
+use super::{Folded, Op, Operand, SOURCES, Tape, Uniform};
 use crate::cpu::loop_index::LoopIndex;
 use crate::cpu::memory::RawBuf;
 
@@ -164,6 +164,7 @@ impl Tape {
         }
         self.loads.extend(repeated);
         self.uniforms = uniforms;
+        self.folded = Folded::of(&self.ops, self.uniforms.len());
         true
     }
 

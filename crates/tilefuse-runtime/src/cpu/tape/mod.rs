@@ -21,11 +21,15 @@ use super::loop_index::LoopIndex;
 use super::memory::RawBuf;
 use super::simd_math::multiversion;
 use super::value::{Access, Value};
+use fold::Folded;
 use lane_load::LaneLoad;
 pub use lane_load::Period;
+pub use offsets::Offsets;
 pub use rows::Rows;
 
+mod fold;
 mod lane_load;
+mod offsets;
 mod rows;
 
 /// Lanes per tile: 1 KB per register, so that a tape's registers stay in L1
@@ -46,7 +50,7 @@ enum Operand {
     Uniform(u8),
 }
 
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Op {
     Set {
         dst: u8,
@@ -87,6 +91,8 @@ pub struct Tape {
     /// The loads that move with the lane.
     loads: Vec<LaneLoad>,
     uniforms: Vec<Uniform>,
+    /// `ops` as run: their uniform-only parts once per run.
+    folded: Folded,
 }
 
 /// A thread's registers, allocated once per launch: zeroing them on every
@@ -129,8 +135,10 @@ impl Tape {
             ops: Vec::new(),
             loads: Vec::new(),
             uniforms: Vec::new(),
+            folded: Folded::default(),
         };
         tape.emit(value, 0, store, dtypes)?;
+        tape.folded = Folded::of(&tape.ops, tape.uniforms.len());
         let fits = tape.loads.len() <= SOURCES && tape.uniforms.len() <= SOURCES;
         fits.then_some(tape)
     }
@@ -316,7 +324,16 @@ impl Tape {
                 },
             };
         }
-        run_tiles(&self.ops, tiles, &loads, &wraps, &uniforms, n, &mut sink)
+        (self.folded).evaluate(tiles, &mut uniforms, self.uniforms.len());
+        run_tiles(
+            &self.folded.ops,
+            tiles,
+            &loads,
+            &wraps,
+            &uniforms,
+            n,
+            &mut sink,
+        )
     }
 
     /// Runs lanes `lanes` (the loads' offsets at lane 0 `offsets`) into a
@@ -387,42 +404,6 @@ fn single_load(ops: &[Op]) -> Option<usize> {
             },
         ] => Some(usize::from(*i)),
         _ => None,
-    }
-}
-
-/// Where a tape's loads read (lane 0 of each contiguous load, and each
-/// uniform load) at one point of the loops.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Offsets {
-    loads: [i64; SOURCES],
-    uniforms: [i64; SOURCES],
-}
-
-impl Offsets {
-    /// Each offset's change from `self` to `to`.
-    pub fn step_to(&self, to: &Offsets) -> Offsets {
-        let mut d = Offsets::default();
-        for (i, x) in d.loads.iter_mut().enumerate() {
-            *x = to.loads[i] - self.loads[i];
-        }
-        for (i, x) in d.uniforms.iter_mut().enumerate() {
-            *x = to.uniforms[i] - self.uniforms[i];
-        }
-        d
-    }
-
-    pub fn advance(&mut self, by: &Offsets) {
-        self.advance_times(by, 1);
-    }
-
-    /// `times` steps of `by` at once.
-    pub fn advance_times(&mut self, by: &Offsets, times: i64) {
-        for (x, d) in self.loads.iter_mut().zip(&by.loads) {
-            *x += d * times;
-        }
-        for (x, d) in self.uniforms.iter_mut().zip(&by.uniforms) {
-            *x += d * times;
-        }
     }
 }
 
