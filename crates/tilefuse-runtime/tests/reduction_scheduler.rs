@@ -364,6 +364,28 @@ fn short_rows_share_cpu_workgroups_and_match_the_reference() {
     assert_eq!(workgroup(&sum(&[2 * threads, 16], 1)), Some(1));
 }
 
+/// On the CPU, rows of 257 to 2048 that pass through several nests run
+/// nest by nest over all rows (not persistent); shorter rows, longer ones
+/// and lone reductions keep a row's nests together.
+#[test]
+fn mid_length_rows_run_nest_by_nest_on_the_cpu() {
+    let cpu = Device::cpu();
+    let persistent = |f: &Fusion| {
+        let p = heuristics(f, None, &cpu.info()).unwrap();
+        let HeuristicParams::Reduction(r) = &p else {
+            unreachable!("a reduction")
+        };
+        run(f, &p, &cpu).unwrap();
+        r.persistent_kernel
+    };
+    let softmax = |cols| tilefuse_testing::softmax(&[6, cols], 1);
+    assert!(persistent(&softmax(256)));
+    assert!(!persistent(&softmax(257)));
+    assert!(!persistent(&softmax(2048)));
+    assert!(persistent(&softmax(2049)));
+    assert!(persistent(&sum(&[6, 1024], 1)));
+}
+
 /// Row sums whose rows share a CPU workgroup fold each row where it lies
 /// (`fold_load`, or `fold_each` below 128), bit for bit as a workgroup of
 /// one row folds it through its tape: rows of one tile, of more than a

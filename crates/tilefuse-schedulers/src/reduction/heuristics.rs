@@ -10,7 +10,9 @@ use tilefuse_sched::lowering::SHORT_NEST;
 
 /// Default params. The CPU device: rows spread over threads by
 /// workgroups of up to 128 rows (see [`rows_per_workgroup`]), each
-/// reduced serially as SIMD lanes, intermediates kept per row. GPUs: inner reductions spread each row over up to 256 invocations
+/// reduced serially as SIMD lanes, intermediates kept per row (rows of
+/// 257 to 2048 through several nests: each nest over all rows before the
+/// next). GPUs: inner reductions spread each row over up to 256 invocations
 /// whose partials fold as a tree in workgroup memory, in one persistent
 /// kernel, with vec4 loads. A CPU Vulkan (lavapipe) pays for every barrier:
 /// it gets one subgroup a row, partials shuffled together and rows
@@ -120,6 +122,15 @@ fn cpu_heuristics(
     p.launch.workgroup_size = Some([rows as u32, 1, 1]);
     p.reduction_invocations = 1;
     p.project_persistent_buffers = false;
+    // Rows of several nests between `SHORT_NEST` and `LONG_ROW` run faster
+    // nest by nest over all rows than row by row through every nest (2
+    // threads, 2^21 and 2^24 elements: softmax, layer norm and RMS norm
+    // over rows of 512 to 2048 took 0.69-0.95x the time, one at 1.05x);
+    // from 4096 on a row's nests gain from sharing it in cache (1.05-1.31x
+    // the time nest by nest).
+    if p.fastest_dim && (SHORT_NEST + 1..=LONG_ROW).contains(&topo.reduced()) && !one_nest(fusion) {
+        p.persistent_kernel = false;
+    }
     if !p.fastest_dim {
         // Column blocks a thread each, 1024 at most (4096² column sums:
         // 2.4 ms with 1024 a block on 2 threads, 3.3 with 512, 2.8 with
@@ -132,6 +143,10 @@ fn cpu_heuristics(
     }
     p
 }
+
+/// The longest rows whose nests the CPU device runs one after another
+/// over all rows (see `cpu_heuristics`).
+const LONG_ROW: u64 = 2048;
 
 /// Rows a CPU workgroup reduces, for rows reduced along their fastest
 /// dimension: a workgroup of one costs more than a short row (row sums
