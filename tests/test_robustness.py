@@ -620,7 +620,7 @@ def test_schedule_takes_a_params_dict() -> None:
 
 
 @pytest.mark.parametrize("device", [CPU, "gpu"])
-@pytest.mark.parametrize("method", ["heuristics", "schedule"])
+@pytest.mark.parametrize("method", ["heuristics", "schedule", "tunables"])
 def test_a_device_in_the_first_argument_says_to_pass_it_by_keyword(
     device: Any, method: str
 ) -> None:

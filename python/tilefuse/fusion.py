@@ -490,6 +490,7 @@ class Fusion:
         staged operands)."""
         from .schedule import as_device
 
+        _refuse_device("tunables", "scheduler", scheduler)
         device = as_device(device)
         return _native.tunables(self._native, device._native, scheduler)
 
