@@ -114,23 +114,23 @@ fn cpu_heuristics(
     device: &DeviceInfo,
 ) -> ReductionParams {
     let threads = device.cores.max(1) as u64;
-    let rows = if p.fastest_dim {
-        rows_per_workgroup(fusion, topo, threads)
-    } else {
-        1
-    };
-    p.launch.workgroup_size = Some([rows as u32, 1, 1]);
-    p.reduction_invocations = 1;
-    p.project_persistent_buffers = false;
     // Rows of several nests between `SHORT_NEST` and `LONG_ROW` run faster
     // nest by nest over all rows than row by row through every nest (2
     // threads, 2^21 and 2^24 elements: softmax, layer norm and RMS norm
     // over rows of 512 to 2048 took 0.69-0.95x the time, one at 1.05x);
     // from 4096 on a row's nests gain from sharing it in cache (1.05-1.31x
     // the time nest by nest).
-    if p.fastest_dim && (SHORT_NEST + 1..=LONG_ROW).contains(&topo.reduced()) && !one_nest(fusion) {
-        p.persistent_kernel = false;
-    }
+    let nest_by_nest =
+        p.fastest_dim && (SHORT_NEST + 1..=LONG_ROW).contains(&topo.reduced()) && !one_nest(fusion);
+    p.persistent_kernel = !nest_by_nest;
+    let rows = if p.fastest_dim {
+        rows_per_workgroup(fusion, topo, threads, nest_by_nest)
+    } else {
+        1
+    };
+    p.launch.workgroup_size = Some([rows as u32, 1, 1]);
+    p.reduction_invocations = 1;
+    p.project_persistent_buffers = false;
     if !p.fastest_dim {
         // Column blocks a thread each, 1024 at most (4096² column sums:
         // 2.4 ms with 1024 a block on 2 threads, 3.3 with 512, 2.8 with
@@ -155,11 +155,12 @@ const LONG_ROW: u64 = 2048;
 /// the workgroup's elements within 32768 (its intermediates in L2) and
 /// four workgroups a thread (fewer would idle threads). Rows of more than
 /// `SHORT_NEST` run each of their nests a row at a time (the CPU lowering
-/// distributes only shorter rows' nests), so they share a workgroup only where the
-/// reduction is the only nest (8192 x 512 row sums 0.7x the time; a
-/// softmax's rows over its intermediates cost 1.03-1.08x).
-fn rows_per_workgroup(fusion: &Fusion, topo: &Topology, threads: u64) -> u64 {
-    if topo.reduced() > SHORT_NEST && !one_nest(fusion) {
+/// distributes only shorter rows' nests), so they share a workgroup only where
+/// each nest runs over all rows before the next: a lone reduction (8192 x
+/// 512 row sums 0.7x the time) or `nest_by_nest` (a persistent softmax's
+/// rows over its intermediates cost 1.03-1.08x).
+fn rows_per_workgroup(fusion: &Fusion, topo: &Topology, threads: u64, nest_by_nest: bool) -> u64 {
+    if topo.reduced() > SHORT_NEST && !one_nest(fusion) && !nest_by_nest {
         return 1;
     }
     pow2_at_most((32768 / topo.reduced().max(1)).min(topo.outer() / (4 * threads))).min(128)
