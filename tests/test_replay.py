@@ -74,8 +74,9 @@ def test_bad_replays_are_clear_errors(recorded: str) -> None:
         tf.replay.compare(recorded, ["annealing"])
     with pytest.raises(tf.ParamsError, match="tolerance"):
         tf.replay.compare(recorded, tolerance=-0.1)
-    with pytest.raises(tf.ParamsError, match="not a recording"):
-        tf.replay.compare('{"times": []}')
+    for text in ('{"times": []}', "not json"):
+        with pytest.raises(tf.ParamsError, match="not a recording"):
+            tf.replay.compare(text)
     with pytest.raises(ValueError, match="seeds"):
         tf.replay.compare(recorded, seeds=0)
     q = tf.Fusion()

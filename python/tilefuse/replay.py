@@ -113,8 +113,7 @@ def compare(
     called as seeds finish."""
     if seeds < 1:
         raise ValueError(f"compare: seeds must be at least 1, not {seeds}")
-    points = len(json.loads(recording)["times"])
-    out, total = [], seeds * len(strategies)
+    runs, total = [], seeds * len(strategies)
     for i, strategy in enumerate(strategies):
         trials: list[int] = []
         for first in range(0, seeds, _CHUNK):
@@ -122,5 +121,7 @@ def compare(
             trials += _native.replay_trials(recording, strategy, tolerance, first, n)
             if progress is not None:
                 progress(i * seeds + first + n, total)
-        out.append(StrategyReplay(strategy, points, tuple(sorted(trials))))
-    return out
+        runs.append((strategy, tuple(sorted(trials))))
+    # A recording: the native side has read it.
+    points = len(json.loads(recording)["times"])
+    return [StrategyReplay(strategy, points, trials) for strategy, trials in runs]
