@@ -6,6 +6,11 @@
 
 use super::{Op, Operand, REGISTERS, SOURCES, TILE, step};
 
+/// A part reads no loads: these stand for them without being built on
+/// every run (most runs have no part at all).
+const NO_LOADS: [&[f32]; SOURCES] = [&[]; SOURCES];
+const NO_WRAPS: [usize; SOURCES] = [usize::MAX; SOURCES];
+
 /// A tape's ops with its uniform-only parts taken out.
 #[derive(Debug, Default)]
 pub(super) struct Folded {
@@ -54,12 +59,17 @@ impl Folded {
         uniforms: &mut [f32; SOURCES],
         own: usize,
     ) {
-        let no_loads = ([&[][..]; SOURCES], [usize::MAX; SOURCES]);
         for (i, (ops, reg)) in self.parts.iter().enumerate() {
             let (scratch, above) = tiles.split_first_mut().expect("registers exist");
             for op in ops {
-                let loads = (&no_loads.0, &no_loads.1);
-                step(op, &mut scratch[..1], above, loads, uniforms, 0);
+                step(
+                    op,
+                    &mut scratch[..1],
+                    above,
+                    (&NO_LOADS, &NO_WRAPS),
+                    uniforms,
+                    0,
+                );
             }
             uniforms[own + i] = match reg {
                 0 => scratch[0],
