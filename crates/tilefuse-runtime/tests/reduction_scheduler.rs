@@ -4,7 +4,7 @@ mod common;
 
 use common::{check_fields, device_kinds, devices, merged, merged_value, run, wgsl};
 use serde_json::{Value, json};
-use tilefuse_ir::Fusion;
+use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp};
 use tilefuse_params::{HeuristicParams, ParamsStruct, ReductionParams};
 use tilefuse_runtime::Device;
 use tilefuse_schedulers::{heuristics, schedule};
@@ -391,12 +391,14 @@ fn mid_length_rows_run_nest_by_nest_on_the_cpu() {
 /// (`fold_load`, or `fold_each` below 128), bit for bit as a workgroup of
 /// one row folds it through its tape: rows of one tile, of more than a
 /// tile, of a length that a tile pads (those still run through the tape),
-/// and short ones.
+/// and short ones. Sums of squares (a tape, not a load) run a few rows at
+/// a time into a staged run and fold there alike, also rows longer than
+/// a stage (each a run of its own).
 #[test]
 fn grouped_row_sums_fold_where_they_lie_as_one_row_would() {
     let cpu = Device::cpu();
-    for shape in [[64, 200], [8, 520], [64, 130], [64, 40]] {
-        let f = sum(&shape, 1);
+    let shapes = [[64, 200], [8, 520], [64, 130], [64, 40], [4, 3000]];
+    for f in shapes.iter().flat_map(|s| [sum(s, 1), sum_of_squares(s)]) {
         let x = tilefuse_testing::inputs(&f, 5);
         let run_with = |rows: u64| {
             let mut p = heuristics(&f, None, &cpu.info()).unwrap();
@@ -406,8 +408,18 @@ fn grouped_row_sums_fold_where_they_lie_as_one_row_would() {
             let s = schedule(&f, &p, &cpu.info()).unwrap();
             cpu.build(&s).unwrap().run(&x).unwrap()
         };
-        assert_eq!(run_with(8), run_with(1), "{shape:?}");
+        assert_eq!(run_with(16), run_with(1), "{}", f.to_json());
     }
+}
+
+/// `sum(x * x)` along the rows of `shape`.
+fn sum_of_squares(shape: &[usize]) -> Fusion {
+    let mut f = Fusion::new();
+    let x = f.input(shape, DType::F32, Some("x")).unwrap();
+    let sq = f.binary(BinaryOp::Mul, x, x).unwrap();
+    let s = f.reduce(ReduceOp::Sum, sq, Some(&[1]), false).unwrap();
+    f.output(s).unwrap();
+    f
 }
 
 /// A workgroup with more rows than the fusion: the rows past the end take

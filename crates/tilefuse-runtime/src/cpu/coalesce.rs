@@ -8,7 +8,7 @@ use super::block::{all_loads, compile_block, tape_into};
 use super::code::{BlockCode, LaneBound, MIN_PARALLEL_WORK, Step, TapeCode, TapeStore};
 use super::gemm_match::gemm_code;
 use super::nest::{in_one_thread, loop_chain, through_units};
-use super::scatter::{STAGED_BELOW, Scatter};
+use super::scatter::Scatter;
 use super::tape::{Period, TILE};
 use super::value::Access;
 
@@ -58,7 +58,7 @@ pub(super) fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option
         innermost.tape.as_ref().map(|t| t.into),
         Some(TapeStore::Fold(_))
     );
-    let in_rows = (extent < STAGED_BELOW as i64 || folds && extent <= MAX_FOLDED_ROW)
+    let in_rows = (extent < STAGED_BELOW || folds && extent <= MAX_FOLDED_ROW)
         && reduces
         && rows >= MIN_ROWS_IN_CHAIN;
     let short = innermost.tape.is_none() || extent < LONG_LANES || in_rows;
@@ -70,7 +70,7 @@ pub(super) fn coalesced(kernel: &Kernel, outer: LoopId, body: &[Node]) -> Option
         (short && reduces)
             .then(|| scattered(kernel, &chain, block, innermost))
             .flatten()
-            .filter(|step| extent < STAGED_BELOW as i64 || folds_rows(step))
+            .filter(|step| extent < STAGED_BELOW || folds_rows(step))
     })
 }
 
@@ -88,6 +88,12 @@ fn folds_rows(step: &Step) -> bool {
 /// longer matters beside the lanes' work, even at the 1-2 ns a lane of a
 /// scattered store.
 const LONG_LANES: i64 = 64;
+
+/// A reduction's innermost steps shorter than this give way to its whole
+/// chain scattering its lanes even where they do not fold in rows (their
+/// lanes staged, then combined lane by lane); longer ones only where they
+/// do, or a long row would be combined lane by lane.
+const STAGED_BELOW: i64 = 128;
 
 /// Rows a chain must hold for its reduction to fold in rows (see
 /// `scatter::Segments`) rather than each in a lane step of its own.

@@ -16,8 +16,8 @@ use std::ops::Range;
 use tilefuse_ir::ReduceOp;
 
 use super::ctx::Ctx;
-use super::lanes::{combine_into, fold_f32};
-use super::tape::{Registers, Sink, Tape, fold_load};
+use super::lanes::combine_into;
+use super::tape::{Registers, Sink, Tape, fold_as_run};
 
 /// Where lanes store, past lane 0's element.
 #[derive(Debug)]
@@ -34,11 +34,11 @@ pub(super) struct Scatter {
 /// `len` consecutive lanes (a segment, from a multiple of `len`) fold into
 /// one element, and the other digits (`rows`) give each segment its own.
 /// Lane by lane, the digits' odometer and a combine per lane cost 2.5 ns,
-/// 2.6 ms of a 65536 x 16 row sum. Segments shorter than
-/// [`STAGED_BELOW`] are computed into a staged run first, where the
+/// 2.6 ms of a 65536 x 16 row sum. Segments are computed into a staged
+/// run first, a few rows at a time (see [`STAGED_LANES`]), where the
 /// shortest fold side by side, column by column, each still in its lanes'
-/// order, and the others each as a whole; longer ones fold one after
-/// another through the tape, as a lane step of their own would.
+/// order, and the others each as a whole; rows longer than a stage fold
+/// one after another through the tape, as a lane step of their own would.
 #[derive(Debug)]
 struct Segments {
     len: usize,
@@ -50,11 +50,6 @@ struct Segments {
 /// each folded as a whole, which costs rows of 4 and 8 more than side by
 /// side does (a 65536 x 4 softmax 1.28x the time).
 const SIDE_BY_SIDE_BELOW: usize = 16;
-
-/// Segments from this length fold through the tape rather than staged:
-/// rows of 256 staged took a row sum 2.3x the time (the staged run falls
-/// out of L1), and 128 was even.
-pub(super) const STAGED_BELOW: usize = 128;
 
 impl Scatter {
     /// Lane `i` at `i * stride`.
@@ -201,8 +196,8 @@ impl Ctx<'_> {
         &self,
         (tape, op): (&Tape, ReduceOp),
         len: usize,
-        elements: impl Iterator<Item = &'a mut f32>,
-        (lanes, registers): ((usize, usize), &mut Registers),
+        mut elements: impl Iterator<Item = &'a mut f32>,
+        ((start, n), registers): ((usize, usize), &mut Registers),
         env: &[i64],
         first: bool,
     ) {
@@ -210,28 +205,47 @@ impl Ctx<'_> {
         // A tape that is one load folds its rows where they lie, as its
         // tape's lanes would fold (a tape run a row took a 16384 x 128
         // row sum 2.6x the time on one thread).
-        let direct = tape.consecutive(self.buffers, &offsets, lanes);
-        if len < STAGED_BELOW {
-            let fold = |values: &[f32]| match len < SIDE_BY_SIDE_BELOW {
-                true => fold_rows(values, len, op, first, elements),
-                false => fold_each(values, len, op, first, elements),
-            };
-            return match direct {
-                Some(values) => fold(values),
-                None => tape.run_staged(self.buffers, &offsets, lanes, registers, fold),
-            };
+        if let Some(values) = tape.consecutive(self.buffers, &offsets, (start, n)) {
+            return fold_segments_of(values, len, op, first, elements);
         }
-        let rows = (lanes.0..lanes.0 + lanes.1).step_by(len);
-        for (row, e) in rows.zip(elements) {
-            let at = row - lanes.0;
-            let folded = direct
-                .and_then(|lanes| fold_load(&lanes[at..at + len], op))
-                .or_else(|| {
-                    let sink = Sink::Fold(op);
-                    tape.run_from(self.buffers, &offsets, (row, len), registers, sink)
-                });
-            *e = combined(*e, folded.expect("a fold returns its value"), op, first);
+        let rows = STAGED_LANES / len;
+        if rows == 0 {
+            for (row, e) in (start..start + n).step_by(len).zip(elements) {
+                let sink = Sink::Fold(op);
+                let folded = tape.run_from(self.buffers, &offsets, (row, len), registers, sink);
+                *e = combined(*e, folded.expect("a fold returns its value"), op, first);
+            }
+            return;
         }
+        for from in (start..start + n).step_by(rows * len) {
+            let lanes = (from, (rows * len).min(start + n - from));
+            tape.run_staged(self.buffers, &offsets, lanes, registers, |values| {
+                fold_segments_of(values, len, op, first, elements.by_ref())
+            });
+        }
+    }
+}
+
+/// Lanes staged at a time where rows fold: 8 KB stay in L1 between the
+/// tape's stores and the folds' loads (staged whole, a row sum's rows of
+/// 256 took 2.3x the time). Rows shorter than this run a few at a time,
+/// not each a run of the tape of its own: a run's fixed cost (offsets,
+/// gathers, a padded fold) was some 100 ns a row, 90 % of a one-thread
+/// variance over rows of 128.
+const STAGED_LANES: usize = 2048;
+
+/// Folds `values`, rows of `len`, into the next of `elements` each (see
+/// `fold_rows` and `fold_each`).
+fn fold_segments_of<'a>(
+    values: &[f32],
+    len: usize,
+    op: ReduceOp,
+    first: bool,
+    elements: impl Iterator<Item = &'a mut f32>,
+) {
+    match len < SIDE_BY_SIDE_BELOW {
+        true => fold_rows(values, len, op, first, elements),
+        false => fold_each(values, len, op, first, elements),
     }
 }
 
@@ -244,7 +258,8 @@ fn combined(element: f32, v: f32, op: ReduceOp, first: bool) -> f32 {
 }
 
 /// Folds `values`, rows of `len`, into `elements`, one a row, each row
-/// as a whole (`first`: each row starts its element).
+/// as a whole, as a tape's run over its lanes would (`first`: each row
+/// starts its element).
 fn fold_each<'a>(
     values: &[f32],
     len: usize,
@@ -253,7 +268,7 @@ fn fold_each<'a>(
     elements: impl Iterator<Item = &'a mut f32>,
 ) {
     for (row, e) in values.chunks_exact(len).zip(elements) {
-        *e = combined(*e, fold_f32(row, op), op, first);
+        *e = combined(*e, fold_as_run(row, op), op, first);
     }
 }
 
@@ -334,18 +349,19 @@ mod tests {
         assert_eq!(got[2], -1.0);
     }
 
-    /// Rows folded each as a whole give each element its row's fold,
-    /// combined with the element or (first) alone; a maximum keeps a
-    /// row's NaN.
+    /// Rows folded each as a whole give each element its row's fold, as
+    /// a tape's run over the row's lanes adds it (a row of 20 padded to 24
+    /// with -0, one of 300 a tile at a time), combined with the element
+    /// or (first) alone; a maximum keeps a row's NaN.
     #[test]
     fn rows_fold_each_as_a_whole() {
-        let values: Vec<f32> = (0..5 * 20).map(|i| (i as f32 * 0.37).sin()).collect();
-        let mut got = vec![1.5f32; 5];
-        fold_each(&values, 20, ReduceOp::Sum, false, got.iter_mut());
-        let want: Vec<f32> = (values.chunks(20))
-            .map(|r| 1.5 + fold_f32(r, ReduceOp::Sum))
-            .collect();
-        assert_eq!(got, want);
+        for len in [20, 300] {
+            let values: Vec<f32> = (0..5 * len).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut got = vec![1.5f32; 5];
+            fold_each(&values, len, ReduceOp::Sum, false, got.iter_mut());
+            let want: Vec<f32> = (values.chunks(len)).map(|r| 1.5 + as_a_run(r)).collect();
+            assert_eq!(got, want, "rows of {len}");
+        }
         let mut rows = vec![-2.0f32; 32];
         rows[3] = f32::NAN;
         rows[20] = 7.0;
@@ -353,6 +369,16 @@ mod tests {
         fold_each(&rows, 16, ReduceOp::Max, true, got.iter_mut());
         assert!(got[0].is_nan(), "{got:?}");
         assert_eq!(got[1], 7.0);
+    }
+
+    /// A sum as `run_tiles` adds a row: tiles of 256 lanes added lane by
+    /// lane into one, padded with -0 to a multiple of 8, then folded.
+    fn as_a_run(row: &[f32]) -> f32 {
+        let mut acc = vec![-0f32; row.len().min(256).next_multiple_of(8)];
+        for tile in row.chunks(256) {
+            acc.iter_mut().zip(tile).for_each(|(a, x)| *a += x);
+        }
+        fold_f32(&acc, ReduceOp::Sum)
     }
 
     /// Lanes over loops of 2 x 3 (steps 10 and 1, the inner one reducing),

@@ -501,6 +501,19 @@ multiversion!(
     }
 );
 
+/// `lanes` folded by `op` as a tape's run over them into [`Sink::Fold`]
+/// adds them, so that a row folds alike whether its lanes ran alone or
+/// were staged with other rows' (`scatter::Segments`).
+pub fn fold_as_run(lanes: &[f32], op: ReduceOp) -> f32 {
+    fold_load(lanes, op).unwrap_or_else(|| {
+        // One tile, not a multiple of eight lanes: padded as `run_tiles`
+        // pads its register.
+        let mut padded = [identity(op); TILE];
+        padded[..lanes.len()].copy_from_slice(lanes);
+        fold_f32(&padded[..lanes.len().next_multiple_of(8)], op)
+    })
+}
+
 /// The f32 value `op` starts a fold from.
 fn identity(op: ReduceOp) -> f32 {
     reduce_identity(op, DType::F32).as_f64() as f32
