@@ -164,7 +164,7 @@ impl Tape {
         }
         self.loads.extend(repeated);
         self.uniforms = uniforms;
-        self.folded = Folded::of(&self.ops, self.uniforms.len());
+        self.folded = Folded::of(&self.ops, self.uniforms.len(), &self.loads);
         true
     }
 

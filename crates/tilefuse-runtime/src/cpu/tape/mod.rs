@@ -41,7 +41,7 @@ const REGISTERS: usize = 8;
 const SOURCES: usize = 16;
 
 /// Where an operand comes from.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Operand {
     Reg(u8),
     /// `loads[i]`: consecutive elements (or gathered ones), one per lane.
@@ -99,11 +99,13 @@ pub struct Tape {
 /// call cost as much as the arithmetic. Register 0 is scratch for sinks
 /// that do not store (stores compute straight into their destination).
 /// `gathered` holds a run's strided loads, one after another; `staged` the
-/// lanes of a store that is not consecutive.
+/// lanes of a store that is not consecutive; `rows` a run's row
+/// statistics and row parts' values, one a row (`fold.rs`).
 pub struct Registers {
     tiles: Box<[[f32; TILE]; REGISTERS]>,
     gathered: Vec<f32>,
     staged: Vec<f32>,
+    rows: Vec<f32>,
 }
 
 impl Default for Registers {
@@ -112,6 +114,7 @@ impl Default for Registers {
             tiles: Box::new([[0.0; TILE]; REGISTERS]),
             gathered: Vec::new(),
             staged: Vec::new(),
+            rows: Vec::new(),
         }
     }
 }
@@ -138,7 +141,7 @@ impl Tape {
             folded: Folded::default(),
         };
         tape.emit(value, 0, store, dtypes)?;
-        tape.folded = Folded::of(&tape.ops, tape.uniforms.len());
+        tape.folded = Folded::of(&tape.ops, tape.uniforms.len(), &tape.loads);
         let fits = tape.loads.len() <= SOURCES && tape.uniforms.len() <= SOURCES;
         fits.then_some(tape)
     }
@@ -293,24 +296,12 @@ impl Tape {
         mut sink: Sink<'_>,
     ) -> Option<f32> {
         let Registers {
-            tiles, gathered, ..
+            tiles,
+            gathered,
+            rows,
+            ..
         } = regs;
         let wraps = self.gather(buffers, offsets, (start, n), gathered);
-        let mut loads: [&[f32]; SOURCES] = [&[]; SOURCES];
-        let mut from = 0;
-        for (((slot, load), &at), &wrap) in (loads.iter_mut().zip(&self.loads))
-            .zip(&offsets.loads)
-            .zip(&wraps)
-        {
-            *slot = match load.consecutive() {
-                true => unsafe { buffers[load.buffer].slice::<f32>(at as usize + start, n) },
-                false => {
-                    let lanes = window(n, wrap);
-                    from += lanes;
-                    &gathered[from - lanes..from]
-                }
-            };
-        }
         let mut uniforms = [0f32; SOURCES];
         for ((slot, u), &at) in uniforms
             .iter_mut()
@@ -325,6 +316,30 @@ impl Tape {
             };
         }
         (self.folded).evaluate(tiles, &mut uniforms, self.uniforms.len());
+        let derived = gathered.len();
+        let sources = (buffers, offsets, &uniforms);
+        (self.folded).fill_rows(&self.loads, sources, (start, n), (tiles, rows), gathered);
+        let mut loads: [&[f32]; SOURCES] = [&[]; SOURCES];
+        let mut from = 0;
+        for (i, load) in self.loads.iter().enumerate() {
+            if !self.folded.reads(i) {
+                continue;
+            }
+            loads[i] = match load.consecutive() {
+                true => unsafe {
+                    buffers[load.buffer].slice::<f32>(offsets.loads[i] as usize + start, n)
+                },
+                false => {
+                    let lanes = window(n, wraps[i]);
+                    from += lanes;
+                    &gathered[from - lanes..from]
+                }
+            };
+        }
+        let parts = gathered[derived..].chunks_exact(n.max(1));
+        for (slot, part) in loads[self.loads.len()..].iter_mut().zip(parts) {
+            *slot = part;
+        }
         run_tiles(
             &self.folded.ops,
             tiles,
@@ -372,11 +387,14 @@ impl Tape {
         into.clear();
         let mut wraps = [usize::MAX; SOURCES];
         let whole = single_load(&self.ops).is_some();
-        for ((load, &at), wrap) in (self.loads.iter().zip(&offsets.loads)).zip(&mut wraps) {
+        for (i, ((load, &at), wrap)) in (self.loads.iter().zip(&offsets.loads))
+            .zip(&mut wraps)
+            .enumerate()
+        {
             if load.repeats() && !whole {
                 *wrap = load.period;
             }
-            if !load.consecutive() {
+            if !load.consecutive() && self.folded.reads(i) {
                 let lanes = (start, window(n, *wrap));
                 unsafe { load.gather(&buffers[load.buffer], at as usize, lanes, into) };
             }
