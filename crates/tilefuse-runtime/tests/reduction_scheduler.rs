@@ -388,7 +388,7 @@ fn mid_length_rows_run_nest_by_nest_on_the_cpu() {
 }
 
 /// Row sums whose rows share a CPU workgroup fold each row where it lies
-/// (`fold_load`, or `fold_each` below 128), bit for bit as a workgroup of
+/// (`fold_rows_as_runs`, or side by side below 16), bit for bit as a workgroup of
 /// one row folds it through its tape: rows of one tile, of more than a
 /// tile, of a length that a tile pads (those still run through the tape),
 /// and short ones. Sums of squares (a tape, not a load) run a few rows at
