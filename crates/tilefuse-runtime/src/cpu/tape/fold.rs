@@ -10,7 +10,7 @@
 //! `rsqrt(ms + eps)` for each of a row's lanes: 40 % of its time).
 #![allow(unsafe_code)]
 
-use super::lane_load::LaneLoad;
+use super::lane_load::{LaneLoad, spread};
 use super::{Offsets, Op, Operand, REGISTERS, SOURCES, TILE, step};
 use crate::cpu::memory::RawBuf;
 
@@ -166,12 +166,7 @@ impl Folded {
             }
         }
         for part in rows[values..].chunks_exact(count) {
-            let mut lane = start;
-            while lane < start + n {
-                let len = (self.period - lane % self.period).min(start + n - lane);
-                into.extend(std::iter::repeat_n(part[lane / self.period - first], len));
-                lane += len;
-            }
+            spread(part, self.period, start, n, into);
         }
     }
 }

@@ -301,7 +301,7 @@ impl Tape {
             rows,
             ..
         } = regs;
-        let wraps = self.gather(buffers, offsets, (start, n), gathered);
+        let wraps = self.gather(buffers, offsets, (start, n), (gathered, rows));
         let mut uniforms = [0f32; SOURCES];
         for ((slot, u), &at) in uniforms
             .iter_mut()
@@ -386,7 +386,7 @@ impl Tape {
         buffers: &[RawBuf],
         offsets: &Offsets,
         (start, n): (usize, usize),
-        into: &mut Vec<f32>,
+        (into, rows): (&mut Vec<f32>, &mut Vec<f32>),
     ) -> [usize; SOURCES] {
         into.clear();
         let mut wraps = [usize::MAX; SOURCES];
@@ -400,7 +400,7 @@ impl Tape {
             }
             if !load.consecutive() && self.folded.reads(i) {
                 let lanes = (start, window(n, *wrap));
-                unsafe { load.gather(&buffers[load.buffer], at as usize, lanes, into) };
+                unsafe { load.gather(&buffers[load.buffer], at as usize, lanes, (into, rows)) };
             }
         }
         wraps
