@@ -13,7 +13,7 @@
 //! writes disjoint and ordered before their reads.
 #![allow(unsafe_code)]
 
-use tilefuse_ir::{BinaryOp, DType, ReduceOp, UnaryOp, reduce_identity};
+use tilefuse_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 use tilefuse_sched::ir::Var;
 
 use super::lanes::{Rhs, arith, arith_from, combine_into, fold_f32, unary_f32};
@@ -22,12 +22,15 @@ use super::memory::RawBuf;
 use super::simd_math::multiversion;
 use super::value::{Access, Value};
 use fold::Folded;
+pub use lane_fold::fold_as_run;
+use lane_fold::{fold_whole, identity};
 use lane_load::LaneLoad;
 pub use lane_load::Period;
 pub use offsets::Offsets;
 pub use rows::Rows;
 
 mod fold;
+mod lane_fold;
 mod lane_load;
 mod offsets;
 mod rows;
@@ -498,56 +501,6 @@ multiversion!(
         })
     }
 );
-
-/// A load folded as it is (a row sum), or `None` where it would need
-/// padding (one tile not a multiple of `fold_f32`'s eight partial sums:
-/// `run_tiles` pads it in a register). It adds in the order a copy
-/// through a register would (the copy was over half of a 4096-column row
-/// sum's time), tile after tile for rows of more than a tile.
-#[inline(always)]
-fn fold_whole(row: &[f32], op: ReduceOp) -> Option<f32> {
-    if row.len() > TILE {
-        let mut acc = [identity(op); TILE];
-        for tile in row.chunks(TILE) {
-            combine_into(&mut acc[..tile.len()], tile, op, false);
-        }
-        return Some(fold_f32(&acc, op));
-    }
-    row.len().is_multiple_of(8).then(|| fold_f32(row, op))
-}
-
-/// `lanes` folded by `op` as a tape's run over them into [`Sink::Fold`]
-/// adds them, so that a row folds alike whether its lanes ran alone or
-/// were staged with other rows' (`scatter::Segments`).
-/// Inlined where rows are short: a dispatch to wider vectors a row took
-/// rows of 32 1.1x the time (and rows of 128 1.15x).
-#[inline(always)]
-pub fn fold_as_run(lanes: &[f32], op: ReduceOp) -> f32 {
-    if lanes.len() > TILE {
-        return fold_tiles(lanes, op);
-    }
-    fold_whole(lanes, op).unwrap_or_else(|| {
-        // One tile, not a multiple of eight lanes: padded as `run_tiles`
-        // pads its register.
-        let mut padded = [identity(op); TILE];
-        padded[..lanes.len()].copy_from_slice(lanes);
-        fold_f32(&padded[..lanes.len().next_multiple_of(8)], op)
-    })
-}
-
-multiversion!(
-    /// A row of more than a tile folded as [`fold_as_run`] folds it,
-    /// compiled for the widest vectors (rows of 1024 to 4096 took 1.2-1.3x
-    /// the time without).
-    fn fold_tiles(row: &[f32], op: ReduceOp) -> f32 {
-        fold_whole(row, op).expect("a row of more than a tile folds whole")
-    }
-);
-
-/// The f32 value `op` starts a fold from.
-fn identity(op: ReduceOp) -> f32 {
-    reduce_identity(op, DType::F32).as_f64() as f32
-}
 
 /// Runs one op on the lanes `lo..lo + reg0.len()`.
 #[inline(always)]
