@@ -208,7 +208,6 @@ impl Ctx<'_> {
         if let Some(values) = tape.consecutive(self.buffers, &offsets, (start, n)) {
             return fold_segments_of(values, len, op, first, elements);
         }
-        let rows = STAGED_LANES / len;
         if len > TILE {
             for (row, e) in (start..start + n).step_by(len).zip(elements) {
                 let sink = Sink::Fold(op);
@@ -217,6 +216,7 @@ impl Ctx<'_> {
             }
             return;
         }
+        let rows = STAGED_LANES / len;
         for from in (start..start + n).step_by(rows * len) {
             let lanes = (from, (rows * len).min(start + n - from));
             tape.run_staged(self.buffers, &offsets, lanes, registers, |values| {
