@@ -16,7 +16,7 @@ use std::ops::Range;
 use tilefuse_ir::ReduceOp;
 
 use super::ctx::Ctx;
-use super::lanes::combine_into;
+use super::lanes::{combine_into, fold_f32};
 use super::tape::{Registers, Sink, TILE, Tape, fold_as_run};
 
 /// Where lanes store, past lane 0's element.
@@ -268,8 +268,13 @@ fn fold_each<'a>(
     first: bool,
     elements: impl Iterator<Item = &'a mut f32>,
 ) {
-    for (row, e) in values.chunks_exact(len).zip(elements) {
-        *e = combined(*e, fold_as_run(row, op), op, first);
+    let rows = values.chunks_exact(len).zip(elements);
+    if len <= TILE && len.is_multiple_of(8) {
+        // `fold_as_run`'s own choice for these rows, made once: made a
+        // row, rows of 32 took 1.07x the time.
+        rows.for_each(|(row, e)| *e = combined(*e, fold_f32(row, op), op, first));
+    } else {
+        rows.for_each(|(row, e)| *e = combined(*e, fold_as_run(row, op), op, first));
     }
 }
 
