@@ -357,10 +357,15 @@ mod tests {
 
     /// The ops `Tape::compile` emits for `(x - u0) * rsqrt(u1 * u2 + u3)`.
     fn normalize() -> Vec<Op> {
+        normalize_over([uniform(0), uniform(1), uniform(2), uniform(3)])
+    }
+
+    /// The same over any operands: `(x - a) * rsqrt(b * c + d)`.
+    fn normalize_over([a, b, c, d]: [Operand; 4]) -> Vec<Op> {
         vec![
-            apply(BinaryOp::Sub, 0, load(0), uniform(0)),
-            apply(BinaryOp::Mul, 1, uniform(1), uniform(2)),
-            binary(BinaryOp::Add, 1, uniform(3), false),
+            apply(BinaryOp::Sub, 0, load(0), a),
+            apply(BinaryOp::Mul, 1, b, c),
+            binary(BinaryOp::Add, 1, d, false),
             Op::Unary {
                 op: UnaryOp::Rsqrt,
                 dst: 1,
@@ -452,16 +457,7 @@ mod tests {
     /// feeds only the part and is not gathered.
     #[test]
     fn a_part_over_row_statistics_is_a_load_filled_once_a_row() {
-        let ops = [
-            apply(BinaryOp::Sub, 0, load(0), load(1)),
-            apply(BinaryOp::Mul, 1, load(2), uniform(1)),
-            binary(BinaryOp::Add, 1, uniform(2), false),
-            Op::Unary {
-                op: UnaryOp::Rsqrt,
-                dst: 1,
-            },
-            binary(BinaryOp::Mul, 0, Operand::Reg(1), false),
-        ];
+        let ops = normalize_over([load(1), load(2), uniform(1), uniform(2)]);
         let x = LaneLoad::strided(0, LoopIndex::new(Index::Const(0)), 1);
         let loads = [x, statistic(1), statistic(2)];
         let folded = Folded::of(&ops, 3, &loads);
