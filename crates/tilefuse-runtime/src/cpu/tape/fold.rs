@@ -10,7 +10,7 @@
 //! `rsqrt(ms + eps)` for each of a row's lanes: 40 % of its time).
 #![allow(unsafe_code)]
 
-use super::lane_load::{LaneLoad, spread};
+use super::lane_load::{LaneLoad, rows_spanned, spread};
 use super::{Offsets, Op, Operand, REGISTERS, SOURCES, TILE, step};
 use crate::cpu::memory::RawBuf;
 
@@ -92,6 +92,11 @@ impl Folded {
         self.reads & (1 << i) != 0
     }
 
+    /// Whether the tape's load `i` is a row statistic that row parts read.
+    fn stat(&self, i: usize) -> bool {
+        self.stats & (1 << i) != 0
+    }
+
     /// Evaluates the parts into `uniforms` after the tape's `own` ones,
     /// on lane 0 of `tiles`.
     pub(super) fn evaluate(
@@ -137,19 +142,14 @@ impl Folded {
         if self.rows.is_empty() || n == 0 {
             return;
         }
-        let first = start / self.period;
-        let count = (start + n - 1) / self.period + 1 - first;
+        let count = rows_spanned(self.period, (start, n));
         rows.clear();
         let mut stat_at = [0; SOURCES];
-        for (i, load) in loads
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| self.stats & (1 << i) != 0)
-        {
+        for (i, load) in loads.iter().enumerate().filter(|&(i, _)| self.stat(i)) {
             stat_at[i] = rows.len();
-            let at = offsets.loads[i] as usize + first * load.step;
+            let (buf, at) = (&buffers[load.buffer], offsets.loads[i] as usize);
             // SAFETY: the rows' statistics, as the lanes' gather reads them.
-            unsafe { buffers[load.buffer].gather_f32(at, load.step, count, rows) };
+            unsafe { load.gather_rows(buf, at, (start, n), rows) };
         }
         let values = rows.len();
         for (ops, reg) in &self.rows {
@@ -157,7 +157,7 @@ impl Folded {
                 let len = TILE.min(count - lo);
                 let mut stats = NO_LOADS;
                 for (i, slot) in stats.iter_mut().enumerate() {
-                    if self.stats & (1 << i) != 0 {
+                    if self.stat(i) {
                         *slot = &rows[stat_at[i] + lo..stat_at[i] + lo + len];
                     }
                 }

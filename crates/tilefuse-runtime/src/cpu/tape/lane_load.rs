@@ -97,10 +97,8 @@ impl LaneLoad {
         (into, rows): (&mut Vec<f32>, &mut Vec<f32>),
     ) {
         if self.stride == 0 && n > 0 {
-            let first = start / self.period;
-            let count = (start + n - 1) / self.period + 1 - first;
             rows.clear();
-            unsafe { buf.gather_f32(at + first * self.step, self.step, count, rows) };
+            unsafe { self.gather_rows(buf, at, (start, n), rows) };
             return spread(rows, self.period, start, n, into);
         }
         let mut lane = start;
@@ -112,6 +110,33 @@ impl LaneLoad {
             lane += len;
         }
     }
+}
+
+impl LaneLoad {
+    /// Appends to `rows` a row's statistic (`stride` 0), lane 0 reading
+    /// element `at`: one value for each row the lanes `start..start + n`
+    /// span, the first row's first.
+    ///
+    /// # Safety
+    ///
+    /// As [`RawBuf::slice`], for the elements read.
+    pub(super) unsafe fn gather_rows(
+        &self,
+        buf: &RawBuf,
+        at: usize,
+        (start, n): (usize, usize),
+        rows: &mut Vec<f32>,
+    ) {
+        let first = start / self.period;
+        let count = rows_spanned(self.period, (start, n));
+        unsafe { buf.gather_f32(at + first * self.step, self.step, count, rows) };
+    }
+}
+
+/// The number of rows of `period` lanes that the lanes `start..start + n`
+/// (`n` above 0) span.
+pub(super) fn rows_spanned(period: usize, (start, n): (usize, usize)) -> usize {
+    (start + n - 1) / period + 1 - start / period
 }
 
 multiversion!(
