@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp};
 use tilefuse_params::{HeuristicParams, ParamsStruct, ReductionParams};
 use tilefuse_runtime::Device;
+use tilefuse_sched::ir::LoopKind;
 use tilefuse_schedulers::{heuristics, schedule};
 use tilefuse_testing::{reduction_fusions, sum};
 
@@ -481,6 +482,35 @@ fn columns_of_an_invocation_share_one_tree_on_a_gpu() {
     // Five steps of the tree, and the barrier before it.
     assert_eq!(src.matches("workgroupBarrier").count(), 6, "{src}");
     assert!(nest.to_string().contains("(tree reduction)"), "{nest}");
+    for device in devices() {
+        run(&f, &p, &device).unwrap_or_else(|e| panic!("{}: {e}", device.info().name));
+    }
+}
+
+/// On the CPU device, every nest of an outer normalization that runs nest
+/// by nest walks its lanes along the kept, contiguous axis: its loops over
+/// the reduced axis go outside the invocations, for the pointwise nests as
+/// for the reductions. With the columns outside, each row of the exp and
+/// the division was a strided walk down a column (a softmax over the
+/// columns of 1024 x 4096 took 43 ms, 6.4 ms after).
+#[test]
+fn outer_normalizations_walk_their_lanes_along_the_kept_axis_on_the_cpu() {
+    let f = tilefuse_testing::softmax(&[64, 256], 0);
+    let cpu = &device_kinds()[0];
+    let mut p = heuristics(&f, None, cpu).unwrap().to_value();
+    p["persistent_kernel"] = json!(false);
+    let p = HeuristicParams::from_value(p).unwrap();
+    let nest = schedule(&f, &p, cpu).unwrap();
+    let k = nest.kernel();
+    for b in nest.get_blocks() {
+        let innermost = *nest.get_loops(b).unwrap().last().unwrap();
+        assert!(
+            matches!(k.loop_(innermost).kind, LoopKind::Bound(_)),
+            "{} ends in {:?}:\n{nest}",
+            nest.block_name(b),
+            k.loop_(innermost)
+        );
+    }
     for device in devices() {
         run(&f, &p, &device).unwrap_or_else(|e| panic!("{}: {e}", device.info().name));
     }

@@ -76,18 +76,31 @@ pub(crate) const CPU_WORKGROUP_LANES: u64 = 1024;
 /// rows or lanes are bound to) outside it, keeping their order and that of
 /// the other loops, where they are one chain of `b`'s own loops.
 pub(crate) fn reduce_outside(s: &mut Schedule, b: BlockId, rows: LoopId) -> Step<()> {
+    let block = s.kernel().block(b);
+    let reduce: Vec<bool> = (block.iters.iter())
+        .map(|it| it.kind == IterKind::Reduce)
+        .collect();
+    axes_outside(s, b, rows, &reduce)
+}
+
+/// Moves the loops inside `rows` that bind the iterators of `b` marked in
+/// `outside` out of it, as [`reduce_outside`] does for reduction
+/// iterators: a pointwise block over an outer reduction's domain then
+/// walks its lanes along the kept, contiguous axis, as the reduction does.
+pub(crate) fn axes_outside(
+    s: &mut Schedule,
+    b: BlockId,
+    rows: LoopId,
+    outside: &[bool],
+) -> Step<()> {
     let loops = s.get_loops(b)?;
     let from = loops.iter().position(|&l| l == rows).expect("b's row loop");
     let block = s.kernel().block(b);
-    let reduces = |l: LoopId| {
-        block
-            .iters
-            .iter()
-            .zip(&block.bindings)
-            .any(|(it, x)| it.kind == IterKind::Reduce && x.mentions(Var::Loop(l)))
+    let binds = |l: LoopId| {
+        (block.bindings.iter().zip(outside)).any(|(x, &out)| out && x.mentions(Var::Loop(l)))
     };
     let (mut order, spatial): (Vec<LoopId>, Vec<LoopId>) =
-        loops[from..].iter().partition(|&&l| reduces(l));
+        loops[from..].iter().partition(|&&l| binds(l));
     if order.is_empty() {
         return Ok(());
     }

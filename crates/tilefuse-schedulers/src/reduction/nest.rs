@@ -4,7 +4,7 @@
 
 use super::plan::{Plan, Rows};
 use super::topology::Topology;
-use crate::launch::{bind_capped, err, fuse, reduce_outside};
+use crate::launch::{axes_outside, bind_capped, err, fuse};
 use crate::step::Step;
 use tilefuse_sched::Schedule;
 use tilefuse_sched::ir::{BlockId, IterKind, LoopId, Role, Scope};
@@ -36,6 +36,17 @@ pub(super) fn full_shape(s: &Schedule, b: BlockId, topo: &Topology) -> bool {
     s.kernel().buffer(s.kernel().block(b).buffer).shape == topo.shape
 }
 
+/// Which of the block's iterators run over the reduction domain: its
+/// reduction iterators, or a full-shape pointwise block's iterators along
+/// the reduced axes.
+fn over_domain(s: &Schedule, topo: &Topology, b: BlockId) -> Vec<bool> {
+    let block = s.kernel().block(b);
+    let full = full_shape(s, b, topo) && block.reduce.is_none();
+    (block.iters.iter().enumerate())
+        .map(|(i, it)| it.kind == IterKind::Reduce || (full && topo.axes.contains(&i)))
+        .collect()
+}
+
 /// The block's own loops (one per iterator, as a fresh or `compute_at`
 /// nest has them), split into those over rows and those over the
 /// reduction domain.
@@ -44,15 +55,12 @@ pub(super) fn own_loops(
     topo: &Topology,
     b: BlockId,
 ) -> Step<(Vec<LoopId>, Vec<LoopId>)> {
-    let block = s.kernel().block(b);
+    let in_r = over_domain(s, topo, b);
     let loops = s.get_loops(b)?;
-    let own = &loops[loops.len() - block.iters.len()..];
-    let full = full_shape(s, b, topo) && block.reduce.is_none();
-    let in_r =
-        |i: usize| block.iters[i].kind == IterKind::Reduce || (full && topo.axes.contains(&i));
+    let own = &loops[loops.len() - in_r.len()..];
     let pick = |r: bool| {
         (0..own.len())
-            .filter(|&i| in_r(i) == r)
+            .filter(|&i| in_r[i] == r)
             .map(|i| own[i])
             .collect()
     };
@@ -175,8 +183,11 @@ pub(super) fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) ->
     }
     s.bind(invocations, plan.row_axis)?;
     reduction_domain(s, plan, b, r, vector, rows.reduction_invocations, false)?;
-    if plan.reduce_outside_rows && is_reduction(s, b) {
-        reduce_outside(s, b, invocations)?;
+    // A pointwise block's domain split across invocations keeps its order:
+    // its lanes are bound inside the rows.
+    if plan.reduce_outside_rows && (is_reduction(s, b) || rows.reduction_invocations == 1) {
+        let outside = over_domain(s, &plan.topo, b);
+        axes_outside(s, b, invocations, &outside)?;
     }
     if let Some(combine) = next_stage {
         own_nest(s, plan, combine, plan.combine_rows())?;
