@@ -185,7 +185,8 @@ pub(super) fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) ->
     reduction_domain(s, plan, b, r, vector, rows.reduction_invocations, false)?;
     // A pointwise block's domain split across invocations keeps its order:
     // its lanes are bound inside the rows.
-    if plan.reduce_outside_rows && (is_reduction(s, b) || rows.reduction_invocations == 1) {
+    let pointwise_outside = plan.pointwise_outside_rows && rows.reduction_invocations == 1;
+    if is_reduction(s, b) && plan.reduce_outside_rows || pointwise_outside {
         let outside = over_domain(s, &plan.topo, b);
         axes_outside(s, b, invocations, &outside)?;
     }

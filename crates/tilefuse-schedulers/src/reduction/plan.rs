@@ -49,6 +49,12 @@ pub(super) struct Plan {
     /// The CPU device: outer reductions loop over the reduction outside
     /// their rows (see the module docs).
     pub(super) reduce_outside_rows: bool,
+    /// The CPU device, nest by nest: pointwise nests over the reduction's
+    /// domain also loop over the reduced axes outside their rows. A
+    /// persistent kernel's reductions are computed at its anchor's rows,
+    /// so the anchor keeps them inside (outside, every row would reduce
+    /// every column again).
+    pub(super) pointwise_outside_rows: bool,
     /// A GPU outer reduction folded as a tree whose invocations each take
     /// several rows: its rows share one tree (see `nest::grouped_tree`).
     pub(super) grouped_tree: bool,
@@ -191,6 +197,7 @@ pub(super) fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) ->
         fixed_grid: p.launch.grid,
         max_row_invocations: u64::from(device.limits.max_workgroup_size[row_axis.dim()]),
         reduce_outside_rows: !inner && !device.is_gpu(),
+        pointwise_outside_rows: !inner && !device.is_gpu() && !p.persistent_kernel,
         grouped_tree: false,
     };
     plan.grouped_tree = !inner && device.is_gpu() && plan.one_tree_fits();
