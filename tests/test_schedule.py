@@ -607,7 +607,13 @@ def test_the_cpu_runs_schedules_wgsl_cannot_express(gpu: tf.Device) -> None:
     assert [name for name, _ in s.lower(tf.Device.cpu())] == CPU_PASSES
 
 
-CPU_PASSES = ["realize_buffers", "software_pipeline", "distribute_short_nests", "launch"]
+CPU_PASSES = [
+    "realize_buffers",
+    "software_pipeline",
+    "split_fused_loops",
+    "distribute_short_nests",
+    "launch",
+]
 WGSL_PASSES = [
     "fold_constants",
     "realize_buffers",

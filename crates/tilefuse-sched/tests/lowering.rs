@@ -362,3 +362,51 @@ fn literal_arithmetic_is_evaluated_on_wgsl() {
         }
     );
 }
+
+/// A sum over `axes` of a 4 x 6 x 8 tensor, its reduction loops fused into
+/// one loop inside the kept axis's.
+fn fused_sum(axes: [i64; 2]) -> Schedule {
+    let mut f = Fusion::new();
+    let x = f.input(&[4, 6, 8], DType::F32, Some("x")).unwrap();
+    let y = f.reduce(ReduceOp::Sum, x, Some(&axes), false).unwrap();
+    f.output(y).unwrap();
+    let mut s = Schedule::new(&f);
+    let b = s.get_blocks()[0];
+    let loops = s.get_loops(b).unwrap();
+    let kept = (0..3).find(|i| !axes.contains(&(*i as i64))).unwrap();
+    let reduced: Vec<_> = axes.iter().map(|&a| loops[a as usize]).collect();
+    s.reorder(&[&[loops[kept]], &reduced[..]].concat()).unwrap();
+    s.fuse(&reduced).unwrap();
+    s
+}
+
+/// The extents of the loops around the kernel's one block, outermost first.
+fn extents(k: &tilefuse_sched::ir::Kernel) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut nodes = &k.body;
+    while let [Node::Loop(l, body)] = &nodes[..] {
+        out.push(k.loop_(*l).extent);
+        nodes = body;
+    }
+    out
+}
+
+#[test]
+fn a_fused_loop_over_axes_apart_in_memory_splits_back_on_the_cpu() {
+    let apart = fused_sum([0, 2]);
+    assert_eq!(extents(apart.kernel()), [6, 32]);
+    let cpu = lower(apart.kernel(), Target::Cpu).unwrap();
+    assert_eq!(extents(&cpu.kernel), [6, 4, 8], "{}", cpu.kernel);
+    let block = &cpu.kernel.blocks[0];
+    assert!(
+        (block.bindings.iter()).all(|x| x.affine().is_some()),
+        "{}",
+        cpu.kernel
+    );
+    let gpu = lower(apart.kernel(), Target::Wgsl).unwrap();
+    assert_eq!(extents(&gpu.kernel), [6, 32]);
+    // Adjacent axes fused read memory linearly: the loop stays.
+    let adjacent = fused_sum([0, 1]);
+    let cpu = lower(adjacent.kernel(), Target::Cpu).unwrap();
+    assert_eq!(extents(&cpu.kernel), [8, 24], "{}", cpu.kernel);
+}

@@ -2,7 +2,7 @@
 //! around a single block a lane step (with a tape where its value and
 //! store allow), recognized nests the GEMM or row-by-row fast paths.
 
-use tilefuse_sched::ir::{Kernel, LoopId, Node, Var};
+use tilefuse_sched::ir::{Index, Kernel, LoopId, Node, Var, flat_offset};
 
 use super::block::compile_block;
 use super::coalesce::coalesced;
@@ -78,8 +78,9 @@ impl Step {
 /// loop over lanes `j` (through loops of one iteration) whose block has a
 /// combining tape, stores to elements that do not move with `r`, reads
 /// loads that move linearly with it, has bounds that do not move with `r`
-/// either, and has a reduce iterator that `r` drives upward (so only
-/// `r = 0` can be an element's first visit).
+/// either, and whose reduce iterators, flattened in order, `r` drives
+/// upward (so only `r = 0` can be an element's first visit; a fused
+/// loop's quotient and remainder flatten back into it).
 pub(super) fn rows_code(kernel: &Kernel, r: LoopId, body: &[Node]) -> Option<RowsCode> {
     let mut units = Vec::new();
     let Node::Loop(j, j_body) = through_units(kernel, body, &mut units)? else {
@@ -97,12 +98,14 @@ pub(super) fn rows_code(kernel: &Kernel, r: LoopId, body: &[Node]) -> Option<Row
     if block.uniform.iter().any(|(x, _)| moves(x)) || block.prefix.iter().any(|p| moves(&p.rest)) {
         return None;
     }
-    let drives_up = block.reduce_iters.iter().any(|&i| {
-        block.bindings[i]
-            .index()
-            .linear_in(rv)
-            .is_some_and(|(coef, _)| coef > 0)
-    });
+    // The reduce iterators flattened in their order (a fused loop's
+    // quotient and remainder recombine into it) rise with `r`.
+    let iters = &kernel.block(id).iters;
+    let (indices, extents): (Vec<Index>, Vec<u64>) = (block.reduce_iters.iter())
+        .map(|&i| (block.bindings[i].index().clone(), iters[i].extent))
+        .unzip();
+    let flat = flat_offset(&indices, &extents).simplified();
+    let drives_up = flat.linear_in(rv).is_some_and(|(coef, _)| coef > 0);
     let combines = matches!(tape.into, TapeStore::Combine(_)) && tape.scatter.is_none();
     if !combines || tape.store.index().mentions(rv) || !tape.tape.linear_in(rv) || !drives_up {
         return None;
@@ -296,6 +299,25 @@ mod tests {
             assert_eq!(rows, [(slices, 1024)], "{m}x{n}x{k}");
             runs_right(&f, &s, 2, 1e-5);
         }
+    }
+
+    /// A column sum over two leading axes fused into one loop runs row by
+    /// row: the loop's quotient and remainder flatten back into it (it ran
+    /// a lane step a row: 7.4 ms for 64 x 512 x 256, then 2.5).
+    #[test]
+    fn a_column_sum_over_fused_leading_axes_runs_row_by_row() {
+        let mut f = Fusion::new();
+        let x = f.input(&[8, 32, 64], DType::F32, Some("x")).unwrap();
+        let y = f.reduce(ReduceOp::Sum, x, Some(&[0, 1]), false).unwrap();
+        f.output(y).unwrap();
+        let (_, s) = defaults_with(&f, &[]);
+        let mut rows = Vec::new();
+        row_steps(&compiled(&s), &mut rows);
+        assert!(
+            !rows.is_empty() && rows.iter().all(|&(r, _)| r == 8 * 32),
+            "{rows:?}"
+        );
+        runs_right(&f, &s, 2, 1e-5);
     }
 
     /// The tiles of A and of a transposed B staged in workgroup memory

@@ -18,6 +18,7 @@ mod localize;
 mod realize;
 mod software_pipeline;
 mod spine;
+mod unfuse;
 mod vectorize;
 
 use std::fmt;
@@ -99,6 +100,9 @@ pub const PASSES: &[Pass] = &[
     pass("realize_buffers", ALL, realize::run),
     // Pipelined loops get rotating stages, a prologue and copies ahead.
     pass("software_pipeline", ALL, software_pipeline::run),
+    // A fused serial loop read only as quotient and remainder of one
+    // divisor becomes two loops (lanes that move linearly on the CPU).
+    pass("split_fused_loops", CPU, unfuse::run),
     // A loop of short nests, each iteration writing its own elements,
     // becomes one loop per nest (long lane steps on the CPU).
     pass("distribute_short_nests", CPU, distribute::run),
