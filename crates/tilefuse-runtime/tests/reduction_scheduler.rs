@@ -525,3 +525,38 @@ fn outer_normalizations_walk_their_lanes_along_the_kept_axis_on_the_cpu() {
         }
     }
 }
+
+/// On the CPU device, a lone outer reduction too narrow to give each
+/// thread a block of 1024 columns takes all its columns in one block and
+/// spreads its rows over workgroups that divide them evenly (an uneven
+/// last slice runs row by row); a wide one keeps its column blocks.
+#[test]
+fn narrow_column_sums_spread_their_rows_on_the_cpu() {
+    let cpu = &device_kinds()[0];
+    let cores = cpu.cores.max(1);
+    for ([rows, cols], spread) in [
+        ([4000, 300], true),
+        ([1009, 64], false),
+        ([16, 64], false),
+        ([64, 2048 * cores], false),
+    ] {
+        let f = sum(&[rows, cols], 0);
+        let p = heuristics(&f, None, cpu).unwrap();
+        let HeuristicParams::Reduction(r) = &p else {
+            panic!("reduction params")
+        };
+        assert_eq!(r.cross_workgroup_outer_reduction, spread, "{rows} x {cols}");
+        if spread {
+            let grid = r.launch.grid.unwrap();
+            assert_eq!(r.rows_per_workgroup, Some(cols as u32));
+            assert_eq!(grid[0], 1);
+            assert!(
+                (rows as u32).is_multiple_of(grid[1]) && rows as u32 / grid[1] >= 16,
+                "{grid:?}"
+            );
+        }
+        for device in devices() {
+            run(&f, &p, &device).unwrap_or_else(|e| panic!("{}: {e}", device.info().name));
+        }
+    }
+}

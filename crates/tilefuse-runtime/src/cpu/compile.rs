@@ -310,7 +310,12 @@ mod tests {
         let x = f.input(&[8, 32, 64], DType::F32, Some("x")).unwrap();
         let y = f.reduce(ReduceOp::Sum, x, Some(&[0, 1]), false).unwrap();
         f.output(y).unwrap();
-        let (_, s) = defaults_with(&f, &[]);
+        // Column blocks, the rows not spread over workgroups.
+        let edits = [
+            ("cross_workgroup_outer_reduction", false.into()),
+            ("launch.grid", serde_json::Value::Null),
+        ];
+        let (_, s) = defaults_with(&f, &edits);
         let mut rows = Vec::new();
         row_steps(&compiled(&s), &mut rows);
         assert!(

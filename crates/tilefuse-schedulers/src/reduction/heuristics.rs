@@ -136,12 +136,36 @@ fn cpu_heuristics(
         // 2.4 ms with 1024 a block on 2 threads, 3.3 with 512, 2.8 with
         // 4096; numpy 2.1), each reduced row by row in its own nest (see
         // the module docs).
-        let w = pow2_at_most((topo.inner() / threads).clamp(1, 1024));
+        let mut w = pow2_at_most((topo.inner() / threads).clamp(1, 1024));
+        // A lone reduction whose columns would give a thread less than a
+        // block of 1024 takes them all in one block (of any width) and
+        // spreads its rows over the threads instead: each workgroup sums
+        // a slice of rows into partials that a second stage combines (2
+        // threads: 32768 x 256 took 2.3 ms in two column blocks, 0.8 so;
+        // 131072 x 64 3.0 and 0.8; 8192 x 1024 1.6 and 0.8; numpy
+        // 1.2-2.4; 1024 x 300 0.047 and 0.035).
+        let groups = row_groups(topo.reduced());
+        if let (true, true, Some(groups)) = (one_nest(fusion), w < 1024, groups) {
+            w = topo.inner().clamp(1, 1024);
+            p.cross_workgroup_outer_reduction = true;
+            p.launch.grid = Some([topo.inner().div_ceil(w) as u32, groups as u32, 1]);
+        }
         p.launch.workgroup_size = Some([w as u32, 1, 1]);
         p.rows_per_workgroup = Some(w as u32);
         p.persistent_kernel = false;
     }
     p
+}
+
+/// The workgroups a lone outer reduction's `rows` spread over on the CPU
+/// (see `cpu_heuristics`): the most, up to 256, that take 16 rows or more
+/// each and divide the rows evenly (an uneven last slice runs row by row:
+/// 1000 x 128 took 6x the time of 1024 x 128); `None` where no such count
+/// is 2 or more.
+fn row_groups(rows: u64) -> Option<u64> {
+    (2..=(rows / 16).min(256))
+        .rev()
+        .find(|g| rows.is_multiple_of(*g))
 }
 
 /// The longest rows whose nests the CPU device runs one after another
