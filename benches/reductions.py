@@ -5,7 +5,7 @@ default heuristics is timed interleaved with numpy's, each result checked
 against the float64 reference first; the table gives tilefuse's speed
 over numpy's (above 1: tilefuse is faster).
 
-    python benches/reductions.py [--rep 0.5] [--only SUBSTRING ...]
+    python benches/reductions.py [--rep 0.5] [--atol 1e-3] [--only SUBSTRING ...]
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def cases() -> list[Case]:
     return out
 
 
-def run(case: Case, budget: Budget) -> tuple[float, float]:
+def run(case: Case, budget: Budget, atol: float) -> tuple[float, float]:
     """The medians of tilefuse's call and numpy's, in seconds."""
     _, shape, body = case
     f = tf.Fusion()
@@ -66,7 +66,7 @@ def run(case: Case, budget: Budget) -> tuple[float, float]:
     a = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
     k = f.schedule(device="cpu")
     want = f.evaluate(a)
-    np.testing.assert_allclose(np.asarray(k(a)), np.asarray(want), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(k(a)), np.asarray(want), rtol=1e-3, atol=atol)
     runs = {"tilefuse": call_sampler(lambda: k(a)), "numpy": call_sampler(lambda: body(a, NUMPY))}
     samples = interleave(runs, budget)
     return float(np.median(samples["tilefuse"])), float(np.median(samples["numpy"]))
@@ -75,6 +75,9 @@ def run(case: Case, budget: Budget) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rep", type=float, default=0.5, help="seconds of timing per variant")
+    parser.add_argument(
+        "--atol", type=float, default=1e-3, help="absolute tolerance against the reference"
+    )
     parser.add_argument("--only", nargs="*", default=[], help="cases whose name has one of these")
     args = parser.parse_args()
     budget = Budget(warmup=0.1, rep=args.rep)
@@ -83,7 +86,7 @@ def main() -> None:
     for case in cases():
         if args.only and not any(s in case[0] for s in args.only):
             continue
-        ours, numpy = run(case, budget)
+        ours, numpy = run(case, budget, args.atol)
         print(
             f"| {case[0]} | {ours * 1e3:.3f} | {numpy * 1e3:.3f} | {numpy / ours:.2f}x |",
             flush=True,

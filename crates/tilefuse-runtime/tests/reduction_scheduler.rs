@@ -502,6 +502,9 @@ fn outer_normalizations_walk_their_lanes_along_the_kept_axis_on_the_cpu() {
     for persistent in [false, true] {
         let mut p = heuristics(&f, None, cpu).unwrap().to_value();
         p["persistent_kernel"] = json!(persistent);
+        // Column blocks, the rows not spread (whose partials run apart).
+        p["cross_workgroup_outer_reduction"] = json!(false);
+        p["launch"]["grid"] = Value::Null;
         let p = HeuristicParams::from_value(p).unwrap();
         let nest = schedule(&f, &p, cpu).unwrap();
         let k = nest.kernel();
@@ -526,21 +529,22 @@ fn outer_normalizations_walk_their_lanes_along_the_kept_axis_on_the_cpu() {
     }
 }
 
-/// On the CPU device, a lone outer reduction too narrow to give each
-/// thread a block of 1024 columns takes all its columns in one block and
-/// spreads its rows over workgroups that divide them evenly (an uneven
-/// last slice runs row by row); a wide one keeps its column blocks.
+/// On the CPU device, an outer reduction too narrow to give each thread a
+/// block of 1024 columns takes all its columns in one block and spreads
+/// its rows over workgroups that divide them evenly (an uneven last slice
+/// runs row by row); a wide one keeps its column blocks.
 #[test]
-fn narrow_column_sums_spread_their_rows_on_the_cpu() {
+fn narrow_column_reductions_spread_their_rows_on_the_cpu() {
     let cpu = &device_kinds()[0];
     let cores = cpu.cores.max(1);
-    for ([rows, cols], spread) in [
-        ([4000, 300], true),
-        ([1009, 64], false),
-        ([16, 64], false),
-        ([64, 2048 * cores], false),
+    let softmax = tilefuse_testing::softmax;
+    for (f, [rows, cols], spread) in [
+        (sum(&[4000, 300], 0), [4000, 300], true),
+        (softmax(&[640, 24], 0), [640, 24], true),
+        (sum(&[1009, 64], 0), [1009, 64], false),
+        (sum(&[16, 64], 0), [16, 64], false),
+        (sum(&[64, 2048 * cores], 0), [64, 2048 * cores], false),
     ] {
-        let f = sum(&[rows, cols], 0);
         let p = heuristics(&f, None, cpu).unwrap();
         let HeuristicParams::Reduction(r) = &p else {
             panic!("reduction params")

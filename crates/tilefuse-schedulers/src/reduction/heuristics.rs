@@ -137,15 +137,18 @@ fn cpu_heuristics(
         // 4096; numpy 2.1), each reduced row by row in its own nest (see
         // the module docs).
         let mut w = pow2_at_most((topo.inner() / threads).clamp(1, 1024));
-        // A lone reduction whose columns would give a thread less than a
-        // block of 1024 takes them all in one block (of any width) and
-        // spreads its rows over the threads instead: each workgroup sums
-        // a slice of rows into partials that a second stage combines (2
-        // threads: 32768 x 256 took 2.3 ms in two column blocks, 0.8 so;
-        // 131072 x 64 3.0 and 0.8; 8192 x 1024 1.6 and 0.8; numpy
-        // 1.2-2.4; 1024 x 300 0.047 and 0.035).
+        // Columns that would give a thread less than a block of 1024 go
+        // in one block (of any width), and the rows spread over the
+        // threads instead: each workgroup reduces a slice of rows into
+        // partials that a second stage combines, and a pointwise nest's
+        // rows and columns run as one lane step over all threads (2
+        // threads, column sums: 32768 x 256 took 2.3 ms in two column
+        // blocks, 0.8 so; 131072 x 64 3.0 and 0.8; 8192 x 1024 1.6 and
+        // 0.8; 1024 x 300 0.047 and 0.035; numpy 0.04-2.4. Softmax and
+        // batch norm over the columns of 16384 x 256 11.6 and 9.3 ms, 4.3
+        // and 4.6; of 65536 x 64 23 and 21, 4.2 and 7.1; numpy 8-15).
         let groups = row_groups(topo.reduced());
-        if let (true, true, Some(groups)) = (one_nest(fusion), w < 1024, groups) {
+        if let (true, Some(groups)) = (w < 1024, groups) {
             w = topo.inner().clamp(1, 1024);
             p.cross_workgroup_outer_reduction = true;
             p.launch.grid = Some([topo.inner().div_ceil(w) as u32, groups as u32, 1]);
