@@ -12,7 +12,9 @@ use tilefuse_sched::lowering::SHORT_NEST;
 /// workgroups of up to 128 rows (see [`rows_per_workgroup`]), each
 /// reduced serially as SIMD lanes, intermediates kept per row (rows of
 /// 257 to 2048 through several nests: each nest over all rows before the
-/// next). GPUs: inner reductions spread each row over up to 256 invocations
+/// next); outer reductions in column blocks a thread each, or, too narrow
+/// for that, all columns in one block and the rows spread over threads.
+/// GPUs: inner reductions spread each row over up to 256 invocations
 /// whose partials fold as a tree in workgroup memory, in one persistent
 /// kernel, with vec4 loads. A CPU Vulkan (lavapipe) pays for every barrier:
 /// it gets one subgroup a row, partials shuffled together and rows

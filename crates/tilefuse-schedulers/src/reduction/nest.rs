@@ -183,17 +183,31 @@ pub(super) fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) ->
     }
     s.bind(invocations, plan.row_axis)?;
     reduction_domain(s, plan, b, r, vector, rows.reduction_invocations, false)?;
-    // A pointwise block's domain split across invocations keeps its order:
-    // its lanes are bound inside the rows.
-    let pointwise_outside = plan.pointwise_outside_rows && rows.reduction_invocations == 1;
-    if is_reduction(s, b) && plan.reduce_outside_rows || pointwise_outside {
-        let outside = over_domain(s, &plan.topo, b);
-        axes_outside(s, b, invocations, &outside)?;
-    }
+    domain_outside(s, plan, b, invocations, rows)?;
     if let Some(combine) = next_stage {
         own_nest(s, plan, combine, plan.combine_rows())?;
     }
     Ok(invocations)
+}
+
+/// On the CPU device, the loops of block `b` over the reduction's domain go
+/// outside its row `invocations` where the plan asks for it (see
+/// `Plan::reduce_outside_rows`, `Plan::pointwise_outside_rows`). A
+/// pointwise block's domain split across invocations keeps its order: its
+/// lanes are bound inside the rows.
+fn domain_outside(
+    s: &mut Schedule,
+    plan: &Plan,
+    b: BlockId,
+    invocations: LoopId,
+    rows: Rows,
+) -> Step<()> {
+    let pointwise = plan.pointwise_outside_rows && rows.reduction_invocations == 1;
+    if is_reduction(s, b) && plan.reduce_outside_rows || pointwise {
+        let outside = over_domain(s, &plan.topo, b);
+        axes_outside(s, b, invocations, &outside)?;
+    }
+    Ok(())
 }
 
 /// A GPU outer reduction whose reduction invocations (all of the
