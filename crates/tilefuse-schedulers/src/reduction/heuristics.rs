@@ -138,23 +138,7 @@ fn cpu_heuristics(
         // 2.4 ms with 1024 a block on 2 threads, 3.3 with 512, 2.8 with
         // 4096; numpy 2.1), each reduced row by row in its own nest (see
         // the module docs).
-        let mut w = pow2_at_most((topo.inner() / threads).clamp(1, 1024));
-        // Columns that would give a thread less than a block of 1024 go
-        // in one block (of any width), and the rows spread over the
-        // threads instead: each workgroup reduces a slice of rows into
-        // partials that a second stage combines, and a pointwise nest's
-        // rows and columns run as one lane step over all threads (2
-        // threads, column sums: 32768 x 256 took 2.3 ms in two column
-        // blocks, 0.8 so; 131072 x 64 3.0 and 0.8; 8192 x 1024 1.6 and
-        // 0.8; 1024 x 300 0.047 and 0.035; numpy 0.04-2.4. Softmax and
-        // batch norm over the columns of 16384 x 256 11.6 and 9.3 ms, 4.3
-        // and 4.6; of 65536 x 64 23 and 21, 4.2 and 7.1; numpy 8-15).
-        let groups = row_groups(topo.reduced());
-        if let (true, Some(groups)) = (w < 1024, groups) {
-            w = topo.inner().clamp(1, 1024);
-            p.cross_workgroup_outer_reduction = true;
-            p.launch.grid = Some([topo.inner().div_ceil(w) as u32, groups as u32, 1]);
-        }
+        let w = narrow_columns(&mut p, topo, threads);
         p.launch.workgroup_size = Some([w as u32, 1, 1]);
         p.rows_per_workgroup = Some(w as u32);
         p.persistent_kernel = false;
@@ -162,7 +146,38 @@ fn cpu_heuristics(
     p
 }
 
-/// The workgroups a lone outer reduction's `rows` spread over on the CPU
+/// The column block of an outer reduction on the CPU. Columns that would
+/// give a thread less than a block of 1024 go in one block (of any width)
+/// for each index of the axes before the reduced ones; where those blocks
+/// are too few to share among the threads, the rows spread over them
+/// instead: each workgroup reduces a slice of rows into partials that a
+/// second stage combines, and a pointwise nest's rows and columns run as
+/// one lane step over all threads (2 threads, column sums: 32768 x 256
+/// took 2.3 ms in two column blocks, 0.8 so; 131072 x 64 3.0 and 0.8;
+/// 8192 x 1024 1.6 and 0.8; 1024 x 300 0.047 and 0.035; numpy 0.04-2.4.
+/// Softmax and batch norm over the columns of 16384 x 256 11.6 and 9.3 ms,
+/// 4.3 and 4.6; of 65536 x 64 23 and 21, 4.2 and 7.1; numpy 8-15. Sums
+/// over the middle axis of 64 x 512 x 256: 1.7 ms in blocks of 128, 0.65
+/// in blocks of 256, 1.3 spread; numpy 1.7).
+fn narrow_columns(p: &mut ReductionParams, topo: &Topology, threads: u64) -> u64 {
+    let split = pow2_at_most((topo.inner() / threads).clamp(1, 1024));
+    let whole = topo.inner().clamp(1, 1024);
+    let blocks = topo.outer() * topo.inner().div_ceil(whole);
+    if split == 1024 {
+        return split;
+    }
+    if blocks >= 4 * threads {
+        return whole;
+    }
+    let Some(groups) = row_groups(topo.reduced()) else {
+        return split;
+    };
+    p.cross_workgroup_outer_reduction = true;
+    p.launch.grid = Some([blocks as u32, groups as u32, 1]);
+    whole
+}
+
+/// The workgroups an outer reduction's `rows` spread over on the CPU
 /// (see `cpu_heuristics`): the most, up to 256, that take 16 rows or more
 /// each and divide the rows evenly (an uneven last slice runs row by row:
 /// 1000 x 128 took 6x the time of 1024 x 128); `None` where no such count
