@@ -66,12 +66,13 @@ fn divisor(k: &Kernel, l: LoopId) -> Option<i64> {
     let extent = k.loop_(l).extent as i64;
     let v = Var::Loop(l);
     let blocks = k.blocks_under(l);
-    if !blocks.iter().any(|&b| moves_unevenly(k, k.block(b), v)) {
-        return None;
-    }
     let all: Vec<&Index> = blocks.iter().flat_map(|&b| indices(k.block(b))).collect();
     let mut moduli = Vec::new();
     all.iter().for_each(|x| moduli_of(x, v, &mut moduli));
+    // Simplifying the accesses costs more than finding no remainder.
+    if moduli.is_empty() || !blocks.iter().any(|&b| moves_unevenly(k, k.block(b), v)) {
+        return None;
+    }
     moduli.sort_unstable_by(|a, b| b.cmp(a));
     moduli.dedup();
     moduli.into_iter().find(|&c| {
