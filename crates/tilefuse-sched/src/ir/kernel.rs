@@ -230,6 +230,23 @@ impl Block {
     pub fn reads(&self, buffer: BufferId) -> bool {
         self.value.reads(buffer)
     }
+
+    /// Rewrites every index expression with `f`: bindings, buffer
+    /// indices, predicates and the loads' indices.
+    pub fn map_indices(&mut self, f: impl Fn(&Index) -> Index) {
+        let exprs = (self.bindings.iter_mut().chain(&mut self.indices))
+            .chain(self.predicates.iter_mut().map(|(x, _)| x));
+        exprs.for_each(|x| *x = f(x));
+        self.value = self.value.map_loads(&mut |buffer, ix| Expr::Load {
+            buffer,
+            indices: ix.iter().map(&f).collect(),
+        });
+    }
+
+    /// Substitutes index variables everywhere in the block.
+    pub fn subst(&mut self, f: &impl Fn(Var) -> Option<Index>) {
+        self.map_indices(|x| x.subst(f));
+    }
 }
 
 /// A node of the loop-nest tree.

@@ -135,11 +135,6 @@ fn rename(k: &mut Kernel, node: &Node, from: LoopId, to: LoopId) {
     node.blocks(&mut blocks);
     let swap = |v: Var| (v == Var::Loop(from)).then_some(Index::Var(Var::Loop(to)));
     for b in blocks {
-        let block = k.block_mut(b);
-        for x in block.bindings.iter_mut().chain(&mut block.indices) {
-            *x = x.subst(&swap);
-        }
-        (block.predicates.iter_mut()).for_each(|(x, _)| *x = x.subst(&swap));
-        block.value = block.value.subst(&swap);
+        k.block_mut(b).subst(&swap);
     }
 }

@@ -95,7 +95,7 @@ fn inject_one(k: &mut Kernel, l: LoopId, stages: u64, prefetch: u64) -> Result<(
     for &b in &copies {
         let block = k.block_mut(b);
         let shift = |v: Var| (v == Var::Loop(l)).then(|| ahead.clone());
-        subst_block(block, &shift);
+        block.subst(&shift);
         if prefetch > 0 {
             block.predicates.push((ahead.clone(), extent));
         }
@@ -118,19 +118,6 @@ fn inject_one(k: &mut Kernel, l: LoopId, stages: u64, prefetch: u64) -> Result<(
         buffer.stages = Some((l, stages));
     }
     Ok(())
-}
-
-/// Substitutes loop variables everywhere in a block.
-fn subst_block(block: &mut crate::ir::Block, f: &impl Fn(Var) -> Option<Index>) {
-    for ix in block
-        .bindings
-        .iter_mut()
-        .chain(block.indices.iter_mut())
-        .chain(block.predicates.iter_mut().map(|(p, _)| p))
-    {
-        *ix = ix.subst(f);
-    }
-    block.value = block.value.subst(f);
 }
 
 /// Prepends `stage` to block `b`'s accesses of the staged buffers.
@@ -161,7 +148,7 @@ fn clone_nest(k: &mut Kernel, node: &Node, fresh: &mut HashMap<LoopId, LoopId>) 
         }
         Node::Block(b) => {
             let mut block = k.block(*b).clone();
-            subst_block(&mut block, &|v| match v {
+            block.subst(&|v| match v {
                 Var::Loop(l) => fresh.get(&l).map(|&n| Index::var(Var::Loop(n))),
                 Var::Iter(_) => None,
             });

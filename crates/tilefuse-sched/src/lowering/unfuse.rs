@@ -8,7 +8,7 @@
 //! 256 took 34 ms, numpy 1.9). GPUs keep the loop as scheduled.
 
 use super::{LowerError, Lowered};
-use crate::ir::{Block, Expr, Index, Kernel, LoopId, LoopKind, Node, Var, flat_offset};
+use crate::ir::{Block, Index, Kernel, LoopId, LoopKind, Node, Var, flat_offset};
 
 pub(super) fn run(l: &mut Lowered) -> Result<(), LowerError> {
     let k = &mut l.kernel;
@@ -91,16 +91,8 @@ fn split(k: &mut Kernel, l: LoopId, c: i64) {
     k.loop_mut(l).extent /= c as u64;
     let (outer, inner_v) = (Var::Loop(l), Var::Loop(inner));
     for b in k.blocks_under(l) {
-        let rewrite = |x: &Index| split_var(x, outer, c, outer, inner_v).expect("checked");
-        let block = k.block_mut(b);
-        for x in block.bindings.iter_mut().chain(&mut block.indices) {
-            *x = rewrite(x);
-        }
-        (block.predicates.iter_mut()).for_each(|(x, _)| *x = rewrite(x));
-        block.value = block.value.map_loads(&mut |buffer, ix| Expr::Load {
-            buffer,
-            indices: ix.iter().map(rewrite).collect(),
-        });
+        k.block_mut(b)
+            .map_indices(|x| split_var(x, outer, c, outer, inner_v).expect("checked"));
     }
     let (siblings, at) = k.find_loop_mut(l).expect("in the tree");
     let Node::Loop(_, body) = &mut siblings[at] else {
