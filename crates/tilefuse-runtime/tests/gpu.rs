@@ -65,6 +65,36 @@ fn one_text_binding_different_buffers_on_the_default_path() {
 /// WGSL text (the loop emits nothing) whose stage binds three buffers in
 /// one kernel and two in the other. Pipelines cached by the text alone
 /// gave the second kernel the first one's layout.
+/// Inputs and outputs large enough that the host copies them on several
+/// threads, with a partial last piece, arrive whole on both paths: the
+/// buffers the host maps (lavapipe) and the staging buffers of a discrete
+/// GPU. f32, i32 and mask outputs each take their own read.
+#[test]
+fn large_arrays_are_copied_whole_on_several_threads() {
+    use tilefuse_ir::{BinaryOp, DType};
+    let mut f = Fusion::new();
+    let n = 1_300_007; // over the 4 MiB a copy splits at, in no whole piece
+    let a = f.input(&[n], DType::F32, Some("a")).unwrap();
+    let b = f.input(&[n], DType::F32, Some("b")).unwrap();
+    let y = f.binary(BinaryOp::Mul, a, b).unwrap();
+    let thousand = f.constant(1000.0, DType::F32).unwrap();
+    let scaled = f.binary(BinaryOp::Mul, a, thousand).unwrap();
+    let whole = f.cast(scaled, DType::I32).unwrap();
+    let mask = f.binary(BinaryOp::Gt, a, b).unwrap();
+    for t in [y, whole, mask] {
+        f.output(t).unwrap();
+    }
+    let staged = OpenOptions {
+        map_host: false,
+        ..OpenOptions::default()
+    };
+    for device in gpu().into_iter().chain(opened(staged)) {
+        let p = tilefuse_schedulers::heuristics(&f, None, &device.info()).unwrap();
+        let s = tilefuse_schedulers::schedule(&f, &p, &device.info()).unwrap();
+        check("large arrays", &f, &s, &device);
+    }
+}
+
 fn one_text_binding_different_buffers(device: &Device) {
     use tilefuse_ir::{BinaryOp, DType};
     let build = |op: BinaryOp, same: bool| {

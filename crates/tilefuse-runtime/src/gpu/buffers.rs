@@ -1,9 +1,51 @@
 //! Host ↔ device copies. Storage has no `bool`, so masks travel as `u32`.
 
+use std::sync::{Mutex, PoisonError};
+
 use tilefuse_ir::{DataMut, DataRef};
 
 use super::{GpuDevice, gpu_err};
+use crate::cpu::pool;
 use crate::error::Result;
+
+/// Host copies of at least this many bytes are split among the CPU
+/// device's threads: one thread writing mapped memory, or faulting in the
+/// pages of a fresh output array, moves a fraction of what the machine's
+/// memory can (BENCHMARKS.md, forty-sixth session).
+const PARALLEL_COPY: usize = 4 << 20;
+
+/// The bytes one thread copies at a time in a split copy.
+const COPY_PIECE: usize = 1 << 20;
+
+/// Copies `src` into `dst` (of the same length), split among the CPU
+/// device's threads when it is large. `dst` is write-only: a mapped buffer
+/// may be write-combined memory.
+fn copy_bytes(mut dst: wgpu::WriteOnly<'_, [u8]>, src: &[u8]) {
+    if src.len() < PARALLEL_COPY {
+        dst.copy_from_slice(src);
+        return;
+    }
+    // Whole pieces are arrays, which a thread may be sent (a `WriteOnly`
+    // slice may not); each is taken by the one thread that claims it.
+    let (whole, mut rest) = dst.into_chunks::<COPY_PIECE>();
+    let (from_whole, from_rest) = src.split_at(src.len() - rest.len());
+    let pieces: Vec<_> = (whole.into_iter())
+        .zip(from_whole.chunks_exact(COPY_PIECE))
+        .map(|(to, from)| Mutex::new(Some((to, from))))
+        .collect();
+    let threads = pool::threads_from_env().unwrap_or_else(|_| pool::machine_parallelism());
+    pool::share(threads, pieces.len(), &|tasks: &mut pool::Tasks<'_>| {
+        for t in tasks {
+            let piece = pieces[t]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            let (to, from) = piece.expect("a piece is copied once");
+            wgpu::WriteOnly::<[u8]>::from(to).copy_from_slice(from);
+        }
+    });
+    rest.copy_from_slice(from_rest);
+}
 
 /// The size of a storage buffer of `elements` 32-bit words: shaders may
 /// read a binding as `vec4`s, so at least one, and whole ones (an empty
@@ -74,7 +116,7 @@ pub fn upload<'a>(
         let size = bytes.len() as u64;
         let written = staging.unwrap_or(buffer);
         let mut view = written.get_mapped_range_mut(..size).map_err(gpu_err)?;
-        view.copy_from_slice(&bytes);
+        copy_bytes(view.slice(..), &bytes);
         drop(view);
         written.unmap();
         if let Some(staging) = staging {
@@ -98,17 +140,10 @@ pub fn read_into(bytes: &[u8], out: &mut DataMut<'_>) {
     }
 }
 
+/// Copies bytes into `out`'s bytes: a mapping need not be aligned for `T`.
 fn copy_words<T: bytemuck::Pod>(bytes: &[u8], out: &mut [T]) {
-    let bytes = &bytes[..size_of_val(out)];
-    match bytemuck::try_cast_slice(bytes) {
-        Ok(words) => out.copy_from_slice(words),
-        // A mapping need not be aligned for `T`: read the words by value.
-        Err(_) => {
-            for (o, w) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                *o = bytemuck::pod_read_unaligned(w);
-            }
-        }
-    }
+    let len = size_of_val(out);
+    copy_bytes(bytemuck::cast_slice_mut(out).into(), &bytes[..len]);
 }
 
 /// A buffer of `size` bytes that a device buffer is copied into for the
@@ -152,4 +187,37 @@ pub fn read_timestamps(device: &GpuDevice, buffer: &wgpu::Buffer) -> Result<f64>
     let bytes = read_back(device, buffer, 16)?;
     let tick = |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"));
     Ok(tick(1).saturating_sub(tick(0)) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_copies_write_every_byte_once() {
+        // Under, at and over the split size, with and without a partial
+        // last piece.
+        for len in [
+            0,
+            7,
+            PARALLEL_COPY - 1,
+            PARALLEL_COPY,
+            PARALLEL_COPY + 3 * COPY_PIECE + 13,
+        ] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let mut dst = vec![0xAA; len];
+            copy_bytes(wgpu::WriteOnly::from_mut(dst.as_mut_slice()), &src);
+            assert!(dst == src, "a copy of {len} bytes differs");
+        }
+    }
+
+    #[test]
+    fn words_are_read_from_an_unaligned_mapping() {
+        let words = [1.5f32, -0.0, f32::NAN, 7.0];
+        let mut bytes = vec![0u8];
+        bytes.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+        let mut out = [0f32; 4];
+        read_into(&bytes[1..], &mut DataMut::F32(&mut out));
+        assert_eq!(out.map(f32::to_bits), words.map(f32::to_bits));
+    }
 }
