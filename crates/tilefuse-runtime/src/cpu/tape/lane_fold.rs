@@ -53,6 +53,27 @@ multiversion!(
     }
 );
 
+multiversion!(
+    /// Combines `lanes`, the first of them lane `at` of a run, into the
+    /// run's accumulator `acc`: lane `j` into `acc[j % TILE]`, as
+    /// [`fold_whole`] combines a gathered run of more than a tile, so that
+    /// pieces folded where they lie, in lane order, add as the run would.
+    pub(super) fn fold_piece(acc: &mut [f32; TILE], at: usize, lanes: &[f32], op: ReduceOp) {
+        let mut done = 0;
+        while done < lanes.len() {
+            let pos = (at + done) % TILE;
+            let take = (TILE - pos).min(lanes.len() - done);
+            combine_into(
+                &mut acc[pos..pos + take],
+                &lanes[done..done + take],
+                op,
+                false,
+            );
+            done += take;
+        }
+    }
+);
+
 /// The f32 value `op` starts a fold from.
 pub(super) fn identity(op: ReduceOp) -> f32 {
     reduce_identity(op, DType::F32).as_f64() as f32

@@ -298,6 +298,11 @@ impl Tape {
         regs: &mut Registers,
         mut sink: Sink<'_>,
     ) -> Option<f32> {
+        if let Sink::Fold(op) = sink
+            && let Some(folded) = self.fold_where_they_lie(buffers, offsets, (start, n), op)
+        {
+            return Some(folded);
+        }
         let Registers {
             tiles,
             gathered,
