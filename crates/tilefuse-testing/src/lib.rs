@@ -88,6 +88,7 @@ pub fn reduction_fusions() -> Vec<(&'static str, Fusion)> {
     out.push(("softmax_3d_rows", softmax(&[3, 5, 40], 2)));
     out.push(("softmax_odd", softmax(&[7, 333], 1)));
     out.push(("softmax_outer", softmax(&[50, 12], 0)));
+    out.push(("batch_norm_outer", batch_norm(&[48, 20], 0)));
 
     let mut f = Fusion::new();
     let x = f.input(&[10, 64], DType::F32, Some("x")).unwrap();
@@ -213,6 +214,23 @@ pub fn softmax(shape: &[usize], axis: i64) -> Fusion {
     let e = f.unary(UnaryOp::Exp, d).unwrap();
     let s = f.reduce(ReduceOp::Sum, e, Some(&[axis]), true).unwrap();
     let y = f.binary(BinaryOp::Div, e, s).unwrap();
+    f.output(y).unwrap();
+    f
+}
+
+/// Batch norm of a tensor of `shape` over `axis`: `(x - mean) *
+/// rsqrt(var + 1e-5)`, the statistics kept as size-1 axes.
+pub fn batch_norm(shape: &[usize], axis: i64) -> Fusion {
+    let mut f = Fusion::new();
+    let x = f.input(shape, DType::F32, Some("x")).unwrap();
+    let mean = f.reduce(ReduceOp::Mean, x, Some(&[axis]), true).unwrap();
+    let d = f.binary(BinaryOp::Sub, x, mean).unwrap();
+    let sq = f.binary(BinaryOp::Mul, d, d).unwrap();
+    let var = f.reduce(ReduceOp::Mean, sq, Some(&[axis]), true).unwrap();
+    let eps = f.constant(1e-5, DType::F32).unwrap();
+    let v = f.binary(BinaryOp::Add, var, eps).unwrap();
+    let r = f.unary(UnaryOp::Rsqrt, v).unwrap();
+    let y = f.binary(BinaryOp::Mul, d, r).unwrap();
     f.output(y).unwrap();
     f
 }

@@ -48,7 +48,9 @@
 //! its row loops (here, columns): the columns become the innermost lanes,
 //! each row of the input streams past the elements it is combined into
 //! (the CPU executor's row steps), instead of every column walking down
-//! its rows one strided element at a time.
+//! its rows one strided element at a time. Its statistics epilogue (the
+//! mean's `sum / n`, `rsqrt(var / n + eps)`) is not inlined there: each
+//! block of it is a nest over the columns, computed once.
 //!
 //! `subgroup_inner_reduction` / `subgroup_outer_reduction` (with
 //! `compile.use_subgroups`) keep each reduction invocation's partial in its
@@ -69,7 +71,7 @@ mod topology;
 pub use heuristics::reduction_heuristics;
 pub use scheduler::Reduction;
 
-use nest::{full_shape, is_reduction, own_nest, shared_rows, under_row};
+use nest::{full_shape, is_reduction, own_nest, shared_rows, statistics, under_row};
 use topology::topology;
 
 /// The reference shape's `outer × reduced × inner` of the canonical
@@ -102,7 +104,12 @@ pub(crate) fn schedule_reduction(
     } else {
         shared_rows(&s, &plan.topo)
     };
-    s.compute_inline_all(&kept);
+    // On the CPU device, where a nest of its own costs no launch.
+    let statistics = match plan.reduce_outside_rows {
+        true => statistics(&s, &plan.topo),
+        false => Vec::new(),
+    };
+    s.compute_inline_all(&[&kept[..], &statistics].concat());
     let blocks = s.get_blocks();
     // The anchor: the last full-shape pointwise block, else the last
     // reduction (a full reduction's epilogue, `sum / n` of a mean, has one

@@ -32,6 +32,27 @@ pub(super) fn shared_rows(s: &Schedule, topo: &Topology) -> Vec<BlockId> {
         .collect()
 }
 
+/// An outer normalization's statistics epilogue: pointwise blocks over
+/// the kept axes alone (`sum / n`, `rsqrt(var / n + eps)`) that full-shape
+/// blocks read. Inlined, they are computed again for every element that
+/// reads them: a CPU batch norm over 4096 x 300 divided and took a square
+/// root per element. Kept, each is a nest of its own, computed once.
+pub(super) fn statistics(s: &Schedule, topo: &Topology) -> Vec<BlockId> {
+    let k = s.kernel();
+    let blocks = s.get_blocks();
+    let read_in_full =
+        |buf| (blocks.iter()).any(|&r| full_shape(s, r, topo) && k.block(r).reads(buf));
+    (blocks.iter().copied())
+        .filter(|&b| {
+            let block = k.block(b);
+            k.buffer(block.buffer).role == Role::Temp
+                && block.reduce.is_none()
+                && !full_shape(s, b, topo)
+                && read_in_full(block.buffer)
+        })
+        .collect()
+}
+
 pub(super) fn full_shape(s: &Schedule, b: BlockId, topo: &Topology) -> bool {
     s.kernel().buffer(s.kernel().block(b).buffer).shape == topo.shape
 }
