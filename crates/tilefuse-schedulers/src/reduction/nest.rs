@@ -167,50 +167,16 @@ pub(super) fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) ->
     let [serial, unroll, invocations, vector] = parts[..] else {
         unreachable!("four factors")
     };
-    let unroll_or_serial = [serial, unroll];
     let invocations = invocations.expect("kept");
     let mut r = fuse(s, &r)?;
     let mut next_stage = None;
-    if let (Some(r_loop), Some(groups), true) = (r, rows.groups, is_reduction(s, b)) {
-        // Partials per workgroup: the group loop goes outermost and is
-        // factored into a global buffer that the next stage combines.
-        let parts = s.split(r_loop, &[Some(groups), None], None)?;
-        s.reorder(&grouped_order(
-            parts[0],
-            grid,
-            unroll_or_serial,
-            invocations,
-            vector,
-        ))?;
-        let name = s.block_name(b);
-        s.rfactor(parts[0])?;
-        if let Ok(fill) = s.get_block(&format!("{name}_rf_init")) {
-            flat_nest(s, plan, fill)?;
-        }
-        next_stage = Some(s.get_block(&name)?);
-        bind_capped(
-            s,
-            parts[0],
-            plan.other_grid_axis,
-            Some(plan.grid(plan.other_grid_axis)),
-        )?;
-        r = Some(parts[1]);
-    } else if let (Some(r_loop), Some(groups), true) = (r, rows.groups, plan.pointwise_outside_rows)
+    if let (Some(r_loop), Some(groups)) = (r, rows.groups)
+        && (is_reduction(s, b) || plan.pointwise_outside_rows)
     {
-        // A pointwise nest over the rows the reductions spread takes the
-        // same slices of them, one a workgroup: in one workgroup, a batch
-        // norm's normalizing nest over 4096 x 300 ran on one thread.
-        let parts = s.split(r_loop, &[Some(groups), None], None)?;
-        s.reorder(&grouped_order(
-            parts[0],
-            grid,
-            unroll_or_serial,
-            invocations,
-            vector,
-        ))?;
-        let other = plan.other_grid_axis;
-        bind_capped(s, parts[0], other, Some(plan.grid(other)))?;
-        r = Some(parts[1]);
+        let row_loops = [Some(grid), serial, unroll, Some(invocations), vector];
+        let row_loops: Vec<LoopId> = row_loops.into_iter().flatten().collect();
+        let (rest, combine) = spread_rows(s, plan, b, r_loop, groups, &row_loops)?;
+        (r, next_stage) = (Some(rest), combine);
     }
     bind_capped(s, grid, plan.grid_axis, Some(plan.grid(plan.grid_axis)))?;
     if let (Some(r), true, true) = (r, plan.grouped_tree && one_row_axis, is_reduction(s, b)) {
@@ -229,20 +195,37 @@ pub(super) fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) ->
     Ok(invocations)
 }
 
-/// A nest's loops with a slice of the rows per workgroup (`group`)
-/// outermost, then the rows' own loops in order.
-fn grouped_order(
-    group: LoopId,
-    grid: LoopId,
-    unroll_or_serial: [Option<LoopId>; 2],
-    invocations: LoopId,
-    vector: Option<LoopId>,
-) -> Vec<LoopId> {
-    let mut order = vec![group, grid];
-    order.extend(unroll_or_serial.iter().flatten());
-    order.push(invocations);
-    order.extend(vector);
-    order
+/// Splits the reduction domain `r` of block `b` into `groups` slices, one a
+/// workgroup, outside the `row_loops` (in order); returns the loop over a
+/// slice and, for a reduction, the stage that combines its partials. A
+/// reduction's partials per workgroup are factored into a global buffer
+/// that the next stage combines. A pointwise nest (on the CPU device) takes
+/// the same slices of the rows as the reductions: in one workgroup, a batch
+/// norm's normalizing nest over 4096 x 300 ran on one thread.
+fn spread_rows(
+    s: &mut Schedule,
+    plan: &Plan,
+    b: BlockId,
+    r: LoopId,
+    groups: u64,
+    row_loops: &[LoopId],
+) -> Step<(LoopId, Option<BlockId>)> {
+    let parts = s.split(r, &[Some(groups), None], None)?;
+    let mut order = vec![parts[0]];
+    order.extend(row_loops);
+    s.reorder(&order)?;
+    let mut combine = None;
+    if is_reduction(s, b) {
+        let name = s.block_name(b);
+        s.rfactor(parts[0])?;
+        if let Ok(fill) = s.get_block(&format!("{name}_rf_init")) {
+            flat_nest(s, plan, fill)?;
+        }
+        combine = Some(s.get_block(&name)?);
+    }
+    let other = plan.other_grid_axis;
+    bind_capped(s, parts[0], other, Some(plan.grid(other)))?;
+    Ok((parts[1], combine))
 }
 
 /// On the CPU device, the loops of block `b` over the reduction's domain go
