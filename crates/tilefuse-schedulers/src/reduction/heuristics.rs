@@ -152,7 +152,7 @@ fn cpu_heuristics(
 /// are too few to share among the threads, the rows spread over them
 /// instead: each workgroup reduces a slice of rows into partials that a
 /// second stage combines, and each pointwise nest takes the same slices
-/// (`nest::own_nest`; 2 threads, column sums: 32768 x 256
+/// (`nest::spread_rows`; 2 threads, column sums: 32768 x 256
 /// took 2.3 ms in two column blocks, 0.8 so; 131072 x 64 3.0 and 0.8;
 /// 8192 x 1024 1.6 and 0.8; 1024 x 300 0.047 and 0.035; numpy 0.04-2.4.
 /// Softmax and batch norm over the columns of 16384 x 256 11.6 and 9.3 ms,
