@@ -105,14 +105,28 @@ impl LaneLoad {
             unsafe { self.gather_rows(buf, at, (start, n), rows) };
             return spread(rows, self.period, start, n, into);
         }
-        let mut lane = start;
-        while lane < start + n {
-            let (row, column) = (lane / self.period, lane % self.period);
-            let len = (self.period - column).min(start + n - lane);
-            let from = at + row * self.step + column * self.stride;
+        for (_, from, len) in self.pieces(at, (start, n)) {
             unsafe { buf.gather_f32(from, self.stride, len, into) };
-            lane += len;
         }
+    }
+
+    /// The lanes `start..start + n`, lane 0 reading element `at`, cut
+    /// where they wrap: each piece's first lane, first element and length.
+    fn pieces(
+        &self,
+        at: usize,
+        (start, n): (usize, usize),
+    ) -> impl Iterator<Item = (usize, usize, usize)> {
+        let mut lane = start;
+        std::iter::from_fn(move || {
+            (lane < start + n).then(|| {
+                let (row, column) = (lane / self.period, lane % self.period);
+                let len = (self.period - column).min(start + n - lane);
+                let piece = (lane, at + row * self.step + column * self.stride, len);
+                lane += len;
+                piece
+            })
+        })
     }
 }
 
@@ -136,13 +150,9 @@ impl LaneLoad {
     ) -> f32 {
         debug_assert!(self.stride == 1 && self.wraps() && n > TILE);
         let mut acc = [identity(op); TILE];
-        let mut lane = start;
-        while lane < start + n {
-            let (row, column) = (lane / self.period, lane % self.period);
-            let len = (self.period - column).min(start + n - lane);
-            let piece = unsafe { buf.slice::<f32>(at + row * self.step + column, len) };
+        for (lane, from, len) in self.pieces(at, (start, n)) {
+            let piece = unsafe { buf.slice::<f32>(from, len) };
             fold_piece(&mut acc, lane - start, piece, op);
-            lane += len;
         }
         fold_f32(&acc, op)
     }
