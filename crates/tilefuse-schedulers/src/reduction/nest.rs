@@ -11,25 +11,9 @@ use tilefuse_sched::ir::{BlockId, IterKind, LoopId, Role, Scope};
 
 /// Full-shape intermediates that a reduction and another block both read.
 pub(super) fn shared_rows(s: &Schedule, topo: &Topology) -> Vec<BlockId> {
-    let k = s.kernel();
-    let blocks = s.get_blocks();
-    blocks
-        .iter()
-        .copied()
-        .filter(|&b| {
-            let buf = k.block(b).buffer;
-            let readers: Vec<BlockId> = blocks
-                .iter()
-                .copied()
-                .filter(|&r| k.block(r).reads(buf))
-                .collect();
-            k.buffer(buf).role == Role::Temp
-                && k.block(b).reduce.is_none()
-                && full_shape(s, b, topo)
-                && readers.len() > 1
-                && readers.iter().any(|&r| k.block(r).reduce.is_some())
-        })
-        .collect()
+    intermediates(s, topo, true, |readers| {
+        readers.len() > 1 && readers.iter().any(|&r| is_reduction(s, r))
+    })
 }
 
 /// An outer normalization's statistics epilogue: pointwise blocks over
@@ -38,17 +22,31 @@ pub(super) fn shared_rows(s: &Schedule, topo: &Topology) -> Vec<BlockId> {
 /// reads them: a CPU batch norm over 4096 x 300 divided and took a square
 /// root per element. Kept, each is a nest of its own, computed once.
 pub(super) fn statistics(s: &Schedule, topo: &Topology) -> Vec<BlockId> {
+    intermediates(s, topo, false, |readers| {
+        readers.iter().any(|&r| full_shape(s, r, topo))
+    })
+}
+
+/// The pointwise blocks that compute intermediates, of the full shape or
+/// not (`full`), whose readers `wanted` accepts.
+fn intermediates(
+    s: &Schedule,
+    topo: &Topology,
+    full: bool,
+    wanted: impl Fn(&[BlockId]) -> bool,
+) -> Vec<BlockId> {
     let k = s.kernel();
     let blocks = s.get_blocks();
-    let read_in_full =
-        |buf| (blocks.iter()).any(|&r| full_shape(s, r, topo) && k.block(r).reads(buf));
     (blocks.iter().copied())
         .filter(|&b| {
             let block = k.block(b);
+            let readers: Vec<BlockId> = (blocks.iter().copied())
+                .filter(|&r| k.block(r).reads(block.buffer))
+                .collect();
             k.buffer(block.buffer).role == Role::Temp
                 && block.reduce.is_none()
-                && !full_shape(s, b, topo)
-                && read_in_full(block.buffer)
+                && full_shape(s, b, topo) == full
+                && wanted(&readers)
         })
         .collect()
 }
