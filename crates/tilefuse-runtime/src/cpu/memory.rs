@@ -74,6 +74,24 @@ impl Storage {
     pub fn view(&mut self) -> RawBuf {
         RawBuf::of_output(&mut self.0.view_mut())
     }
+
+    /// A view of `len` elements from `start`, in bounds of the storage.
+    pub fn view_of(&mut self, start: usize, len: usize) -> RawBuf {
+        let all = self.view();
+        assert!(start + len <= all.len, "a view beyond its storage");
+        let size = if all.dtype == DType::Bool { 1 } else { 4 };
+        RawBuf {
+            // SAFETY: `start` is within the storage (checked above).
+            ptr: unsafe { all.ptr.add(start * size) },
+            len,
+            dtype: all.dtype,
+        }
+    }
+
+    /// The address of the storage's first element.
+    pub fn address(&mut self) -> usize {
+        self.view().address()
+    }
 }
 
 impl std::fmt::Debug for Storage {
@@ -171,6 +189,11 @@ impl Elem for bool {
 impl RawBuf {
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The address of the first element.
+    pub fn address(&self) -> usize {
+        self.ptr as usize
     }
 
     fn check<T: Elem>(&self, start: usize, n: usize) {
