@@ -7,7 +7,7 @@ use std::sync::{Mutex, PoisonError};
 
 use tilefuse_ir::DType;
 
-use super::memory::{RawBuf, Storage};
+use super::memory::{RawBuf, Storage, element_size};
 use crate::error::Result;
 
 /// Where temporaries start within a 4 KiB page, taken in turn. Rows of an
@@ -31,7 +31,7 @@ pub struct Temp {
 impl Temp {
     /// `len` elements of `dtype` starting `place` bytes into a page.
     fn placed(dtype: DType, len: usize, place: usize) -> Result<Temp> {
-        let size = if dtype == DType::Bool { 1 } else { 4 };
+        let size = element_size(dtype);
         let mut storage = Storage::try_new(dtype, len + PAGE / size)?;
         let start = (place + PAGE - storage.address() % PAGE) % PAGE / size;
         Ok(Temp {

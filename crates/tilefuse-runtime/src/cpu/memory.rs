@@ -79,10 +79,9 @@ impl Storage {
     pub fn view_of(&mut self, start: usize, len: usize) -> RawBuf {
         let all = self.view();
         assert!(start + len <= all.len, "a view beyond its storage");
-        let size = if all.dtype == DType::Bool { 1 } else { 4 };
         RawBuf {
             // SAFETY: `start` is within the storage (checked above).
-            ptr: unsafe { all.ptr.add(start * size) },
+            ptr: unsafe { all.ptr.add(start * element_size(all.dtype)) },
             len,
             dtype: all.dtype,
         }
@@ -91,6 +90,15 @@ impl Storage {
     /// The address of the storage's first element.
     pub fn address(&mut self) -> usize {
         self.view().address()
+    }
+}
+
+/// The bytes one element of `dtype` takes in a buffer (`bool` as Rust
+/// stores it).
+pub fn element_size(dtype: DType) -> usize {
+    match dtype {
+        DType::F32 | DType::I32 | DType::U32 => 4,
+        DType::Bool => size_of::<bool>(),
     }
 }
 

@@ -40,13 +40,15 @@ fn intermediates(
     (blocks.iter().copied())
         .filter(|&b| {
             let block = k.block(b);
-            let readers: Vec<BlockId> = (blocks.iter().copied())
-                .filter(|&r| k.block(r).reads(block.buffer))
-                .collect();
+            let readers = || -> Vec<BlockId> {
+                (blocks.iter().copied())
+                    .filter(|&r| k.block(r).reads(block.buffer))
+                    .collect()
+            };
             k.buffer(block.buffer).role == Role::Temp
                 && block.reduce.is_none()
                 && full_shape(s, b, topo) == full
-                && wanted(&readers)
+                && wanted(&readers())
         })
         .collect()
 }
