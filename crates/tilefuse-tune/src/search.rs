@@ -176,6 +176,10 @@ pub struct Search<'a> {
     /// trial that measures each.
     seen: HashMap<String, usize>,
     pending: HashMap<usize, Pending>,
+    /// Duplicates settled while their original was in flight, by the
+    /// original's id: their indices in `trials` and `history` (pushed
+    /// together), which take its time when it is told.
+    awaiting: HashMap<usize, Vec<usize>>,
     trials: Vec<Trial>,
     /// What the strategy learns from: each trial's point and time.
     history: Vec<Observation>,
@@ -236,6 +240,7 @@ impl<'a> Search<'a> {
             stopped: false,
             seen: HashMap::new(),
             pending: HashMap::new(),
+            awaiting: HashMap::new(),
             trials: Vec::new(),
             history: Vec::new(),
             kept: Vec::new(),
@@ -339,7 +344,11 @@ impl<'a> Search<'a> {
         };
         let text = s.kernel().to_string();
         if let Some(&of) = self.seen.get(&text) {
-            let time = self.trials.iter().find(|t| t.id == of).and_then(|t| t.time);
+            let original = self.trials.iter().find(|t| t.id == of);
+            if original.is_none() {
+                self.awaiting.entry(of).or_default().push(self.trials.len());
+            }
+            let time = original.and_then(|t| t.time);
             let m = Measured {
                 status: Status::Duplicate,
                 time,
@@ -401,7 +410,19 @@ impl<'a> Search<'a> {
             });
         }
         self.record(id, p.params.to_value(), p.point, p.source, measured);
+        self.settle_awaiting(id);
         Ok(())
+    }
+
+    /// Gives the duplicates of candidate `id`, settled while it was in
+    /// flight, its time: without it a strategy would take them for
+    /// failures.
+    fn settle_awaiting(&mut self, id: usize) {
+        let time = self.trials.last().and_then(|t| t.time);
+        for i in self.awaiting.remove(&id).unwrap_or_default() {
+            self.trials[i].time = time;
+            self.history[i].time = Status::Duplicate.observed(time);
+        }
     }
 
     fn best_time(&self) -> Option<f64> {

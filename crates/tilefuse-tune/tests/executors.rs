@@ -251,3 +251,29 @@ fn a_trial_slowed_by_the_machine_gets_a_second_look() {
     assert_eq!((trial.time, trial.look), (Some(0.575), Some(0.1)));
     assert_eq!((&res.best_params, res.best_time), (&trial.params, 0.1));
 }
+
+#[test]
+fn a_duplicate_of_a_candidate_in_flight_gets_its_time() {
+    // Three workers: a point whose kernel another still in flight has is
+    // settled as a duplicate before that one's time is known.
+    let (f, device, r) = recorded();
+    let info = device.info();
+    let mut replay = ReplayExecutor::new(&r, 3);
+    let res = tune_with(&f, &info, &exhaustive(&r), &[], &mut replay, &mut |_, _| {
+        true
+    })
+    .unwrap();
+    let time_of = |id: usize| res.trials.iter().find(|t| t.id == id).unwrap().time;
+    let duplicates: Vec<_> = (res.trials.iter())
+        .filter(|t| t.status == Status::Duplicate)
+        .collect();
+    assert!(!duplicates.is_empty(), "the space has no duplicate kernels");
+    for t in duplicates {
+        let of: usize = (t.error.as_deref().unwrap())
+            .trim_start_matches("the same kernel as trial ")
+            .parse()
+            .unwrap();
+        assert_eq!(t.time, time_of(of), "trial {} (of {of})", t.id);
+        assert_eq!(t.time, r.measured(&t.point).time, "trial {}", t.id);
+    }
+}
