@@ -332,6 +332,23 @@ fn heuristics_differ_by_device_kind() {
     assert!(!p.subgroup_inner_reduction && !p.persistent_kernel, "{p:?}");
 }
 
+/// lavapipe unrolls the steps of an invocation that walks a whole column,
+/// not those of several invocations sharing one (see the heuristics).
+#[test]
+fn lavapipe_unrolls_whole_columns_only() {
+    let lavapipe = &device_kinds()[2];
+    let unroll = |shape: &[usize]| {
+        let HeuristicParams::Reduction(p) = heuristics(&sum(shape, 0), None, lavapipe).unwrap()
+        else {
+            unreachable!("a reduction")
+        };
+        (p.reduction_invocations, p.unroll_factor_reduction)
+    };
+    assert_eq!(unroll(&[1024, 1024]), (1, 4));
+    assert_eq!(unroll(&[8, 1024]), (1, 1), "eight steps a column");
+    assert_eq!(unroll(&[3000, 50]), (8, 1));
+}
+
 /// Short rows share CPU workgroups: 128 rows where there are thousands
 /// (the last one ragged), fewer where that keeps four workgroups a
 /// thread, fewer where the workgroup's elements would pass 32768. Rows of
