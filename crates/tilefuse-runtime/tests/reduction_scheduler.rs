@@ -349,6 +349,29 @@ fn lavapipe_unrolls_whole_columns_only() {
     assert_eq!(unroll(&[3000, 50]), (8, 1));
 }
 
+/// lavapipe's rows of up to four subgroup steps share workgroups (whole
+/// ones, 64 or more) and unroll steps that divide them evenly.
+#[test]
+fn lavapipe_short_rows_share_workgroups() {
+    let lavapipe = &device_kinds()[2];
+    let shared = |shape: &[usize]| {
+        let f = tilefuse_testing::softmax(shape, -1);
+        let HeuristicParams::Reduction(p) = heuristics(&f, None, lavapipe).unwrap() else {
+            unreachable!("a reduction")
+        };
+        (p.rows_per_workgroup, p.unroll_factor_reduction)
+    };
+    assert_eq!(shared(&[4096, 128]), (Some(16), 4));
+    assert_eq!(
+        shared(&[1000, 64]),
+        (Some(8), 2),
+        "1000 rows: 8 a workgroup"
+    );
+    assert_eq!(shared(&[4096, 100]), (Some(16), 1), "ragged steps");
+    assert_eq!(shared(&[64, 64]), (None, 2), "too few workgroups");
+    assert_eq!(shared(&[4096, 512]), (None, 4), "sixteen steps a row");
+}
+
 /// Short rows share CPU workgroups: 128 rows where there are thousands
 /// (the last one ragged), fewer where that keeps four workgroups a
 /// thread, fewer where the workgroup's elements would pass 32768. Rows of

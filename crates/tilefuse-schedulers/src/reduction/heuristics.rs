@@ -19,7 +19,8 @@ use tilefuse_sched::lowering::SHORT_NEST;
 /// kernel, with vec4 loads. A CPU Vulkan (lavapipe) pays for every barrier:
 /// it gets one subgroup a row, partials shuffled together and rows
 /// recomputed (no workgroup memory, no barrier) where it has subgroups and
-/// rows are not too long; otherwise fewer, larger steps per invocation,
+/// rows are not too long, up to 16 short rows a workgroup (see
+/// [`lavapipe_short_rows`]); otherwise fewer, larger steps per invocation,
 /// within its per-invocation loop budget, and one dispatch per reduction.
 /// Outer reductions give each invocation columns (coalesced) and several
 /// invocations per column when columns alone would leave the GPU idle.
@@ -69,6 +70,9 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         if unroll_from.is_some_and(|steps| r / (t * v) >= steps) {
             p.unroll_factor_reduction = 4;
         }
+        if shuffles {
+            lavapipe_short_rows(&mut p, r, t * v, topo.outer());
+        }
         p.persistent_kernel = !cpu_vulkan || shuffles;
         // A discrete GPU keeps the exp / centred row on chip when it fits
         // with room to spare (split tails pad it); lavapipe recomputes it.
@@ -114,6 +118,28 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         p.schedule_3d = topo.three_d();
     }
     p
+}
+
+/// lavapipe, rows of at most four subgroup steps (`per_step` elements
+/// each): a workgroup takes up to 16 rows one after another, so that
+/// lavapipe's cost per workgroup is paid once for them, keeping 64
+/// workgroups or more and none ragged; and a row's steps are unrolled
+/// when they divide it evenly. Softmax, layer norm, RMS norm, log-softmax
+/// and row sums of 1000 to 16384 rows of 32 to 128: 0.60-0.90x the time
+/// (median 0.86x over 110 shapes); rows of 100 (three ragged steps)
+/// 0.74-1.10x.
+fn lavapipe_short_rows(p: &mut ReductionParams, r: u64, per_step: u64, rows: u64) {
+    let steps = r / per_step;
+    if !(1..=4).contains(&steps) {
+        return;
+    }
+    let shared = [16, 8, 4]
+        .into_iter()
+        .find(|&k| rows.is_multiple_of(k) && rows / k >= 64);
+    p.rows_per_workgroup = shared.map(|k| k as u32);
+    if r.is_multiple_of(per_step) && steps.is_power_of_two() {
+        p.unroll_factor_reduction = steps as u32;
+    }
 }
 
 /// The CPU device's defaults (see [`reduction_heuristics`]).
