@@ -36,6 +36,13 @@ def matmul_epilogue_fusion(m: int, k: int, n: int) -> tf.Fusion:
     return f
 
 
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest error relative to the largest magnitude, the rule
+    tilefuse's own checks use: inputs are fresh random draws, and an
+    absolute bound fails on the rare draw whose outputs are large."""
+    return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+
+
 def main() -> None:
     rng = np.random.default_rng()
 
@@ -65,7 +72,7 @@ def main() -> None:
     )
     print(f"{'fusion':<22} {'max rel. error':>16}")
     for name, got, want in rows:
-        err = np.max(np.abs(got - want)) / np.max(np.abs(want))
+        err = relative_error(got, want)
         print(f"{name:<22} {err:>16.2e}")
         assert err < 1e-5
 
@@ -156,7 +163,7 @@ def main() -> None:
         variants.append(("break_point=1, unroll_factor_inner=2", edited))
         for label, p in variants:
             kernel = g.schedule(p, device)
-            assert float(np.max(np.abs(kernel(xa, xb) - want))) < 1e-4
+            assert relative_error(kernel(xa, xb), want) < 1e-5
             t = kernel.benchmark(xa, xb, warmup=2, repeat=7)
             print(f"{device.info['name'][:34]:<34} {label:<44} {t.median * 1e3:>8.2f}")
 
@@ -177,7 +184,7 @@ def main() -> None:
         edited.project_persistent_buffers = not params.project_persistent_buffers
         for label, p in [("default heuristic", params), ("persistence flipped", edited)]:
             kernel = h.schedule(p, device)
-            assert float(np.max(np.abs(kernel(x) - want))) < 1e-4
+            assert relative_error(kernel(x), want) < 1e-5
             t = kernel.benchmark(x, warmup=2, repeat=5)
             print(f"{device.info['name'][:34]:<34} {label:<44} {t.median * 1e3:>8.2f}")
 
@@ -203,7 +210,7 @@ def main() -> None:
         tiled.tile_sizes.warp_tile.m = 32  # seed 000: edit, schedule, run
         for label, p in [("default heuristic", default), ("32x32 tiles of 4x4", tiled)]:
             kernel = mm.schedule(p, device)
-            assert float(np.max(np.abs(kernel(a, b, bias) - want)) / np.max(np.abs(want))) < 1e-5
+            assert relative_error(kernel(a, b, bias), want) < 1e-5
             t = kernel.benchmark(a, b, bias, warmup=1, repeat=3)
             print(f"{device.info['name'][:34]:<34} {label:<44} {t.median * 1e3:>8.2f}")
 
