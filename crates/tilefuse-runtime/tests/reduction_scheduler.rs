@@ -333,20 +333,27 @@ fn heuristics_differ_by_device_kind() {
 }
 
 /// lavapipe unrolls the steps of an invocation that walks a whole column,
-/// not those of several invocations sharing one (see the heuristics).
+/// not those of several invocations sharing one, and gives those at most
+/// 16 columns a workgroup (see the heuristics).
 #[test]
 fn lavapipe_unrolls_whole_columns_only() {
     let lavapipe = &device_kinds()[2];
-    let unroll = |shape: &[usize]| {
+    let columns = |shape: &[usize]| {
         let HeuristicParams::Reduction(p) = heuristics(&sum(shape, 0), None, lavapipe).unwrap()
         else {
             unreachable!("a reduction")
         };
-        (p.reduction_invocations, p.unroll_factor_reduction)
+        let per_workgroup = p.rows_per_workgroup.unwrap();
+        (
+            per_workgroup,
+            p.reduction_invocations,
+            p.unroll_factor_reduction,
+        )
     };
-    assert_eq!(unroll(&[1024, 1024]), (1, 4));
-    assert_eq!(unroll(&[8, 1024]), (1, 1), "eight steps a column");
-    assert_eq!(unroll(&[3000, 50]), (8, 1));
+    assert_eq!(columns(&[1024, 1024]), (64, 1, 4));
+    assert_eq!(columns(&[8, 1024]), (64, 1, 1), "eight steps a column");
+    assert_eq!(columns(&[3000, 100]), (16, 8, 1));
+    assert_eq!(columns(&[3000, 10]), (8, 8, 1));
 }
 
 /// lavapipe's rows of up to four subgroup steps share workgroups (whole
