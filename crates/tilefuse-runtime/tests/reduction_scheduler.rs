@@ -379,6 +379,24 @@ fn lavapipe_short_rows_share_workgroups() {
     assert_eq!(shared(&[4096, 512]), (None, 4), "sixteen steps a row");
 }
 
+/// lavapipe's rows of 32 subgroup steps or more: an invocation takes four
+/// rows' steps in turn (where the rows come in fours) instead of four
+/// steps of one row.
+#[test]
+fn lavapipe_interleaves_four_long_rows() {
+    let lavapipe = &device_kinds()[2];
+    let unroll = |shape: &[usize]| {
+        let f = tilefuse_testing::softmax(shape, -1);
+        let HeuristicParams::Reduction(p) = heuristics(&f, None, lavapipe).unwrap() else {
+            unreachable!("a reduction")
+        };
+        (p.unroll_factor_reduction, p.unroll_factor_iteration)
+    };
+    assert_eq!(unroll(&[4096, 1024]), (1, 4));
+    assert_eq!(unroll(&[1001, 1024]), (4, 1), "rows not in fours");
+    assert_eq!(unroll(&[4096, 512]), (4, 1), "sixteen steps a row");
+}
+
 /// Short rows share CPU workgroups: 128 rows where there are thousands
 /// (the last one ragged), fewer where that keeps four workgroups a
 /// thread, fewer where the workgroup's elements would pass 32768. Rows of
