@@ -82,26 +82,7 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
     } else {
         let columns = topo.inner();
         let (x, y) = if cpu_vulkan {
-            let x = pow2_at_most(columns).clamp(1, max.min(64));
-            // Narrow tensors: several invocations a column, and at most
-            // 16 columns a workgroup (column sums of 64 to 200 columns
-            // 0.51-1.02x the time with 64, of 33 and 50 0.77-1.01x with
-            // 32; 24 shapes of 1000 to 16384 rows).
-            let (x, y) = if columns < 4 * x && r >= 64 {
-                let x = x.min(16);
-                (x, (max / x).min(8))
-            } else {
-                (x, 1)
-            };
-            // An invocation that walks a whole column gains from four
-            // steps unrolled (column sums of 1024² 0.53x the time, 4096²
-            // and 64x16384 0.80x and 0.61x, softmax and batch norm over
-            // axis 0 0.70-0.81x); several invocations a column lost by it
-            // (3000 x 20 to 3000 x 200: 1.10-1.26x).
-            if y == 1 && r >= 16 {
-                p.unroll_factor_reduction = 4;
-            }
-            (x, y)
+            lavapipe_columns(&mut p, columns, r, max)
         } else {
             // A discrete GPU wants a hundred thousand invocations in
             // hundreds of workgroups: column sums of 4096x4096 on an H100
@@ -124,6 +105,31 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         p.schedule_3d = topo.three_d();
     }
     p
+}
+
+/// lavapipe's outer reductions: the columns a workgroup takes and the
+/// invocations a column.
+fn lavapipe_columns(p: &mut ReductionParams, columns: u64, r: u64, max: u64) -> (u64, u64) {
+    let x = pow2_at_most(columns).clamp(1, max.min(64));
+    // Narrow tensors: several invocations a column, and at most 16 columns
+    // a workgroup (column sums of 64 to 200 columns 0.51-1.02x the time
+    // with 64, of 33 and 50 0.77-1.01x with 32; 24 shapes of 1000 to
+    // 16384 rows).
+    let (x, y) = if columns < 4 * x && r >= 64 {
+        let x = x.min(16);
+        (x, (max / x).min(8))
+    } else {
+        (x, 1)
+    };
+    // An invocation that walks a whole column gains from four steps
+    // unrolled (column sums of 1024² 0.53x the time, 4096² and 64x16384
+    // 0.80x and 0.61x, softmax and batch norm over axis 0 0.70-0.81x);
+    // several invocations a column lost by it (3000 x 20 to 3000 x 200:
+    // 1.10-1.26x).
+    if y == 1 && r >= 16 {
+        p.unroll_factor_reduction = 4;
+    }
+    (x, y)
 }
 
 /// lavapipe, rows of at most four subgroup steps (`per_step` elements
