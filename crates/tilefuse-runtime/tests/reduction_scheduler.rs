@@ -332,17 +332,21 @@ fn heuristics_differ_by_device_kind() {
     assert!(!p.subgroup_inner_reduction && !p.persistent_kernel, "{p:?}");
 }
 
+/// The default reduction params of `f` on lavapipe.
+fn on_lavapipe(f: &Fusion) -> ReductionParams {
+    match heuristics(f, None, &device_kinds()[2]).unwrap() {
+        HeuristicParams::Reduction(p) => p,
+        other => panic!("not a reduction: {other:?}"),
+    }
+}
+
 /// lavapipe unrolls the steps of an invocation that walks a whole column,
 /// not those of several invocations sharing one, and gives those at most
 /// 16 columns a workgroup (see the heuristics).
 #[test]
 fn lavapipe_unrolls_whole_columns_only() {
-    let lavapipe = &device_kinds()[2];
     let columns = |shape: &[usize]| {
-        let HeuristicParams::Reduction(p) = heuristics(&sum(shape, 0), None, lavapipe).unwrap()
-        else {
-            unreachable!("a reduction")
-        };
+        let p = on_lavapipe(&sum(shape, 0));
         let per_workgroup = p.rows_per_workgroup.unwrap();
         (
             per_workgroup,
@@ -357,44 +361,23 @@ fn lavapipe_unrolls_whole_columns_only() {
 }
 
 /// lavapipe's rows of up to four subgroup steps share workgroups (whole
-/// ones, 64 or more) and unroll steps that divide them evenly.
+/// ones, 64 or more) and unroll steps that divide them evenly; rows of 32
+/// steps or more (in fours) unroll four rows' steps in turn instead of
+/// four steps of one row.
 #[test]
-fn lavapipe_short_rows_share_workgroups() {
-    let lavapipe = &device_kinds()[2];
-    let shared = |shape: &[usize]| {
-        let f = tilefuse_testing::softmax(shape, -1);
-        let HeuristicParams::Reduction(p) = heuristics(&f, None, lavapipe).unwrap() else {
-            unreachable!("a reduction")
-        };
-        (p.rows_per_workgroup, p.unroll_factor_reduction)
+fn lavapipe_rows_by_length() {
+    let rows = |shape: &[usize]| {
+        let p = on_lavapipe(&tilefuse_testing::softmax(shape, -1));
+        let unroll = (p.unroll_factor_reduction, p.unroll_factor_iteration);
+        (p.rows_per_workgroup, unroll)
     };
-    assert_eq!(shared(&[4096, 128]), (Some(16), 4));
-    assert_eq!(
-        shared(&[1000, 64]),
-        (Some(8), 2),
-        "1000 rows: 8 a workgroup"
-    );
-    assert_eq!(shared(&[4096, 100]), (Some(16), 1), "ragged steps");
-    assert_eq!(shared(&[64, 64]), (None, 2), "too few workgroups");
-    assert_eq!(shared(&[4096, 512]), (None, 4), "sixteen steps a row");
-}
-
-/// lavapipe's rows of 32 subgroup steps or more: an invocation takes four
-/// rows' steps in turn (where the rows come in fours) instead of four
-/// steps of one row.
-#[test]
-fn lavapipe_interleaves_four_long_rows() {
-    let lavapipe = &device_kinds()[2];
-    let unroll = |shape: &[usize]| {
-        let f = tilefuse_testing::softmax(shape, -1);
-        let HeuristicParams::Reduction(p) = heuristics(&f, None, lavapipe).unwrap() else {
-            unreachable!("a reduction")
-        };
-        (p.unroll_factor_reduction, p.unroll_factor_iteration)
-    };
-    assert_eq!(unroll(&[4096, 1024]), (1, 4));
-    assert_eq!(unroll(&[1001, 1024]), (4, 1), "rows not in fours");
-    assert_eq!(unroll(&[4096, 512]), (4, 1), "sixteen steps a row");
+    assert_eq!(rows(&[4096, 128]), (Some(16), (4, 1)));
+    assert_eq!(rows(&[1000, 64]), (Some(8), (2, 1)), "8 rows divide 1000");
+    assert_eq!(rows(&[4096, 100]), (Some(16), (1, 1)), "ragged steps");
+    assert_eq!(rows(&[64, 64]), (None, (2, 1)), "too few workgroups");
+    assert_eq!(rows(&[4096, 512]), (None, (4, 1)), "sixteen steps a row");
+    assert_eq!(rows(&[4096, 1024]), (None, (1, 4)));
+    assert_eq!(rows(&[1001, 1024]), (None, (4, 1)), "rows not in fours");
 }
 
 /// Short rows share CPU workgroups: 128 rows where there are thousands
