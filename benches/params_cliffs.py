@@ -111,7 +111,7 @@ def run_case(
     """The case's call and numpy's `a @ b`, ms."""
     workload = tf.workloads.get("matmul", **sizes)
     fusion = workload.fusion()
-    defaults = fusion.heuristics(device=device)
+    defaults = fusion.heuristics(device=device, cache=False)
     assert isinstance(defaults, tf.HeuristicParams), "a matmul is one segment"
     params = with_fields(defaults.to_dict(), fields)
     check = tf.Engine(device).verify(workload, params)

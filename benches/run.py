@@ -199,7 +199,10 @@ def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, budget: Budg
         case.results["torch"] = time_torch(case.torch, torch, case.inputs, budget)
     for dev_name, device in devices.items():
         engine = tf.Engine(device)
-        variants: dict[str, tf.engine.Variant] = {f"tilefuse-{dev_name}": None}
+        # The default heuristic's params, not a tuned winner the user's
+        # heuristic cache may hold for the same fusion and device.
+        default = case.fusion.heuristics(device=device, cache=False)
+        variants: dict[str, tf.engine.Variant] = {f"tilefuse-{dev_name}": default}
         recipe = case.schedule.get(dev_name)
         if recipe is not None:
             s = case.fusion.create_schedule()
@@ -260,9 +263,10 @@ def sweep(devices: dict[str, tf.Device], torch: Any, budget: Budget, quick: bool
         if torch is not None:
             row["torch"] = time_torch(torch_chain, torch, list(w.inputs()), budget)
         for dev_name, device in devices.items():
+            default = w.fusion().heuristics(device=device, cache=False)
             for what in ("call", "kernel"):
                 r = tf.Engine(device).benchmark(
-                    w, measure=what, budget=budget, check=what == "call"
+                    w, default, measure=what, budget=budget, check=what == "call"
                 )
                 row[f"{dev_name} {what}"] = r.median
         rows[n] = row

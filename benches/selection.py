@@ -40,7 +40,7 @@ OFF = 0.03  # what counts as a different time
 def one_tune(w: tf.Workload, device: tf.Device, seed: int, rounds: int) -> dict[str, float]:
     r = tf.tune(w, device=device, effort="quick", cache=False, seed=seed, progress=False)
     f = w.fusion()
-    default = f.heuristics(device=device)
+    default = f.heuristics(device=device, cache=False)
     kernels = {
         "default": f.schedule(default, device),
         "winner": f.schedule(r.best_params, device),

@@ -109,7 +109,7 @@ def main() -> None:
     device = tf.Device.gpu() if args.device == "gpu" else tf.Device.cpu()
     case = next(c for c in run.cases(args.quick) if c.name.startswith(args.case))
     (want,) = case.workload.expected()
-    default_params = case.fusion.heuristics(device=device)
+    default_params = case.fusion.heuristics(device=device, cache=False)
     assert isinstance(default_params, tf.HeuristicParams)
     base = default_params.to_dict()
     grids = {"reduction": reduction_grid, "matmul": matmul_grid}

@@ -39,7 +39,7 @@ def tune_case(
 ) -> dict[str, Any]:
     print(f"[{case.name}] {device_name}", file=sys.stderr, flush=True)
     f = case.fusion
-    kernels = {"default": f.schedule(f.heuristics(device=device), device)}
+    kernels = {"default": f.schedule(f.heuristics(device=device, cache=False), device)}
     row: dict[str, Any] = {"case": case.name, "device": device_name}
     for effort in args.efforts:
         # The workload, not its fusion: candidates are checked and timed on

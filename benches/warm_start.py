@@ -73,7 +73,9 @@ def bench_case(name: str, device: tf.Device, seeds: int, rounds: int, work: Path
     with cache_at(donated):
         tf.tune(donor, device, effort="full", seed=0, progress=False)
     f = target.payload
-    kernels: dict[str, Any] = {"default": f.schedule(f.heuristics(device=device), device)}
+    kernels: dict[str, Any] = {
+        "default": f.schedule(f.heuristics(device=device, cache=False), device)
+    }
     runs: dict[str, list[tf.TuneResult]] = {"cold": [], "warm": []}
     for seed in range(seeds):
         for how, results in runs.items():
