@@ -608,6 +608,7 @@ def test_the_cpu_runs_schedules_wgsl_cannot_express(gpu: tf.Device) -> None:
 
 
 CPU_PASSES = [
+    "simplify_bindings",
     "realize_buffers",
     "software_pipeline",
     "split_fused_loops",
@@ -616,6 +617,7 @@ CPU_PASSES = [
 ]
 WGSL_PASSES = [
     "fold_constants",
+    "simplify_bindings",
     "realize_buffers",
     "software_pipeline",
     "verify_workgroup_spine",

@@ -167,21 +167,31 @@ impl Index {
             Index::Const(_) | Index::Var(_) => self.clone(),
             Index::Add(a, b) => a.within(range) + b.within(range),
             Index::Mul(a, c) => a.within(range) * *c,
-            Index::Div(a, c) => match a.bounds(range) {
+            Index::Div(a, c) => match a.pinned(range).bounds(range) {
                 (l, h) if l.div_euclid(*c) == h.div_euclid(*c) => Index::Const(l.div_euclid(*c)),
-                _ => match a.within(range).peeled(*c, range) {
+                _ => match a.pinned(range).within(range).peeled(*c, range) {
                     Ok(Peeled { high, g, .. }) => high / (c / g),
                     Err(a) => a / *c,
                 },
             },
             Index::Mod(a, c) => match a.bounds(range) {
                 (l, h) if l >= 0 && h < *c => a.within(range),
-                _ => match a.within(range).peeled(*c, range) {
+                _ => match a.pinned(range).within(range).peeled(*c, range) {
                     Ok(Peeled { high, g, low }) => high % (c / g) * g + low,
                     Err(a) => a % *c,
                 },
             },
         }
+    }
+
+    /// The expression with each variable whose range is one value (a loop
+    /// of one iteration: a split's factor of 1) made that value, so that a
+    /// quotient over it (`(w + t) / 128`, `t` in `0..1`) can be taken.
+    fn pinned(&self, range: &impl Fn(Var) -> (i64, i64)) -> Index {
+        self.subst(&|v| match range(v) {
+            (l, h) if l == h => Some(Index::Const(l)),
+            _ => None,
+        })
     }
 
     /// The expression as `g * high + low` with `0 <= low < g` over the
@@ -530,6 +540,25 @@ mod tests {
             fused.within(&up_to(9)).linear_in(Var::Loop(LoopId(0))),
             None
         );
+    }
+
+    /// A workgroup of one row over a fused loop: `(w + t) / 128` with `t`
+    /// in `0..1` is `w / 128`, whose start a region over `t` can take; the
+    /// `t` outside a quotient stays a variable.
+    #[test]
+    fn a_loop_of_one_iteration_is_its_value_inside_a_quotient() {
+        let (w, t) = (
+            Index::var(Var::Loop(LoopId(0))),
+            Index::var(Var::Loop(LoopId(1))),
+        );
+        let range = |v| match v {
+            Var::Loop(LoopId(0)) => (0, 4095),
+            _ => (0, 0),
+        };
+        let row = w.clone() + t.clone();
+        assert_eq!((row.clone() / 128).within(&range), w.clone() / 128);
+        assert_eq!((row.clone() % 128).within(&range), w.clone() % 128);
+        assert_eq!(row.within(&range), w + t);
     }
 
     /// A tile `128` wide copied out of a fused loop `i * 8 + j * 4 + l`:

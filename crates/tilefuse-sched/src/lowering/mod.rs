@@ -10,6 +10,7 @@
 //! the same as data (Python's `Schedule.lower()`).
 
 mod barriers;
+mod bindings;
 mod cross_invocation;
 mod distribute;
 mod fold;
@@ -96,6 +97,9 @@ pub const PASSES: &[Pass] = &[
     // literal (an empty reduction's result) read it. First, so that every
     // analysis sees the loads codegen emits.
     pass("fold_constants", WGSL, fold::run),
+    // Iterator bindings simplified within the loops' ranges: a fused loop
+    // split at the inner axis's extent binds without a division.
+    pass("simplify_bindings", ALL, bindings::run),
     // Workgroup and private buffers shrink to the region one iteration uses.
     pass("realize_buffers", ALL, realize::run),
     // Pipelined loops get rotating stages, a prologue and copies ahead.
