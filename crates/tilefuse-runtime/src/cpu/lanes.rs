@@ -118,7 +118,42 @@ pub fn arith_from(op: BinaryOp, a: &mut [f32], from: Option<Rhs<'_>>, b: Rhs<'_>
         BinaryOp::Max => apply(a, from, b, swap, |x, y| extreme(x, y, true)),
         BinaryOp::Min => apply(a, from, b, swap, |x, y| extreme(x, y, false)),
         BinaryOp::Pow => apply(a, from, b, swap, f32::powf),
-        _ => unreachable!("comparisons are not arithmetic"),
+        // A comparison's lanes are 1.0 (true) or 0.0, as tapes hold masks.
+        BinaryOp::Eq => apply(a, from, b, swap, |x, y| truth(x == y)),
+        BinaryOp::Ne => apply(a, from, b, swap, |x, y| truth(x != y)),
+        BinaryOp::Lt => apply(a, from, b, swap, |x, y| truth(x < y)),
+        BinaryOp::Le => apply(a, from, b, swap, |x, y| truth(x <= y)),
+        BinaryOp::Gt => apply(a, from, b, swap, |x, y| truth(x > y)),
+        BinaryOp::Ge => apply(a, from, b, swap, |x, y| truth(x >= y)),
+    }
+}
+
+#[inline(always)]
+fn truth(b: bool) -> f32 {
+    if b { 1.0 } else { 0.0 }
+}
+
+/// `mask[i] = if mask[i] != 0 { t[i] } else { f[i] }` over a mask of
+/// comparisons' 1.0 / 0.0 (see [`arith_from`]).
+#[inline(always)]
+pub fn select(mask: &mut [f32], t: Rhs<'_>, f: Rhs<'_>) {
+    #[inline(always)]
+    fn pick(m: f32, t: f32, f: f32) -> f32 {
+        if m != 0.0 { t } else { f }
+    }
+    match (t, f) {
+        (Rhs::Each(t), Rhs::Each(f)) => {
+            (mask.iter_mut().zip(t).zip(f)).for_each(|((m, &t), &f)| *m = pick(*m, t, f))
+        }
+        (Rhs::Each(t), Rhs::Same(f)) => mask
+            .iter_mut()
+            .zip(t)
+            .for_each(|(m, &t)| *m = pick(*m, t, f)),
+        (Rhs::Same(t), Rhs::Each(f)) => mask
+            .iter_mut()
+            .zip(f)
+            .for_each(|(m, &f)| *m = pick(*m, t, f)),
+        (Rhs::Same(t), Rhs::Same(f)) => mask.iter_mut().for_each(|m| *m = pick(*m, t, f)),
     }
 }
 

@@ -210,6 +210,9 @@ fn operands(op: &Op) -> [Option<Operand>; 2] {
         Op::Set { src, .. } => [Some(src), None],
         Op::Binary { rhs, .. } => [Some(rhs), None],
         Op::Apply { lhs, rhs, .. } => [Some(lhs), Some(rhs)],
+        Op::Select {
+            on_true, on_false, ..
+        } => [Some(on_true), Some(on_false)],
         Op::Unary { .. } => [None, None],
     }
 }
@@ -257,6 +260,18 @@ fn invariant_parts(ops: &[Op], invariant: impl Fn(u8) -> bool) -> Vec<(usize, us
                 (dst, is_invariant(lhs, &held) && is_invariant(rhs, &held))
             }
             Op::Unary { dst, .. } => (dst, held[usize::from(dst)].invariant),
+            // Its invariant operands are not taken out on their own (a
+            // mask's parts are rarely worth it): computed with each tile.
+            Op::Select {
+                dst,
+                on_true,
+                on_false,
+            } => (
+                dst,
+                held[usize::from(dst)].invariant
+                    && is_invariant(on_true, &held)
+                    && is_invariant(on_false, &held),
+            ),
             Op::Binary { dst, rhs, .. } => {
                 let (mine, theirs) = (held[usize::from(dst)].invariant, is_invariant(rhs, &held));
                 if mine && !theirs {

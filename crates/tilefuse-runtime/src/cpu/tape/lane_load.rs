@@ -271,7 +271,12 @@ impl Tape {
             match op {
                 Op::Set { src, .. } => renamed(src),
                 Op::Binary { rhs, .. } => renamed(rhs),
-                Op::Apply { lhs, rhs, .. } => {
+                Op::Apply { lhs, rhs, .. }
+                | Op::Select {
+                    on_true: lhs,
+                    on_false: rhs,
+                    ..
+                } => {
                     renamed(lhs);
                     renamed(rhs);
                 }

@@ -13,14 +13,13 @@
 //! writes disjoint and ordered before their reads.
 #![allow(unsafe_code)]
 
-use tilefuse_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
+use tilefuse_ir::{BinaryOp, ReduceOp, UnaryOp};
 use tilefuse_sched::ir::Var;
 
-use super::lanes::{Rhs, arith, arith_from, combine_into, fold_f32, unary_f32};
+use super::lanes::{Rhs, arith, arith_from, combine_into, fold_f32, select, unary_f32};
 use super::loop_index::LoopIndex;
 use super::memory::RawBuf;
 use super::simd_math::multiversion;
-use super::value::{Access, Value};
 use fold::Folded;
 pub use lane_fold::fold_as_run;
 use lane_fold::{fold_whole, identity};
@@ -29,6 +28,7 @@ pub use lane_load::Period;
 pub use offsets::Offsets;
 pub use rows::Rows;
 
+mod compile;
 mod fold;
 mod lane_fold;
 mod lane_load;
@@ -77,6 +77,13 @@ enum Op {
         dst: u8,
         lhs: Operand,
         rhs: Operand,
+    },
+    /// `dst = if dst != 0 { on_true } else { on_false }`: `dst` holds a
+    /// comparison's 1.0 / 0.0.
+    Select {
+        dst: u8,
+        on_true: Operand,
+        on_false: Operand,
     },
 }
 
@@ -133,105 +140,6 @@ pub enum Sink<'a> {
 }
 
 impl Tape {
-    /// Compiles `value`, or `None` where it is not f32 arithmetic over
-    /// loads of buffers other than `store` that step forward or not at all
-    /// with the lane.
-    pub fn compile(value: &Value, store: usize, dtypes: &[DType]) -> Option<Tape> {
-        let mut tape = Tape {
-            ops: Vec::new(),
-            loads: Vec::new(),
-            uniforms: Vec::new(),
-            folded: Folded::default(),
-        };
-        tape.emit(value, 0, store, dtypes)?;
-        tape.folded = Folded::of(&tape.ops, tape.uniforms.len(), &tape.loads);
-        let fits = tape.loads.len() <= SOURCES && tape.uniforms.len() <= SOURCES;
-        fits.then_some(tape)
-    }
-
-    /// A leaf's operand (a load or a constant), else `None`.
-    fn leaf(&mut self, v: &Value, store: usize, dtypes: &[DType]) -> Option<Option<Operand>> {
-        Some(match v {
-            Value::Const(c, DType::F32) => {
-                self.uniforms.push(Uniform::Const(c.as_f64() as f32));
-                Some(Operand::Uniform(self.uniforms.len() as u8 - 1))
-            }
-            Value::Const(..) => return None,
-            Value::Load(Access {
-                buffer,
-                linear: Some((coef, rest)),
-                ..
-            }) if *buffer != store && dtypes[*buffer] == DType::F32 => match coef {
-                0 => {
-                    let at = LoopIndex::new(rest.clone());
-                    self.uniforms.push(Uniform::Load(*buffer, at));
-                    Some(Operand::Uniform(self.uniforms.len() as u8 - 1))
-                }
-                &stride if stride > 0 => {
-                    let at = LoopIndex::new(rest.clone());
-                    self.loads
-                        .push(LaneLoad::strided(*buffer, at, stride as usize));
-                    Some(Operand::Load(self.loads.len() as u8 - 1))
-                }
-                _ => return None,
-            },
-            Value::Load(_) => return None,
-            _ => None,
-        })
-    }
-
-    /// Emits code leaving `v` in register `dst`.
-    fn emit(&mut self, v: &Value, dst: u8, store: usize, dtypes: &[DType]) -> Option<()> {
-        if usize::from(dst) >= REGISTERS {
-            return None;
-        }
-        if let Some(src) = self.leaf(v, store, dtypes)? {
-            self.ops.push(Op::Set { dst, src });
-            return Some(());
-        }
-        match v {
-            Value::Unary(op, x) => {
-                self.emit(x, dst, store, dtypes)?;
-                self.ops.push(Op::Unary { op: *op, dst });
-            }
-            Value::Binary(op, x, y) if !op.is_comparison() => {
-                // Evaluate the non-leaf side into `dst`; a leaf on the
-                // other side is read where it is, never copied.
-                let is_leaf = |v: &Value| matches!(v, Value::Const(..) | Value::Load(_));
-                let swap = is_leaf(x) && !is_leaf(y);
-                let (first, second) = if swap { (y, x) } else { (x, y) };
-                if let (Some(lhs), Some(rhs)) = (
-                    self.leaf(first, store, dtypes)?,
-                    self.leaf(second, store, dtypes)?,
-                ) {
-                    self.ops.push(Op::Apply {
-                        op: *op,
-                        dst,
-                        lhs,
-                        rhs,
-                    });
-                    return Some(());
-                }
-                self.emit(first, dst, store, dtypes)?;
-                let rhs = match self.leaf(second, store, dtypes)? {
-                    Some(leaf) => leaf,
-                    None => {
-                        self.emit(second, dst + 1, store, dtypes)?;
-                        Operand::Reg(dst + 1)
-                    }
-                };
-                self.ops.push(Op::Binary {
-                    op: *op,
-                    dst,
-                    rhs,
-                    swap,
-                });
-            }
-            _ => return None,
-        }
-        Some(())
-    }
-
     /// Runs lanes `start..start + n` of the loop (the loads' offsets at
     /// lane 0 with the loop variables at `env`). Returns the folded value
     /// for [`Sink::Fold`].
@@ -523,6 +431,7 @@ fn step(
         | Op::Unary { dst, .. }
         | Op::Binary { dst, .. }
         | Op::Apply { dst, .. }
+        | Op::Select { dst, .. }
             if dst == 0 =>
         {
             (0, reg0, above)
@@ -530,7 +439,8 @@ fn step(
         Op::Set { dst, .. }
         | Op::Unary { dst, .. }
         | Op::Binary { dst, .. }
-        | Op::Apply { dst, .. } => {
+        | Op::Apply { dst, .. }
+        | Op::Select { dst, .. } => {
             let (d, rest) = above[usize::from(dst) - 1..]
                 .split_first_mut()
                 .expect("register exists");
@@ -549,6 +459,12 @@ fn step(
         Op::Apply { op, lhs, rhs, .. } => {
             let operand = |x| read(x, dst, rest, loads, uniforms, lo, len);
             arith_from(op, d, Some(operand(lhs)), operand(rhs), false);
+        }
+        Op::Select {
+            on_true, on_false, ..
+        } => {
+            let operand = |x| read(x, dst, rest, loads, uniforms, lo, len);
+            select(d, operand(on_true), operand(on_false));
         }
     }
 }
