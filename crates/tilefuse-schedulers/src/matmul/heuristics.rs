@@ -10,7 +10,8 @@ use tilefuse_sched::DeviceInfo;
 /// executor's register-blocked micro-kernel), up to 256 rows a workgroup
 /// that share each k step's rows of B from cache, workgroups in parallel
 /// on threads (at least two per core; k split across the cores where the
-/// output tiles are fewer than them). A CPU
+/// output tiles are fewer than them); up to 32 rows stay in one workgroup
+/// and the columns split instead (`cpu_tiles`). A CPU
 /// Vulkan (lavapipe): 8×16 register tiles read straight from global memory,
 /// no workgroup memory (its barriers are costly). Other GPUs: 4×4 register
 /// tiles in a 64×128 workgroup tile, operands read from global memory too
@@ -24,23 +25,7 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     let mut p = MatmulParams::default();
     let pow2_at_most = |x: u64, cap: u64| crate::pow2_at_most(x).min(cap) as u32;
     let (cta, warp, instr) = if !device.is_gpu() {
-        // Up to 256 rows a workgroup in k steps of 128: the executor
-        // copies each k step's strip of B (k x 64) once per workgroup, so
-        // more rows a workgroup copy B fewer times, and a longer k step
-        // loads and stores the accumulators less often (1024^3 on one
-        // core of an AVX-512 Xeon: 19.0 ms at 64 rows and k 64, 16.1 at
-        // 256 and 128, 18.1 at 512 and 128, where the rows' outputs no
-        // longer stay in L2; numpy 14.0).
-        let strip = cpu_strip(n);
-        let rows = pow2_at_most(m, 8);
-        let per_core = m.div_ceil(2 * device.cores.max(1) as u64);
-        let tile_rows = rows.max(pow2_at_most(per_core, 256));
-        let kk = pow2_at_most(k, 128);
-        (
-            GemmTile::new(tile_rows, strip, kk),
-            GemmTile::new(tile_rows, strip, kk),
-            GemmTile::new(rows, strip, 1),
-        )
+        cpu_tiles(m, n, k, device.cores.max(1) as u64)
     } else {
         let max = device.limits.max_invocations_per_workgroup;
         let cpu_vulkan = device.adapter_type == "cpu";
@@ -88,6 +73,43 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     p
 }
 
+/// The CPU device's tiles: `(cta, warp, instruction)`.
+fn cpu_tiles(m: u64, n: u64, k: u64, cores: u64) -> (GemmTile, GemmTile, GemmTile) {
+    let pow2_at_most = |x: u64, cap: u64| crate::pow2_at_most(x).min(cap) as u32;
+    let rows = pow2_at_most(m, 8);
+    let kk = pow2_at_most(k, 128);
+    // Few rows: every workgroup of rows would stream all of B, so the
+    // rows stay in one and the columns are split over the cores instead
+    // (16 x 4096 x 4096 on 2 cores: 8.96 ms as two workgroups of 8 rows,
+    // 6.3-6.5 as two of 2048 columns, numpy 6.5).
+    if m <= SKINNY_ROWS && n >= 2 * cores * MIN_COLUMNS {
+        let all_rows = rows.max(m.next_power_of_two() as u32);
+        let columns = pow2_at_most(n / (2 * cores), 4096);
+        let cta = GemmTile::new(all_rows, columns, kk);
+        return (cta, cta, GemmTile::new(rows, columns, 1));
+    }
+    // Up to 256 rows a workgroup in k steps of 128: the executor copies
+    // each k step's strip of B (k x 64) once per workgroup, so more rows a
+    // workgroup copy B fewer times, and a longer k step loads and stores
+    // the accumulators less often (1024^3 on one core of an AVX-512 Xeon:
+    // 19.0 ms at 64 rows and k 64, 16.1 at 256 and 128, 18.1 at 512 and
+    // 128, where the rows' outputs no longer stay in L2; numpy 14.0).
+    let strip = cpu_strip(n);
+    let per_core = m.div_ceil(2 * cores);
+    let tile_rows = rows.max(pow2_at_most(per_core, 256));
+    (
+        GemmTile::new(tile_rows, strip, kk),
+        GemmTile::new(tile_rows, strip, kk),
+        GemmTile::new(rows, strip, 1),
+    )
+}
+
+/// Rows few enough that a matmul streams B at memory speed (2m flops per
+/// element of B): the CPU device keeps them in one workgroup.
+const SKINNY_ROWS: u64 = 32;
+/// The narrowest column slice a core takes where the rows are few.
+const MIN_COLUMNS: u64 = 256;
+
 /// Whether a workgroup's f32 output tile fits in its workgroup memory.
 pub fn smem_epilogue_fits(cta: GemmTile, device: &DeviceInfo) -> bool {
     u64::from(cta.m) * u64::from(cta.n) * 4 <= u64::from(device.limits.max_workgroup_storage_bytes)
@@ -121,10 +143,26 @@ pub(super) fn cpu_strip(n: u64) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{GemmTile, cpu_splitk};
+    use super::{GemmTile, cpu_splitk, cpu_tiles};
 
     /// Slices of k only where the output tiles leave cores idle, and none
     /// shorter than 512.
+    #[test]
+    fn few_rows_stay_in_one_workgroup_and_the_columns_split() {
+        // 16 rows on 2 cores: one slice of rows, four of 1024 columns
+        // (two a core), so B is streamed once, not once a slice of rows.
+        let (cta, warp, instr) = cpu_tiles(16, 4096, 4096, 2);
+        assert_eq!((cta.m, cta.n, cta.k), (16, 1024, 128));
+        assert_eq!(warp, cta);
+        assert_eq!((instr.m, instr.n, instr.k), (8, 1024, 1));
+        // 24 rows: one ragged tile of 32.
+        assert_eq!(cpu_tiles(24, 4096, 4096, 2).0.m, 32);
+        // Too few columns to split, or rows enough to split: as before.
+        assert_eq!(cpu_tiles(16, 512, 4096, 2).0.n, 512);
+        let (cta, _, _) = cpu_tiles(256, 4096, 4096, 2);
+        assert_eq!((cta.m, cta.n), (64, 4096));
+    }
+
     #[test]
     fn the_cpu_splits_k_for_idle_cores() {
         let tile = GemmTile::new(8, 256, 128);
