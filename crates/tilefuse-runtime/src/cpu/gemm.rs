@@ -158,12 +158,20 @@ fn update_avx512(p: &mut Panel<'_>) {
     }
 }
 
-/// Rows `r0..r0 + R`: blocks of 64 columns, then of 16, then the last
-/// columns in one masked vector.
+/// Rows `r0..r0 + R`: blocks of 64 columns (256 for one row, 128 for
+/// two), then of 16, then the last columns in one masked vector. One or
+/// two rows (a matrix-vector product) take B's rows a whole kilobyte at a
+/// time, not 256 bytes from rows a row of B apart: 1 x 1024 x 4096 ran in
+/// 0.68-0.77 ms so, 0.34 with blocks of 256 (numpy 0.14).
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[cfg(target_arch = "x86_64")]
 fn rows_avx512<const R: usize>(p: &mut Panel<'_>, r0: usize) {
-    let wide = blocks_avx512::<R, 4>(p, r0, 0);
+    let widest = match R {
+        1 => blocks_avx512::<R, 16>(p, r0, 0),
+        2 => blocks_avx512::<R, 8>(p, r0, 0),
+        _ => 0,
+    };
+    let wide = blocks_avx512::<R, 4>(p, r0, widest);
     let narrow = blocks_avx512::<R, 1>(p, r0, wide);
     masked_avx512::<R>(p, r0, narrow);
 }
@@ -353,6 +361,11 @@ mod tests {
     #[test]
     fn matches_the_naive_product() {
         for (rows, k, n) in [
+            // One or two rows: blocks of 256 or 128 columns, then of 16,
+            // then a masked vector.
+            (1, 11, 300),
+            (2, 9, 300),
+            (1, 4, 600),
             (3, 37, 53),
             (5, 9, 7),
             (6, 3, 15),
