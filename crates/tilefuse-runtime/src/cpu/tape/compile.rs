@@ -19,8 +19,8 @@ enum Kind {
     Bool,
 }
 
-/// Where a compiled value's operands come from, and which register it
-/// starts at (a stack: a value in `dst` uses only registers from `dst` up).
+/// What the leaves are checked against: the buffer the tape stores to
+/// (never one of its loads) and every buffer's dtype.
 struct At<'a> {
     store: usize,
     dtypes: &'a [DType],
