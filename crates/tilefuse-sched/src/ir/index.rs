@@ -167,7 +167,7 @@ impl Index {
             Index::Const(_) | Index::Var(_) => self.clone(),
             Index::Add(a, b) => a.within(range) + b.within(range),
             Index::Mul(a, c) => a.within(range) * *c,
-            Index::Div(a, c) => match a.pinned(range).bounds(range) {
+            Index::Div(a, c) => match a.bounds(range) {
                 (l, h) if l.div_euclid(*c) == h.div_euclid(*c) => Index::Const(l.div_euclid(*c)),
                 _ => match a.pinned(range).within(range).peeled(*c, range) {
                     Ok(Peeled { high, g, .. }) => high / (c / g),

@@ -23,7 +23,6 @@ use tilefuse_sched::DeviceInfo;
 pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     let (m, n, k) = problem(fusion);
     let mut p = MatmulParams::default();
-    let pow2_at_most = |x: u64, cap: u64| crate::pow2_at_most(x).min(cap) as u32;
     let (cta, warp, instr) = if !device.is_gpu() {
         cpu_tiles(m, n, k, device.cores.max(1) as u64)
     } else {
@@ -75,7 +74,6 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
 
 /// The CPU device's tiles: `(cta, warp, instruction)`.
 fn cpu_tiles(m: u64, n: u64, k: u64, cores: u64) -> (GemmTile, GemmTile, GemmTile) {
-    let pow2_at_most = |x: u64, cap: u64| crate::pow2_at_most(x).min(cap) as u32;
     let rows = pow2_at_most(m, 8);
     let kk = pow2_at_most(k, 128);
     // Few rows: every workgroup of rows would stream all of B, so the
@@ -97,11 +95,13 @@ fn cpu_tiles(m: u64, n: u64, k: u64, cores: u64) -> (GemmTile, GemmTile, GemmTil
     let strip = cpu_strip(n);
     let per_core = m.div_ceil(2 * cores);
     let tile_rows = rows.max(pow2_at_most(per_core, 256));
-    (
-        GemmTile::new(tile_rows, strip, kk),
-        GemmTile::new(tile_rows, strip, kk),
-        GemmTile::new(rows, strip, 1),
-    )
+    let cta = GemmTile::new(tile_rows, strip, kk);
+    (cta, cta, GemmTile::new(rows, strip, 1))
+}
+
+/// The largest power of two at most `x`, and at most `cap`.
+fn pow2_at_most(x: u64, cap: u64) -> u32 {
+    crate::pow2_at_most(x).min(cap) as u32
 }
 
 /// Rows few enough that a matmul streams B at memory speed (2m flops per
@@ -145,8 +145,7 @@ pub(super) fn cpu_strip(n: u64) -> u32 {
 mod tests {
     use super::{GemmTile, cpu_splitk, cpu_tiles};
 
-    /// Slices of k only where the output tiles leave cores idle, and none
-    /// shorter than 512.
+    /// Up to 32 rows: one workgroup of rows, the columns split.
     #[test]
     fn few_rows_stay_in_one_workgroup_and_the_columns_split() {
         // 16 rows on 2 cores: one slice of rows, four of 1024 columns
@@ -163,6 +162,8 @@ mod tests {
         assert_eq!((cta.m, cta.n), (64, 4096));
     }
 
+    /// Slices of k only where the output tiles leave cores idle, and none
+    /// shorter than 512.
     #[test]
     fn the_cpu_splits_k_for_idle_cores() {
         let tile = GemmTile::new(8, 256, 128);
