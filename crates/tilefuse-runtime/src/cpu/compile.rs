@@ -274,10 +274,11 @@ mod tests {
         let tilefuse_params::HeuristicParams::Matmul(m) = &params else {
             panic!("matmul params")
         };
-        let k_step = i64::from(m.tile_sizes.cta_tile.k);
+        let tile = m.tile_sizes.cta_tile;
         let mut lanes = Vec::new();
         lane_steps(&compiled(&s), &mut lanes);
-        assert!(lanes.contains(&(k_step * 256, false)), "{lanes:?}");
+        let copy = i64::from(tile.k) * i64::from(tile.n);
+        assert!(lanes.contains(&(copy, false)), "{lanes:?}");
         runs_right(&f, &s, 2, 1e-5);
     }
 

@@ -246,9 +246,9 @@ pub(super) mod tests {
         gemm_calls_of(schedule).iter().map(|c| c[0]).collect()
     }
 
-    /// On two cores the default matmul params give workgroups of 64 rows,
-    /// invocations of 8: one call takes all 64 for each k step, so that
-    /// B's rows of the step are read once a workgroup.
+    /// On two cores the default matmul params give workgroups of 128 rows
+    /// (and 128 columns), invocations of 8: one call takes all 128 for
+    /// each k step, so that B's rows of the step are read once a workgroup.
     #[test]
     fn a_call_takes_every_invocation_of_a_workgroup() {
         let f = tilefuse_testing::matmul(256, 256, 256);
@@ -256,7 +256,7 @@ pub(super) mod tests {
         info.cores = 2;
         let params = heuristics(&f, None, &info).unwrap();
         let rows = gemm_rows_of(&schedule(&f, &params, &info).unwrap());
-        assert_eq!(rows, [64]);
+        assert_eq!(rows, [128]);
     }
 
     /// Asserts that `f` scheduled with `params` on the CPU runs through the

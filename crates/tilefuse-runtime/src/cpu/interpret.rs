@@ -19,6 +19,7 @@ use super::code::{BlockCode, Counted, Dim, GemmCode, RowsCode, Step, TapeCode, T
 use super::ctx::{Ctx, Lane, lane_values};
 use super::loop_index::{LoopIndex, loop_value};
 use super::memory::Storage;
+use super::parallel_nest::Nest;
 use super::pool::Tasks;
 use super::tape::{Rows, Sink, TILE};
 use super::value::Value;
@@ -88,21 +89,23 @@ impl Ctx<'_> {
                 bounds,
                 body,
             } => {
-                let at = |i| Iteration {
-                    var: *var,
-                    i,
-                    bounds,
-                    body,
-                };
-                if *parallel && may_spawn && self.threads > 1 && *extent > 1 {
-                    self.parallel_loop(*extent, &at, env);
-                } else {
-                    for i in 0..*extent {
-                        if self.interrupted() {
-                            return;
-                        }
-                        self.iteration(at(i), env, may_spawn);
+                if *parallel && may_spawn && self.threads > 1 {
+                    let nest = Nest::of(step);
+                    if nest.iterations() > 1 {
+                        return self.parallel_nest(&nest, env);
                     }
+                }
+                for i in 0..*extent {
+                    if self.interrupted() {
+                        return;
+                    }
+                    let it = Iteration {
+                        var: *var,
+                        i,
+                        bounds,
+                        body,
+                    };
+                    self.iteration(it, env, may_spawn);
                 }
             }
         }
@@ -139,16 +142,11 @@ impl Ctx<'_> {
         now
     }
 
-    /// Splits the loop's iterations into chunks that the threads claim as
+    /// Splits the nest's iterations into chunks that the threads claim as
     /// they come (`pool::share`); the calling thread takes part, so it
     /// keeps answering interrupts.
-    fn parallel_loop<'s>(
-        &self,
-        extent: i64,
-        at: &(dyn Fn(i64) -> Iteration<'s> + Sync),
-        env: &[i64],
-    ) {
-        let chunks = self.chunks(extent, 1);
+    fn parallel_nest(&self, nest: &Nest<'_>, env: &[i64]) {
+        let chunks = self.chunks(nest.iterations(), 1);
         self.share(
             chunks.len(),
             &|ctx, env, c| {
@@ -156,7 +154,9 @@ impl Ctx<'_> {
                     if ctx.interrupted() {
                         return;
                     }
-                    ctx.iteration(at(i), env, false);
+                    if nest.enter(i, env) {
+                        (nest.body.iter()).for_each(|s| ctx.step(s, env, false));
+                    }
                 }
             },
             env,

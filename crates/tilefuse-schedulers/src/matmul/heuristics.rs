@@ -8,11 +8,10 @@ use tilefuse_sched::DeviceInfo;
 
 /// Default params. The CPU device: invocations of 8 whole rows (the
 /// executor's register-blocked micro-kernel), up to 256 rows a workgroup
-/// that share each k step's rows of B from cache, workgroups in parallel
-/// on threads (at least two per core; k split across the cores where the
-/// output tiles are fewer than them); up to 32 rows stay in one workgroup
-/// and the columns split instead (`cpu_tiles`). A CPU
-/// Vulkan (lavapipe): 8×16 register tiles read straight from global memory,
+/// that share each k step's rows of B from cache, the columns cut before
+/// the rows (`cpu_tiles`), workgroups in parallel on threads (at least two
+/// per core; k split across the cores where the output tiles are fewer
+/// than them). A CPU Vulkan (lavapipe): 8×16 register tiles read straight from global memory,
 /// no workgroup memory (its barriers are costly). Other GPUs: 4×4 register
 /// tiles in a 64×128 workgroup tile, operands read from global memory too
 /// (on an H100, 1024³ took 0.18 ms so and 1.5 ms with this scheduler's
@@ -72,31 +71,51 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     p
 }
 
-/// The CPU device's tiles: `(cta, warp, instruction)`.
+/// The CPU device's tiles: `(cta, warp, instruction)`. Invocations of
+/// up to 8 whole rows (the executor's micro-kernel); the output is cut
+/// into slices of rows and of columns by [`cpu_slices`], each slice of
+/// rows a whole number of invocations, each of columns a whole number of
+/// AVX-512 vectors, both as even as that allows; k in steps of up to 128.
 fn cpu_tiles(m: u64, n: u64, k: u64, cores: u64) -> (GemmTile, GemmTile, GemmTile) {
+    let (m, n) = (m.max(1), n.max(1)); // empty outputs take one tile
     let rows = pow2_at_most(m, 8);
-    let kk = pow2_at_most(k, 128);
-    // Few rows: every workgroup of rows would stream all of B, so the
-    // rows stay in one and the columns are split over the cores instead
-    // (16 x 4096 x 4096 on 2 cores: 8.96 ms as two workgroups of 8 rows,
-    // 6.3-6.5 as two of 2048 columns, numpy 6.5).
-    if m <= SKINNY_ROWS && n >= 2 * cores * MIN_COLUMNS {
-        let all_rows = rows.max(m.next_power_of_two() as u32);
-        let columns = pow2_at_most(n / (2 * cores), 4096);
-        let cta = GemmTile::new(all_rows, columns, kk);
-        return (cta, cta, GemmTile::new(rows, columns, 1));
-    }
-    // Up to 256 rows a workgroup in k steps of 128: the executor copies
-    // each k step's strip of B (k x 64) once per workgroup, so more rows a
-    // workgroup copy B fewer times, and a longer k step loads and stores
-    // the accumulators less often (1024^3 on one core of an AVX-512 Xeon:
-    // 19.0 ms at 64 rows and k 64, 16.1 at 256 and 128, 18.1 at 512 and
-    // 128, where the rows' outputs no longer stay in L2; numpy 14.0).
-    let strip = cpu_strip(n);
-    let per_core = m.div_ceil(2 * cores);
-    let tile_rows = rows.max(pow2_at_most(per_core, 256));
-    let cta = GemmTile::new(tile_rows, strip, kk);
-    (cta, cta, GemmTile::new(rows, strip, 1))
+    let (row_slices, column_slices) = cpu_slices([m, n, k], u64::from(rows), 2 * cores);
+    let tile_rows = m.div_ceil(row_slices).next_multiple_of(u64::from(rows));
+    let columns = if column_slices == 1 {
+        u64::from(cpu_strip(n))
+    } else {
+        n.div_ceil(column_slices).next_multiple_of(LANES)
+    };
+    let narrow = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+    let cta = GemmTile::new(narrow(tile_rows), narrow(columns), pow2_at_most(k, K_STEP));
+    (cta, cta, GemmTile::new(rows, narrow(columns), 1))
+}
+
+/// How many slices of rows and of columns the CPU device cuts C into, for
+/// `workgroups` workgroups (two a core) or more. Every slice of rows
+/// streams all of B and every slice of columns all of A, so rows stay
+/// together up to `MAX_TILE_ROWS` and the columns are cut first; where k
+/// takes more than one step, a tile of C stays within `TILE_BYTES`, as
+/// the micro-kernel loads and stores it once a step (4096 x 64 x 4096,
+/// one step, ran in 14.8 ms in tiles of 4096 columns and in 16.6 in tiles
+/// of 512); rows are cut further only where the columns are too few to
+/// cut. On 2 cores against rows cut alone (BENCHMARKS.md,
+/// forty-ninth session): 48 x 4096 x 4096 27.2 → 11.2 ms (numpy 11.3),
+/// 1024^3 15.2 → 11.1 (numpy 12.5-12.9), 512^3 2.11 → 1.39 (numpy 1.93).
+fn cpu_slices([m, n, k]: [u64; 3], rows: u64, workgroups: u64) -> (u64, u64) {
+    let row_slices = m.div_ceil(MAX_TILE_ROWS);
+    let tile_bytes = 4 * m.div_ceil(row_slices) * n;
+    let for_cache = if k > K_STEP {
+        tile_bytes.div_ceil(TILE_BYTES)
+    } else {
+        1
+    };
+    let column_slices = (workgroups.div_ceil(row_slices))
+        .max(for_cache)
+        .max(n.div_ceil(u64::from(cpu_strip(n))))
+        .min((n / MIN_COLUMNS).max(1));
+    let row_slices = (row_slices.max(workgroups.div_ceil(column_slices))).min(m.div_ceil(rows));
+    (row_slices, column_slices)
 }
 
 /// The largest power of two at most `x`, and at most `cap`.
@@ -104,11 +123,21 @@ fn pow2_at_most(x: u64, cap: u64) -> u32 {
     crate::pow2_at_most(x).min(cap) as u32
 }
 
-/// Rows few enough that a matmul streams B at memory speed (2m flops per
-/// element of B): the CPU device keeps them in one workgroup.
-const SKINNY_ROWS: u64 = 32;
-/// The narrowest column slice a core takes where the rows are few.
-const MIN_COLUMNS: u64 = 256;
+/// The most rows a CPU workgroup takes: they share each k step's strip of
+/// B, copied once a workgroup (1024^3 on one core of an AVX-512 Xeon: 19.0
+/// ms at 64 rows and k 64, 16.1 at 256 and 128, 18.1 at 512 and 128).
+const MAX_TILE_ROWS: u64 = 256;
+/// The longest k step of a CPU workgroup.
+const K_STEP: u64 = 128;
+/// The most bytes of C a CPU workgroup's tile holds: half of a 1 MB L2,
+/// beside the strips of A and B (256 rows of 1024 columns, 1 MB, ran
+/// 1024^3 in 15.2 ms, of 512 in 11.1).
+const TILE_BYTES: u64 = 512 << 10;
+/// The narrowest slice of columns a CPU workgroup takes (eight blocks of
+/// the micro-kernel's 16).
+const MIN_COLUMNS: u64 = 128;
+/// f32 lanes of an AVX-512 vector: slices of columns are whole vectors.
+const LANES: u64 = 16;
 
 /// Whether a workgroup's f32 output tile fits in its workgroup memory.
 pub fn smem_epilogue_fits(cta: GemmTile, device: &DeviceInfo) -> bool {
@@ -145,21 +174,35 @@ pub(super) fn cpu_strip(n: u64) -> u32 {
 mod tests {
     use super::{GemmTile, cpu_splitk, cpu_tiles};
 
-    /// Up to 32 rows: one workgroup of rows, the columns split.
+    /// Rows stay in one workgroup up to 256, the columns are cut first (two
+    /// workgroups a core, tiles of C within 512 KB), rows only where the
+    /// columns are too few.
     #[test]
-    fn few_rows_stay_in_one_workgroup_and_the_columns_split() {
-        // 16 rows on 2 cores: one slice of rows, four of 1024 columns
-        // (two a core), so B is streamed once, not once a slice of rows.
-        let (cta, warp, instr) = cpu_tiles(16, 4096, 4096, 2);
-        assert_eq!((cta.m, cta.n, cta.k), (16, 1024, 128));
-        assert_eq!(warp, cta);
-        assert_eq!((instr.m, instr.n, instr.k), (8, 1024, 1));
-        // 24 rows: one ragged tile of 32.
-        assert_eq!(cpu_tiles(24, 4096, 4096, 2).0.m, 32);
-        // Too few columns to split, or rows enough to split: as before.
-        assert_eq!(cpu_tiles(16, 512, 4096, 2).0.n, 512);
-        let (cta, _, _) = cpu_tiles(256, 4096, 4096, 2);
-        assert_eq!((cta.m, cta.n), (64, 4096));
+    fn rows_stay_together_and_the_columns_are_cut_first() {
+        let tiles = |m, n, k| {
+            let (cta, warp, instr) = cpu_tiles(m, n, k, 2);
+            assert_eq!(warp, cta);
+            assert_eq!((instr.n, instr.k, cta.k), (cta.n, 1, 128.min(k as u32)));
+            (cta.m, cta.n, instr.m)
+        };
+        // Few rows: one slice of rows, four of columns (two a core), so B
+        // is streamed once, not once a slice of rows.
+        assert_eq!(tiles(16, 4096, 4096), (16, 1024, 8));
+        assert_eq!(tiles(24, 4096, 4096), (24, 1024, 8));
+        assert_eq!(tiles(48, 4096, 4096), (48, 1024, 8));
+        assert_eq!(tiles(1, 4096, 4096), (1, 1024, 1));
+        // Tiles of C within 512 KB: 256 rows of 512 columns.
+        assert_eq!(tiles(1024, 1024, 1024), (256, 512, 8));
+        assert_eq!(tiles(256, 4096, 4096), (256, 512, 8));
+        // One k step: C is loaded and stored once, whatever its tile.
+        assert_eq!(tiles(4096, 4096, 64), (256, 4096, 8));
+        // Ragged: slices as even as whole invocations and vectors allow.
+        assert_eq!(tiles(300, 1000, 1000), (152, 512, 8));
+        // Columns too few to cut: the rows are cut instead.
+        assert_eq!(tiles(4096, 16, 4096), (256, 16, 8));
+        assert_eq!(tiles(128, 128, 64), (32, 128, 8));
+        assert_eq!(tiles(16, 512, 4096), (16, 128, 8));
+        assert_eq!(tiles(16, 200, 4096), (8, 200, 8));
     }
 
     /// Slices of k only where the output tiles leave cores idle, and none
