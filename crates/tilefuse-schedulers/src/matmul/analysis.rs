@@ -56,6 +56,17 @@ pub(crate) fn problem(fusion: &Fusion) -> (u64, u64, u64) {
     (d.m as u64, d.n as u64, d.k as u64)
 }
 
+/// Matrices the fusion's output holds: the product of its dims but the
+/// last two (1 for a matrix).
+pub(super) fn batches(fusion: &Fusion) -> u64 {
+    let shape = fusion
+        .outputs()
+        .first()
+        .map(|&o| &fusion.ty(o).expect("verified").shape);
+    let dims = shape.map_or(&[][..], |s| &s[..s.len().saturating_sub(2)]);
+    dims.iter().map(|&d| d as u64).product()
+}
+
 pub(super) fn fusion_has_batch(fusion: &Fusion) -> bool {
     fusion
         .outputs()

@@ -3,7 +3,7 @@
 use tilefuse_ir::Fusion;
 use tilefuse_params::{GemmTile, MatmulParams};
 
-use super::analysis::{fusion_has_batch, problem};
+use super::analysis::{batches, fusion_has_batch, problem};
 use tilefuse_sched::DeviceInfo;
 
 /// Default params. The CPU device: invocations of 8 whole rows (the
@@ -23,7 +23,9 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     let (m, n, k) = problem(fusion);
     let mut p = MatmulParams::default();
     let (cta, warp, instr) = if !device.is_gpu() {
-        cpu_tiles(m, n, k, device.cores.max(1) as u64)
+        // Two workgroups a core, the batch's matrices counted.
+        let workgroups = (2 * device.cores.max(1) as u64).div_ceil(batches(fusion).max(1));
+        cpu_tiles(m, n, k, workgroups)
     } else {
         let max = device.limits.max_invocations_per_workgroup;
         let cpu_vulkan = device.adapter_type == "cpu";
@@ -76,10 +78,10 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
 /// into slices of rows and of columns by [`cpu_slices`], each slice of
 /// rows a whole number of invocations, each of columns a whole number of
 /// AVX-512 vectors, both as even as that allows; k in steps of up to 128.
-fn cpu_tiles(m: u64, n: u64, k: u64, cores: u64) -> (GemmTile, GemmTile, GemmTile) {
+fn cpu_tiles(m: u64, n: u64, k: u64, workgroups: u64) -> (GemmTile, GemmTile, GemmTile) {
     let (m, n) = (m.max(1), n.max(1)); // empty outputs take one tile
     let rows = pow2_at_most(m, 8);
-    let (row_slices, column_slices) = cpu_slices([m, n, k], u64::from(rows), 2 * cores);
+    let (row_slices, column_slices) = cpu_slices([m, n, k], u64::from(rows), workgroups);
     let tile_rows = m.div_ceil(row_slices).next_multiple_of(u64::from(rows));
     let columns = if column_slices == 1 {
         u64::from(cpu_strip(n))
@@ -92,14 +94,14 @@ fn cpu_tiles(m: u64, n: u64, k: u64, cores: u64) -> (GemmTile, GemmTile, GemmTil
 }
 
 /// How many slices of rows and of columns the CPU device cuts C into, for
-/// `workgroups` workgroups (two a core) or more. Every slice of rows
-/// streams all of B and every slice of columns all of A, so rows stay
-/// together up to `MAX_TILE_ROWS` and the columns are cut first; where k
-/// takes more than one step, a tile of C stays within `TILE_BYTES`, as
-/// the micro-kernel loads and stores it once a step (4096 x 64 x 4096,
-/// one step, ran in 14.8 ms in tiles of 4096 columns and in 16.6 in tiles
-/// of 512); rows are cut further only where the columns are too few to
-/// cut. On 2 cores against rows cut alone (BENCHMARKS.md,
+/// `workgroups` workgroups (two a core, fewer for a batch of matrices) or
+/// more. Every slice of rows streams all of B and every slice of columns
+/// all of A, so rows stay together up to `MAX_TILE_ROWS` and the columns
+/// are cut first; where k takes more than one step, a tile of C stays
+/// within `TILE_BYTES`, as the micro-kernel loads and stores it once a step
+/// (4096 x 64 x 4096, one step, ran in 14.8 ms in tiles of 4096 columns and
+/// in 16.6 in tiles of 512); rows are cut further only where the columns
+/// are too few to cut. On 2 cores against rows cut alone (BENCHMARKS.md,
 /// forty-ninth session): 48 x 4096 x 4096 27.2 → 11.2 ms (numpy 11.3),
 /// 1024^3 15.2 → 11.1 (numpy 12.5-12.9), 512^3 2.11 → 1.39 (numpy 1.93).
 fn cpu_slices([m, n, k]: [u64; 3], rows: u64, workgroups: u64) -> (u64, u64) {
@@ -180,7 +182,7 @@ mod tests {
     #[test]
     fn rows_stay_together_and_the_columns_are_cut_first() {
         let tiles = |m, n, k| {
-            let (cta, warp, instr) = cpu_tiles(m, n, k, 2);
+            let (cta, warp, instr) = cpu_tiles(m, n, k, 4);
             assert_eq!(warp, cta);
             assert_eq!((instr.n, instr.k, cta.k), (cta.n, 1, 128.min(k as u32)));
             (cta.m, cta.n, instr.m)
@@ -201,6 +203,8 @@ mod tests {
         // Columns too few to cut: the rows are cut instead.
         assert_eq!(tiles(4096, 16, 4096), (256, 16, 8));
         assert_eq!(tiles(128, 128, 64), (32, 128, 8));
+        // A batch of matrices for the workgroups: one tile a matrix.
+        assert_eq!(cpu_tiles(128, 128, 64, 1).0.m, 128);
         assert_eq!(tiles(16, 512, 4096), (16, 128, 8));
         assert_eq!(tiles(16, 200, 4096), (8, 200, 8));
     }
