@@ -101,10 +101,18 @@ fn cpu_tiles(m: u64, n: u64, k: u64, workgroups: u64) -> (GemmTile, GemmTile, Ge
 /// within `TILE_BYTES`, as the micro-kernel loads and stores it once a step
 /// (4096 x 64 x 4096, one step, ran in 14.8 ms in tiles of 4096 columns and
 /// in 16.6 in tiles of 512); rows are cut further only where the columns
-/// are too few to cut. On 2 cores against rows cut alone (BENCHMARKS.md,
-/// forty-ninth session): 48 x 4096 x 4096 27.2 → 11.2 ms (numpy 11.3),
-/// 1024^3 15.2 → 11.1 (numpy 12.5-12.9), 512^3 2.11 → 1.39 (numpy 1.93).
+/// are too few to cut. One row (a vector-matrix product) takes whole rows
+/// of B where k is long enough for `cpu_splitk` to share it over the cores:
+/// the micro-kernel then streams B row after row (1 x 4096 x 4096: 2.2-3.5
+/// ms in four slices of 1024 columns, 1.6 so; numpy 1.6). On 2 cores
+/// against rows cut alone (BENCHMARKS.md, forty-ninth session): 48 x 4096 x
+/// 4096 27.2 → 11.2 ms (numpy 11.3), 1024^3 15.2 → 11.1 (numpy 12.5-12.9),
+/// 512^3 2.11 → 1.39 (numpy 1.93).
 fn cpu_slices([m, n, k]: [u64; 3], rows: u64, workgroups: u64) -> (u64, u64) {
+    let whole_rows = n.div_ceil(u64::from(cpu_strip(n)));
+    if m == 1 && k >= MIN_SLICE * workgroups / 2 {
+        return (1, whole_rows);
+    }
     let row_slices = m.div_ceil(MAX_TILE_ROWS);
     let tile_bytes = 4 * m.div_ceil(row_slices) * n;
     let for_cache = if k > K_STEP {
@@ -114,7 +122,7 @@ fn cpu_slices([m, n, k]: [u64; 3], rows: u64, workgroups: u64) -> (u64, u64) {
     };
     let column_slices = (workgroups.div_ceil(row_slices))
         .max(for_cache)
-        .max(n.div_ceil(u64::from(cpu_strip(n))))
+        .max(whole_rows)
         .min((n / MIN_COLUMNS).max(1));
     let row_slices = (row_slices.max(workgroups.div_ceil(column_slices))).min(m.div_ceil(rows));
     (row_slices, column_slices)
@@ -192,7 +200,10 @@ mod tests {
         assert_eq!(tiles(16, 4096, 4096), (16, 1024, 8));
         assert_eq!(tiles(24, 4096, 4096), (24, 1024, 8));
         assert_eq!(tiles(48, 4096, 4096), (48, 1024, 8));
-        assert_eq!(tiles(1, 4096, 4096), (1, 1024, 1));
+        // One row: whole rows, k split over the cores (`cpu_splitk`), where
+        // k is long enough; else the columns are cut.
+        assert_eq!(tiles(1, 4096, 4096), (1, 4096, 1));
+        assert_eq!(tiles(1, 4096, 512), (1, 1024, 1));
         // Tiles of C within 512 KB: 256 rows of 512 columns.
         assert_eq!(tiles(1024, 1024, 1024), (256, 512, 8));
         assert_eq!(tiles(256, 4096, 4096), (256, 512, 8));
