@@ -104,10 +104,10 @@ fn cpu_tiles(m: u64, n: u64, k: u64, workgroups: u64) -> (GemmTile, GemmTile, Ge
 /// are too few to cut. One row (a vector-matrix product) takes whole rows
 /// of B where k is long enough for `cpu_splitk` to share it over the cores:
 /// the micro-kernel then streams B row after row (1 x 4096 x 4096: 2.2-3.5
-/// ms in four slices of 1024 columns, 1.6 so; numpy 1.6). On 2 cores
+/// ms in four slices of 1024 columns, 1.2-1.6 so; numpy 1.1-1.6). On 2 cores
 /// against rows cut alone (BENCHMARKS.md, forty-ninth session): 48 x 4096 x
-/// 4096 27.2 → 11.2 ms (numpy 11.3), 1024^3 15.2 → 11.1 (numpy 12.5-12.9),
-/// 512^3 2.11 → 1.39 (numpy 1.93).
+/// 4096 34-38 → 11.5 ms, 128 x 4096 x 4096 36-37 → 24-25 (numpy 11.4-12.0
+/// and 24.3-25.4).
 fn cpu_slices([m, n, k]: [u64; 3], rows: u64, workgroups: u64) -> (u64, u64) {
     let whole_rows = n.div_ceil(u64::from(cpu_strip(n)));
     if m == 1 && k >= MIN_SLICE * workgroups / 2 {
@@ -140,8 +140,8 @@ const MAX_TILE_ROWS: u64 = 256;
 /// The longest k step of a CPU workgroup.
 const K_STEP: u64 = 128;
 /// The most bytes of C a CPU workgroup's tile holds: half of a 1 MB L2,
-/// beside the strips of A and B (256 rows of 1024 columns, 1 MB, ran
-/// 1024^3 in 15.2 ms, of 512 in 11.1).
+/// beside the strips of A and B (1024^3, interleaved: 12.4-15.3 ms in
+/// tiles of 256 rows of 1024 columns, 1 MB, bimodal; 10.9-11.1 in 512).
 const TILE_BYTES: u64 = 512 << 10;
 /// The narrowest slice of columns a CPU workgroup takes (eight blocks of
 /// the micro-kernel's 16).
