@@ -184,43 +184,48 @@ fn rows_avx512<const R: usize>(p: &mut Panel<'_>, r0: usize) {
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[cfg(target_arch = "x86_64")]
 fn stream_avx512(p: &mut Panel<'_>, r0: usize) -> usize {
-    use std::arch::x86_64::{_mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps};
     let full = p.n / 16 * 16;
     if full == 0 {
         return 0;
     }
     assert_within(p, r0, full);
-    let (a, b, c) = (p.a.as_ptr(), p.b.as_ptr(), p.c.as_mut_ptr());
+    let quads = p.k / 4 * 4;
     // SAFETY: `assert_within` bounds every offset: row r0, columns below
     // `full`, steps below k.
     unsafe {
-        let c = c.add(r0 * p.c_row);
-        let a = a.add(r0 * p.a_row);
-        let mut k = 0;
-        while k + 4 <= p.k {
-            let x: [_; 4] = std::array::from_fn(|q| _mm512_set1_ps(*a.add((k + q) * p.a_k)));
-            let rows: [*const f32; 4] = std::array::from_fn(|q| b.add((k + q) * p.b_k));
-            for j in (0..full).step_by(16) {
-                let mut acc = _mm512_loadu_ps(c.add(j));
-                for q in 0..4 {
-                    acc = _mm512_fmadd_ps(x[q], _mm512_loadu_ps(rows[q].add(j)), acc);
-                }
-                _mm512_storeu_ps(c.add(j), acc);
-            }
-            k += 4;
+        for k in (0..quads).step_by(4) {
+            add_rows::<4>(p, r0, k, full);
         }
-        while k < p.k {
-            let x = _mm512_set1_ps(*a.add(k * p.a_k));
-            let row = b.add(k * p.b_k);
-            for j in (0..full).step_by(16) {
-                let acc =
-                    _mm512_fmadd_ps(x, _mm512_loadu_ps(row.add(j)), _mm512_loadu_ps(c.add(j)));
-                _mm512_storeu_ps(c.add(j), acc);
-            }
-            k += 1;
+        for k in quads..p.k {
+            add_rows::<1>(p, r0, k, full);
         }
     }
     full
+}
+
+/// `C[r0, ..full] += sum over q < Q of A[r0, k + q] * B[k + q, ..full]`.
+///
+/// # Safety
+/// The CPU has AVX-512; row `r0`, columns below `full` and steps below
+/// `k + Q` lie within the panel.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[cfg(target_arch = "x86_64")]
+unsafe fn add_rows<const Q: usize>(p: &mut Panel<'_>, r0: usize, k: usize, full: usize) {
+    use std::arch::x86_64::{_mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps};
+    // SAFETY: the caller bounds every offset (see above).
+    unsafe {
+        let c = p.c.as_mut_ptr().add(r0 * p.c_row);
+        let a = p.a.as_ptr().add(r0 * p.a_row + k * p.a_k);
+        let x: [_; Q] = std::array::from_fn(|q| _mm512_set1_ps(*a.add(q * p.a_k)));
+        let rows: [*const f32; Q] = std::array::from_fn(|q| p.b.as_ptr().add((k + q) * p.b_k));
+        for j in (0..full).step_by(16) {
+            let mut acc = _mm512_loadu_ps(c.add(j));
+            for q in 0..Q {
+                acc = _mm512_fmadd_ps(x[q], _mm512_loadu_ps(rows[q].add(j)), acc);
+            }
+            _mm512_storeu_ps(c.add(j), acc);
+        }
+    }
 }
 
 /// Rows of B ahead of the k loop that two rows' blocks prefetch: their

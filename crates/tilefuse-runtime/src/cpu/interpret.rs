@@ -17,7 +17,7 @@ use super::accumulate::{accumulate, fold_into};
 use super::chunk::{CHUNK, Chunk};
 use super::code::{BlockCode, Counted, Dim, GemmCode, RowsCode, Step, TapeCode, TapeStore};
 use super::ctx::{Ctx, Lane, lane_values};
-use super::loop_index::{LoopIndex, loop_value};
+use super::loop_index::{all_below, loop_value};
 use super::memory::Storage;
 use super::parallel_nest::Nest;
 use super::pool::Tasks;
@@ -51,15 +51,6 @@ type TaskFn<'a> = dyn Fn(&Ctx<'_>, &mut Vec<i64>, usize) + Sync + 'a;
 /// Chunks a parallel loop is cut into per thread: threads that wake late
 /// or run slower take fewer.
 const CHUNKS_PER_THREAD: usize = 4;
-
-/// Iteration `i` of a loop over `var` (see `Step::Loop`).
-#[derive(Clone, Copy)]
-struct Iteration<'s> {
-    var: usize,
-    i: i64,
-    bounds: &'s [(LoopIndex, i64)],
-    body: &'s [Step],
-}
 
 /// Rows an outer-reduction nest accumulates between interrupt checks.
 pub(super) const INTERRUPT_ROWS: i64 = 1 << 12;
@@ -99,24 +90,12 @@ impl Ctx<'_> {
                     if self.interrupted() {
                         return;
                     }
-                    let it = Iteration {
-                        var: *var,
-                        i,
-                        bounds,
-                        body,
-                    };
-                    self.iteration(it, env, may_spawn);
+                    env[*var] = i;
+                    if all_below(bounds, env) {
+                        (body.iter()).for_each(|s| self.step(s, env, may_spawn));
+                    }
                 }
             }
-        }
-    }
-
-    /// Runs an iteration of a loop: its body, unless a hoisted bound
-    /// fails.
-    fn iteration(&self, it: Iteration<'_>, env: &mut Vec<i64>, may_spawn: bool) {
-        env[it.var] = it.i;
-        if (it.bounds.iter()).all(|(x, bound)| x.eval(env) < *bound) {
-            (it.body.iter()).for_each(|s| self.step(s, env, may_spawn));
         }
     }
 

@@ -56,6 +56,12 @@ impl LoopIndex {
     }
 }
 
+/// Whether every hoisted bound of a loop holds at `env` (see
+/// `Step::Loop`): an iteration that fails one is skipped whole.
+pub(super) fn all_below(bounds: &[(LoopIndex, i64)], env: &[i64]) -> bool {
+    bounds.iter().all(|(x, bound)| x.eval(env) < *bound)
+}
+
 /// A loop variable's value in `env`.
 pub(super) fn loop_value(env: &[i64], v: Var) -> i64 {
     match v {

@@ -2,7 +2,7 @@
 //! threads as one loop.
 
 use super::code::Step;
-use super::loop_index::LoopIndex;
+use super::loop_index::{LoopIndex, all_below};
 
 /// Parallel loops nested one directly in the next (a grid's workgroup
 /// loops over y and x), shared over the threads as one loop over all
@@ -63,7 +63,7 @@ impl<'s> Nest<'s> {
             env[l.var] = i % l.extent;
             i /= l.extent;
         }
-        (self.loops.iter()).all(|l| l.bounds.iter().all(|(x, b)| x.eval(env) < *b))
+        self.loops.iter().all(|l| all_below(l.bounds, env))
     }
 }
 
