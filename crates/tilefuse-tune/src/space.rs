@@ -45,6 +45,24 @@ impl Grid {
         out
     }
 
+    /// The points with one field moved to its first or last value, where
+    /// that is more than one step away: a descent's long probes, which
+    /// cross a valley one step at a time does not (rows a workgroup of 1
+    /// and 16 both fast, 2 slow).
+    pub fn extremes(&self, point: &[usize]) -> Vec<Point> {
+        let mut out = Vec::new();
+        for (f, &n) in self.sizes.iter().enumerate() {
+            for end in [0, n.saturating_sub(1)] {
+                if end.abs_diff(point[f]) > 1 {
+                    let mut next = point.to_vec();
+                    next[f] = end;
+                    out.push(next);
+                }
+            }
+        }
+        out
+    }
+
     /// The point as far past `to` as `to` is past `from` (the same move
     /// again); `None` when that leaves the grid.
     pub fn step(&self, to: &[usize], from: &[usize]) -> Option<Point> {

@@ -1,8 +1,8 @@
 //! The surrogate-guided strategy (Helion's LFBO search, after a pattern
 //! descent). It first walks from the default heuristic's point to the
 //! first neighbour that is faster (by more than `MIN_GAIN`), trying the
-//! last paying move again before the other neighbours, until every
-//! neighbour of where it stands was tried. Then a random forest learns
+//! last paying move again before the other neighbours and a field's
+//! extreme values after them, until every one of those was tried. Then a random forest learns
 //! which points are "good" (in the fastest third measured so far) from
 //! every observation, failures included (a failed, wrong or cut candidate
 //! is a "not good" example, so the model learns to avoid its region); each
@@ -70,7 +70,8 @@ pub(crate) fn propose(
 /// The next step of the descent from the default heuristic's point: the
 /// last move repeated (Hooke and Jeeves' pattern move: a direction that
 /// paid once often pays again), then an untried neighbour of the
-/// incumbent; `None` once all were tried.
+/// incumbent, then a field at its first or last value; `None` once all
+/// were tried.
 fn descent_step(grid: &Grid, history: &[Observation], tried: &HashSet<Point>) -> Option<Point> {
     let chain = incumbents(history);
     let (from, before) = match chain.as_slice() {
@@ -81,6 +82,7 @@ fn descent_step(grid: &Grid, history: &[Observation], tried: &HashSet<Point>) ->
     let repeated = before.and_then(|b| grid.step(from, b));
     (repeated.into_iter())
         .chain(grid.neighbors(from))
+        .chain(grid.extremes(from))
         .find(|p| !tried.contains(p))
 }
 
@@ -214,7 +216,7 @@ mod tests {
         let grid = Grid { sizes: vec![4] };
         let tried = HashSet::from([vec![1], vec![2]]);
         assert_eq!(descent_step(&grid, &history[..3], &tried), Some(vec![3]));
-        let tried = HashSet::from([vec![1], vec![3]]);
+        let tried = HashSet::from([vec![1], vec![3], vec![0]]);
         assert_eq!(descent_step(&grid, &history[..3], &tried), None);
     }
 
@@ -234,5 +236,21 @@ mod tests {
         let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
         assert_eq!(grid.step(&[3, 1], &[2, 1]), None);
         assert_eq!(descent_step(&grid, &history, &tried), Some(vec![3, 0]));
+    }
+
+    #[test]
+    fn a_stuck_descent_probes_each_field_at_its_ends() {
+        let grid = Grid { sizes: vec![6, 2] };
+        let history = [Observation {
+            point: vec![1, 0],
+            time: Some(1.0),
+        }];
+        let mut tried: HashSet<Point> = HashSet::from([vec![1, 0]]);
+        tried.extend(grid.neighbors(&[1, 0]));
+        // Index 0 is one step away (a neighbour); field 1 has no far end.
+        assert_eq!(grid.extremes(&[1, 0]), [vec![5, 0]]);
+        assert_eq!(descent_step(&grid, &history, &tried), Some(vec![5, 0]));
+        tried.insert(vec![5, 0]);
+        assert_eq!(descent_step(&grid, &history, &tried), None);
     }
 }
