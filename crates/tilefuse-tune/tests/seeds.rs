@@ -240,7 +240,14 @@ fn seeds_and_neighbours_enter_the_search_and_a_broken_heuristic_is_skipped() {
     assert_eq!(origins[0], ("default", None));
     assert_eq!(origins[1], ("seed", Some("wide")));
     assert_eq!(origins[2], ("heuristic_neighbor", Some("wide")));
-    assert_eq!(r.trials[1].status, Status::Ok);
+    // The seed ran and was checked. A microsecond kernel timed once can
+    // read 3x the default's time on a loaded machine and be cut: it still
+    // ran, and that is what this asserts.
+    assert!(
+        matches!(r.trials[1].status, Status::Ok | Status::Cut),
+        "{:?}",
+        r.trials[1]
+    );
     assert_eq!(r.heuristics.len(), 1);
     assert_eq!(r.heuristics[0].name, "wide");
     assert_eq!(r.heuristics[0].seeds, vec![r.trials[1].params.clone()]);
