@@ -80,6 +80,7 @@ def cases() -> list[Case]:
         ),
         ("matmul 4096 x 64 x 4096 (small k)", [(4096, 64), (64, 4096)], matmul),
         ("vector @ matrix 1 x 4096 x 4096", [(1, 4096), (4096, 4096)], matmul),
+        ("vector @ matrix 1 x 8192 x 8192", [(1, 8192), (8192, 8192)], matmul),
         ("matmul 16 x 4096 x 4096 (skinny m)", [(16, 4096), (4096, 4096)], matmul),
         ("matmul 48 x 4096 x 4096", [(48, 4096), (4096, 4096)], matmul),
         ("matmul 128 x 4096 x 4096", [(128, 4096), (4096, 4096)], matmul),

@@ -54,7 +54,8 @@ impl Scheduler for Matmul {
             if device.is_gpu() {
                 Tunable::pow2(path, min, max)
             } else {
-                cpu_columns(path, cpu_strip(problem(fusion).1))
+                let (m, n, _) = problem(fusion);
+                cpu_columns(path, cpu_strip(m, n))
             }
         };
         vec![
