@@ -486,3 +486,29 @@ def test_a_dead_op_does_not_split_a_matmul_from_its_epilogue() -> None:
     f.output(product * 2.0)
     assert [s.scheduler for s in f.segments()] == ["matmul"]
     assert isinstance(f.heuristics(device="cpu"), tf.MatmulParams)
+
+
+@pytest.mark.parametrize(
+    "shape, build",
+    [
+        ((300, 700), lambda a, bt: a + bt),  # rows longer than a tile, ragged
+        ((2048, 64), lambda a, bt: bt * 2.0 + 1.0),  # rows a power of two apart
+        ((3, 260, 90), lambda a, bt: a + bt),  # one transpose a matrix
+        ((1, 5000), lambda a, bt: a - bt),  # one row: no whole rows to gather
+    ],
+)
+def test_transposed_reads_of_long_rows(
+    shape: tuple[int, ...], build: Any, device: tf.Device, rng: np.random.Generator
+) -> None:
+    """An operand read transposed (the CPU gathers it a block of columns
+    at a time over runs of whole rows), from any row to any row."""
+    swapped = (*shape[:-2], shape[-1], shape[-2])
+    axes = (*range(len(shape) - 2), len(shape) - 1, len(shape) - 2)
+    f = tf.Fusion()
+    a = f.input(swapped, "f32", name="a")
+    b = f.input(shape, "f32", name="b")
+    f.output(build(a, b.permute(axes)))
+    xa = rng.standard_normal(swapped).astype(np.float32)
+    xb = rng.standard_normal(shape).astype(np.float32)
+    want = build(xa.astype(np.float64), xb.astype(np.float64).transpose(axes))
+    check(f.schedule(f.heuristics(device=device, cache=False), device)(xa, xb), want)

@@ -264,13 +264,18 @@ fn periodic(kernel: &Kernel, chain: &[LoopId], x: &Index, stride: usize) -> Opti
     let period = iterations(kernel, &chain[split..]);
     let step = coefs[split - 1];
     let outer_as_one = (1..split).all(|k| coefs[k - 1] == coefs[k] * extent(k));
-    (outer_as_one && step >= 0 && period <= MAX_PERIOD).then_some((period as usize, step as usize))
+    let transposes = 0 < step && step < stride as i64;
+    (outer_as_one && step >= 0 && (period <= MAX_PERIOD || transposes))
+        .then_some((period as usize, step as usize))
 }
 
 /// Lanes past which a row runs as a lane step of its own rather than
 /// wrapping loads around it: a long row's fixed cost no longer matters,
 /// and gathering its loads would cost more than reading them in place
-/// (softmax rows of 512 and 1024 wrapped took 1.06x the time).
+/// (softmax rows of 512 and 1024 wrapped took 1.06x the time). A
+/// transposed read (its rows nearer than its lanes) wraps at any length:
+/// the lane step's runs of many rows then gather it a column at a time
+/// (`LaneLoad::gather_transposed`).
 const MAX_PERIOD: i64 = TILE as i64;
 
 /// Gives the loads of `code`'s tape the periods [`periodic`] finds over

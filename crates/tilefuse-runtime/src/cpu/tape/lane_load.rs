@@ -31,6 +31,24 @@ pub(super) struct LaneLoad {
 /// A load's `period` and `step` (see [`LaneLoad`]).
 pub type Period = (usize, usize);
 
+/// Columns a transposed gather reads together, row by row, and how far
+/// ahead it prefetches. Columns a power of two apart share one set of an
+/// 8-way L1: 2048² ran in 3.1 ms in blocks of 8, 5.2 of 16, 6.8 of 32,
+/// and 7.2 a column at a time.
+const COLUMN_BLOCK: usize = 8;
+
+/// Asks for the cache line at `p` (a hint: any address is allowed).
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch does not access memory; it cannot fault.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 impl LaneLoad {
     /// A load of one loop's lanes, `stride` apart.
     pub(super) fn strided(buffer: usize, at: LoopIndex, stride: usize) -> LaneLoad {
@@ -105,9 +123,87 @@ impl LaneLoad {
             unsafe { self.gather_rows(buf, at, (start, n), rows) };
             return spread(rows, self.period, start, n, into);
         }
-        for (_, from, len) in self.pieces(at, (start, n)) {
+        let head = ((self.period - start % self.period) % self.period).min(n);
+        let whole = (n - head) / self.period;
+        if !self.transposes() || whole < 2 {
+            return unsafe { self.gather_pieces(buf, at, (start, n), into) };
+        }
+        let first_row = (start + head) / self.period;
+        let tail = start + head + whole * self.period;
+        unsafe {
+            self.gather_pieces(buf, at, (start, head), into);
+            self.gather_transposed(buf, at, (first_row, whole), into);
+            self.gather_pieces(buf, at, (tail, start + n - tail), into);
+        }
+    }
+
+    /// Whether the lanes read a transpose: each row's lanes `stride`
+    /// apart, consecutive rows `step` apart, nearer (`x.T` read along
+    /// its rows).
+    fn transposes(&self) -> bool {
+        self.wraps() && 0 < self.step && self.step < self.stride
+    }
+
+    /// Lanes `start..start + n` read piece by piece, each row's lanes
+    /// `stride` apart.
+    ///
+    /// # Safety
+    ///
+    /// As [`RawBuf::slice`], for the elements read.
+    unsafe fn gather_pieces(
+        &self,
+        buf: &RawBuf,
+        at: usize,
+        lanes: (usize, usize),
+        into: &mut Vec<f32>,
+    ) {
+        for (_, from, len) in self.pieces(at, lanes) {
             unsafe { buf.gather_f32(from, self.stride, len, into) };
         }
+    }
+
+    /// The whole rows `first..first + rows` of a load that
+    /// [`transposes`](Self::transposes), read a block of columns at a
+    /// time: a column's elements lie `step` apart, so the block's lines
+    /// serve every row of the run before the next block's are read. Read
+    /// row by row, each lane touched another line and page (`a + b.T` over
+    /// 2048², into an existing array: 7.2 ms, then 3.1).
+    ///
+    /// # Safety
+    ///
+    /// As [`RawBuf::slice`], for the elements read.
+    unsafe fn gather_transposed(
+        &self,
+        buf: &RawBuf,
+        at: usize,
+        (first, rows): (usize, usize),
+        into: &mut Vec<f32>,
+    ) {
+        let (period, step, stride) = (self.period, self.step, self.stride);
+        let span = (rows - 1) * step + (period - 1) * stride + 1;
+        let src = unsafe { buf.slice::<f32>(at + first * step, span) };
+        let base = into.len();
+        into.reserve(rows * period);
+        let out = &mut into.spare_capacity_mut()[..rows * period];
+        let column_bytes = (rows - 1) * step * 4 + 4;
+        for c0 in (0..period).step_by(COLUMN_BLOCK) {
+            let columns = c0..(c0 + COLUMN_BLOCK).min(period);
+            // The next block's lines: a column's are a few lines, too few
+            // for the hardware prefetchers to follow.
+            for c in columns.clone() {
+                let ahead = src.as_ptr().wrapping_add((c + COLUMN_BLOCK) * stride);
+                for line in (0..column_bytes).step_by(64) {
+                    prefetch(ahead.cast::<u8>().wrapping_add(line));
+                }
+            }
+            for r in 0..rows {
+                for c in columns.clone() {
+                    out[r * period + c].write(src[r * step + c * stride]);
+                }
+            }
+        }
+        // SAFETY: the loops wrote every lane of the rows.
+        unsafe { into.set_len(base + rows * period) };
     }
 
     /// The lanes `start..start + n`, lane 0 reading element `at`, cut
@@ -308,12 +404,13 @@ mod tests {
     /// Lane `i` of a load wrapping around rows of 3 reads `at + (i / 3) *
     /// step + (i % 3) * stride`, from any first lane and for any count:
     /// a vector restarting with each row (`step` 0, copied onward from
-    /// its first period), a row's statistic (`stride` 0), and both moving.
+    /// its first period), a row's statistic (`stride` 0), both moving, and
+    /// transposed reads (`step` < `stride`, whole rows gathered by column).
     #[test]
     fn wrapped_lanes_read_by_their_row_and_column() {
         let data: Vec<f32> = (0..64).map(|i| i as f32).collect();
         let buf = RawBuf::of_input(DataRef::F32(&data));
-        for (stride, step) in [(1, 0), (2, 0), (0, 5), (2, 7)] {
+        for (stride, step) in [(1, 0), (2, 0), (0, 5), (2, 7), (5, 1), (7, 2)] {
             let load = LaneLoad {
                 period: 3,
                 step,
@@ -328,6 +425,28 @@ mod tests {
                     .collect();
                 assert_eq!(got, want, "stride {stride}, step {step}, lanes {start}+{n}");
             }
+        }
+    }
+
+    /// A transposed read of rows longer than a block of columns, from
+    /// mid-row to mid-row, lanes as their row and column place them.
+    #[test]
+    fn transposed_rows_gather_by_blocks_of_columns() {
+        let (period, stride, step) = (21, 30, 1);
+        let data: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+        let buf = RawBuf::of_input(DataRef::F32(&data));
+        let load = LaneLoad {
+            period,
+            step,
+            ..LaneLoad::strided(0, LoopIndex::new(Index::Const(0)), stride)
+        };
+        assert!(load.transposes());
+        for (start, n) in [(0, 84), (5, 100), (20, 43), (1, 20)] {
+            let mut got = Vec::new();
+            unsafe { load.gather(&buf, 2, (start, n), (&mut got, &mut Vec::new())) };
+            let lane = |i: usize| (2 + (i / period) * step + (i % period) * stride) as f32;
+            let want: Vec<f32> = (start..start + n).map(lane).collect();
+            assert_eq!(got, want, "lanes {start}+{n}");
         }
     }
 
