@@ -23,10 +23,18 @@ import tilefuse as tf
 from tilefuse.timing import Budget, call_sampler, interleave
 
 #: The functions a case's body calls, for tilefuse and numpy.
+#: ``contiguous``: numpy keeps a transposed operand's layout in its result,
+#: tilefuse's outputs are C-contiguous, so numpy's result is made so too.
 TILEFUSE = SimpleNamespace(
-    exp=tf.exp, rsqrt=tf.rsqrt, sigmoid=tf.sigmoid, tanh=tf.tanh, where=tf.where
+    exp=tf.exp,
+    rsqrt=tf.rsqrt,
+    sigmoid=tf.sigmoid,
+    tanh=tf.tanh,
+    where=tf.where,
+    contiguous=lambda v: v,
 )
 NUMPY = SimpleNamespace(
+    contiguous=np.ascontiguousarray,
     exp=np.exp,
     rsqrt=lambda v: 1 / np.sqrt(v),
     sigmoid=lambda v: 1 / (1 + np.exp(-v)),
@@ -70,6 +78,22 @@ def cases() -> list[Case]:
         ("bias + silu 4096 x 1024", [wide, (1024,)], lambda x, b, o: (x + b) * o.sigmoid(x + b)),
         ("outer product 2048²", [(2048, 1), (1, 2048)], lambda a, b, o: a * b),
         ("a + b.T 2048²", [(2048, 2048)] * 2, lambda a, b, o: a + b.T),
+        (
+            "heads swapped: x.transpose(0, 2, 1, 3) * 0.125, 8 x 16 x 128 x 64",
+            [(8, 16, 128, 64)],
+            lambda x, o: o.contiguous(x.transpose(0, 2, 1, 3) * F32(0.125)),
+        ),
+        (
+            "batched transpose + 1, 16 x 512 x 512",
+            [(16, 512, 512)],
+            lambda x, o: o.contiguous(x.transpose(0, 2, 1) + F32(1)),
+        ),
+        (
+            "x - y over a middle axis, 256 x 256 x 16",
+            [(256, 256, 16), (256, 1, 16)],
+            lambda x, y, o: x - y,
+        ),
+        ("x * 2 + 1, 8 x 16 x 128 x 64", [(8, 16, 128, 64)], lambda x, o: x * F32(2) + F32(1)),
         ("softmax of 32 x 128 x 128", [(32, 128, 128)], softmax),
         ("softmax of 8 x 16 x 128 x 128", [(8, 16, 128, 128)], softmax),
         ("softmax of 256²", [(256, 256)], softmax),

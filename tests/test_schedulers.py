@@ -512,3 +512,25 @@ def test_transposed_reads_of_long_rows(
     xb = rng.standard_normal(shape).astype(np.float32)
     want = build(xa.astype(np.float64), xb.astype(np.float64).transpose(axes))
     check(f.schedule(f.heuristics(device=device, cache=False), device)(xa, xb), want)
+
+
+@pytest.mark.parametrize(
+    "shape, break_point, lanes",
+    [
+        ((8, 16, 128, 64), 2, 64),  # attention-shaped: rows of the two last axes
+        ((64, 1000, 3), 1, 3),
+        ((4, 8, 4096), 2, 1024),  # a long last axis: rows of it alone
+        ((300, 700), 1, 700),  # 2-D: rows of the last axis
+    ],
+)
+def test_cpu_pointwise_rows_span_the_two_last_axes_when_the_last_is_short(
+    shape: tuple[int, ...], break_point: int, lanes: int
+) -> None:
+    """The CPU default keeps the leading axes' fused loop to three axes at
+    most where the last is short: a row of the last axis alone was a lane
+    step of its own (BENCHMARKS.md, fiftieth session)."""
+    f = tf.Fusion()
+    f.output(f.input(shape, "f32") * 2.0)
+    p = f.heuristics(device="cpu", cache=False)
+    assert isinstance(p, tf.PointwiseParams)
+    assert (p.break_point, p.launch.workgroup_size) == (break_point, (lanes, 1, 1))
