@@ -6,6 +6,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::terms::Terms;
+
 /// A loop's id in the kernel's loop arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -201,7 +203,7 @@ impl Index {
     /// fused loop's lanes, `i * 8 + lane`, that stay within a row `c`
     /// long read as linear in the lane). The expression itself otherwise.
     fn peeled(self, c: i64, range: &impl Fn(Var) -> (i64, i64)) -> Result<Peeled, Index> {
-        let sum = self.collected();
+        let sum = Terms::of(&self);
         let mut gs: Vec<i64> = (sum.terms.iter()).map(|(_, k)| gcd(*k, c)).collect();
         gs.sort_unstable_by(|a, b| b.cmp(a));
         gs.dedup();
@@ -286,7 +288,7 @@ impl Index {
     /// the sum: a tile copied row by row out of a fused loop and flattened
     /// again reads as that loop.
     pub fn simplified(&self) -> Index {
-        let sum = self.collected();
+        let sum = Terms::of(self);
         (sum.terms.into_iter()).fold(Index::Const(sum.constant), |acc, (atom, c)| acc + atom * c)
     }
 
@@ -307,23 +309,8 @@ impl Index {
     /// collected (those of [`Index::simplified`]): each atom a variable, a
     /// quotient or a remainder.
     pub fn linear_terms(&self) -> (i64, Vec<(Index, i64)>) {
-        let sum = self.collected();
+        let sum = Terms::of(self);
         (sum.constant, sum.terms)
-    }
-
-    /// The terms of [`Index::simplified`], zero coefficients dropped.
-    fn collected(&self) -> Terms {
-        let mut sum = Terms::default();
-        for term in self.sum_terms() {
-            sum.add(term, 1);
-        }
-        while let Some((x, s)) = sum.take_divided_pair() {
-            for term in x.sum_terms() {
-                sum.add(term, s);
-            }
-        }
-        sum.terms.retain(|(_, c)| *c != 0);
-        sum
     }
 
     /// Whether the two expressions are equal as sums of terms (products
@@ -372,54 +359,6 @@ fn gcd(a: i64, b: i64) -> i64 {
         (a, b) = (b, a % b);
     }
     a
-}
-
-/// A sum being collected by [`Index::simplified`]: atoms (variables,
-/// quotients, remainders) with their coefficients, and a constant.
-#[derive(Default)]
-struct Terms {
-    terms: Vec<(Index, i64)>,
-    constant: i64,
-}
-
-impl Terms {
-    /// Adds `term * scale`.
-    fn add(&mut self, term: Index, scale: i64) {
-        let (atom, coef) = match term {
-            Index::Mul(a, c) => (*a, c * scale),
-            other => (other, scale),
-        };
-        let atom = match atom {
-            Index::Const(c) => return self.constant += c * coef,
-            Index::Div(x, d) => x.simplified() / d,
-            Index::Mod(x, d) => x.simplified() % d,
-            other => other,
-        };
-        match self.terms.iter_mut().find(|(a, _)| *a == atom) {
-            Some((_, c)) => *c += coef,
-            None => self.terms.push((atom, coef)),
-        }
-    }
-
-    /// Removes a pair `x / d` (coefficient `s * d`) and `x % d`
-    /// (coefficient `s`), returning `x` and `s`.
-    fn take_divided_pair(&mut self) -> Option<(Index, i64)> {
-        let (i, j) = (0..self.terms.len()).find_map(|i| {
-            let (Index::Div(x, d), q) = &self.terms[i] else {
-                return None;
-            };
-            let j = self.terms.iter().position(|(a, s)| {
-                matches!(a, Index::Mod(y, m) if y == x && m == d) && *s != 0 && *q == s * d
-            })?;
-            Some((i, j))
-        })?;
-        let s = self.terms[j].1;
-        let (Index::Mod(x, _), _) = self.terms.remove(j) else {
-            unreachable!("found as a remainder")
-        };
-        self.terms.remove(if i > j { i - 1 } else { i });
-        Some((*x, s))
-    }
 }
 
 /// Index arithmetic simplifies as it builds: constants fold, `x * 1`,
@@ -518,6 +457,29 @@ mod tests {
         assert!(scaled.simplified().same_sum(&(x.clone() * 3)));
         let other = (x.clone() / 4) * 8 + x % 4;
         assert!(other.simplified().linear_in(Var::Loop(LoopId(3))).is_none());
+    }
+
+    /// Three axes of 8 x 16 x 128 fused into `f` and flattened again into
+    /// rows of 64 (`f / 2048`, `f / 128 % 16`, `f % 128`) fold pair by
+    /// pair into `f * 64`; the same indices permuted (the middle axes
+    /// swapped) are no multiple of `f` and stay.
+    #[test]
+    fn indices_of_three_fused_axes_fold_into_the_fused_loop() {
+        let f = Index::var(Var::Loop(LoopId(0)));
+        let (b, h, s) = (f.clone() / 2048, f.clone() / 128 % 16, f.clone() % 128);
+        let rows = b.clone() * 131072 + h.clone() * 8192 + s.clone() * 64;
+        assert!(
+            rows.simplified().same_sum(&(f * 64)),
+            "{:?}",
+            rows.simplified()
+        );
+        let swapped = b * 131072 + h * 64 + s * 1024;
+        assert!(
+            swapped
+                .simplified()
+                .linear_in(Var::Loop(LoopId(0)))
+                .is_none()
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod kernel;
 mod pipelining;
 mod printer;
 mod region;
+mod terms;
 
 pub use expr::Expr;
 pub use index::{BufferId, Index, LoopId, Var, flat_offset};
