@@ -534,3 +534,26 @@ def test_cpu_pointwise_rows_span_the_two_last_axes_when_the_last_is_short(
     p = f.heuristics(device="cpu", cache=False)
     assert isinstance(p, tf.PointwiseParams)
     assert (p.break_point, p.launch.workgroup_size) == (break_point, (lanes, 1, 1))
+
+
+@pytest.mark.parametrize(
+    "shape, rows",
+    [
+        ((64, 16, 16, 64), 16),  # rows within one run of the axis before the reduced one
+        ((16, 100, 64), 100),
+        ((4096, 128), 128),  # one axis of rows: as many as fit
+        ((1000, 3, 64), 128),  # runs of 3, fewer than 8 rows: left alone
+    ],
+)
+def test_cpu_row_reductions_keep_a_workgroup_within_one_run_of_rows(
+    shape: tuple[int, ...], rows: int, rng: np.random.Generator
+) -> None:
+    """A CPU workgroup's rows across runs of the last axis before the
+    reduced one ran a row at a time (BENCHMARKS.md, fiftieth session)."""
+    f = tf.Fusion()
+    f.output(f.input(shape, "f32").sum(axis=-1))
+    p = f.heuristics(device="cpu", cache=False)
+    assert isinstance(p, tf.ReductionParams)
+    assert p.launch.workgroup_size == (rows, 1, 1)
+    x = rng.standard_normal(shape).astype(np.float32)
+    check(f.schedule(p, "cpu")(x), x.astype(np.float64).sum(axis=-1))
