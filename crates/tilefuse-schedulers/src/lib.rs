@@ -106,6 +106,11 @@ impl<S: Scheduler> AnyScheduler for S {
     }
 }
 
+/// The largest of `within` that divides `n` (none where none does).
+fn largest_divisor(n: u64, within: std::ops::RangeInclusive<u64>) -> Option<u64> {
+    within.rev().find(|d| n.is_multiple_of(*d))
+}
+
 /// The largest power of two at most `n` (1 for 0).
 fn pow2_at_most(n: u64) -> u64 {
     1 << (63 - n.max(1).leading_zeros())

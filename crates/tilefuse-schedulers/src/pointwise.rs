@@ -25,7 +25,7 @@ use tilefuse_params::{HeuristicParams, ParamsError, PointwiseParams, SchedulerKi
 use super::launch::{
     CPU_WORKGROUP_LANES, bind_capped, check_index_type, check_workgroup, err, fuse, workgroup_sizes,
 };
-use super::{Scheduler, has_op};
+use super::{Scheduler, has_op, largest_divisor};
 use crate::step::Step;
 use tilefuse_sched::ir::{LoopId, ThreadAxis};
 use tilefuse_sched::{DeviceInfo, Schedule};
@@ -155,10 +155,7 @@ fn defaults(shapes: &[Vec<usize>], device: &DeviceInfo) -> Defaults {
     let bp = (min_rank - 1 - usize::from(rows_of_two)).min(MAX_BREAK_POINT);
     // Invocations that divide the last axis: the loops of a row then
     // split along its axes, with no div or mod left in the lane.
-    let lanes = (1..=CPU_WORKGROUP_LANES.min(u64::from(max)))
-        .rev()
-        .find(|&d| last.is_multiple_of(d))
-        .unwrap_or(1);
+    let lanes = largest_divisor(last, 1..=CPU_WORKGROUP_LANES.min(u64::from(max))).unwrap_or(1);
     Defaults {
         workgroup: [lanes as u32, 1, 1],
         break_point: bp as u32,

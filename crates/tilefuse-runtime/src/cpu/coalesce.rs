@@ -9,7 +9,7 @@ use super::code::{BlockCode, LaneBound, MIN_PARALLEL_WORK, Step, TapeCode, TapeS
 use super::gemm_match::gemm_code;
 use super::nest::{in_one_thread, loop_chain, through_units};
 use super::scatter::Scatter;
-use super::tape::{Period, TILE};
+use super::tape::{Period, TILE, transposed};
 use super::value::Access;
 
 /// A chain of loops, each the only child of the one before (looking
@@ -264,8 +264,7 @@ fn periodic(kernel: &Kernel, chain: &[LoopId], x: &Index, stride: usize) -> Opti
     let period = iterations(kernel, &chain[split..]);
     let step = coefs[split - 1];
     let outer_as_one = (1..split).all(|k| coefs[k - 1] == coefs[k] * extent(k));
-    let transposes = 0 < step && step < stride as i64;
-    (outer_as_one && step >= 0 && (period <= MAX_PERIOD || transposes))
+    (outer_as_one && step >= 0 && (period <= MAX_PERIOD || transposed(step as usize, stride)))
         .then_some((period as usize, step as usize))
 }
 

@@ -4,7 +4,7 @@ use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::ReductionParams;
 
 use super::topology::{Topology, topology};
-use crate::pow2_at_most;
+use crate::{largest_divisor, pow2_at_most};
 use tilefuse_sched::DeviceInfo;
 use tilefuse_sched::lowering::SHORT_NEST;
 
@@ -241,9 +241,7 @@ fn narrow_columns(p: &mut ReductionParams, topo: &Topology, threads: u64) -> u64
 /// 1000 x 128 took 6x the time of 1024 x 128); `None` where no such count
 /// is 2 or more.
 fn row_groups(rows: u64) -> Option<u64> {
-    (2..=(rows / 16).min(256))
-        .rev()
-        .find(|g| rows.is_multiple_of(*g))
+    largest_divisor(rows, 2..=(rows / 16).min(256))
 }
 
 /// The longest rows whose nests the CPU device runs one after another
@@ -281,10 +279,7 @@ fn within_a_run(rows: u64, topo: &Topology) -> u64 {
     let Some(&run) = topo.shape[..first].last().filter(|_| first >= 2) else {
         return rows;
     };
-    (8..=rows.min(run))
-        .rev()
-        .find(|&d| run.is_multiple_of(d))
-        .unwrap_or(rows)
+    largest_divisor(run, 8..=rows.min(run)).unwrap_or(rows)
 }
 
 /// Whether `fusion` is one reduction and what feeds it (every output is

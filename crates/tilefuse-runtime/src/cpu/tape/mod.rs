@@ -24,7 +24,7 @@ use fold::Folded;
 pub use lane_fold::fold_as_run;
 use lane_fold::{fold_whole, identity};
 use lane_load::LaneLoad;
-pub use lane_load::Period;
+pub use lane_load::{Period, transposed};
 pub use offsets::Offsets;
 pub use rows::Rows;
 
