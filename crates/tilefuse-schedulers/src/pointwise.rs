@@ -151,11 +151,12 @@ fn defaults(shapes: &[Vec<usize>], device: &DeviceInfo) -> Defaults {
     // it ran a lane step a row (1M elements in rows of 64: x * 2 + 1 took
     // 1.05 ms, permuted as attention heads are 1.05, broadcast over a
     // middle axis 3.1; the two last axes as rows, 0.10, 0.19 and 0.10).
-    let rows_of_two = min_rank >= 3 && last <= CPU_WORKGROUP_LANES.min(u64::from(max));
+    let widest = CPU_WORKGROUP_LANES.min(u64::from(max));
+    let rows_of_two = min_rank >= 3 && last <= widest;
     let bp = (min_rank - 1 - usize::from(rows_of_two)).min(MAX_BREAK_POINT);
     // Invocations that divide the last axis: the loops of a row then
     // split along its axes, with no div or mod left in the lane.
-    let lanes = largest_divisor(last, 1..=CPU_WORKGROUP_LANES.min(u64::from(max))).unwrap_or(1);
+    let lanes = largest_divisor(last, 1..=widest).unwrap_or(1);
     Defaults {
         workgroup: [lanes as u32, 1, 1],
         break_point: bp as u32,

@@ -36,9 +36,7 @@ impl Grid {
             for step in [-1i64, 1] {
                 let i = point[f] as i64 + step;
                 if (0..n as i64).contains(&i) {
-                    let mut next = point.to_vec();
-                    next[f] = i as usize;
-                    out.push(next);
+                    out.push(moved(point, f, i as usize));
                 }
             }
         }
@@ -54,9 +52,7 @@ impl Grid {
         for (f, &n) in self.sizes.iter().enumerate() {
             for end in [0, n.saturating_sub(1)] {
                 if end.abs_diff(point[f]) > 1 {
-                    let mut next = point.to_vec();
-                    next[f] = end;
-                    out.push(next);
+                    out.push(moved(point, f, end));
                 }
             }
         }
@@ -91,6 +87,13 @@ impl Grid {
         }
         out
     }
+}
+
+/// `point` with field `f` at value `i`.
+fn moved(point: &[usize], f: usize, i: usize) -> Point {
+    let mut next = point.to_vec();
+    next[f] = i;
+    next
 }
 
 /// A digest of a space's fields and their domains (not the base), what a

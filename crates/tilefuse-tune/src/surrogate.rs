@@ -2,10 +2,11 @@
 //! descent). It first walks from the default heuristic's point to the
 //! first neighbour that is faster (by more than `MIN_GAIN`), trying the
 //! last paying move again before the other neighbours and a field's
-//! extreme values after them, until every one of those was tried. Then a random forest learns
-//! which points are "good" (in the fastest third measured so far) from
-//! every observation, failures included (a failed, wrong or cut candidate
-//! is a "not good" example, so the model learns to avoid its region); each
+//! extreme values after them, until every one of those was tried. Then a
+//! random forest learns which points are "good" (in the fastest third
+//! measured so far) from every observation, failures included (a failed,
+//! wrong or cut candidate is a "not good" example, so the model learns to
+//! avoid its region); each
 //! round scores a pool of unseen points (neighbours of the best few, one
 //! and two steps away, and random ones) and proposes a batch of the
 //! likeliest-good that differ from each other in at least two fields, so
