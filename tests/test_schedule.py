@@ -280,6 +280,31 @@ def test_trace_replay_reproduces_the_wgsl(rng: np.random.Generator) -> None:
         assert str(again) == str(s)
 
 
+def test_a_block_factored_twice_gets_new_names_and_replays_by_them() -> None:
+    """Found by the schedule fuzzer: a second rfactor of one block named its
+    partials as the first had, so a trace that names them (``cache_write``
+    of the second ``op_1_rf``) replayed onto the first."""
+    f = tf.Fusion()
+    x = f.input((1, 2), "f32")
+    f.output(x.sum(axis=(0, 1)))
+    s = f.create_schedule()
+    i, j = s.get_loops("op_1")
+    s.reorder(j, i)
+    s.rfactor(j)
+    second = s.rfactor(s.get_loops("op_1")[0])
+    names = [str(b) for b in s.get_blocks()]
+    assert len(set(names)) == len(names), names
+    assert str(second) == "Block('op_1_rf1')"
+    xs = np.random.default_rng(0).standard_normal((1, 2), dtype=np.float32)
+    np.testing.assert_allclose(s.build(tf.Device.cpu())(xs), xs.sum(), rtol=1e-6)
+    s.cache_write("op_1_rf1", "workgroup")
+    again = tf.Schedule.replay(f, s.trace)
+    assert str(again) == str(s)
+    namespace = {"f": s.recorded_fusion}
+    exec(s.trace_as_python(), namespace)
+    assert str(namespace["s"]) == str(s)
+
+
 def test_primitive_errors_name_the_problem(rng: np.random.Generator) -> None:
     f, _, _ = softmax(rng)
     s = f.create_schedule()
@@ -614,6 +639,7 @@ CPU_PASSES = [
     "split_fused_loops",
     "distribute_short_nests",
     "launch",
+    "clip_guarded_loops",
 ]
 WGSL_PASSES = [
     "fold_constants",

@@ -410,3 +410,25 @@ fn a_fused_loop_over_axes_apart_in_memory_splits_back_on_the_cpu() {
     let cpu = lower(adjacent.kernel(), Target::Cpu).unwrap();
     assert_eq!(extents(&cpu.kernel), [8, 24], "{}", cpu.kernel);
 }
+
+#[test]
+fn the_cpu_clips_a_workgroup_wider_than_its_rows() {
+    let mut f = Fusion::new();
+    let x = f.input(&[8, 64], DType::F32, Some("x")).unwrap();
+    let y = f.unary(UnaryOp::Exp, x).unwrap();
+    f.output(y).unwrap();
+    let mut s = Schedule::new(&f);
+    let b = s.get_block("op_1").unwrap();
+    let loops = s.get_loops(b).unwrap();
+    let lanes = s.split(loops[1], &[None, Some(128)], None).unwrap()[1];
+    s.bind(loops[0], ThreadAxis::WorkgroupX).unwrap();
+    s.bind(lanes, ThreadAxis::InvocationX).unwrap();
+    let extent = |t| lower(s.kernel(), t).unwrap().kernel.loop_(lanes).extent;
+    // Invocations 64 to 127 fail the columns' guard: the CPU runs 64 of
+    // them, a GPU's workgroup stays as scheduled.
+    assert_eq!(extent(Target::Cpu), 64);
+    assert_eq!(extent(Target::Wgsl), 128);
+    let cpu = lower(s.kernel(), Target::Cpu).unwrap();
+    assert_eq!(cpu.launches[0].workgroup_size, [128, 1, 1]);
+    assert!(cpu.kernel.needs_guard(b).is_empty());
+}

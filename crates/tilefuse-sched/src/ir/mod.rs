@@ -3,6 +3,7 @@
 mod expr;
 mod index;
 mod kernel;
+mod names;
 mod pipelining;
 mod printer;
 mod region;
@@ -14,4 +15,5 @@ pub use kernel::{
     Block, BlockId, Buffer, CrossInvocation, IterKind, IterVar, Kernel, Loop, LoopKind, Node, Role,
     Scope, ThreadAxis,
 };
+pub use names::fresh_name;
 pub use region::{Region, RegionError};

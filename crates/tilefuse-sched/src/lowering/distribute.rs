@@ -31,7 +31,7 @@ pub(super) fn run(l: &mut Lowered) -> Result<(), LowerError> {
 }
 
 /// Inner loops first, so that a distributed loop's nests are final.
-fn loops_in_post_order(nodes: &[Node]) -> Vec<LoopId> {
+pub(super) fn loops_in_post_order(nodes: &[Node]) -> Vec<LoopId> {
     let mut out = Vec::new();
     for n in nodes {
         if let Node::Loop(id, body) = n {

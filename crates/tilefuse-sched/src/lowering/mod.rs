@@ -11,6 +11,7 @@
 
 mod barriers;
 mod bindings;
+mod clip;
 mod cross_invocation;
 mod distribute;
 mod fold;
@@ -116,6 +117,9 @@ pub const PASSES: &[Pass] = &[
     pass("vectorize", WGSL, vectorize::run),
     // Each root nest's grid, workgroup size, loop budget and memory.
     pass("launch", ALL, launch::run),
+    // Loop tails no block under them runs (a workgroup wider than its
+    // row) dropped, after the launch is checked as scheduled.
+    pass("clip_guarded_loops", CPU, clip::run),
     // Reductions across invocations span their axis; subgroup widths.
     pass("cross_invocation", WGSL, cross_invocation::run),
     // Barriers where invocations hand data to each other.

@@ -170,17 +170,8 @@ impl Schedule {
     fn add_cache_buffer(&mut self, of: BufferId, scope: Scope) -> BufferId {
         let src = self.kernel.buffer(of).clone();
         let base = format!("{}_{}", src.name, scope_suffix(scope));
-        let taken = |n: &str| self.kernel.buffers.iter().any(|b| b.name == n);
-        let name = (0..)
-            .map(|i| {
-                if i == 0 {
-                    base.clone()
-                } else {
-                    format!("{base}{i}")
-                }
-            })
-            .find(|n| !taken(n))
-            .expect("a free name");
+        // The copy block takes the buffer's name: neither may be taken.
+        let name = self.kernel.fresh_block_name(&base);
         self.kernel.buffers.push(Buffer {
             name,
             dtype: src.dtype,

@@ -9,7 +9,7 @@ use tilefuse_ir::{DType, ReduceOp, reduce_identity};
 use super::{Instruction, Result, Schedule, ScheduleError};
 use crate::ir::{
     Block, BlockId, Buffer, BufferId, Expr, Index, IterKind, IterVar, LoopId, Node, Role, Scope,
-    Var,
+    Var, fresh_name,
 };
 
 impl Schedule {
@@ -142,7 +142,7 @@ impl Schedule {
         let mut shape = vec![extent];
         shape.extend(&out.shape);
         let buffer = Buffer {
-            name: format!("{}_rf", b.name),
+            name: self.kernel.fresh_block_name(&format!("{}_rf", b.name)),
             dtype: out.dtype,
             shape,
             scope: Scope::Global,
@@ -165,16 +165,11 @@ impl Schedule {
     ) -> (String, bool) {
         let b = &site.b;
         let position = b.iters.len();
-        let taken = |n: &str| b.iters.iter().any(|it| it.name == n);
-        let vrf = (0..)
-            .map(|i| match i {
-                0 => "vrf".to_owned(),
-                _ => format!("vrf{i}"),
-            })
-            .find(|n| !taken(n))
-            .expect("a free name");
+        let vrf = fresh_name("vrf", |n| b.iters.iter().any(|it| it.name == n));
+        // The partial block shares its buffer's name (TVM's `B_rf`).
+        let name = self.kernel.buffer(rf).name.clone();
         let pb = self.kernel.block_mut(site.block);
-        pb.name = format!("{}_rf", b.name);
+        pb.name = name;
         pb.iters.push(IterVar {
             name: vrf.clone(),
             extent,
@@ -248,7 +243,9 @@ impl Schedule {
             iters
         };
         let fill = Block {
-            name: format!("{}_rf_init", b.name),
+            name: self
+                .kernel
+                .fresh_block_name(&format!("{}_init", self.kernel.buffer(rf).name)),
             iters: with_last(IterKind::Spatial, vrf),
             bindings: bindings.clone(),
             indices: rf_index.clone(),
@@ -353,7 +350,7 @@ impl Schedule {
         }
         let rank = out.shape.len();
         let init = Block {
-            name: format!("{}_init", b.name),
+            name: self.kernel.fresh_block_name(&format!("{}_init", b.name)),
             iters: IterVar::spatial(&out.shape),
             bindings,
             indices: (0..rank).map(iter).collect(),
@@ -427,7 +424,8 @@ impl Schedule {
     /// A nest of one new loop over the last iterator of `block`, whose
     /// other iterators keep their bindings.
     fn inner_nest(&mut self, mut block: Block, extent: u64) -> Node {
-        let lp = self.kernel.new_loop(format!("{}_l", block.name), extent);
+        let name = self.kernel.fresh_loop_name(&format!("{}_l", block.name));
+        let lp = self.kernel.new_loop(name, extent);
         block.bindings.push(Index::var(Var::Loop(lp)));
         self.kernel.blocks.push(block);
         Node::Loop(
