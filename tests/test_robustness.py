@@ -494,6 +494,9 @@ def _softmax(x: tf.Tensor) -> tf.Tensor:
         ([(8, 0), (0, 8)], lambda a, b: a @ b),
         ([(0, 4), (4, 8)], lambda a, b: (a @ b).relu()),
         ([(1, 1, 1)], lambda x: x.mean(axis=(0, 2), keepdims=True)),
+        # Found by the fuzzer: an outer reduction with no output elements
+        # spread its rows over a grid of 0 workgroups on the CPU.
+        ([(0, 0, 2, 16, 0)], lambda x: x.sum(axis=(2, 3))),
         # The empty matmul's 0 is a literal, beside a vec4 step's loads.
         ([(0, 0), (0, 8), ()], lambda a, b, c: a @ b + c),
     ],

@@ -224,7 +224,8 @@ fn narrow_columns(p: &mut ReductionParams, topo: &Topology, threads: u64) -> u64
     if split == 1024 {
         return split;
     }
-    if blocks >= 4 * threads {
+    // No blocks (no output elements) leave no rows to spread.
+    if blocks == 0 || blocks >= 4 * threads {
         return whole;
     }
     let Some(groups) = row_groups(topo.reduced()) else {
