@@ -1,14 +1,15 @@
-"""Matmul params that a device once ran 10x to 1000x slower than its defaults.
+"""Params that a device once ran 10x to 1000x slower than its defaults.
 
     python benches/params_cliffs.py                 # CPU device
     python benches/params_cliffs.py --device gpu --budget 1
 
 A tuner measures every point of its space, so a point that is merely a bad
 choice should cost about what a good one does, not seconds: each case here
-is one that did (split-k, staged operands, swizzled grids, ragged tiles,
-skinny shapes). Prints the call `k(*arrays)` (median over a time budget,
-after one warm-up call) beside numpy's `a @ b` in the same run, and the
-ratio; every result is first checked against the float64 reference.
+is one that did (matmuls: split-k, staged operands, swizzled grids, ragged
+tiles, skinny shapes; rows: workgroups wider than a row). Prints the call
+`k(*arrays)` (median over a time budget, after one warm-up call) beside
+the workload's numpy form in the same run, and the ratio; every result is
+first checked against the float64 reference.
 """
 
 from __future__ import annotations
@@ -57,27 +58,50 @@ SWIZZLED_SPLIT_K: dict[str, Any] = {
     "use_smem_epilogue": True,
 }
 
-# (name, matmul workload sizes, params fields set over the defaults)
-CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
-    ("256^3, splitk_factor 2", {"m": 256, "n": 256, "k": 256}, {"splitk_factor": 2}),
-    ("8x256x16384, defaults", {"m": 8, "n": 256, "k": 16384}, {}),
-    ("1x4096x4096, defaults", {"m": 1, "n": 4096, "k": 4096}, {}),
-    ("4x512x8192, defaults", {"m": 4, "n": 512, "k": 8192}, {}),
-    ("64x256x256, staged", {"m": 64, "n": 256, "k": 256}, STAGED),
-    ("256^3 B^T, staged", {"m": 256, "n": 256, "k": 256, "transpose_b": True}, STAGED),
-    ("300x129x300 B^T, staged", {"m": 300, "n": 129, "k": 300, "transpose_b": True}, STAGED),
-    ("16x513x513, wide tiles", {"m": 16, "n": 513, "k": 513}, WIDE_TILES),
+# 512 invocations a row of 64, 16 rows a workgroup, across invocations.
+WIDE_ROW_REDUCTION: dict[str, Any] = {
+    "launch.workgroup_size": None,
+    "persistent_kernel": False,
+    "cross_invocation_inner_reduction": True,
+    "reduction_invocations": 512,
+    "rows_per_workgroup": 16,
+}
+
+# (name, workload, its sizes, params fields set over the defaults)
+CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
+    ("256^3, splitk_factor 2", "matmul", {"m": 256, "n": 256, "k": 256}, {"splitk_factor": 2}),
+    ("8x256x16384, defaults", "matmul", {"m": 8, "n": 256, "k": 16384}, {}),
+    ("1x4096x4096, defaults", "matmul", {"m": 1, "n": 4096, "k": 4096}, {}),
+    ("4x512x8192, defaults", "matmul", {"m": 4, "n": 512, "k": 8192}, {}),
+    ("64x256x256, staged", "matmul", {"m": 64, "n": 256, "k": 256}, STAGED),
+    ("256^3 B^T, staged", "matmul", {"m": 256, "n": 256, "k": 256, "transpose_b": True}, STAGED),
+    (
+        "300x129x300 B^T, staged",
+        "matmul",
+        {"m": 300, "n": 129, "k": 300, "transpose_b": True},
+        STAGED,
+    ),
+    ("16x513x513, wide tiles", "matmul", {"m": 16, "n": 513, "k": 513}, WIDE_TILES),
     (
         "16x513x513, wide tiles, swizzle 4",
+        "matmul",
         {"m": 16, "n": 513, "k": 513},
         {**WIDE_TILES, "grid_swizzle_factor": 4},
     ),
-    ("256^3, 4x4x4 invocations", {"m": 256, "n": 256, "k": 256}, SMALL_INVOCATIONS),
+    ("256^3, 4x4x4 invocations", "matmul", {"m": 256, "n": 256, "k": 256}, SMALL_INVOCATIONS),
     (
         "8x256x100 A^T, swizzled split-k",
+        "matmul",
         {"m": 8, "n": 256, "k": 100, "transpose_a": True},
         SWIZZLED_SPLIT_K,
     ),
+    (
+        "chain 8192x64, workgroups of 256",
+        "chain",
+        {"rows": 8192, "cols": 64},
+        {"launch.workgroup_size": [256, 1, 1]},
+    ),
+    ("softmax 256x64, 512 a row", "softmax", {"rows": 256, "cols": 64}, WIDE_ROW_REDUCTION),
 ]
 
 
@@ -106,23 +130,21 @@ def with_fields(params: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any
 
 
 def run_case(
-    sizes: dict[str, Any], fields: dict[str, Any], device: tf.Device, budget: float
+    name: str, sizes: dict[str, Any], fields: dict[str, Any], device: tf.Device, budget: float
 ) -> tuple[float, float]:
-    """The case's call and numpy's `a @ b`, ms."""
-    workload = tf.workloads.get("matmul", **sizes)
+    """The case's call and the workload's numpy form, ms."""
+    workload = tf.workloads.get(name, **sizes)
     fusion = workload.fusion()
     defaults = fusion.heuristics(device=device, cache=False)
-    assert isinstance(defaults, tf.HeuristicParams), "a matmul is one segment"
+    assert isinstance(defaults, tf.HeuristicParams), "each case is one segment"
     params = with_fields(defaults.to_dict(), fields)
     check = tf.Engine(device).verify(workload, params)
     if not check.passed:
         raise SystemExit(f"{workload.key} with {fields}: {check.mismatch}")
     kernel = fusion.schedule(params, device=device)
     inputs = workload.inputs()
-    a, b = inputs[0], inputs[1]
-    a = a.T if sizes.get("transpose_a") else a
-    b = b.T if sizes.get("transpose_b") else b
-    return median_ms(lambda: kernel(*inputs), budget), median_ms(lambda: a @ b, budget)
+    peer = median_ms(lambda: workload.numpy(*inputs), budget)
+    return median_ms(lambda: kernel(*inputs), budget), peer
 
 
 def main() -> None:
@@ -132,8 +154,8 @@ def main() -> None:
     args = parser.parse_args()
     device = tf.Device.cpu() if args.device == "cpu" else tf.Device.gpu()
     print(f"{'case':<36} {'tilefuse ms':>12} {'numpy ms':>9} {'ratio':>7}")
-    for name, sizes, fields in CASES:
-        ours, numpy = run_case(sizes, fields, device, args.budget)
+    for name, workload, sizes, fields in CASES:
+        ours, numpy = run_case(workload, sizes, fields, device, args.budget)
         print(f"{name:<36} {ours:>12.3f} {numpy:>9.3f} {ours / numpy:>7.2f}", flush=True)
 
 

@@ -55,43 +55,6 @@ pub fn update(p: &mut Panel<'_>) {
 thread_local! {
     /// A strip of B, copied contiguous (see [`in_strips`]).
     static STRIP: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// B packed in rows (see [`with_rows_of_b`]).
-    static PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Calls `f(b, b_k)` with `k` rows of `n` columns of B, each row
-/// contiguous, as the micro-kernel reads them: `b` itself where its
-/// columns lie `b_lane = 1` apart, else a copy packed row by row (a
-/// transposed B, as in `q @ k.T`: a 128 x 64 x 128 product took 4.7 ms
-/// in the generic path, column by column).
-pub fn with_rows_of_b(
-    b: &[f32],
-    b_k: usize,
-    b_lane: usize,
-    k: usize,
-    n: usize,
-    f: impl FnOnce(&[f32], usize),
-) {
-    if b_lane == 1 {
-        return f(b, b_k);
-    }
-    PACKED.with_borrow_mut(|packed| {
-        packed.resize(k * n, 0.0);
-        // 16 columns at a time: the 16 lines they read from stay in L1
-        // across the k rows, each row written a whole line at a time. A
-        // 512^3 `a @ b.T` on two threads: 4.2 ms packed column by column,
-        // 1.45 ms so (1.05 ms without the transpose).
-        for j0 in (0..n).step_by(16) {
-            let width = 16.min(n - j0);
-            for (kk, row) in packed.chunks_exact_mut(n).enumerate() {
-                let from = &b[kk * b_k + j0 * b_lane..];
-                for (jj, x) in row[j0..j0 + width].iter_mut().enumerate() {
-                    *x = from[jj * b_lane];
-                }
-            }
-        }
-        f(packed, n);
-    });
 }
 
 /// Runs `blocks` on the panel one strip of `width` columns at a time, all

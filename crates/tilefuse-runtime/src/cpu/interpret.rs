@@ -233,7 +233,7 @@ impl Ctx<'_> {
             self.buffers[g.b.buffer]
                 .slice::<f32>(at(&g.b.offset), span(1, &[(b_lane, n), (b_k, k)]))
         };
-        super::gemm::with_rows_of_b(b, b_k, b_lane, k, n, |b, b_k| {
+        super::pack::with_rows_of_b(b, b_k, b_lane, k, n, |b, b_k| {
             super::gemm::update(&mut super::gemm::Panel {
                 c,
                 c_row,

@@ -17,6 +17,7 @@ mod lanes;
 mod loop_index;
 mod memory;
 mod nest;
+mod pack;
 mod parallel_nest;
 pub mod pool;
 mod program;
