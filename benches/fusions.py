@@ -1,10 +1,11 @@
 """Fusions as users write them, beyond the workloads: masks (``where``,
 comparisons cast to f32), broadcasts and transposed operands, softmax and
 layer norm over the last axis of 3-D and 4-D tensors, and matmuls of
-skinny, small-k and batched shapes. The user's call ``k(*arrays)`` on the
-CPU device with the default heuristics is timed interleaved with numpy's,
-each result checked against the float64 reference first; the table gives
-tilefuse's speed over numpy's (above 1: tilefuse is faster).
+skinny, small-k, batched and transposed (``x @ w.T``) shapes. The user's
+call ``k(*arrays)`` on the CPU device with the default heuristics is timed
+interleaved with numpy's, each result checked against the float64
+reference first; the table gives tilefuse's speed over numpy's (above 1:
+tilefuse is faster).
 ``reductions.py`` times reductions over every set of axes the same way.
 
     python benches/fusions.py [--rep 0.5] [--atol 1e-3] [--only SUBSTRING ...]
@@ -114,6 +115,10 @@ def cases() -> list[Case]:
         ("matmul 1024³", [(1024, 1024)] * 2, matmul),
         ("matmul 300 x 1000 x 1000", [(300, 1000), (1000, 1000)], matmul),
         ("batched matmul 32 x 128 x 64 x 128", [(32, 128, 64), (32, 64, 128)], matmul),
+        # A linear layer's weight as torch keeps it: out x in, read transposed.
+        ("x @ w.T 64 x 4096 x 1024", [(64, 1024), (4096, 1024)], lambda x, w, o: x @ w.T),
+        ("x @ w.T 300 x 129 x 300", [(300, 300), (129, 300)], lambda x, w, o: x @ w.T),
+        ("x @ w.T 1024³", [(1024, 1024)] * 2, lambda x, w, o: x @ w.T),
         (
             "tanh(a @ w + b) 1024 x 4096 x 1024",
             [(1024, 1024), (1024, 4096), (4096,)],
