@@ -15,5 +15,5 @@ pub use kernel::{
     Block, BlockId, Buffer, CrossInvocation, IterKind, IterVar, Kernel, Loop, LoopKind, Node, Role,
     Scope, ThreadAxis,
 };
-pub use names::fresh_name;
+pub(crate) use names::fresh_name;
 pub use region::{Region, RegionError};
