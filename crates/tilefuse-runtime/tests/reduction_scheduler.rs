@@ -4,7 +4,7 @@ mod common;
 
 use common::{check_fields, device_kinds, devices, merged, merged_value, run, wgsl};
 use serde_json::{Value, json};
-use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp};
+use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
 use tilefuse_params::{HeuristicParams, ParamsStruct, ReductionParams};
 use tilefuse_runtime::Device;
 use tilefuse_sched::ir::{LoopKind, Scope};
@@ -379,6 +379,27 @@ fn lavapipe_rows_by_length() {
     assert_eq!(rows(&[4096, 512]), (None, (4, 1)), "sixteen steps a row");
     assert_eq!(rows(&[4096, 1024]), (None, (1, 4)));
     assert_eq!(rows(&[1001, 1024]), (None, (4, 1)), "rows not in fours");
+}
+
+/// Rows that are not contiguous are not unrolled on lavapipe: the
+/// full-shape output of a reduction over scattered axes is written a row
+/// at a time in loops of its own, and four copies of those passed a WGSL
+/// stage's budget, so the default params were refused (a fuzzer's find).
+#[test]
+fn lavapipe_unrolls_no_scattered_rows() {
+    let mut f = Fusion::new();
+    let x = f
+        .input(&[1, 4, 8, 4, 4, 16], DType::F32, Some("x"))
+        .unwrap();
+    let neg = f.unary(UnaryOp::Neg, x).unwrap();
+    let s = f
+        .reduce(ReduceOp::Sum, neg, Some(&[0, 1, 3, 4, 5]), false)
+        .unwrap();
+    f.output(neg).unwrap();
+    f.output(s).unwrap();
+    let p = on_lavapipe(&f);
+    assert_eq!(p.unroll_factor_iteration, 1, "{p:?}");
+    schedule(&f, &p.into(), &device_kinds()[2]).unwrap();
 }
 
 /// Short rows share CPU workgroups: 128 rows where there are thousands

@@ -3,7 +3,9 @@
 use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::ReductionParams;
 
+use super::UNROLL_ROWS;
 use super::topology::{Topology, topology};
+use crate::step::StepError;
 use crate::{largest_divisor, pow2_at_most};
 use tilefuse_sched::DeviceInfo;
 use tilefuse_sched::lowering::SHORT_NEST;
@@ -103,6 +105,25 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         p.launch.workgroup_size = Some([(x * y) as u32, 1, 1]);
         p.rows_per_workgroup = Some(x as u32);
         p.schedule_3d = topo.three_d();
+    }
+    within_unroll_budget(p, fusion, device)
+}
+
+/// `p`, with its rows not unrolled where the code the copies make would
+/// exceed a WGSL stage's budget: rows that are not contiguous (a
+/// full-shape output of a reduction over scattered axes, such as
+/// 1 x 4 x 8 x 4 x 4 x 16 summed over all axes but the third, writes each
+/// row in loops of its own, and four copies of those are 4560 steps).
+fn within_unroll_budget(
+    mut p: ReductionParams,
+    fusion: &Fusion,
+    device: &DeviceInfo,
+) -> ReductionParams {
+    if p.unroll_factor_iteration > 1 {
+        let refused = |e: StepError| matches!(e, StepError::Params(e) if e.path == UNROLL_ROWS);
+        if super::schedule_reduction(fusion, &p, device).is_err_and(refused) {
+            p.unroll_factor_iteration = 1;
+        }
     }
     p
 }

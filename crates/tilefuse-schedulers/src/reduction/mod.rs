@@ -141,6 +141,9 @@ pub(crate) fn schedule_reduction(
     Ok(s)
 }
 
+/// The field blamed for unrolled code over a WGSL stage's budget.
+const UNROLL_ROWS: &str = "unroll_factor_iteration";
+
 /// Workgroup memory, per-invocation loop budgets and unrolled code,
 /// checked on the WGSL the schedule produces.
 fn check_limits(s: &Schedule, kept: bool, device: &DeviceInfo) -> Step<()> {
@@ -158,7 +161,7 @@ fn check_limits(s: &Schedule, kept: bool, device: &DeviceInfo) -> Step<()> {
          reduction_invocations) or workgroups",
     );
     let unrolled = Fix(
-        "unroll_factor_iteration",
+        UNROLL_ROWS,
         "unroll fewer rows (or a smaller unroll_factor_reduction)",
     );
     check_launch_limits(s, device, storage, loops, unrolled)
