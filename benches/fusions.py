@@ -141,7 +141,8 @@ def run(case: Case, budget: Budget, atol: float) -> tuple[float, float]:
         "tilefuse": call_sampler(lambda: k(*xs)),
         "numpy": call_sampler(lambda: body(*xs, NUMPY)),
     }
-    samples = interleave(runs, budget)
+    # A pause before each chunk: numpy's BLAS threads spin on after its calls.
+    samples = interleave(runs, budget, settle=0.2)
     return float(np.median(samples["tilefuse"])), float(np.median(samples["numpy"]))
 
 

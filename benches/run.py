@@ -198,6 +198,9 @@ def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, budget: Budg
     if torch is not None and case.torch is not None:
         case.results["torch"] = time_torch(case.torch, torch, case.inputs, budget)
     for dev_name, device in devices.items():
+        # numpy's BLAS threads (and torch's) spin on for about 0.1 s after
+        # a call; tilefuse timed right after them lost up to 2x on 2 cores.
+        time.sleep(0.2)
         engine = tf.Engine(device)
         # The default heuristic's params, not a tuned winner the user's
         # heuristic cache may hold for the same fusion and device.

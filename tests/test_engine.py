@@ -219,6 +219,23 @@ def test_interleave_rotates_the_order_and_splits_the_budget_in_chunks() -> None:
     assert Budget(rep=1.0, max_repeat=100).counts(1e-9) == (1_000_000, 100)
 
 
+def test_interleave_settles_before_each_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+    monkeypatch.setattr(tf.timing.time, "sleep", lambda s: events.append(f"sleep {s}"))
+
+    def sampler(name: str) -> Any:
+        def run(warmup: int, repeat: int) -> list[float]:
+            events.append(name)
+            return [1e-3] * repeat
+
+        return run
+
+    interleave({"a": sampler("a"), "b": sampler("b")}, Budget(0, 0.004), rounds=2, settle=0.2)
+    # The estimates and warm-ups first, then a pause before every chunk.
+    chunks = ["sleep 0.2", "a", "sleep 0.2", "b", "sleep 0.2", "b", "sleep 0.2", "a"]
+    assert events == ["a", "a", "b", "b", *chunks]
+
+
 @pytest.mark.parametrize("name", ["softmax", "matmul"])
 def test_exported_kernels_run_unchanged_through_wgpu_py(
     name: str, gpu: tf.Device, tmp_path: Path

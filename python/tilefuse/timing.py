@@ -137,9 +137,14 @@ def interleave(
     budget: Budget,
     rounds: int = 5,
     flush: Callable[[], None] | None = None,
+    settle: float = 0.0,
 ) -> dict[str, list[float]]:
     """Samples of each variant, timed in ``rounds`` chunks per variant whose
-    order rotates each round; each variant gets ``budget`` in all."""
+    order rotates each round; each variant gets ``budget`` in all.
+    ``settle``: seconds of sleep before each chunk, for variants from other
+    libraries whose worker threads spin on after a call (OpenBLAS's spin
+    about 0.1 s and slowed a matmul timed right after numpy's by up to
+    2x on a 2-core machine)."""
     if rounds < 1:
         raise ValueError(f"timing: rounds must be >= 1, got {rounds}")
     chunks = {}
@@ -151,5 +156,6 @@ def interleave(
     order = list(runs)
     for r in range(rounds):
         for name in order[r % len(order) :] + order[: r % len(order)]:
+            time.sleep(settle)
             samples[name] += _timed(runs[name], chunks[name], flush)
     return samples
