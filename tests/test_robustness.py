@@ -312,6 +312,20 @@ def test_exp_overflows_to_inf_and_underflows_to_zero(device: tf.Device) -> None:
     assert np.isnan(e[4]) and np.isnan(s[4]) and np.isnan(t[4])
 
 
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_each_op_rounds_to_f32(device: tf.Device, shape: tuple[int, ...]) -> None:
+    """1e20 squared overflows f32 to inf, so it minus itself is NaN; a
+    0-d kernel on the CPU once kept its steps in f64 and gave 0 (a fuzzer's
+    find)."""
+    f = tf.Fusion()
+    x = f.input(shape, "f32")
+    square = x * x
+    f.output(square - square, (x + 1.0) - x)
+    a = np.full(shape, 1e20, np.float32)
+    nan, lost = f.execute(a, device=device)
+    assert np.isnan(nan).all() and (lost == 0).all()
+
+
 @pytest.mark.parametrize("op", ["max", "min", "add", "mul", "pow", "div"])
 def test_binary_special_values(device: tf.Device, op: str) -> None:
     a, b = np.meshgrid(SPECIAL, SPECIAL)

@@ -24,6 +24,16 @@ use super::pool::Tasks;
 use super::tape::{Rows, Sink, TILE};
 use super::value::Value;
 
+/// `s` as a kernel holds it: float scalars are computed in f64 and round
+/// to f32 after every op, as the lanes and the GPU do (`1e20 * 1e20` is
+/// inf in f32, so subtracting it from itself is NaN; unrounded, 0).
+fn as_stored(s: Scalar) -> Scalar {
+    match s {
+        Scalar::F(x) => Scalar::F(f64::from(x as f32)),
+        other => other,
+    }
+}
+
 /// Asks of [`Ctx::interrupted`] a thread makes per reading of the clock.
 const ASKS_PER_CHECK: u32 = 64;
 
@@ -274,10 +284,12 @@ impl Ctx<'_> {
         match v {
             Value::Const(s, _) => *s,
             Value::Load(a) => unsafe { self.buffers[a.buffer].read(a.offset.eval(&at) as usize) },
-            Value::Unary(op, x) => unary_scalar(*op, self.scalar_value(x, at)),
-            Value::Binary(op, x, y) => {
-                binary_scalar(*op, self.scalar_value(x, at), self.scalar_value(y, at))
-            }
+            Value::Unary(op, x) => as_stored(unary_scalar(*op, self.scalar_value(x, at))),
+            Value::Binary(op, x, y) => as_stored(binary_scalar(
+                *op,
+                self.scalar_value(x, at),
+                self.scalar_value(y, at),
+            )),
             Value::Select(c, x, y) => {
                 if self.scalar_value(c, at).as_bool() {
                     self.scalar_value(x, at)
