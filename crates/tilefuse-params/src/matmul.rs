@@ -151,7 +151,8 @@ pub struct MatmulParams {
     /// Rasterization order of output tiles. Default `"row_major"`.
     pub cta_order: CtaOrder,
     /// Swizzle workgroup ids in groups of this many tiles for cache reuse;
-    /// `1` disables swizzling. Default `1`.
+    /// `1` disables swizzling; a factor above the tiles along the swizzled
+    /// axis acts as that count. Default `1`.
     #[schemars(range(min = 1, max = 32))]
     pub grid_swizzle_factor: u32,
     /// Stage the output tile in workgroup memory before the epilogue writes

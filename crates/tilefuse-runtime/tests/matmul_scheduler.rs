@@ -136,6 +136,15 @@ fn ignored_fields_change_nothing() {
         staged(&json!({})),
         &[json!({"circular_buffer_options": {"smem_read": true}})],
     );
+    // 20 rows make two row tiles: a wider swizzle walks them as 2 does,
+    // without idle workgroups.
+    unchanged(
+        json!({"grid_swizzle_factor": 2}),
+        &[
+            json!({"grid_swizzle_factor": 4}),
+            json!({"grid_swizzle_factor": 8}),
+        ],
+    );
 }
 
 #[test]

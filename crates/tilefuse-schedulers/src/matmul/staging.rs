@@ -70,9 +70,11 @@ pub(super) fn bind_tiles(
         CtaOrder::ColumnMajor => (ti, tj),
     };
     let cap = u64::from(device.limits.max_workgroups_per_dimension);
-    let g = u64::from(p.grid_swizzle_factor);
     // Swizzle: consecutive workgroups walk `g` tiles along the slow axis
-    // before moving along the fast one.
+    // before moving along the fast one. Past the tiles there are, that is
+    // the same walk with idle workgroups between (7 of 8 for one row of
+    // tiles swizzled by 8): `g` stops at the tiles.
+    let g = u64::from(p.grid_swizzle_factor).min(s.kernel().loop_(slow).extent);
     let (x, y) = if g > 1 {
         let sp = s.split(slow, &[None, Some(g)], None)?;
         s.reorder(&[sp[0], fast, sp[1]])?;
