@@ -2,7 +2,9 @@
 //! descent). It first walks from the default heuristic's point to the
 //! first neighbour that is faster (by more than `MIN_GAIN`), trying the
 //! last paying move again before the other neighbours and a field's
-//! extreme values after them, until every one of those was tried. Then a
+//! extreme values after them, then the same around the two fastest other
+//! kernels within that gain (sideways, across a plateau), until every one
+//! of those was tried. Then a
 //! random forest learns which points are "good" (in the fastest third
 //! measured so far) from every observation, failures included (a failed,
 //! wrong or cut candidate is a "not good" example, so the model learns to
@@ -29,6 +31,9 @@ const INITIAL: usize = 8;
 /// The gain that moves the descent: closer timings are within the noise
 /// of a shared machine, and chasing them walks the descent off at random.
 const MIN_GAIN: f64 = 0.02;
+/// Kernels within `MIN_GAIN` of the incumbent whose neighbourhoods the
+/// stuck descent walks too.
+const PLATEAU: usize = 2;
 /// Points proposed per round.
 const BATCH: usize = 4;
 /// Observed points whose neighbourhoods join the pool.
@@ -81,10 +86,34 @@ fn descent_step(grid: &Grid, history: &[Observation], tried: &HashSet<Point>) ->
         [] => return None,
     };
     let repeated = before.and_then(|b| grid.step(from, b));
+    let around = |p: &Point| grid.neighbors(p).into_iter().chain(grid.extremes(p));
+    let sideways = plateau(history, from).into_iter().flat_map(around);
     (repeated.into_iter())
-        .chain(grid.neighbors(from))
-        .chain(grid.extremes(from))
+        .chain(around(from))
+        .chain(sideways)
         .find(|p| !tried.contains(p))
+}
+
+/// Up to `PLATEAU` other kernels as fast as `from` within `MIN_GAIN`,
+/// fastest first: where a descent goes sideways once its own
+/// neighbourhood is spent (a field that pays only after another moved
+/// can sit behind a step the noise makes flat).
+fn plateau<'h>(history: &'h [Observation], from: &Point) -> Vec<&'h Point> {
+    let Some(level) = history
+        .iter()
+        .find(|o| &o.point == from)
+        .and_then(|o| o.time)
+    else {
+        return Vec::new();
+    };
+    let mut near: Vec<(f64, &Point)> = (history.iter())
+        .filter_map(|o| Some((o.time?, &o.point)))
+        .filter(|&(t, _)| t != level && t <= level / (1.0 - MIN_GAIN))
+        .collect();
+    near.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // A duplicate carries its original's time: one point per kernel.
+    near.dedup_by(|a, b| a.0 == b.0);
+    near.into_iter().take(PLATEAU).map(|(_, p)| p).collect()
 }
 
 /// Where the descent stood, in order: the first point that ran, then
@@ -237,6 +266,28 @@ mod tests {
         let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
         assert_eq!(grid.step(&[3, 1], &[2, 1]), None);
         assert_eq!(descent_step(&grid, &history, &tried), Some(vec![3, 0]));
+    }
+
+    #[test]
+    fn a_spent_descent_goes_sideways_to_kernels_as_fast() {
+        let o = |point: Point, t| Observation {
+            point,
+            time: Some(t),
+        };
+        let grid = Grid { sizes: vec![3, 3] };
+        let history = [
+            o(vec![1, 1], 1.0),
+            o(vec![0, 1], 1.01),
+            o(vec![2, 1], 1.5),
+            o(vec![1, 0], 1.01), // [0, 1]'s kernel again
+            o(vec![1, 2], 1.005),
+        ];
+        let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
+        assert_eq!(plateau(&history, &vec![1, 1]), [&vec![1, 2], &vec![0, 1]]);
+        // The incumbent's neighbours are spent (and its ends are neighbours).
+        assert_eq!(descent_step(&grid, &history, &tried), Some(vec![0, 2]));
+        let slower = [o(vec![1, 1], 1.0), o(vec![1, 2], 1.03)];
+        assert!(plateau(&slower, &vec![1, 1]).is_empty());
     }
 
     #[test]
