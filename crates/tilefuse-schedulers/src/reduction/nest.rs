@@ -76,7 +76,12 @@ pub(super) fn own_loops(
     topo: &Topology,
     b: BlockId,
 ) -> Step<(Vec<LoopId>, Vec<LoopId>)> {
-    let in_r = over_domain(s, topo, b);
+    split_own(s, b, &over_domain(s, topo, b))
+}
+
+/// The block's own loops split by `in_r` (one flag per iterator: over the
+/// reduction domain).
+fn split_own(s: &Schedule, b: BlockId, in_r: &[bool]) -> Step<(Vec<LoopId>, Vec<LoopId>)> {
     let loops = s.get_loops(b)?;
     let own = &loops[loops.len() - in_r.len()..];
     let pick = |r: bool| {
@@ -333,7 +338,7 @@ fn loops_under(s: &Schedule, b: BlockId, l: LoopId) -> Step<Vec<LoopId>> {
 
 /// Schedules a block that `compute_at` placed under the anchor's rows.
 pub(super) fn under_row(s: &mut Schedule, plan: &Plan, b: BlockId, kept: bool) -> Step<()> {
-    let (rows, r) = own_loops(s, &plan.topo, b)?;
+    let (rows, r) = split_own(s, b, &domain_under_row(s, plan, b)?)?;
     let chain: Vec<LoopId> = rows.iter().chain(&r).copied().collect();
     if chain.len() > 1 {
         s.reorder(&chain)?;
@@ -355,6 +360,30 @@ pub(super) fn under_row(s: &mut Schedule, plan: &Plan, b: BlockId, kept: bool) -
         s.set_scope(b, Scope::Private)?;
     }
     Ok(())
+}
+
+/// [`over_domain`] of a block computed at the row; besides, for an output
+/// laid out otherwise than the reference shape (the tensor that the
+/// canonical form permutes before a reduction over scattered axes), the
+/// iterators the row left whole: the row fixed its kept axes, one index
+/// each, so those loops run over the row's domain. Split across the
+/// reduction invocations as the domain is, instead of each of them
+/// writing the whole row.
+fn domain_under_row(s: &Schedule, plan: &Plan, b: BlockId) -> Step<Vec<bool>> {
+    let mut in_r = over_domain(s, &plan.topo, b);
+    let k = s.kernel();
+    let block = k.block(b);
+    let other_layout = block.reduce.is_none()
+        && !full_shape(s, b, &plan.topo)
+        && matches!(k.buffer(block.buffer).role, Role::Output(_));
+    if other_layout && plan.rows.reduction_invocations > 1 {
+        let loops = s.get_loops(b)?;
+        let own = &loops[loops.len() - block.iters.len()..];
+        for ((d, it), &l) in in_r.iter_mut().zip(&block.iters).zip(own) {
+            *d = it.extent > 1 && k.loop_(l).extent == it.extent;
+        }
+    }
+    Ok(in_r)
 }
 
 pub(super) fn is_reduction(s: &Schedule, b: BlockId) -> bool {
