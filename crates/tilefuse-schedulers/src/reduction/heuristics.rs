@@ -111,9 +111,9 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
 
 /// `p`, with its rows not unrolled where the code the copies make would
 /// exceed a WGSL stage's budget: rows that are not contiguous (a
-/// full-shape output of a reduction over scattered axes, such as
-/// 1 x 4 x 8 x 4 x 4 x 16 summed over all axes but the third, writes each
-/// row in loops of its own, and four copies of those are 4560 steps).
+/// full-shape output of a reduction over scattered axes writes each row
+/// in loops of its own, and four copies of those passed the budget before
+/// they were split across the row's invocations).
 fn within_unroll_budget(
     mut p: ReductionParams,
     fusion: &Fusion,
