@@ -65,27 +65,27 @@ fn outer_base() -> Value {
 
 #[test]
 fn every_inner_field_changes_the_kernel_and_keeps_the_result() {
-    check_fields(
-        fusion,
-        &INNER,
-        &inner_base(),
-        &[
-            json!({"persistent_kernel": false}),
-            json!({"project_persistent_buffers": true}),
-            json!({"flip_grid": true}),
-            json!({"cross_invocation_inner_reduction": false, "rows_per_workgroup": 32}),
-            json!({"persistent_kernel": false, "cross_workgroup_inner_reduction": true}),
-            json!({"persistent_kernel": false, "cross_workgroup_inner_reduction": true,
-                   "launch": {"grid": [2, 3, 1]}}),
-            json!({"vectorization_factor_reduction": 2}),
-            json!({"unroll_factor_reduction": 2}),
-            json!({"unroll_factor_iteration": 2, "rows_per_workgroup": 4}),
-            json!({"rows_per_workgroup": 4}),
-            json!({"reduction_invocations": 8, "rows_per_workgroup": 4}),
-            json!({"launch": {"workgroup_size": [64, 1, 1]}, "rows_per_workgroup": 4}),
-            json!({"launch": {"grid": [3, 1, 1]}}),
-        ],
-    );
+    check_fields(fusion, &INNER, &inner_base(), &inner_changes());
+}
+
+/// One change of each field from `inner_base`.
+fn inner_changes() -> [Value; 13] {
+    [
+        json!({"persistent_kernel": false}),
+        json!({"project_persistent_buffers": true}),
+        json!({"flip_grid": true}),
+        json!({"cross_invocation_inner_reduction": false, "rows_per_workgroup": 32}),
+        json!({"persistent_kernel": false, "cross_workgroup_inner_reduction": true}),
+        json!({"persistent_kernel": false, "cross_workgroup_inner_reduction": true,
+               "launch": {"grid": [2, 3, 1]}}),
+        json!({"vectorization_factor_reduction": 2}),
+        json!({"unroll_factor_reduction": 2}),
+        json!({"unroll_factor_iteration": 2, "rows_per_workgroup": 4}),
+        json!({"rows_per_workgroup": 4}),
+        json!({"reduction_invocations": 8, "rows_per_workgroup": 4}),
+        json!({"launch": {"workgroup_size": [64, 1, 1]}, "rows_per_workgroup": 4}),
+        json!({"launch": {"grid": [3, 1, 1]}}),
+    ]
 }
 
 #[test]
@@ -387,7 +387,8 @@ fn lavapipe_rows_by_length() {
 /// row's reduction invocations as the reduction is: each invocation used
 /// to write the whole row (8x the work), and four unrolled rows of that
 /// passed a WGSL stage's budget, so lavapipe refused its own default
-/// params (a fuzzer's find).
+/// params (a fuzzer's find). The defaults and one change of each field
+/// match the reference on both devices.
 #[test]
 fn scattered_rows_split_their_output_across_the_invocations() {
     let mut f = Fusion::new();
@@ -415,8 +416,12 @@ fn scattered_rows_split_their_output_across_the_invocations() {
     let workgroup = p.launch.workgroup_size.unwrap().iter().product::<u32>();
     assert_eq!(bound, u64::from(workgroup), "{nest}");
     for device in devices() {
-        let p = heuristics(&f, None, &device.info()).unwrap();
-        run(&f, &p, &device).unwrap_or_else(|e| panic!("{}: {e}", device.info().name));
+        let defaults = heuristics(&f, None, &device.info()).unwrap();
+        let changed = inner_changes().map(|c| merged(&inner_base(), &c));
+        for p in std::iter::once(defaults).chain(changed) {
+            let name = &device.info().name;
+            run(&f, &p, &device).unwrap_or_else(|e| panic!("{name}: {e}\n{p:?}"));
+        }
     }
 }
 
