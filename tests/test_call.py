@@ -230,6 +230,8 @@ def test_segmented_kernels_take_out_arrays(device: tf.Device, rng: np.random.Gen
     assert_close(out, want)
     with pytest.raises(tf.FusionError, match="has 1 outputs, got 2 arrays"):
         k(*inputs, out=(out, out))
+    with pytest.raises(tf.FusionError, match=f"takes {len(inputs)} inputs, got 1"):
+        k(inputs[0])
 
 
 def test_a_segmented_out_array_that_is_an_input_a_later_segment_reads(

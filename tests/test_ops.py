@@ -247,8 +247,11 @@ def test_inputs_are_checked(rng: np.random.Generator) -> None:
         tf.FusionError, match=r"expected a numpy array of float32.*got an array of float64"
     ):
         f.evaluate(rng.standard_normal((4, 8)))
-    with pytest.raises(tf.FusionError, match="takes 1 inputs, got 2"):
+    with pytest.raises(tf.FusionError, match="takes 1 input, got 2"):
         f.evaluate(np.ones((4, 8), f32), np.ones((4, 8), f32))
+    # The count is checked first: an extra argument is not a wrong type.
+    with pytest.raises(tf.FusionError, match="takes 1 input, got 2"):
+        f.evaluate(np.ones((4, 8), f32), [1.0])
     # Any memory layout is accepted.
     a = rng.standard_normal((8, 4)).astype(f32).T
     assert_close(f.evaluate(a), np.exp(a.astype(np.float64)))

@@ -96,10 +96,10 @@ class SegmentedKernel:
         on as they are (the CPU device reads them in place)."""
         from ._native import FusionError
 
-        if len(arrays) != len(self.fusion.inputs):
-            raise FusionError(
-                f"the fusion takes {len(self.fusion.inputs)} inputs, got {len(arrays)}"
-            )
+        want = len(self.fusion.inputs)
+        if len(arrays) != want:
+            noun = "input" if want == 1 else "inputs"
+            raise FusionError(f"the fusion takes {want} {noun}, got {len(arrays)}")
         targets = self._out_list(out) if out is not None else [None] * len(self.outputs)
         self._check_distinct(targets)
         values: dict[int, Any] = {

@@ -43,6 +43,6 @@ pub use shape::Shape;
 pub use summary::{Complexity, MatmulSummary, ReductionSummary, Summary, summarize};
 pub use tensor::{Data, Scalar, Tensor};
 pub use view::{
-    AsTensorRef, DataMut, DataRef, TensorMut, TensorRef, check_arguments, check_outputs,
-    check_results,
+    AsTensorRef, DataMut, DataRef, TensorMut, TensorRef, check_arguments, check_count,
+    check_outputs, check_results,
 };

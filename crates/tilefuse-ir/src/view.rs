@@ -173,20 +173,27 @@ impl AsTensorRef for TensorRef<'_> {
 
 /// Checks that `given` (a shape, a dtype and an element count per tensor)
 /// match `want` (the fusion's inputs or outputs, named `what` in errors).
+/// Checks that a call gives as many `what`s (inputs, outputs) as the
+/// fusion has: checked before anything else, so a missing or extra
+/// argument is reported as such rather than as a wrong type.
+pub fn check_count(what: &str, want: usize, given: usize) -> Result<()> {
+    if given == want {
+        return Ok(());
+    }
+    let verb = if what == "input" { "takes" } else { "has" };
+    let plural = if want == 1 { "" } else { "s" };
+    Err(FusionError::Argument(format!(
+        "the fusion {verb} {want} {what}{plural}, got {given}"
+    )))
+}
+
 fn check_tensors(
     fusion: &Fusion,
     what: &str,
     want: &[TensorId],
     given: impl ExactSizeIterator<Item = (TensorType, usize)>,
 ) -> Result<()> {
-    if given.len() != want.len() {
-        let verb = if what == "input" { "takes" } else { "has" };
-        return Err(FusionError::Argument(format!(
-            "the fusion {verb} {} {what}s, got {}",
-            want.len(),
-            given.len()
-        )));
-    }
+    check_count(what, want.len(), given.len())?;
     for (i, (&id, (ty, len))) in want.iter().zip(given).enumerate() {
         let label = fusion.label(id);
         let expected = fusion.ty(id)?;

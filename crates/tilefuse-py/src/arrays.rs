@@ -19,7 +19,7 @@ use pyo3::types::PyTuple;
 use std::ops::Range;
 use std::os::raw::c_int;
 use std::sync::Arc;
-use tilefuse::ir::{check_arguments, check_results};
+use tilefuse::ir::{check_arguments, check_count, check_results};
 use tilefuse::{
     DType, Data, DataMut, DataRef, Fusion, FusionError, RuntimeError, Tensor, TensorId, TensorMut,
     TensorRef,
@@ -194,15 +194,9 @@ fn borrow<'py>(
     what: &str,
     arrays: &Bound<'py, PyTuple>,
 ) -> PyResult<Vec<Input<'py>>> {
-    arrays
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let label = ids
-                .get(i)
-                .map_or_else(|| "extra".to_owned(), |&t| fusion.label(t));
-            input(&a, what, i, &label)
-        })
+    check_count(what, ids.len(), arrays.len()).or_raise(arrays.py())?;
+    (arrays.iter().zip(ids).enumerate())
+        .map(|(i, (a, &t))| input(&a, what, i, &fusion.label(t)))
         .collect()
 }
 
