@@ -425,6 +425,26 @@ fn scattered_rows_split_their_output_across_the_invocations() {
     }
 }
 
+/// Columns longer than lavapipe's loop budget (65535 iterations an
+/// invocation) across a column's few invocations: the defaults spread the
+/// rows over workgroups, pointwise nests too, instead of being refused.
+#[test]
+fn long_columns_spread_over_workgroups_within_the_loop_budget() {
+    let lavapipe = &device_kinds()[2];
+    for f in [
+        sum(&[600_000, 2], 0),
+        tilefuse_testing::softmax(&[600_000, 2], 0),
+    ] {
+        let p = on_lavapipe(&f);
+        assert!(p.cross_workgroup_outer_reduction, "{p:?}");
+        schedule(&f, &p.into(), lavapipe).unwrap_or_else(|e| panic!("{e}"));
+        for device in devices() {
+            let p = heuristics(&f, None, &device.info()).unwrap();
+            run(&f, &p, &device).unwrap_or_else(|e| panic!("{}: {e}", device.info().name));
+        }
+    }
+}
+
 /// Short rows share CPU workgroups: 128 rows where there are thousands
 /// (the last one ragged), fewer where that keeps four workgroups a
 /// thread, fewer where the workgroup's elements would pass 32768. Rows of

@@ -25,7 +25,7 @@ use tilefuse_sched::{DeviceInfo, DeviceLimits};
 
 /// llvmpipe (Mesa's CPU driver, lavapipe's core) stops every loop of an
 /// invocation once their iterations add up to this, without an error.
-const LLVMPIPE_LOOP_LIMIT: u64 = 65_535;
+pub const LLVMPIPE_LOOP_LIMIT: u64 = 65_535;
 
 /// A wgpu adapter opened as a device.
 pub struct GpuDevice {

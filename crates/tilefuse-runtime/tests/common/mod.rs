@@ -143,5 +143,7 @@ pub fn device_kinds() -> [tilefuse_sched::DeviceInfo; 3] {
     let mut lavapipe = gpu.clone();
     lavapipe.adapter_type = "cpu".into();
     lavapipe.subgroup_sizes = Some((8, 8));
+    lavapipe.limits.max_loop_iterations_per_invocation =
+        Some(tilefuse_runtime::gpu::LLVMPIPE_LOOP_LIMIT);
     [cpu, gpu, lavapipe]
 }

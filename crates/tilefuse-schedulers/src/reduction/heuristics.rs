@@ -3,8 +3,8 @@
 use tilefuse_ir::{Fusion, Op};
 use tilefuse_params::ReductionParams;
 
-use super::UNROLL_ROWS;
 use super::topology::{Topology, topology};
+use super::{LOOPS, UNROLL_ROWS};
 use crate::step::StepError;
 use crate::{largest_divisor, pow2_at_most};
 use tilefuse_sched::DeviceInfo;
@@ -106,7 +106,28 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         p.rows_per_workgroup = Some(x as u32);
         p.schedule_3d = topo.three_d();
     }
-    within_unroll_budget(p, fusion, device)
+    within_loop_budget(within_unroll_budget(p, fusion, device), fusion, device)
+}
+
+/// `p`, with an outer reduction's rows spread over workgroups where an
+/// invocation's walk down its columns would pass the device's loop budget
+/// (lavapipe stops a loop silently after 65535 iterations: the sums of
+/// 1000000 x 64 over axis 0, 8 invocations a column, were refused).
+fn within_loop_budget(p: ReductionParams, fusion: &Fusion, device: &DeviceInfo) -> ReductionParams {
+    let refused = |e: StepError| matches!(e, StepError::Params(e) if e.path == LOOPS);
+    if p.fastest_dim || !super::schedule_reduction(fusion, &p, device).is_err_and(refused) {
+        return p;
+    }
+    let spread = ReductionParams {
+        cross_workgroup_outer_reduction: true,
+        persistent_kernel: false,
+        schedule_3d: false,
+        ..p.clone()
+    };
+    match super::schedule_reduction(fusion, &spread, device) {
+        Ok(_) => spread,
+        Err(_) => p,
+    }
 }
 
 /// `p`, with its rows not unrolled where the code the copies make would

@@ -143,6 +143,8 @@ pub(crate) fn schedule_reduction(
 
 /// The field blamed for unrolled code over a WGSL stage's budget.
 const UNROLL_ROWS: &str = "unroll_factor_iteration";
+/// The field blamed for an invocation's loops over the device's budget.
+const LOOPS: &str = "reduction_invocations";
 
 /// Workgroup memory, per-invocation loop budgets and unrolled code,
 /// checked on the WGSL the schedule produces.
@@ -156,7 +158,7 @@ fn check_limits(s: &Schedule, kept: bool, device: &DeviceInfo) -> Step<()> {
         Fix("reduction_invocations", "use fewer")
     };
     let loops = Fix(
-        "reduction_invocations",
+        LOOPS,
         "spread the work over more invocations (cross-invocation reduction, \
          reduction_invocations) or workgroups",
     );

@@ -176,7 +176,7 @@ pub(super) fn own_nest(s: &mut Schedule, plan: &Plan, b: BlockId, rows: Rows) ->
     let mut r = fuse(s, &r)?;
     let mut next_stage = None;
     if let (Some(r_loop), Some(groups)) = (r, rows.groups)
-        && (is_reduction(s, b) || plan.pointwise_outside_rows)
+        && (is_reduction(s, b) || plan.spread_pointwise)
     {
         let row_loops = [Some(grid), serial, unroll, Some(invocations), vector];
         let row_loops: Vec<LoopId> = row_loops.into_iter().flatten().collect();

@@ -55,6 +55,13 @@ pub(super) struct Plan {
     /// so the anchor keeps them inside (outside, every row would reduce
     /// every column again).
     pub(super) pointwise_outside_rows: bool,
+    /// Pointwise nests over the reduction's domain take the same slices of
+    /// the rows as a cross-workgroup reduction: on the CPU device nest by
+    /// nest (above); on a GPU always, else each of a column's few
+    /// invocations walked a slice as long as the reduction's workgroups
+    /// share (lavapipe refused a softmax over axis 0 of 400000 x 32 for
+    /// its loop budget).
+    pub(super) spread_pointwise: bool,
     /// A GPU outer reduction folded as a tree whose invocations each take
     /// several rows: its rows share one tree (see `nest::grouped_tree`).
     pub(super) grouped_tree: bool,
@@ -198,6 +205,7 @@ pub(super) fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) ->
         max_row_invocations: u64::from(device.limits.max_workgroup_size[row_axis.dim()]),
         reduce_outside_rows: !inner && !device.is_gpu(),
         pointwise_outside_rows: !inner && !device.is_gpu() && !p.persistent_kernel,
+        spread_pointwise: device.is_gpu() || !inner && !p.persistent_kernel,
         grouped_tree: false,
     };
     plan.grouped_tree = !inner && device.is_gpu() && plan.one_tree_fits();
