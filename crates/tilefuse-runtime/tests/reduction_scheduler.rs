@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
 use tilefuse_params::{HeuristicParams, ParamsStruct, ReductionParams};
 use tilefuse_runtime::Device;
-use tilefuse_sched::ir::{LoopKind, Scope};
+use tilefuse_sched::ir::{LoopKind, Role, Scope, ThreadAxis};
 use tilefuse_sched::lowering::{Lowered, Target, lower};
 use tilefuse_schedulers::{heuristics, schedule};
 use tilefuse_testing::{reduction_fusions, sum};
@@ -425,6 +425,32 @@ fn scattered_rows_split_their_output_across_the_invocations() {
     }
 }
 
+/// A batch norm over NCHW's `[0, 2, 3]` normalizes in NCHW, not in the
+/// permuted layout its reductions read: that nest runs flat over the
+/// elements, a workgroup of invocations with four lanes each, not one
+/// element a workgroup (a million workgroups for 16 x 64 x 32 x 32).
+#[test]
+fn a_tensor_laid_out_otherwise_than_the_rows_runs_flat() {
+    let f = tilefuse_testing::batch_norm_over(&[4, 8, 16, 16], &[0, 2, 3]);
+    for info in device_kinds() {
+        let nest = schedule(&f, &heuristics(&f, None, &info).unwrap(), &info).unwrap();
+        let k = nest.kernel();
+        let out = (nest.get_blocks().into_iter())
+            .find(|&b| matches!(k.buffer(k.block(b).buffer).role, Role::Output(_)))
+            .unwrap();
+        let loops: Vec<_> = (nest.get_loops(out).unwrap().iter())
+            .map(|&l| k.loop_(l))
+            .collect();
+        let lanes = (loops.iter()).find(|l| l.kind == LoopKind::Bound(ThreadAxis::InvocationX));
+        assert_eq!(lanes.map(|l| l.extent), Some(256), "{nest}");
+        assert_eq!(loops.last().unwrap().kind, LoopKind::Vectorized, "{nest}");
+    }
+    for device in devices() {
+        let p = heuristics(&f, None, &device.info()).unwrap();
+        run(&f, &p, &device).unwrap_or_else(|e| panic!("{}: {e}", device.info().name));
+    }
+}
+
 /// Columns longer than lavapipe's loop budget (65535 iterations an
 /// invocation) across a column's few invocations: the defaults spread the
 /// rows over workgroups, pointwise nests too, instead of being refused.
@@ -649,7 +675,6 @@ fn outer_normalizations_walk_their_lanes_along_the_kept_axis_on_the_cpu() {
 /// threads, numpy 1.6; 0.93 ms spread).
 #[test]
 fn spread_normalizations_spread_their_pointwise_nests_on_the_cpu() {
-    use tilefuse_sched::ir::ThreadAxis;
     let cpu = &tilefuse_sched::DeviceInfo {
         cores: 2,
         ..device_kinds()[0].clone()

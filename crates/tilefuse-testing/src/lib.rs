@@ -221,12 +221,17 @@ pub fn softmax(shape: &[usize], axis: i64) -> Fusion {
 /// Batch norm of a tensor of `shape` over `axis`: `(x - mean) *
 /// rsqrt(var + 1e-5)`, the statistics kept as size-1 axes.
 pub fn batch_norm(shape: &[usize], axis: i64) -> Fusion {
+    batch_norm_over(shape, &[axis])
+}
+
+/// [`batch_norm`] over several axes (NCHW's `[0, 2, 3]`).
+pub fn batch_norm_over(shape: &[usize], axes: &[i64]) -> Fusion {
     let mut f = Fusion::new();
     let x = f.input(shape, DType::F32, Some("x")).unwrap();
-    let mean = f.reduce(ReduceOp::Mean, x, Some(&[axis]), true).unwrap();
+    let mean = f.reduce(ReduceOp::Mean, x, Some(axes), true).unwrap();
     let d = f.binary(BinaryOp::Sub, x, mean).unwrap();
     let sq = f.binary(BinaryOp::Mul, d, d).unwrap();
-    let var = f.reduce(ReduceOp::Mean, sq, Some(&[axis]), true).unwrap();
+    let var = f.reduce(ReduceOp::Mean, sq, Some(axes), true).unwrap();
     let eps = f.constant(1e-5, DType::F32).unwrap();
     let v = f.binary(BinaryOp::Add, var, eps).unwrap();
     let r = f.unary(UnaryOp::Rsqrt, v).unwrap();

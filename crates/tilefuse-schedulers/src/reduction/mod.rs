@@ -71,7 +71,10 @@ mod topology;
 pub use heuristics::reduction_heuristics;
 pub use scheduler::Reduction;
 
-use nest::{full_shape, is_reduction, own_nest, shared_rows, statistics, under_row};
+use nest::{
+    elementwise_nest, full_shape, is_reduction, other_layout, own_nest, shared_rows, statistics,
+    under_row,
+};
 use topology::topology;
 
 /// The reference shape's `outer × reduced × inner` of the canonical
@@ -134,7 +137,11 @@ pub(crate) fn schedule_reduction(
         if moved.contains(&b) {
             under_row(&mut s, &plan, b, kept.contains(&b))?;
         } else if b != anchor && has_loops(&s, b) {
-            own_nest(&mut s, &plan, b, plan.rows)?;
+            if other_layout(&s, &plan.topo, b) {
+                elementwise_nest(&mut s, &plan, b)?;
+            } else {
+                own_nest(&mut s, &plan, b, plan.rows)?;
+            }
         }
     }
     check_limits(&s, !kept.is_empty(), device)?;

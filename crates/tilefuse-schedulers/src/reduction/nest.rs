@@ -7,7 +7,7 @@ use super::topology::Topology;
 use crate::launch::{axes_outside, bind_capped, err, fuse};
 use crate::step::Step;
 use tilefuse_sched::Schedule;
-use tilefuse_sched::ir::{BlockId, IterKind, LoopId, Role, Scope};
+use tilefuse_sched::ir::{BlockId, IterKind, LoopId, Role, Scope, ThreadAxis};
 
 /// Full-shape intermediates that a reduction and another block both read.
 pub(super) fn shared_rows(s: &Schedule, topo: &Topology) -> Vec<BlockId> {
@@ -373,10 +373,8 @@ fn domain_under_row(s: &Schedule, plan: &Plan, b: BlockId) -> Step<Vec<bool>> {
     let mut in_r = over_domain(s, &plan.topo, b);
     let k = s.kernel();
     let block = k.block(b);
-    let other_layout = block.reduce.is_none()
-        && !full_shape(s, b, &plan.topo)
-        && matches!(k.buffer(block.buffer).role, Role::Output(_));
-    if other_layout && plan.rows.reduction_invocations > 1 {
+    let output = matches!(k.buffer(block.buffer).role, Role::Output(_));
+    if output && other_layout(s, &plan.topo, b) && plan.rows.reduction_invocations > 1 {
         let loops = s.get_loops(b)?;
         let own = &loops[loops.len() - block.iters.len()..];
         for ((d, it), &l) in in_r.iter_mut().zip(&block.iters).zip(own) {
@@ -471,6 +469,42 @@ pub(super) fn reduction_domain(
         } else {
             s.vectorize(v)?;
         }
+    }
+    Ok(())
+}
+
+/// Whether `b` is a pointwise block as large as the reference shape but
+/// laid out otherwise (an output a reduction over scattered axes reads
+/// through the canonical form's permute, or a batch norm's normalized
+/// NCHW tensor): the reduction's rows do not index it.
+pub(super) fn other_layout(s: &Schedule, topo: &Topology, b: BlockId) -> bool {
+    let k = s.kernel();
+    let block = k.block(b);
+    let elements: u64 = k.buffer(block.buffer).shape.iter().product();
+    block.reduce.is_none()
+        && !full_shape(s, b, topo)
+        && elements == topo.shape.iter().product::<u64>()
+}
+
+/// A nest of its own for a block laid out otherwise than the reference
+/// shape: flat over its elements, as the pointwise scheduler lays them out
+/// (vec4 lanes where its last axis takes them), not by the reduction's
+/// rows, which made each element a row (a batch norm over NCHW ran a
+/// million one-invocation workgroups: on the CPU device 100x numpy's time).
+pub(super) fn elementwise_nest(s: &mut Schedule, plan: &Plan, b: BlockId) -> Step<()> {
+    let loops = s.get_loops(b)?;
+    let flat = fuse(s, &loops)?.expect("a non-empty nest");
+    let last = s.kernel().block(b).iters.last().map_or(1, |it| it.extent);
+    let vector = if last.is_multiple_of(4) { 4 } else { 1 };
+    let (grid, parts) = split_kept(
+        s,
+        flat,
+        &[(plan.elementwise_invocations, true), (vector, false)],
+    )?;
+    bind_capped(s, grid, ThreadAxis::WorkgroupX, Some(plan.grid_cap))?;
+    s.bind(parts[0].expect("kept"), ThreadAxis::InvocationX)?;
+    if let Some(v) = parts[1] {
+        s.vectorize(v)?;
     }
     Ok(())
 }
