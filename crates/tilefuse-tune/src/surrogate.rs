@@ -234,13 +234,22 @@ fn diverse_batch(pool: &[Point], scores: &[f64]) -> Vec<Point> {
 mod tests {
     use super::*;
 
+    /// A measured point.
+    fn o(point: Point, time: f64) -> Observation {
+        Observation {
+            point,
+            time: Some(time),
+        }
+    }
+
     #[test]
     fn the_descent_moves_only_for_a_gain_above_the_noise() {
-        let o = |i, t| Observation {
-            point: vec![i],
-            time: Some(t),
-        };
-        let history = [o(0, 1.0), o(1, 0.99), o(2, 0.9), o(3, 0.89)];
+        let history = [
+            o(vec![0], 1.0),
+            o(vec![1], 0.99),
+            o(vec![2], 0.9),
+            o(vec![3], 0.89),
+        ];
         assert_eq!(incumbents(&history[..2]), [&vec![0]]);
         assert_eq!(incumbents(&history), [&vec![0], &vec![2]]);
         let grid = Grid { sizes: vec![4] };
@@ -252,10 +261,6 @@ mod tests {
 
     #[test]
     fn a_move_that_paid_is_repeated_before_the_neighbours() {
-        let o = |point: Point, t| Observation {
-            point,
-            time: Some(t),
-        };
         let grid = Grid { sizes: vec![4, 3] };
         let history = [o(vec![1, 0], 1.0), o(vec![2, 0], 1.1), o(vec![1, 1], 0.9)];
         let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
@@ -270,10 +275,6 @@ mod tests {
 
     #[test]
     fn a_spent_descent_goes_sideways_to_kernels_as_fast() {
-        let o = |point: Point, t| Observation {
-            point,
-            time: Some(t),
-        };
         let grid = Grid { sizes: vec![3, 3] };
         let history = [
             o(vec![1, 1], 1.0),
