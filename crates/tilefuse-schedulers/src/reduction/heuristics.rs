@@ -111,8 +111,9 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
 
 /// `p`, with an outer reduction's rows spread over workgroups where an
 /// invocation's walk down its columns would pass the device's loop budget
-/// (lavapipe stops a loop silently after 65535 iterations: the sums of
-/// 1000000 x 64 over axis 0, 8 invocations a column, were refused).
+/// (lavapipe stops a loop silently after 65535 iterations: a max over the
+/// first four axes of 32 x 32 x 100 x 32 x 8, 8 invocations a column,
+/// was refused).
 fn within_loop_budget(p: ReductionParams, fusion: &Fusion, device: &DeviceInfo) -> ReductionParams {
     let refused = |e: StepError| matches!(e, StepError::Params(e) if e.path == LOOPS);
     if p.fastest_dim || !super::schedule_reduction(fusion, &p, device).is_err_and(refused) {
