@@ -1,9 +1,10 @@
 """Reductions as users write them, beyond the workloads: every set of axes
-of a 3-D tensor, column sums of tall and wide shapes, and normalizations
-over the columns. The user's call ``k(a)`` on the CPU device with the
-default heuristics is timed interleaved with numpy's, each result checked
-against the float64 reference first; the table gives tilefuse's speed
-over numpy's (above 1: tilefuse is faster).
+of a 3-D tensor, column sums of tall and wide shapes, normalizations over
+the columns, and sums and batch norms over NCHW's and NHWC's channels.
+The user's call ``k(a)`` on the CPU device with the default heuristics is
+timed interleaved with numpy's, each result checked against the float64
+reference first; the table gives tilefuse's speed over numpy's (above 1:
+tilefuse is faster).
 
     python benches/reductions.py [--rep 0.5] [--atol 1e-3] [--only SUBSTRING ...]
 """
@@ -24,10 +25,17 @@ def softmax(x: Any, ops: SimpleNamespace) -> Any:
     return e / e.sum(axis=0, keepdims=True)
 
 
-def batch_norm(x: Any, ops: SimpleNamespace) -> Any:
-    """``(x - mean) / sqrt(var + eps)`` over axis 0."""
-    d = x - x.mean(axis=0, keepdims=True)
-    return d * ops.rsqrt((d * d).mean(axis=0, keepdims=True) + np.float32(1e-5))
+def batch_norm_over(axes: tuple[int, ...]) -> Callable[[Any, SimpleNamespace], Any]:
+    """``(x - mean) / sqrt(var + eps)`` over ``axes``."""
+
+    def norm(x: Any, ops: SimpleNamespace) -> Any:
+        d = x - x.mean(axis=axes, keepdims=True)
+        return d * ops.rsqrt((d * d).mean(axis=axes, keepdims=True) + np.float32(1e-5))
+
+    return norm
+
+
+batch_norm = batch_norm_over((0,))
 
 
 def summed(axes: tuple[int, ...]) -> Callable[[Any, SimpleNamespace], Any]:
@@ -48,6 +56,11 @@ def cases() -> list[Case]:
     for shape in [(1024, 300), (4096, 300)]:
         out.append((f"softmax over axis 0 of {shape}", [shape], softmax))
         out.append((f"batch norm over axis 0 of {shape}", [shape], batch_norm))
+    # Image layouts: NCHW's statistics over scattered axes, NHWC's over the
+    # leading three.
+    for shape, axes in [((16, 64, 32, 32), (0, 2, 3)), ((32, 56, 56, 64), (0, 1, 2))]:
+        out.append((f"sum over {axes} of {shape}", [shape], summed(axes)))
+        out.append((f"batch norm over {axes} of {shape}", [shape], batch_norm_over(axes)))
     return out
 
 
