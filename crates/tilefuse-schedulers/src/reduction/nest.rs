@@ -488,19 +488,17 @@ pub(super) fn other_layout(s: &Schedule, topo: &Topology, b: BlockId) -> bool {
 
 /// A nest of its own for a block laid out otherwise than the reference
 /// shape: flat over its elements, as the pointwise scheduler lays them out
-/// (vec4 lanes where its last axis takes them), not by the reduction's
-/// rows, which made each element a row (a batch norm over NCHW ran a
-/// million one-invocation workgroups: on the CPU device 100x numpy's time).
+/// (see `plan::elementwise`; lanes where its last axis takes them), not by
+/// the reduction's rows, which made each element a row (a batch norm over
+/// NCHW ran a million one-invocation workgroups: on the CPU device 100x
+/// numpy's time).
 pub(super) fn elementwise_nest(s: &mut Schedule, plan: &Plan, b: BlockId) -> Step<()> {
     let loops = s.get_loops(b)?;
     let flat = fuse(s, &loops)?.expect("a non-empty nest");
+    let (invocations, lanes) = plan.elementwise;
     let last = s.kernel().block(b).iters.last().map_or(1, |it| it.extent);
-    let vector = if last.is_multiple_of(4) { 4 } else { 1 };
-    let (grid, parts) = split_kept(
-        s,
-        flat,
-        &[(plan.elementwise_invocations, true), (vector, false)],
-    )?;
+    let vector = if last.is_multiple_of(lanes) { lanes } else { 1 };
+    let (grid, parts) = split_kept(s, flat, &[(invocations, true), (vector, false)])?;
     bind_capped(s, grid, ThreadAxis::WorkgroupX, Some(plan.grid_cap))?;
     s.bind(parts[0].expect("kept"), ThreadAxis::InvocationX)?;
     if let Some(v) = parts[1] {

@@ -44,8 +44,9 @@ pub(super) struct Plan {
     pub(super) other_grid_axis: ThreadAxis,
     pub(super) schedule_3d: bool,
     pub(super) grid_cap: u64,
-    /// Invocations a workgroup of an elementwise nest (`nest::elementwise_nest`).
-    pub(super) elementwise_invocations: u64,
+    /// Invocations a workgroup of an elementwise nest and lanes an
+    /// invocation (`nest::elementwise_nest`).
+    pub(super) elementwise: (u64, u64),
     pub(super) fixed_grid: Option<[u32; 3]>,
     pub(super) max_row_invocations: u64,
     /// The CPU device: outer reductions loop over the reduction outside
@@ -106,12 +107,21 @@ impl Plan {
     }
 }
 
-/// Invocations a workgroup of an elementwise nest, of four lanes each:
-/// 1024 elements a workgroup. The CPU device runs a workgroup's
-/// invocations as lanes, and small workgroups cost it (the pointwise
-/// scheduler's flat nest over 16 x 64 x 32 x 32 took 0.14 ms with 1024
-/// invocations a workgroup, 2.1 ms with 32).
-const ELEMENTWISE_INVOCATIONS: u64 = 256;
+/// An elementwise nest's invocations a workgroup and lanes an invocation:
+/// on a GPU 256 of four (the pointwise scheduler's defaults, coalesced
+/// vec4 loads); on the CPU device 1024 of one. The CPU device runs a
+/// workgroup's invocations as lanes, and its vector loops over broadcast
+/// operands take a slow path: the normalizing nest of a 16 x 64 x 32 x 32
+/// batch norm as a pointwise fusion took 20 ms with 256 x 4, 0.16 ms with
+/// 1024 x 1, 0.39 with 256 x 1.
+fn elementwise(device: &DeviceInfo) -> (u64, u64) {
+    let (invocations, lanes) = if device.is_gpu() { (256, 4) } else { (1024, 1) };
+    let most = device
+        .limits
+        .max_invocations_per_workgroup
+        .min(device.limits.max_workgroup_size[0]);
+    (invocations.min(u64::from(most)), lanes)
+}
 
 /// `launch.workgroup_size` when not given: 128 invocations (or the device's
 /// maximum), a multiple of `reduction_invocations` when a cross-invocation
@@ -210,9 +220,7 @@ pub(super) fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) ->
         other_grid_axis,
         schedule_3d: p.schedule_3d,
         grid_cap: u64::from(device.limits.max_workgroups_per_dimension),
-        elementwise_invocations: ELEMENTWISE_INVOCATIONS
-            .min(u64::from(device.limits.max_invocations_per_workgroup))
-            .min(u64::from(device.limits.max_workgroup_size[0])),
+        elementwise: elementwise(device),
         fixed_grid: p.launch.grid,
         max_row_invocations: u64::from(device.limits.max_workgroup_size[row_axis.dim()]),
         reduce_outside_rows: !inner && !device.is_gpu(),
