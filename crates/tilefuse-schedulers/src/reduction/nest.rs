@@ -82,8 +82,7 @@ pub(super) fn own_loops(
 /// The block's own loops split by `in_r` (one flag per iterator: over the
 /// reduction domain).
 fn split_own(s: &Schedule, b: BlockId, in_r: &[bool]) -> Step<(Vec<LoopId>, Vec<LoopId>)> {
-    let loops = s.get_loops(b)?;
-    let own = &loops[loops.len() - in_r.len()..];
+    let own = own_loop_ids(s, b)?;
     let pick = |r: bool| {
         (0..own.len())
             .filter(|&i| in_r[i] == r)
@@ -91,6 +90,13 @@ fn split_own(s: &Schedule, b: BlockId, in_r: &[bool]) -> Step<(Vec<LoopId>, Vec<
             .collect()
     };
     Ok((pick(false), pick(true)))
+}
+
+/// The block's own loops, one per iterator, innermost last (those of a
+/// `compute_at` nest under the loops it was placed at).
+fn own_loop_ids(s: &Schedule, b: BlockId) -> Step<Vec<LoopId>> {
+    let loops = s.get_loops(b)?;
+    Ok(loops[loops.len() - s.kernel().block(b).iters.len()..].to_vec())
 }
 
 /// Splits `l` by the given factors after an inferred outermost one, keeping
@@ -375,9 +381,8 @@ fn domain_under_row(s: &Schedule, plan: &Plan, b: BlockId) -> Step<Vec<bool>> {
     let block = k.block(b);
     let output = matches!(k.buffer(block.buffer).role, Role::Output(_));
     if output && other_layout(s, &plan.topo, b) && plan.rows.reduction_invocations > 1 {
-        let loops = s.get_loops(b)?;
-        let own = &loops[loops.len() - block.iters.len()..];
-        for ((d, it), &l) in in_r.iter_mut().zip(&block.iters).zip(own) {
+        let own = own_loop_ids(s, b)?;
+        for ((d, it), &l) in in_r.iter_mut().zip(&block.iters).zip(&own) {
             *d = it.extent > 1 && k.loop_(l).extent == it.extent;
         }
     }
