@@ -171,8 +171,6 @@ impl AsTensorRef for TensorRef<'_> {
     }
 }
 
-/// Checks that `given` (a shape, a dtype and an element count per tensor)
-/// match `want` (the fusion's inputs or outputs, named `what` in errors).
 /// Checks that a call gives as many `what`s (inputs, outputs) as the
 /// fusion has: checked before anything else, so a missing or extra
 /// argument is reported as such rather than as a wrong type.
@@ -187,6 +185,8 @@ pub fn check_count(what: &str, want: usize, given: usize) -> Result<()> {
     )))
 }
 
+/// Checks that `given` (a shape, a dtype and an element count per tensor)
+/// match `want` (the fusion's inputs or outputs, named `what` in errors).
 fn check_tensors(
     fusion: &Fusion,
     what: &str,

@@ -115,8 +115,7 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
 /// first four axes of 32 x 32 x 100 x 32 x 8, 8 invocations a column,
 /// was refused).
 fn within_loop_budget(p: ReductionParams, fusion: &Fusion, device: &DeviceInfo) -> ReductionParams {
-    let refused = |e: StepError| matches!(e, StepError::Params(e) if e.path == LOOPS);
-    if p.fastest_dim || !super::schedule_reduction(fusion, &p, device).is_err_and(refused) {
+    if p.fastest_dim || !refused_for(LOOPS, fusion, &p, device) {
         return p;
     }
     let spread = ReductionParams {
@@ -141,13 +140,17 @@ fn within_unroll_budget(
     fusion: &Fusion,
     device: &DeviceInfo,
 ) -> ReductionParams {
-    if p.unroll_factor_iteration > 1 {
-        let refused = |e: StepError| matches!(e, StepError::Params(e) if e.path == UNROLL_ROWS);
-        if super::schedule_reduction(fusion, &p, device).is_err_and(refused) {
-            p.unroll_factor_iteration = 1;
-        }
+    if p.unroll_factor_iteration > 1 && refused_for(UNROLL_ROWS, fusion, &p, device) {
+        p.unroll_factor_iteration = 1;
     }
     p
+}
+
+/// Whether the scheduler refuses `p` for `field` (the heuristics' check
+/// of their own params against the limits the schedule meets).
+fn refused_for(field: &str, fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> bool {
+    super::schedule_reduction(fusion, p, device)
+        .is_err_and(|e| matches!(e, StepError::Params(e) if e.path == field))
 }
 
 /// lavapipe's outer reductions: the columns a workgroup takes and the

@@ -199,6 +199,7 @@ pub(super) fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) ->
     } else {
         (ThreadAxis::WorkgroupX, ThreadAxis::WorkgroupY)
     };
+    let pointwise_outside_rows = !inner && !device.is_gpu() && !p.persistent_kernel;
     let mut plan = Plan {
         topo,
         rows: Rows {
@@ -224,8 +225,8 @@ pub(super) fn plan(fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) ->
         fixed_grid: p.launch.grid,
         max_row_invocations: u64::from(device.limits.max_workgroup_size[row_axis.dim()]),
         reduce_outside_rows: !inner && !device.is_gpu(),
-        pointwise_outside_rows: !inner && !device.is_gpu() && !p.persistent_kernel,
-        spread_pointwise: device.is_gpu() || !inner && !p.persistent_kernel,
+        pointwise_outside_rows,
+        spread_pointwise: device.is_gpu() || pointwise_outside_rows,
         grouped_tree: false,
     };
     plan.grouped_tree = !inner && device.is_gpu() && plan.one_tree_fits();
