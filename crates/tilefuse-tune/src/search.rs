@@ -477,10 +477,12 @@ impl<'a> Search<'a> {
         self.kept.first().is_some_and(|k| k.source.is_default())
     }
 
-    /// The default's stays first; the rest by time.
+    /// The default's stays first; the rest by time, ties by proposal (a
+    /// short kernel's times tie in whole nanoseconds, and parallel workers
+    /// tell results in no fixed order).
     fn rank(&mut self) {
         let first = usize::from(self.default_kept());
-        self.kept[first..].sort_by(|a, b| a.time.total_cmp(&b.time));
+        self.kept[first..].sort_by(|a, b| a.time.total_cmp(&b.time).then(a.id.cmp(&b.id)));
     }
 
     /// The candidates the second look re-measures: those kept that are

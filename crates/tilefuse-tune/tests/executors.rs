@@ -115,6 +115,27 @@ fn parallel_workers_find_the_recorded_best() {
     assert_eq!(winners[0], winners[1]);
 }
 
+/// Candidates as fast as each other (a short kernel's times are whole
+/// nanoseconds) rank by the order they were proposed in, not the order
+/// their results came back in: parallel workers pick the winner one
+/// worker would.
+#[test]
+fn tied_candidates_rank_by_proposal_not_arrival() {
+    let (f, device, mut r) = recorded();
+    let base = r.base.clone();
+    for (point, time) in &mut r.times {
+        *time = Some(if *point == base { 2e-6 } else { 1e-6 });
+    }
+    let options = exhaustive(&r);
+    let info = device.info();
+    for width in [1, 2, 3, 5] {
+        let mut replay = ReplayExecutor::new(&r, width);
+        let res = tune_with(&f, &info, &options, &[], &mut replay, &mut |_, _| true).unwrap();
+        let first_tied = (res.trials.iter()).find(|t| t.time == Some(1e-6)).unwrap();
+        assert_eq!(res.best_params, first_tied.params, "width {width}");
+    }
+}
+
 #[test]
 fn timings_of_another_device_are_refused() {
     let (f, device, r) = recorded();
