@@ -104,7 +104,7 @@ pub(super) fn rows_code(kernel: &Kernel, r: LoopId, body: &[Node]) -> Option<Row
     let (indices, extents): (Vec<Index>, Vec<u64>) = (block.reduce_iters.iter())
         .map(|&i| (block.bindings[i].index().clone(), iters[i].extent))
         .unzip();
-    let flat = flat_offset(&indices, &extents).simplified();
+    let flat = kernel.within_loops(&flat_offset(&indices, &extents));
     let drives_up = flat.linear_in(rv).is_some_and(|(coef, _)| coef > 0);
     let combines = matches!(tape.into, TapeStore::Combine(_)) && tape.scatter.is_none();
     if !combines || tape.store.index().mentions(rv) || !tape.tape.linear_in(rv) || !drives_up {

@@ -8,6 +8,7 @@ mod pipelining;
 mod printer;
 mod region;
 mod terms;
+mod within;
 
 pub use expr::Expr;
 pub use index::{BufferId, Index, LoopId, Var, flat_offset};

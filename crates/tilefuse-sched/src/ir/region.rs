@@ -62,9 +62,13 @@ impl Kernel {
     }
 
     /// `x`, over loop variables, simplified within the loops' ranges (see
-    /// [`Index::within`]).
+    /// [`Index::within`]), then again once its sum has recombined: a
+    /// flattened NHWC offset whose (N, H, W) loop is split over workgroups
+    /// (`w * 49 + f`) recombines into `(w * 49 + f) % 784`, which is
+    /// linear in `f` within its range.
     pub fn within_loops(&self, x: &Index) -> Index {
-        x.within(&|v| self.loop_range(v)).simplified()
+        let range = |v| self.loop_range(v);
+        x.within(&range).simplified().within(&range).simplified()
     }
 
     /// Loops strictly inside loop `l`, outermost first.

@@ -20,7 +20,7 @@ impl Terms {
         for term in x.sum_terms() {
             sum.add(term, 1);
         }
-        while let Some((x, s)) = sum.take_divided_pair() {
+        while let Some((x, s)) = (sum.take_divided_pair()).or_else(|| sum.take_remainder_pair()) {
             for term in x.sum_terms() {
                 sum.add(term, s);
             }
@@ -73,5 +73,26 @@ impl Terms {
         };
         self.terms.remove(if i > j { i - 1 } else { i });
         Some((*x, s))
+    }
+
+    /// Removes a pair `x / d % b` (coefficient `s * d`) and `x % d`
+    /// (coefficient `s`), returning `x % (b * d)` and `s`: two inner axes
+    /// of a fused loop whose outer axis binds apart (split over
+    /// workgroups, `w / 16` rather than `x / 784`) still fold together.
+    fn take_remainder_pair(&mut self) -> Option<(Index, i64)> {
+        let (i, j, x, bd) = (0..self.terms.len()).find_map(|i| {
+            let (Index::Mod(y, b), q) = &self.terms[i] else {
+                return None;
+            };
+            let Index::Div(x, d) = &**y else { return None };
+            let j = self.terms.iter().position(|(a, s)| {
+                matches!(a, Index::Mod(z, m) if z == x && m == d) && *s != 0 && *q == s * d
+            })?;
+            Some((i, j, (**x).clone(), b * d))
+        })?;
+        let s = self.terms[j].1;
+        self.terms.remove(i.max(j));
+        self.terms.remove(i.min(j));
+        Some((x % bd, s))
     }
 }
