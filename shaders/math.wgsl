@@ -1,8 +1,15 @@
 // Math helpers that generated kernels call (prefixed tf_ to stay out of
 // WGSL's and the user's way). Validated by naga in tilefuse-sched's tests.
 
+// exp; near 0 (|x| < 2^-13, the x^2 / 2 left out under 2^-27) 1 + x, which
+// is 1 wherever exp(x) rounds to 1: drivers' exp may be ulps off there
+// (lavapipe gave exp(-2.6e-13) = 1 - 1 ulp, which an i32 cast made 0).
+fn tf_exp(x: f32) -> f32 {
+    return select(exp(x), 1.0 + x, abs(x) < 0.0001220703125);
+}
+
 fn tf_sigmoid(x: f32) -> f32 {
-    return 1.0 / (1.0 + exp(-x));
+    return 1.0 / (1.0 + tf_exp(-x));
 }
 
 // tanh to a few ulp of relative error everywhere (Cephes' tanhf). Drivers'
@@ -24,7 +31,7 @@ fn tf_tanh(x: f32) -> f32 {
 // GELU, tanh approximation (torch's approximate="tanh"): 0.5 x (1 + tanh u)
 // as x / (1 + e^-2u), which does not cancel to 0 for negative x.
 fn tf_gelu(x: f32) -> f32 {
-    return x / (1.0 + exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)));
+    return x / (1.0 + tf_exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)));
 }
 
 // relu(NaN) is NaN (as torch's relu and numpy's maximum(x, 0)).
@@ -37,8 +44,12 @@ fn tf_relu_i32(x: i32) -> i32 {
 }
 
 // vec4 forms, for vectorized loops.
+fn tf_exp4(x: vec4<f32>) -> vec4<f32> {
+    return select(exp(x), 1.0 + x, abs(x) < vec4<f32>(0.0001220703125));
+}
+
 fn tf_sigmoid4(x: vec4<f32>) -> vec4<f32> {
-    return 1.0 / (1.0 + exp(-x));
+    return 1.0 / (1.0 + tf_exp4(-x));
 }
 
 fn tf_tanh4(x: vec4<f32>) -> vec4<f32> {
@@ -46,7 +57,7 @@ fn tf_tanh4(x: vec4<f32>) -> vec4<f32> {
 }
 
 fn tf_gelu4(x: vec4<f32>) -> vec4<f32> {
-    return x / (1.0 + exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)));
+    return x / (1.0 + tf_exp4(-1.5957691216057308 * (x + 0.044715 * x * x * x)));
 }
 
 fn tf_relu4(x: vec4<f32>) -> vec4<f32> {

@@ -44,6 +44,22 @@ def test_relative_precision_over_the_range(
     )
 
 
+@pytest.mark.parametrize("size", [9, 4096], ids=["scalar", "vectorized"])
+def test_exp_near_zero_is_correctly_rounded(device: tf.Device, size: int) -> None:
+    # Where exp(x) rounds to 1 in f32 it must be 1: lavapipe's driver exp
+    # gave exp(-2.6e-13) = 1 - 1 ulp, which an i32 cast made 0 (a fuzzer
+    # find). Near 0 a result is 1 + x rounded, within the WGSL bound.
+    tiny = np.array([1e-12, -1e-12, 2.6e-13, -2.6e-13, 2.0**-25, -(2.0**-26), 1e-30, -1e-30])
+    x = np.resize(np.concatenate([tiny, [0.0, -0.0], tiny * 1000]), size).astype(np.float32)
+    f = tf.Fusion()
+    e = f.input(x.shape, "f32").exp()
+    f.output(e, e.astype("i32"))
+    got, as_int = f.execute(x, device=device)
+    want = np.exp(x.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(got, want), f"exp({x[got != want][0]:.6g}) = {got[got != want][0]!r}"
+    assert np.array_equal(as_int, want.astype(np.int32))
+
+
 @pytest.mark.parametrize("divisor", [128.0, 0.25, -4.0, 3.0, 2.0**-126, 2.0**126, 2.0**127])
 @pytest.mark.parametrize("size", [9, 4096], ids=["scalar", "vectorized"])
 def test_cpu_division_by_a_constant_is_correctly_rounded(

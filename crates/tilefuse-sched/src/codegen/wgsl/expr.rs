@@ -167,7 +167,7 @@ fn unary(op: UnaryOp, x: Expr, dtype: DType, vec4: bool) -> Expr {
             return Expr::bin(BinOp::Div, one, x);
         }
         UnaryOp::Abs => Func::Builtin("abs"),
-        UnaryOp::Exp => Func::Builtin("exp"),
+        UnaryOp::Exp => helper("exp"),
         UnaryOp::Log => Func::Builtin("log"),
         UnaryOp::Sqrt => Func::Builtin("sqrt"),
         UnaryOp::Rsqrt => Func::Builtin("inverseSqrt"),
