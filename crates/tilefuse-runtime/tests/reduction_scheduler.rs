@@ -458,6 +458,25 @@ fn a_tensor_laid_out_otherwise_than_the_rows_runs_flat() {
     }
 }
 
+/// An NCHW batch norm whose N and C are alike (3 x 3 x 7 x 28) is laid
+/// out otherwise all the same: its statistics are read at its iterator 1.
+/// Taken for the permuted layout by its shape, its output was scheduled by
+/// its axis 0's rows and every GPU's defaults were refused.
+#[test]
+fn a_tensor_shaped_like_the_permuted_one_is_still_laid_out_otherwise() {
+    for shape in [[3, 3, 7, 28], [16, 16, 4, 4]] {
+        let f = tilefuse_testing::batch_norm_over(&shape, &[0, 2, 3]);
+        for info in device_kinds() {
+            let p = heuristics(&f, None, &info).unwrap();
+            schedule(&f, &p, &info).unwrap_or_else(|e| panic!("{shape:?} {}: {e}", info.name));
+        }
+        for device in devices() {
+            let p = heuristics(&f, None, &device.info()).unwrap();
+            run(&f, &p, &device).unwrap_or_else(|e| panic!("{}: {e}", device.info().name));
+        }
+    }
+}
+
 /// Columns longer than lavapipe's loop budget (65535 iterations an
 /// invocation) across a column's few invocations: the defaults spread the
 /// rows over workgroups, pointwise nests too, instead of being refused.

@@ -7,7 +7,7 @@ use super::topology::Topology;
 use crate::launch::{axes_outside, bind_capped, err, fuse};
 use crate::step::Step;
 use tilefuse_sched::Schedule;
-use tilefuse_sched::ir::{BlockId, IterKind, LoopId, Role, Scope, ThreadAxis};
+use tilefuse_sched::ir::{BlockId, Index, IterKind, LoopId, Role, Scope, ThreadAxis, Var};
 
 /// Full-shape intermediates that a reduction and another block both read.
 pub(super) fn shared_rows(s: &Schedule, topo: &Topology) -> Vec<BlockId> {
@@ -55,6 +55,28 @@ fn intermediates(
 
 pub(super) fn full_shape(s: &Schedule, b: BlockId, topo: &Topology) -> bool {
     s.kernel().buffer(s.kernel().block(b).buffer).shape == topo.shape
+        && !reads_rows_elsewhere(s, b, topo)
+}
+
+/// Whether block `b` reads a row's statistic (a buffer shaped like the
+/// reference with its reduced axes 1) at a kept axis by another of its
+/// iterators: it is laid out otherwise than the reference shape, however
+/// alike the shapes (an NCHW batch norm's output with N = C, whose row
+/// index is its iterator 1, was scheduled by its axis 0's rows, and the
+/// defaults were refused).
+fn reads_rows_elsewhere(s: &Schedule, b: BlockId, topo: &Topology) -> bool {
+    let k = s.kernel();
+    let statistic: Vec<u64> = (topo.shape.iter().enumerate())
+        .map(|(i, &d)| if topo.axes.contains(&i) { 1 } else { d })
+        .collect();
+    let mut loads = Vec::new();
+    k.block(b).value.loads(&mut loads);
+    loads.into_iter().any(|(buffer, ix)| {
+        k.buffer(buffer).shape == statistic
+            && (ix.iter().enumerate())
+                .filter(|(i, _)| !topo.axes.contains(i) && statistic[*i] > 1)
+                .any(|(i, x)| *x != Index::Var(Var::Iter(i as u32)))
+    })
 }
 
 /// Which of the block's iterators run over the reduction domain: its
