@@ -47,10 +47,13 @@ impl Index {
     /// whatever the ranges (a fused loop split over workgroups, its axes
     /// taken apart again). The expression itself where there are none.
     fn multiples_of(self, c: i64) -> (Index, Index) {
+        if c <= 1 {
+            return (Index::Const(0), self);
+        }
         let sum = Terms::of(&self);
-        let whole_constant = sum.constant.div_euclid(c.max(1));
-        let divides = |k: &i64| c > 1 && k % c == 0;
-        if !(sum.terms.iter().any(|(_, k)| divides(k)) || c > 1 && whole_constant != 0) {
+        let whole_constant = sum.constant.div_euclid(c);
+        let divides = |k: &i64| k % c == 0;
+        if whole_constant == 0 && !sum.terms.iter().any(|(_, k)| divides(k)) {
             return (Index::Const(0), self);
         }
         let (whole, rest): (Vec<_>, Vec<_>) = sum.terms.into_iter().partition(|(_, k)| divides(k));
