@@ -74,7 +74,7 @@ fn reads_rows_elsewhere(s: &Schedule, b: BlockId, topo: &Topology) -> bool {
     loads.into_iter().any(|(buffer, ix)| {
         k.buffer(buffer).shape == statistic
             && (ix.iter().enumerate())
-                .filter(|(i, _)| !topo.axes.contains(i) && statistic[*i] > 1)
+                .filter(|(i, _)| statistic[*i] > 1)
                 .any(|(i, x)| *x != Index::Var(Var::Iter(i as u32)))
     })
 }
