@@ -25,7 +25,7 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     let (cta, warp, instr) = if !device.is_gpu() {
         // Two workgroups a core, the batch's matrices counted.
         let workgroups = (2 * device.cores.max(1) as u64).div_ceil(batches(fusion).max(1));
-        cpu_tiles(m, n, k, workgroups)
+        cpu_tiles([m, n, k], workgroups, k_step(device.simd_width))
     } else {
         let max = device.limits.max_invocations_per_workgroup;
         let cpu_vulkan = device.adapter_type == "cpu";
@@ -77,11 +77,12 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
 /// up to 8 whole rows (the executor's micro-kernel); the output is cut
 /// into slices of rows and of columns by [`cpu_slices`], each slice of
 /// rows a whole number of invocations, each of columns a whole number of
-/// AVX-512 vectors, both as even as that allows; k in steps of up to 128.
-fn cpu_tiles(m: u64, n: u64, k: u64, workgroups: u64) -> (GemmTile, GemmTile, GemmTile) {
+/// AVX-512 vectors, both as even as that allows; k in steps of up to
+/// `k_step`.
+fn cpu_tiles([m, n, k]: [u64; 3], workgroups: u64, k_step: u64) -> (GemmTile, GemmTile, GemmTile) {
     let (m, n) = (m.max(1), n.max(1)); // empty outputs take one tile
     let rows = pow2_at_most(m, 8);
-    let (row_slices, column_slices) = cpu_slices([m, n, k], u64::from(rows), workgroups);
+    let (row_slices, column_slices) = cpu_slices([m, n, k], u64::from(rows), workgroups, k_step);
     let tile_rows = m.div_ceil(row_slices).next_multiple_of(u64::from(rows));
     let columns = if column_slices == 1 {
         u64::from(cpu_strip(m, n))
@@ -89,7 +90,7 @@ fn cpu_tiles(m: u64, n: u64, k: u64, workgroups: u64) -> (GemmTile, GemmTile, Ge
         n.div_ceil(column_slices).next_multiple_of(LANES)
     };
     let narrow = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
-    let cta = GemmTile::new(narrow(tile_rows), narrow(columns), pow2_at_most(k, K_STEP));
+    let cta = GemmTile::new(narrow(tile_rows), narrow(columns), pow2_at_most(k, k_step));
     (cta, cta, GemmTile::new(rows, narrow(columns), 1))
 }
 
@@ -108,14 +109,14 @@ fn cpu_tiles(m: u64, n: u64, k: u64, workgroups: u64) -> (GemmTile, GemmTile, Ge
 /// against rows cut alone (BENCHMARKS.md, forty-ninth session): 48 x 4096 x
 /// 4096 34-38 → 11.5 ms, 128 x 4096 x 4096 36-37 → 24-25 (numpy 11.4-12.0
 /// and 24.3-25.4).
-fn cpu_slices([m, n, k]: [u64; 3], rows: u64, workgroups: u64) -> (u64, u64) {
+fn cpu_slices([m, n, k]: [u64; 3], rows: u64, workgroups: u64, k_step: u64) -> (u64, u64) {
     let whole_rows = n.div_ceil(u64::from(cpu_strip(m, n)));
     if m == 1 && k >= MIN_SLICE * workgroups / 2 {
         return (1, whole_rows);
     }
     let row_slices = m.div_ceil(MAX_TILE_ROWS);
     let tile_bytes = 4 * m.div_ceil(row_slices) * n;
-    let for_cache = if k > K_STEP {
+    let for_cache = if k > k_step {
         tile_bytes.div_ceil(TILE_BYTES)
     } else {
         1
@@ -137,8 +138,17 @@ fn pow2_at_most(x: u64, cap: u64) -> u32 {
 /// B, copied once a workgroup (1024^3 on one core of an AVX-512 Xeon: 19.0
 /// ms at 64 rows and k 64, 16.1 at 256 and 128, 18.1 at 512 and 128).
 const MAX_TILE_ROWS: u64 = 256;
-/// The longest k step of a CPU workgroup.
-const K_STEP: u64 = 128;
+/// The longest k step of a CPU workgroup with `simd_width` f32 lanes: the
+/// micro-kernel copies each step's strip of B (k × 64 columns with
+/// AVX-512, 16 without) to keep it in L1 across the tile's rows, so a
+/// strip stays within 32 KB. Longer steps load and store the tile of C
+/// fewer times: on a 2-core Zen 3 (AVX2), steps of 512 against 128 took
+/// 1024^3 in 0.92x the time, 512^3 0.60x, 64 x 1024 x 4096 0.70x
+/// (BENCHMARKS.md, fifty-fifth session); AVX-512 took 128 (a 32 KB strip).
+fn k_step(simd_width: u32) -> u64 {
+    let strip: u64 = if simd_width >= 16 { 64 } else { 16 };
+    (32 << 10) / (4 * strip)
+}
 /// The most bytes of C a CPU workgroup's tile holds: half of a 1 MB L2,
 /// beside the strips of A and B (1024^3, interleaved: 12.4-15.3 ms in
 /// tiles of 256 rows of 1024 columns, 1 MB, bimodal; 10.9-11.1 in 512).
@@ -185,7 +195,7 @@ pub(super) fn cpu_strip(m: u64, n: u64) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{GemmTile, cpu_splitk, cpu_tiles};
+    use super::{GemmTile, cpu_splitk, cpu_tiles, k_step};
 
     /// Rows stay in one workgroup up to 256, the columns are cut first (two
     /// workgroups a core, tiles of C within 512 KB), rows only where the
@@ -193,7 +203,7 @@ mod tests {
     #[test]
     fn rows_stay_together_and_the_columns_are_cut_first() {
         let tiles = |m, n, k| {
-            let (cta, warp, instr) = cpu_tiles(m, n, k, 4);
+            let (cta, warp, instr) = cpu_tiles([m, n, k], 4, k_step(16));
             assert_eq!(warp, cta);
             assert_eq!((instr.n, instr.k, cta.k), (cta.n, 1, 128.min(k as u32)));
             (cta.m, cta.n, instr.m)
@@ -220,9 +230,12 @@ mod tests {
         assert_eq!(tiles(4096, 16, 4096), (256, 16, 8));
         assert_eq!(tiles(128, 128, 64), (32, 128, 8));
         // A batch of matrices for the workgroups: one tile a matrix.
-        assert_eq!(cpu_tiles(128, 128, 64, 1).0.m, 128);
+        assert_eq!(cpu_tiles([128, 128, 64], 1, 128).0.m, 128);
         assert_eq!(tiles(16, 512, 4096), (16, 128, 8));
         assert_eq!(tiles(16, 200, 4096), (8, 200, 8));
+        // Without AVX-512 the strips of B are 16 columns wide: k steps of 512.
+        let avx2 = cpu_tiles([1024, 1024, 1024], 4, k_step(8)).0;
+        assert_eq!(avx2, GemmTile::new(256, 512, 512));
     }
 
     /// Slices of k only where the output tiles leave cores idle, and none

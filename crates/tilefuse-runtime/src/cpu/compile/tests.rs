@@ -201,7 +201,13 @@ fn a_column_sum_over_fused_leading_axes_runs_row_by_row() {
 #[test]
 fn a_staged_tile_copies_as_one_lane_step_across_its_rows() {
     let f = tilefuse_testing::matmul_transposed(64, 192, 256, false, true);
-    let (params, s) = defaults_with(&f, &[("async_gmem_load_operands", true.into())]);
+    // k steps of 128 whatever this CPU's default (rows that wrap).
+    let edits = [
+        ("async_gmem_load_operands", true.into()),
+        ("tile_sizes.warp_tile.k", 128.into()),
+        ("tile_sizes.cta_tile.k", 128.into()),
+    ];
+    let (params, s) = defaults_with(&f, &edits);
     let tilefuse_params::HeuristicParams::Matmul(m) = &params else {
         panic!("matmul params")
     };
