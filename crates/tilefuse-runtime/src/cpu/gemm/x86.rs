@@ -9,9 +9,10 @@
 //! core of a 2-core AVX-512 Xeon, 64 rows a call, B in strips: 121 GFLOP/s
 //! against 108, and 105 for 8 × 32 on B in place, 8 rows a call; numpy's
 //! OpenBLAS on that core: 145). With AVX2, 6 rows × 16 columns, 12 of the
-//! 16 registers accumulating (BLIS's Haswell shape; 4 × 16 left 8
-//! accumulators, as many as two FMA units of latency 4 keep busy, and ran
-//! 1024^3 at 54 GFLOP/s on a 2-core Zen 3, see BENCHMARKS.md).
+//! 16 registers accumulating (BLIS's Haswell shape). The auto-vectorized
+//! 4 × 16 it replaced left 8 accumulators, just what two FMA units of
+//! latency 4 keep busy: 1024^3 took 36.9 ms on a 2-core Zen 3, 21.8 so
+//! (numpy 15.3; BENCHMARKS.md, fifty-fifth session).
 
 #![allow(unsafe_code)] // raw-pointer k loops behind `assert_within`
 
