@@ -53,12 +53,13 @@ def load_builds(before: Path, after: Path, into: Path) -> tuple[ModuleType, Modu
     return first, second
 
 
-def sizes(text: str) -> dict[str, int]:
-    """`ROWSxCOLS` or `size=N,size=N`."""
+def sizes(text: str) -> dict[str, int | str]:
+    """`ROWSxCOLS` or `size=N,option=NAME` (an epilogue, say)."""
     if "=" not in text:
         rows, cols = text.split("x")
         return {"rows": int(rows), "cols": int(cols)}
-    return {k: int(v) for k, v in (part.split("=") for part in text.split(","))}
+    pairs = (part.split("=") for part in text.split(","))
+    return {k: int(v) if v.isdigit() else v for k, v in pairs}
 
 
 def make(tf: ModuleType, case: str) -> Case:
