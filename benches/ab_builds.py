@@ -53,13 +53,21 @@ def load_builds(before: Path, after: Path, into: Path) -> tuple[ModuleType, Modu
     return first, second
 
 
-def sizes(text: str) -> dict[str, int | str]:
-    """`ROWSxCOLS` or `size=N,option=NAME` (an epilogue, say)."""
+def sizes(text: str) -> dict[str, int | bool | str]:
+    """`ROWSxCOLS` or `size=N,option=NAME` (an epilogue, say; `true` and
+    `false` are booleans)."""
     if "=" not in text:
         rows, cols = text.split("x")
         return {"rows": int(rows), "cols": int(cols)}
     pairs = (part.split("=") for part in text.split(","))
-    return {k: int(v) if v.isdigit() else v for k, v in pairs}
+    return {k: option(v) for k, v in pairs}
+
+
+def option(text: str) -> int | bool | str:
+    """A workload option's value from its text."""
+    if text.isdigit():
+        return int(text)
+    return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def make(tf: ModuleType, case: str) -> Case:

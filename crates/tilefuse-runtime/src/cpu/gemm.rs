@@ -10,6 +10,7 @@
 
 use super::simd_math::{Simd, widest};
 
+mod blocked;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -37,54 +38,44 @@ pub const MAX_ROWS: usize = 8;
 /// rows × 64 columns with AVX-512, 6 × 16 with AVX2 (see `x86`), 4 × 16
 /// without either, so that the accumulators, a row of B and a broadcast
 /// value of A stay in registers. A panel of more rows than one block runs
-/// strip by strip of B (see [`in_strips`]).
+/// in cache blocks (see `blocked`).
 pub fn update(p: &mut Panel<'_>) {
-    let (width, blocks): (usize, fn(&mut Panel<'_>)) = match widest() {
+    match widest() {
         // SAFETY: the CPU supports the features the function was compiled for.
         #[cfg(target_arch = "x86_64")]
-        Simd::Avx512 => (64, |p| unsafe { x86::update_avx512(p) }),
+        Simd::Avx512 => by_width::<64>(p, |p| unsafe { x86::update_avx512(p) }),
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Simd::Avx2 => (16, |p| unsafe { x86::update_avx2(p) }),
-        _ => (16, by_rows::<16>),
-    };
-    if p.rows > MAX_ROWS && p.n >= width {
-        in_strips(p, width, blocks);
+        Simd::Avx2 => by_width::<16>(p, |p| unsafe { x86::update_avx2(p) }),
+        _ => by_width::<16>(p, by_rows::<16>),
+    }
+}
+
+/// `blocks` on the panel, in cache blocks with B in strips of `W` columns
+/// where it has more rows than one register block and a whole strip.
+fn by_width<const W: usize>(p: &mut Panel<'_>, blocks: fn(&mut Panel<'_>)) {
+    if p.rows > MAX_ROWS && p.n >= W {
+        blocked::in_blocks::<W>(p, blocks);
     } else {
         blocks(p);
     }
 }
 
-thread_local! {
-    /// A strip of B, copied contiguous (see [`in_strips`]).
-    static STRIP: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Runs `blocks` on the panel one strip of `width` columns at a time, all
-/// rows of a strip before the next, each strip of B copied once into a
-/// contiguous buffer first. Read in place, B's rows lie a whole row of the
-/// matrix apart (4 KB for 1024 columns, the stride at which every row
-/// falls into the same L1 set), so every row block re-read B from L2; the
-/// copy (k × `width`) stays in L1 across the panel's row blocks. The last
-/// columns (fewer than `width`) run in place.
-fn in_strips(p: &mut Panel<'_>, width: usize, blocks: fn(&mut Panel<'_>)) {
-    let full = p.n / width * width;
-    STRIP.with_borrow_mut(|strip| {
-        strip.resize(p.k * width, 0.0);
-        for j0 in (0..full).step_by(width) {
-            for (kk, row) in strip.chunks_exact_mut(width).enumerate() {
-                row.copy_from_slice(&p.b[kk * p.b_k + j0..][..width]);
-            }
-            blocks(&mut p.columns(j0, width, strip, width));
-        }
-    });
-    if full < p.n {
-        let (b, b_k) = (p.b, p.b_k);
-        blocks(&mut p.columns(full, p.n - full, &b[full..], b_k));
-    }
-}
+/// Rows of A a packed group holds (see `blocked`): the AVX2 and AVX-512
+/// register blocks' rows.
+const GROUP: usize = 6;
 
 impl Panel<'_> {
+    /// Rows `r0..r0 + rows`, every column.
+    fn rows_at(&mut self, r0: usize, rows: usize) -> Panel<'_> {
+        Panel {
+            c: &mut self.c[r0 * self.c_row..],
+            a: &self.a[r0 * self.a_row..],
+            rows,
+            ..*self
+        }
+    }
+
     /// Columns `j0..j0 + n` of every row, with B (its first column at
     /// `j0`) read from `b` with step `b_k`.
     fn columns<'s>(&'s mut self, j0: usize, n: usize, b: &'s [f32], b_k: usize) -> Panel<'s> {
@@ -180,6 +171,12 @@ mod tests {
             (8, 5, 64),
             (19, 37, 70),
             (64, 64, 96),
+            // Cache blocks (`blocked`): A packed over 18 strips, 4 rows
+            // after the groups, 12 columns after the strips.
+            (100, 40, 300),
+            // Blocks of 96 rows; chunks of 432 columns (packed A) and 64
+            // (A in place); 4 columns after.
+            (200, 600, 500),
         ] {
             let a: Vec<f32> = (0..rows * k).map(|i| (i % 7) as f32 - 3.0).collect();
             let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.5).collect();
@@ -193,21 +190,25 @@ mod tests {
                 }
             }
             // The baseline kernel, and each this CPU can run.
-            let mut kernels: Vec<fn(&mut Panel<'_>)> =
-                vec![by_rows::<16>, update, |p| in_strips(p, 16, by_rows::<16>)];
+            let mut kernels: Vec<fn(&mut Panel<'_>)> = vec![by_rows::<16>, update, |p| {
+                blocked::in_blocks::<16>(p, by_rows::<16>)
+            }];
             #[cfg(target_arch = "x86_64")]
             if matches!(widest(), Simd::Avx512 | Simd::Avx2) {
                 // SAFETY: the CPU has AVX2 and FMA.
                 kernels.push(|p| unsafe { x86::update_avx2(p) });
             }
-            for kernel in kernels {
+            // A row-major, and transposed (A's rows one value apart).
+            let a_t: Vec<f32> = (0..rows * k).map(|i| a[i % rows * k + i / rows]).collect();
+            let layouts = [(&a, k, 1), (&a_t, 1, rows)];
+            for (kernel, (a, a_row, a_k)) in kernels.iter().flat_map(|f| layouts.map(|l| (f, l))) {
                 let mut c = c.clone();
                 kernel(&mut Panel {
                     c: &mut c,
                     c_row: n,
-                    a: &a,
-                    a_row: k,
-                    a_k: 1,
+                    a,
+                    a_row,
+                    a_k,
                     b: &b,
                     b_k: n,
                     rows,

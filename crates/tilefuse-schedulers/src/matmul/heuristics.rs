@@ -134,14 +134,14 @@ fn pow2_at_most(x: u64, cap: u64) -> u32 {
     crate::pow2_at_most(x).min(cap) as u32
 }
 
-/// The most rows a CPU workgroup takes: they share each k step's strip of
-/// B, copied once a workgroup (1024^3 on one core of an AVX-512 Xeon: 19.0
+/// The most rows a CPU workgroup takes: they share each k step's strips of
+/// B, packed once a workgroup (1024^3 on one core of an AVX-512 Xeon: 19.0
 /// ms at 64 rows and k 64, 16.1 at 256 and 128, 18.1 at 512 and 128).
 const MAX_TILE_ROWS: u64 = 256;
 /// The longest k step of a CPU workgroup with `simd_width` f32 lanes: the
-/// micro-kernel copies each step's strip of B (k × 64 columns with
-/// AVX-512, 16 without) to keep it in L1 across the tile's rows, so a
-/// strip stays within 32 KB. Longer steps load and store the tile of C
+/// micro-kernel packs each step's B in strips (k × 64 columns with
+/// AVX-512, 16 without; `gemm/blocked.rs`) that stay in L1 across the
+/// tile's rows, so a strip stays within 32 KB. Longer steps load and store the tile of C
 /// fewer times: on a 2-core Zen 3 (AVX2), steps of 512 against 128 took
 /// 1024^3 in 0.92x the time, 512^3 0.60x, 64 x 1024 x 4096 0.70x
 /// (BENCHMARKS.md, fifty-fifth session); AVX-512 took 128 (a 32 KB strip).
