@@ -171,6 +171,10 @@ mod tests {
             (8, 5, 64),
             (19, 37, 70),
             (64, 64, 96),
+            // A few rows on more than `x86::STREAM_BYTES` of B: streamed,
+            // then a masked vector a row.
+            (5, 301, 500),
+            (8, 256, 530),
             // Cache blocks (`blocked`): A packed over 18 strips, 4 rows
             // after the groups, 12 columns after the strips.
             (100, 40, 300),

@@ -23,7 +23,7 @@ use std::arch::x86_64::{
     _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps,
 };
 
-use super::{GROUP, Panel};
+use super::{GROUP, MAX_ROWS, Panel};
 
 /// One extension's f32 vectors. Every function is unsafe to call: the
 /// caller's target features must include the extension's, and pointers
@@ -133,9 +133,22 @@ pub(super) fn update_avx2(p: &mut Panel<'_>) {
 }
 
 /// The panel in groups of up to 6 rows: two rows take `PAIR` vectors a
-/// block, more take `WIDE`.
+/// block, more take `WIDE`. A few rows on more of B than L2 holds stream
+/// B instead, each row of it read once (see [`stream`]): in register
+/// blocks, a 6-row group read B's rows a strip at a time, from memory, and
+/// the rest again. With AVX2 on 2 Zen 3 cores: 4 x 4096 x 4096 0.37x the
+/// time, 5 x 2048 x 2048 0.45x, 8 x 1024 x 1024 0.72x, 7 x 8192 x 1024
+/// 0.60x (1024-column panels, in cache blocks before); panels of 256 KB of
+/// B took 1.16-1.19x so (6 x 512 x 512, 8 x 512 x 2048).
 #[inline(always)]
 fn by_groups<L: Lanes, const PAIR: usize, const WIDE: usize>(p: &mut Panel<'_>) {
+    if (3..=MAX_ROWS).contains(&p.rows) && 4 * p.k * p.n >= STREAM_BYTES {
+        let full = stream::<L>(p, 0, p.rows);
+        for r in 0..p.rows {
+            masked::<L, 1>(p, r, full);
+        }
+        return;
+    }
     for r0 in (0..p.rows).step_by(6) {
         match p.rows - r0 {
             1 => rows::<L, 1, PAIR, WIDE>(p, r0),
@@ -158,7 +171,7 @@ fn rows<L: Lanes, const R: usize, const PAIR: usize, const WIDE: usize>(
     r0: usize,
 ) {
     let widest = match R {
-        1 => stream::<L>(p, r0),
+        1 => stream::<L>(p, r0, 1),
         2 => blocks::<L, R, PAIR, false>(p, r0, 0),
         _ => 0,
     };
@@ -172,28 +185,34 @@ fn rows<L: Lanes, const R: usize, const PAIR: usize, const WIDE: usize>(
     masked::<L, R>(p, r0, narrow);
 }
 
-/// One row (a vector-matrix product): four rows of B at a time added into
-/// the whole row of C, each read from end to end, so that the hardware
-/// prefetchers see a few long streams; C's row stays in L1. Blocks of 256
-/// columns, k inner, read a kilobyte from each row of B in turn: 1 x 4096
-/// x 4096 on one core ran at 14 GB/s so, at OpenBLAS's 26 (its gemv reads
-/// B this way) in whole rows. Returns where the whole vectors end.
+/// Rows `r0..r0 + rows` (a vector-matrix product where one): four rows of
+/// B at a time added into the whole rows of C, each read from end to end,
+/// so that the hardware prefetchers see a few long streams; the four rows
+/// of B stay in L1 across the rows of C. Blocks of 256 columns, k inner,
+/// read a kilobyte from each row of B in turn: 1 x 4096 x 4096 on one core
+/// ran at 14 GB/s so, at OpenBLAS's 26 (its gemv reads B this way) in whole
+/// rows. Returns where the whole vectors end.
 #[inline(always)]
-fn stream<L: Lanes>(p: &mut Panel<'_>, r0: usize) -> usize {
+fn stream<L: Lanes>(p: &mut Panel<'_>, r0: usize, rows: usize) -> usize {
     let full = p.n / L::N * L::N;
     if full == 0 {
         return 0;
     }
-    assert_within(p, r0, full);
+    assert_within(p, r0 + rows - 1, full);
     let quads = p.k / 4 * 4;
-    // SAFETY: `assert_within` bounds every offset: row r0, columns below
-    // `full`, steps below k.
+    // SAFETY: `assert_within` bounds every offset: rows below r0 + rows,
+    // columns below `full`, steps below k.
     unsafe {
+        // Plain loops: a closure would not take the caller's target features.
         for k in (0..quads).step_by(4) {
-            add_rows::<L, 4>(p, r0, k, full);
+            for r in r0..r0 + rows {
+                add_rows::<L, 4>(p, r, k, full);
+            }
         }
         for k in quads..p.k {
-            add_rows::<L, 1>(p, r0, k, full);
+            for r in r0..r0 + rows {
+                add_rows::<L, 1>(p, r, k, full);
+            }
         }
     }
     full
@@ -226,6 +245,9 @@ unsafe fn add_rows<L: Lanes, const Q: usize>(p: &mut Panel<'_>, r0: usize, k: us
 /// kilobyte of each row is too short for the hardware prefetchers (2 x
 /// 4096 x 4096: 3.2 ms without, 2.65 with).
 const PREFETCH_ROWS: usize = 8;
+/// The bytes of B from which a panel of a few rows streams it (see
+/// [`by_groups`]): an L2's worth.
+const STREAM_BYTES: usize = 512 << 10;
 
 /// Asserts that C's rows to `last_row` and columns below `end`, and the
 /// parts of A and B their k steps read, lie within the panel: the vector
