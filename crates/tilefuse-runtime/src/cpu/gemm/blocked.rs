@@ -12,7 +12,7 @@ use super::{GROUP, Panel};
 
 /// A's rows in a block ([`in_blocks`]): 96 rows of k 512 (AVX2's k step)
 /// are 192 KB of packed A, which stays in L2 across the strips (72-144
-/// rows ran alike; 256 took 60 % of the peak against 75 %).
+/// rows ran alike; 256 took 60 % of the peak against 69 %).
 const BLOCK_ROWS: usize = 16 * GROUP;
 /// The fewest strips over which a block's rows of A are packed: the copy
 /// costs as much as a few strips' FMAs per value. With AVX2 on 2 Zen 3
@@ -33,8 +33,9 @@ thread_local! {
 
 /// Runs `blocks` over the panel's whole strips of `W` columns, chunk by
 /// chunk of columns, each chunk's blocks of rows in turn, each block's
-/// groups of rows strip by strip; the rows past the last whole group run
-/// with A in place, and the last columns (fewer than `W`) with B in place.
+/// groups of rows strip by strip; the rows past the last whole group (all
+/// rows, in a chunk of fewer than [`PACK_A_STRIPS`] strips) run with A in
+/// place, and the last columns (fewer than `W`) with B in place.
 pub(super) fn in_blocks<const W: usize>(p: &mut Panel<'_>, blocks: fn(&mut Panel<'_>)) {
     if p.k == 0 {
         return; // nothing to add
