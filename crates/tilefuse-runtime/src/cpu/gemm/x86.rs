@@ -142,7 +142,9 @@ pub(super) fn update_avx2(p: &mut Panel<'_>) {
 /// B took 1.16-1.19x so (6 x 512 x 512, 8 x 512 x 2048).
 #[inline(always)]
 fn by_groups<L: Lanes, const PAIR: usize, const WIDE: usize>(p: &mut Panel<'_>) {
-    if (3..=MAX_ROWS).contains(&p.rows) && 4 * p.k * p.n >= STREAM_BYTES {
+    // Wider than a block: not one of `blocked`'s strips, whose B is packed.
+    let in_place = p.n > L::N * WIDE;
+    if in_place && (3..=MAX_ROWS).contains(&p.rows) && 4 * p.k * p.n >= STREAM_BYTES {
         let full = stream::<L>(p, 0, p.rows);
         for r in 0..p.rows {
             masked::<L, 1>(p, r, full);
