@@ -151,7 +151,7 @@ fn by_groups<L: Lanes, const PAIR: usize, const WIDE: usize>(p: &mut Panel<'_>) 
         }
         return;
     }
-    for r0 in (0..p.rows).step_by(6) {
+    for r0 in (0..p.rows).step_by(GROUP) {
         match p.rows - r0 {
             1 => rows::<L, 1, PAIR, WIDE>(p, r0),
             2 => rows::<L, 2, PAIR, WIDE>(p, r0),
