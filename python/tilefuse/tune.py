@@ -307,9 +307,10 @@ def tune(
     :class:`AutotunerHeuristic`). ``effort`` is ``"none"``, ``"quick"`` or ``"full"`` unless
     ``trials`` / ``seconds`` bound it; ``strategy`` is ``"random"``,
     ``"pattern"``, ``"surrogate"`` (a pattern descent from the default,
-    then a random forest's likeliest-good points, learning from failures
-    too) or ``"exhaustive"`` (by default exhaustive when the space fits
-    the budget, else surrogate); ``seed`` makes a run reproducible. With
+    each step the neighbour a random forest ranks likeliest good, then the
+    forest's likeliest-good points anywhere, learning from failures too)
+    or ``"exhaustive"`` (by default exhaustive when the space fits the
+    budget, else surrogate); ``seed`` makes a run reproducible. With
     ``cache`` the winner is stored for :meth:`Fusion.heuristics` to find,
     and each trial is journaled as it is measured, so that a run that
     dies resumes where it stopped.
