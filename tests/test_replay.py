@@ -115,6 +115,14 @@ def test_the_commands_record_and_compare(
     assert [r["strategy"] for r in rows] == list(tf.replay.STRATEGIES)
     assert all(len(r["trials"]) == 3 and r["recording"] == str(out) for r in rows)
     assert "surrogate" in printed and "9 seeds in 10" in printed and "softmax " in printed
+    assert "│ all" not in printed
+    # Over several recordings, one more row per strategy sums them.
+    again = tmp_path / "again.json"
+    again.write_text(out.read_text())
+    assert main(["replay", str(out), str(again), "--seeds", "3", "--strategy", "random"]) == 0
+    total = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│ all")]
+    mean = next(r["mean"] for r in rows if r["strategy"] == "random")
+    assert len(total) == 1 and "random" in total[0] and f"{2 * mean:.1f}" in total[0]
     assert main(["replay", str(tmp_path / "missing.json")]) == 1
 
 

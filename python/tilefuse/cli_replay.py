@@ -50,7 +50,7 @@ def add_commands(sub: Any) -> None:
         "Runs each strategy against each recording with seeds 0..N-1 and prints how many "
         "trials it took to get within the tolerance of the recorded best: the mean, the "
         "budget that gets nine seeds in ten there, and the seeds that got there within a "
-        "tenth of the space.",
+        "tenth of the space; over several recordings, a last row per strategy sums them.",
         "tilefuse replay softmax.json --seeds 100 --strategy random --strategy surrogate",
     )
     p.add_argument("recordings", nargs="+", metavar="RECORDING", help="a `tilefuse record` file")
@@ -111,6 +111,8 @@ def _as_dict(r: replay.StrategyReplay) -> dict[str, Any]:
 
 
 def _table(rows: list[tuple[str, replay.StrategyReplay]], seeds: int, tolerance: float) -> Table:
+    """One row per recording and strategy; over several recordings, one
+    more per strategy summing them (how strategies compare over a corpus)."""
     t = Table(title=f"trials to within {tolerance:.0%} of the best, {seeds} seeds")
     for name in ("recording", "points", "strategy", "mean", "9 seeds in 10", "≤ 10% of space"):
         t.add_column(name, justify="left" if name in ("recording", "strategy") else "right")
@@ -123,4 +125,16 @@ def _table(rows: list[tuple[str, replay.StrategyReplay]], seeds: int, tolerance:
             str(r.nine_in_ten),
             f"{r.within_tenth}/{len(r.trials)}",
         )
+    if len({path for path, _ in rows}) > 1:
+        t.add_section()
+        for strategy in dict.fromkeys(r.strategy for _, r in rows):
+            mine = [r for _, r in rows if r.strategy == strategy]
+            t.add_row(
+                "all",
+                str(sum(r.points for r in mine)),
+                strategy,
+                f"{sum(r.mean for r in mine):.1f}",
+                str(sum(r.nine_in_ten for r in mine)),
+                f"{sum(r.within_tenth for r in mine)}/{sum(len(r.trials) for r in mine)}",
+            )
     return t
