@@ -117,24 +117,21 @@ def _table(rows: list[tuple[str, replay.StrategyReplay]], seeds: int, tolerance:
     for name in ("recording", "points", "strategy", "mean", "9 seeds in 10", "≤ 10% of space"):
         t.add_column(name, justify="left" if name in ("recording", "strategy") else "right")
     for path, r in rows:
-        t.add_row(
-            Path(path).stem,
-            str(r.points),
-            r.strategy,
-            f"{r.mean:.1f}",
-            str(r.nine_in_ten),
-            f"{r.within_tenth}/{len(r.trials)}",
-        )
+        t.add_row(*_cells(Path(path).stem, [r]))
     if len({path for path, _ in rows}) > 1:
         t.add_section()
         for strategy in dict.fromkeys(r.strategy for _, r in rows):
-            mine = [r for _, r in rows if r.strategy == strategy]
-            t.add_row(
-                "all",
-                str(sum(r.points for r in mine)),
-                strategy,
-                f"{sum(r.mean for r in mine):.1f}",
-                str(sum(r.nine_in_ten for r in mine)),
-                f"{sum(r.within_tenth for r in mine)}/{sum(len(r.trials) for r in mine)}",
-            )
+            t.add_row(*_cells("all", [r for _, r in rows if r.strategy == strategy]))
     return t
+
+
+def _cells(label: str, found: list[replay.StrategyReplay]) -> tuple[str, ...]:
+    """A table row for one strategy's replays, summed over ``found``."""
+    return (
+        label,
+        str(sum(r.points for r in found)),
+        found[0].strategy,
+        f"{sum(r.mean for r in found):.1f}",
+        str(sum(r.nine_in_ten for r in found)),
+        f"{sum(r.within_tenth for r in found)}/{sum(len(r.trials) for r in found)}",
+    )
