@@ -8,7 +8,7 @@ use tilefuse_sched::DeviceInfo;
 
 /// Default params. The CPU device: invocations of 8 whole rows (the
 /// executor's register-blocked micro-kernel), up to 256 rows a workgroup
-/// that share each k step's rows of B from cache, the columns cut before
+/// (512 with AVX2) that share each k step's rows of B from cache, the columns cut before
 /// the rows (`cpu_tiles`), workgroups in parallel on threads (at least two
 /// per core; k split across the cores where the output tiles are fewer
 /// than them). A CPU Vulkan (lavapipe): 8×16 register tiles read straight from global memory,
@@ -25,7 +25,8 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     let (cta, warp, instr) = if !device.is_gpu() {
         // Two workgroups a core, the batch's matrices counted.
         let workgroups = (2 * device.cores.max(1) as u64).div_ceil(batches(fusion).max(1));
-        cpu_tiles([m, n, k], workgroups, k_step(device.simd_width))
+        let blocking = CpuBlocking::for_width(device.simd_width);
+        cpu_tiles([m, n, k], workgroups, blocking)
     } else {
         let max = device.limits.max_invocations_per_workgroup;
         let cpu_vulkan = device.adapter_type == "cpu";
@@ -78,11 +79,15 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
 /// into slices of rows and of columns by [`cpu_slices`], each slice of
 /// rows a whole number of invocations, each of columns a whole number of
 /// AVX-512 vectors, both as even as that allows; k in steps of up to
-/// `k_step`.
-fn cpu_tiles([m, n, k]: [u64; 3], workgroups: u64, k_step: u64) -> (GemmTile, GemmTile, GemmTile) {
+/// `blocking.k_step`.
+fn cpu_tiles(
+    [m, n, k]: [u64; 3],
+    workgroups: u64,
+    blocking: CpuBlocking,
+) -> (GemmTile, GemmTile, GemmTile) {
     let (m, n) = (m.max(1), n.max(1)); // empty outputs take one tile
     let rows = pow2_at_most(m, 8);
-    let (row_slices, column_slices) = cpu_slices([m, n, k], u64::from(rows), workgroups, k_step);
+    let (row_slices, column_slices) = cpu_slices([m, n, k], u64::from(rows), workgroups, blocking);
     let tile_rows = m.div_ceil(row_slices).next_multiple_of(u64::from(rows));
     let columns = if column_slices == 1 {
         u64::from(cpu_strip(m, n))
@@ -90,17 +95,18 @@ fn cpu_tiles([m, n, k]: [u64; 3], workgroups: u64, k_step: u64) -> (GemmTile, Ge
         n.div_ceil(column_slices).next_multiple_of(LANES)
     };
     let narrow = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
-    let cta = GemmTile::new(narrow(tile_rows), narrow(columns), pow2_at_most(k, k_step));
+    let k_step = pow2_at_most(k, blocking.k_step);
+    let cta = GemmTile::new(narrow(tile_rows), narrow(columns), k_step);
     (cta, cta, GemmTile::new(rows, narrow(columns), 1))
 }
 
 /// How many slices of rows and of columns the CPU device cuts C into, for
 /// `workgroups` workgroups (two a core, fewer for a batch of matrices) or
 /// more. Every slice of rows streams all of B and every slice of columns
-/// all of A, so rows stay together up to `MAX_TILE_ROWS` and the columns
-/// are cut first; where k takes more than one step, a tile of C stays
-/// within `TILE_BYTES`, as the micro-kernel loads and stores it once a step
-/// (4096 x 64 x 4096, one step, ran in 14.8 ms in tiles of 4096 columns and
+/// all of A, so rows stay together up to `blocking.max_rows` and the
+/// columns are cut first; where k takes more than one step, a tile of C
+/// stays within `blocking.tile_bytes`, as the micro-kernel loads and
+/// stores it once a step (4096 x 64 x 4096, one step, ran in 14.8 ms in tiles of 4096 columns and
 /// in 16.6 in tiles of 512); rows are cut further only where the columns
 /// are too few to cut. One row (a vector-matrix product) takes whole rows
 /// of B where k is long enough for `cpu_splitk` to share it over the cores:
@@ -109,15 +115,20 @@ fn cpu_tiles([m, n, k]: [u64; 3], workgroups: u64, k_step: u64) -> (GemmTile, Ge
 /// against rows cut alone (BENCHMARKS.md, forty-ninth session): 48 x 4096 x
 /// 4096 34-38 → 11.5 ms, 128 x 4096 x 4096 36-37 → 24-25 (numpy 11.4-12.0
 /// and 24.3-25.4).
-fn cpu_slices([m, n, k]: [u64; 3], rows: u64, workgroups: u64, k_step: u64) -> (u64, u64) {
+fn cpu_slices(
+    [m, n, k]: [u64; 3],
+    rows: u64,
+    workgroups: u64,
+    blocking: CpuBlocking,
+) -> (u64, u64) {
     let whole_rows = n.div_ceil(u64::from(cpu_strip(m, n)));
     if m == 1 && k >= MIN_SLICE * workgroups / 2 {
         return (1, whole_rows);
     }
-    let row_slices = m.div_ceil(MAX_TILE_ROWS);
+    let row_slices = m.div_ceil(blocking.max_rows);
     let tile_bytes = 4 * m.div_ceil(row_slices) * n;
-    let for_cache = if k > k_step {
-        tile_bytes.div_ceil(TILE_BYTES)
+    let for_cache = if k > blocking.k_step {
+        tile_bytes.div_ceil(blocking.tile_bytes)
     } else {
         1
     };
@@ -134,25 +145,47 @@ fn pow2_at_most(x: u64, cap: u64) -> u32 {
     crate::pow2_at_most(x).min(cap) as u32
 }
 
-/// The most rows a CPU workgroup takes: they share each k step's strips of
-/// B, packed once a workgroup (1024^3 on one core of an AVX-512 Xeon: 19.0
-/// ms at 64 rows and k 64, 16.1 at 256 and 128, 18.1 at 512 and 128).
-const MAX_TILE_ROWS: u64 = 256;
-/// The longest k step of a CPU workgroup with `simd_width` f32 lanes: the
-/// micro-kernel packs each step's B in strips (k × 64 columns with
+/// How the CPU device blocks a matmul for its vector width. The
+/// micro-kernel packs each k step's B in strips (k × 64 columns with
 /// AVX-512, 16 without; `gemm/blocked.rs`) that stay in L1 across the
-/// tile's rows, so a strip stays within 32 KB. Longer steps load and store the tile of C
-/// fewer times: on a 2-core Zen 3 (AVX2), steps of 512 against 128 took
-/// 1024^3 in 0.92x the time, 512^3 0.60x, 64 x 1024 x 4096 0.70x
-/// (BENCHMARKS.md, fifty-fifth session); AVX-512 took 128 (a 32 KB strip).
-fn k_step(simd_width: u32) -> u64 {
-    let strip: u64 = if simd_width >= 16 { 64 } else { 16 };
-    (32 << 10) / (4 * strip)
+/// tile's rows, so a strip stays within 32 KB: k steps of 128 with
+/// AVX-512, 512 with AVX2. Longer steps load and store the tile of C fewer
+/// times: on a 2-core Zen 3 (AVX2), steps of 512 against 128 took 1024^3
+/// in 0.92x the time, 512^3 0.60x, 64 x 1024 x 4096 0.70x (BENCHMARKS.md,
+/// fifty-fifth session).
+#[derive(Clone, Copy, Debug)]
+struct CpuBlocking {
+    /// The longest k step.
+    k_step: u64,
+    /// The most rows a workgroup takes: they share each k step's strips
+    /// of B, packed once a workgroup (1024^3 on one core of an AVX-512
+    /// Xeon: 19.0 ms at 64 rows and k 64, 16.1 at 256 and 128, 18.1 at
+    /// 512 and 128).
+    max_rows: u64,
+    /// The most bytes of C a workgroup's tile holds where k takes more than
+    /// one step. AVX-512: half of a 1 MB L2, beside the strips of A and B
+    /// (1024^3, interleaved: 12.4-15.3 ms in tiles of 256 rows of 1024
+    /// columns, 1 MB, bimodal; 10.9-11.1 in 512), measured before the
+    /// blocked loops of `gemm/blocked.rs`, which pass over C once a strip
+    /// and step: with them, on a 2-core Zen 3 (AVX2), tiles of 512 rows
+    /// and 1 MB (B packed half as often) took 1024^3 in 0.95x the time
+    /// (BENCHMARKS.md, fifty-eighth session). AVX-512 keeps its values
+    /// until a machine with it times the taller tiles.
+    tile_bytes: u64,
 }
-/// The most bytes of C a CPU workgroup's tile holds: half of a 1 MB L2,
-/// beside the strips of A and B (1024^3, interleaved: 12.4-15.3 ms in
-/// tiles of 256 rows of 1024 columns, 1 MB, bimodal; 10.9-11.1 in 512).
-const TILE_BYTES: u64 = 512 << 10;
+
+impl CpuBlocking {
+    fn for_width(simd_width: u32) -> CpuBlocking {
+        let avx512 = simd_width >= 16;
+        let strip: u64 = if avx512 { 64 } else { 16 };
+        CpuBlocking {
+            k_step: (32 << 10) / (4 * strip),
+            max_rows: if avx512 { 256 } else { 512 },
+            tile_bytes: if avx512 { 512 << 10 } else { 1 << 20 },
+        }
+    }
+}
+
 /// The narrowest slice of columns a CPU workgroup takes (eight blocks of
 /// the micro-kernel's 16).
 const MIN_COLUMNS: u64 = 128;
@@ -195,7 +228,7 @@ pub(super) fn cpu_strip(m: u64, n: u64) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{GemmTile, cpu_splitk, cpu_tiles, k_step};
+    use super::{CpuBlocking, GemmTile, cpu_splitk, cpu_tiles};
 
     /// Rows stay in one workgroup up to 256, the columns are cut first (two
     /// workgroups a core, tiles of C within 512 KB), rows only where the
@@ -203,7 +236,7 @@ mod tests {
     #[test]
     fn rows_stay_together_and_the_columns_are_cut_first() {
         let tiles = |m, n, k| {
-            let (cta, warp, instr) = cpu_tiles([m, n, k], 4, k_step(16));
+            let (cta, warp, instr) = cpu_tiles([m, n, k], 4, CpuBlocking::for_width(16));
             assert_eq!(warp, cta);
             assert_eq!((instr.n, instr.k, cta.k), (cta.n, 1, 128.min(k as u32)));
             (cta.m, cta.n, instr.m)
@@ -230,12 +263,18 @@ mod tests {
         assert_eq!(tiles(4096, 16, 4096), (256, 16, 8));
         assert_eq!(tiles(128, 128, 64), (32, 128, 8));
         // A batch of matrices for the workgroups: one tile a matrix.
-        assert_eq!(cpu_tiles([128, 128, 64], 1, 128).0.m, 128);
+        assert_eq!(
+            cpu_tiles([128, 128, 64], 1, CpuBlocking::for_width(16)).0.m,
+            128
+        );
         assert_eq!(tiles(16, 512, 4096), (16, 128, 8));
         assert_eq!(tiles(16, 200, 4096), (8, 200, 8));
-        // Without AVX-512 the strips of B are 16 columns wide: k steps of 512.
-        let avx2 = cpu_tiles([1024, 1024, 1024], 4, k_step(8)).0;
-        assert_eq!(avx2, GemmTile::new(256, 512, 512));
+        // Without AVX-512 the strips of B are 16 columns wide: k steps of
+        // 512, and tiles of up to 512 rows and 1 MB.
+        let avx2 = |m, n, k| cpu_tiles([m, n, k], 4, CpuBlocking::for_width(8)).0;
+        assert_eq!(avx2(1024, 1024, 1024), GemmTile::new(512, 512, 512));
+        assert_eq!(avx2(2048, 2048, 2048), GemmTile::new(512, 512, 512));
+        assert_eq!(avx2(256, 4096, 4096), GemmTile::new(256, 1024, 512));
     }
 
     /// Slices of k only where the output tiles leave cores idle, and none
