@@ -17,6 +17,7 @@ import random
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, note
 from hypothesis import strategies as st
 
@@ -94,6 +95,38 @@ def test_random_reduction_params_match_the_reference(device: tf.Device) -> None:
             np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4 * float(np.abs(r).max()))
 
     check()
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_reductions_with_empty_outputs_build_at_random_points(device: tf.Device, op: str) -> None:
+    """Found by this file's fuzzing: on the GPU, points that unroll the kept
+    axes of a reduction whose output is empty indexed the one-element
+    stand-in of its empty workgroup buffer past its end with a constant,
+    which naga rejected as an internal error."""
+    f = tf.Fusion()
+    f.output(getattr(f.input((1, 0, 0, 2), "f32"), op)(axis=1))
+    base = f.heuristics(device=device, cache=False)
+    assert isinstance(base, tf.HeuristicParams)
+    fields, rng = f.tunables(device=device)[1], random.Random(5)
+    # The point the fuzzer found: its unrolled axis of 2 became `let l = 1u;`.
+    found = base.to_dict() | {
+        "cross_invocation_outer_reduction": True,
+        "unroll_factor_reduction": 8,
+        "vectorization_factor_iteration": 2,
+        "rows_per_workgroup": 16,
+        "reduction_invocations": 64,
+    }
+    points = [found] + [_draw(base.to_dict(), fields, rng) for _ in range(1000)]
+    x = np.zeros((1, 0, 0, 2), np.float32)
+    built = 0
+    for p in points:
+        try:
+            kernel = f.schedule(p, device)
+        except tf.ParamsError:
+            continue
+        assert kernel(x).shape == (1, 0, 2)
+        built += 1
+    assert built >= 10
 
 
 def test_random_fusions_with_random_params_match_the_reference(device: tf.Device) -> None:

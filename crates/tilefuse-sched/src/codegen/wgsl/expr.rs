@@ -15,8 +15,16 @@ impl Gen<'_> {
         Expr::Var(self.name(b))
     }
 
+    /// The element offset of `indices` in `b`. An empty buffer's accesses
+    /// never run (each sits under a guard that fails), but its array is
+    /// declared with one element, and naga rejects a constant index past
+    /// it (an unrolled loop's `let l = 1u;`): they all read index 0.
     fn offset(&self, b: BufferId, indices: &[Index]) -> Expr {
-        index_expr(&flat_offset(indices, &self.kernel.buffer(b).shape))
+        let buffer = self.kernel.buffer(b);
+        if buffer.numel() == 0 {
+            return Expr::u32(0);
+        }
+        index_expr(&flat_offset(indices, &buffer.shape))
     }
 
     /// One element: `b[o]`, or `b[o / 4u][o % 4u]` in a vec4 buffer.

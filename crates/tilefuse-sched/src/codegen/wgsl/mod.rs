@@ -199,7 +199,7 @@ impl Gen<'_> {
                 let numel = self.kernel.buffer(b).numel();
                 let ty = self.element_type(b);
                 let len = match ty {
-                    Ty::Vec4(_) => numel / 4,
+                    Ty::Vec4(_) => (numel / 4).max(1),
                     Ty::Scalar(_) => numel.max(1),
                 };
                 Stmt::VarArray(self.name(b), ty, len)
