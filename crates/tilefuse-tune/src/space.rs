@@ -43,18 +43,26 @@ impl Grid {
         out
     }
 
-    /// The points with one field moved to its first or last value, where
-    /// that is more than one step away: a descent's long probes, which
-    /// cross a valley one step at a time does not (rows a workgroup of 1
-    /// and 16 both fast, 2 slow).
-    pub fn extremes(&self, point: &[usize]) -> Vec<Point> {
+    /// The points a descent probes around `point`, field by field: one
+    /// step down and up (the [`Grid::neighbors`]), then the field's first
+    /// and last values where they are more than one step away (long
+    /// probes, which cross a valley one step at a time does not: rows a
+    /// workgroup of 1 and 16 both fast, 2 slow). A field's probes stay
+    /// together so that a field whose far end pays is found before the
+    /// next field is probed, and the fields go in the scheduler's declared
+    /// order (vector widths and unrolls before rows a workgroup).
+    pub fn probes(&self, point: &[usize]) -> Vec<Point> {
         let mut out = Vec::new();
         for (f, &n) in self.sizes.iter().enumerate() {
-            for end in [0, n.saturating_sub(1)] {
-                if end.abs_diff(point[f]) > 1 {
-                    out.push(moved(point, f, end));
-                }
-            }
+            let i = point[f];
+            let near = [i.checked_sub(1), Some(i + 1).filter(|&j| j < n)];
+            let ends = [0, n.saturating_sub(1)].map(|end| Some(end).filter(|e| e.abs_diff(i) > 1));
+            out.extend(
+                near.into_iter()
+                    .chain(ends)
+                    .flatten()
+                    .map(|j| moved(point, f, j)),
+            );
         }
         out
     }
@@ -357,7 +365,7 @@ mod tests {
     use serde_json::{Value, json};
     use tilefuse_params::Tunable;
 
-    use super::{Space, digest};
+    use super::{Grid, Space, digest};
 
     /// A field's values in a space around a CPU matmul's defaults (whole
     /// rows of 64 columns an invocation, `launch` derived), and the index
@@ -369,6 +377,27 @@ mod tests {
         let mut space = Space::new(base, vec![field]);
         let at = space.base_point()[0];
         (space.values.swap_remove(0), at)
+    }
+
+    #[test]
+    fn a_descent_probes_each_field_together() {
+        let grid = Grid {
+            sizes: vec![6, 2, 5, 1],
+        };
+        let probes = grid.probes(&[1, 0, 2, 0]);
+        let expected = [
+            // Field 0: a step down and up, then its last value (0 is a
+            // step away); field 1: up only; field 2: both ends too.
+            [0, 0, 2, 0],
+            [2, 0, 2, 0],
+            [5, 0, 2, 0],
+            [1, 1, 2, 0],
+            [1, 0, 1, 0],
+            [1, 0, 3, 0],
+            [1, 0, 0, 0],
+            [1, 0, 4, 0],
+        ];
+        assert_eq!(probes, expected.map(Vec::from));
     }
 
     #[test]

@@ -1,19 +1,20 @@
 //! The surrogate-guided strategy (Helion's LFBO search, after a pattern
 //! descent). It first walks from the default heuristic's point to the
-//! first neighbour that is faster (by more than `MIN_GAIN`), trying the
-//! last paying move again before the other neighbours and a field's
-//! extreme values, then the same around the two fastest other kernels
-//! within that gain (sideways, across a plateau), until every one of
-//! those was tried; within each neighbourhood the forest below ranks
-//! which point to try next once a few are measured. Then a
-//! random forest learns which points are "good" (in the fastest third
-//! measured so far) from every observation, failures included (a failed,
-//! wrong or cut candidate is a "not good" example, so the model learns to
-//! avoid its region); each
-//! round scores a pool of unseen points (neighbours of the best few, one
-//! and two steps away, and random ones) and proposes a batch of the
-//! likeliest-good that differ from each other in at least two fields, so
-//! one round does not spend its trials on near-copies.
+//! first probe that is faster (by more than `MIN_GAIN`), trying the last
+//! paying move again before the other probes (each field a step down and
+//! up, then its first and last values, field by field), then the same
+//! around the two fastest other kernels within that gain (sideways,
+//! across a plateau, unless most of the incumbent's probes ran alike),
+//! until every one of those was tried; within each neighbourhood the
+//! forest below ranks which point to try next once a few are measured.
+//! Then a random forest learns which points are "good" (in the fastest
+//! third measured so far) from every observation, failures included (a
+//! failed, wrong or cut candidate is a "not good" example, so the model
+//! learns to avoid its region); each round scores a pool of unseen points
+//! (neighbours of the best few, one and two steps away, and random ones)
+//! and proposes a batch of the likeliest-good that differ from each other
+//! in at least two fields, so one round does not spend its trials on
+//! near-copies.
 
 use std::collections::HashSet;
 
@@ -38,6 +39,12 @@ const MIN_GAIN: f64 = 0.02;
 /// Kernels within `MIN_GAIN` of the incumbent whose neighbourhoods the
 /// stuck descent walks too.
 const PLATEAU: usize = 2;
+/// How close to the incumbent's time a probe counts as flat (about the
+/// noise of a shared machine), and the share of probed kernels that
+/// must be that close for the landscape to be flat (0.5 to 0.75 and 2 to
+/// 5 % ran alike over the recorded spaces).
+const FLAT: f64 = 0.03;
+const FLAT_SHARE: f64 = 0.75;
 /// Points proposed per round.
 const BATCH: usize = 4;
 /// Observed points whose neighbourhoods join the pool.
@@ -78,10 +85,10 @@ pub(crate) fn propose(
 
 /// The next step of the descent from the default heuristic's point: the
 /// last move repeated (Hooke and Jeeves' pattern move: a direction that
-/// paid once often pays again), then an untried point around the
-/// incumbent (a neighbour, or a field at its first or last value), then
-/// around each kernel of its plateau, each neighbourhood's points taken
-/// in [`likeliest`]'s order; `None` once all were tried.
+/// paid once often pays again), then an untried probe of the incumbent
+/// ([`Grid::probes`]), then of each kernel of its plateau (unless the
+/// incumbent's probes are [`flat`]), each neighbourhood's points taken in
+/// [`likeliest`]'s order; `None` once all were tried.
 fn descent_step(
     grid: &Grid,
     history: &[Observation],
@@ -99,11 +106,16 @@ fn descent_step(
         return Some(p);
     }
     let around = |p: &Point| -> Vec<Point> {
-        (grid.neighbors(p).into_iter().chain(grid.extremes(p)))
+        (grid.probes(p).into_iter())
             .filter(|q| !tried.contains(q))
             .collect()
     };
-    let mut centres = std::iter::once(from).chain(plateau(history, from));
+    let sideways = if flat(grid, history, from) {
+        Vec::new()
+    } else {
+        plateau(history, from)
+    };
+    let mut centres = std::iter::once(from).chain(sideways);
     let untried = centres.find_map(|p| Some(around(p)).filter(|c| !c.is_empty()))?;
     Some(likeliest(grid, history, untried, rng))
 }
@@ -143,11 +155,7 @@ fn informative(labels: &[f64]) -> bool {
 /// neighbourhood is spent (a field that pays only after another moved
 /// can sit behind a step the noise makes flat).
 fn plateau<'h>(history: &'h [Observation], from: &Point) -> Vec<&'h Point> {
-    let Some(level) = history
-        .iter()
-        .find(|o| &o.point == from)
-        .and_then(|o| o.time)
-    else {
+    let Some(level) = time_of(history, from) else {
         return Vec::new();
     };
     let mut near: Vec<(f64, &Point)> = (history.iter())
@@ -158,6 +166,38 @@ fn plateau<'h>(history: &'h [Observation], from: &Point) -> Vec<&'h Point> {
     // A duplicate carries its original's time: one point per kernel.
     near.dedup_by(|a, b| a.0 == b.0);
     near.into_iter().take(PLATEAU).map(|(_, p)| p).collect()
+}
+
+/// Whether most kernels probed around `from` ran within `FLAT` of it:
+/// a landscape of noise around the incumbent, where walking the plateau
+/// kernels' neighbourhoods too finds only more noise and the forest's
+/// rounds (one point in four random) look further sooner. On the 1000²
+/// CPU layer norm, whose fast kernels lie three steps of one field away,
+/// 19.3 trials by the mean → 14.0; no recorded space lost a trial
+/// (BENCHMARKS.md, fifty-eighth session).
+fn flat(grid: &Grid, history: &[Observation], from: &Point) -> bool {
+    let Some(level) = time_of(history, from) else {
+        return false;
+    };
+    let probes: HashSet<Point> = grid.probes(from).into_iter().collect();
+    let mut times: Vec<f64> = (history.iter())
+        .filter(|o| probes.contains(&o.point))
+        .filter_map(|o| o.time)
+        .filter(|&t| t != level)
+        .collect();
+    times.sort_by(f64::total_cmp);
+    // A duplicate carries its original's time: one time per kernel.
+    times.dedup();
+    let close = times
+        .iter()
+        .filter(|&&t| (t / level - 1.0).abs() <= FLAT)
+        .count();
+    !times.is_empty() && close as f64 >= FLAT_SHARE * times.len() as f64
+}
+
+/// The time `point` ran in, if it ran.
+fn time_of(history: &[Observation], point: &Point) -> Option<f64> {
+    history.iter().find(|o| &o.point == point)?.time
 }
 
 /// Where the descent stood, in order: the first point that ran, then
@@ -322,13 +362,14 @@ mod tests {
             descent_step(&grid, &history, &tried, &mut rng()),
             Some(vec![1, 2])
         );
-        // Past the grid's edge there is no repeat: the neighbours come next.
+        // Past the grid's edge there is no repeat: the probes come next,
+        // field 0's (its one neighbour was tried; its far end) first.
         let history = [o(vec![2, 1], 1.0), o(vec![3, 1], 0.9)];
         let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
         assert_eq!(grid.step(&[3, 1], &[2, 1]), None);
         assert_eq!(
             descent_step(&grid, &history, &tried, &mut rng()),
-            Some(vec![3, 0])
+            Some(vec![0, 1])
         );
     }
 
@@ -362,13 +403,32 @@ mod tests {
         let mut tried: HashSet<Point> = HashSet::from([vec![1, 0]]);
         tried.extend(grid.neighbors(&[1, 0]));
         // Index 0 is one step away (a neighbour); field 1 has no far end.
-        assert_eq!(grid.extremes(&[1, 0]), [vec![5, 0]]);
         assert_eq!(
             descent_step(&grid, &history, &tried, &mut rng()),
             Some(vec![5, 0])
         );
         tried.insert(vec![5, 0]);
         assert_eq!(descent_step(&grid, &history, &tried, &mut rng()), None);
+    }
+
+    #[test]
+    fn a_flat_neighbourhood_is_left_to_the_forest() {
+        let grid = Grid { sizes: vec![3, 3] };
+        let around = |times: [f64; 4]| -> Vec<Observation> {
+            let probes = [vec![0, 1], vec![2, 1], vec![1, 0], vec![1, 2]];
+            std::iter::once(o(vec![1, 1], 1.0))
+                .chain(probes.into_iter().zip(times).map(|(p, t)| o(p, t)))
+                .collect()
+        };
+        // Every probe within 3 %: no sideways walk around [1, 0].
+        let history = around([1.01, 1.02, 0.995, 1.012]);
+        let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
+        assert!(flat(&grid, &history, &vec![1, 1]));
+        assert_eq!(descent_step(&grid, &history, &tried, &mut rng()), None);
+        // Half of them far off: the landscape has a shape to walk.
+        let history = around([1.01, 1.5, 0.995, 1.3]);
+        assert!(!flat(&grid, &history, &vec![1, 1]));
+        assert!(descent_step(&grid, &history, &tried, &mut rng()).is_some());
     }
 
     #[test]
