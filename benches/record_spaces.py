@@ -125,7 +125,7 @@ def main() -> None:
             continue
         start = time.perf_counter()
         fusion = tf.workloads.get(workload, **sizes).fusion()
-        described = f"{workload} {sizes}, {device}"
+        described = f"{workload} {sizes}, {args.device}"
         recording = tf.replay.record(fusion, device, fields, args.passes, description=described)
         points, kernels, ratio, near = landscape(recording)
         keep = ratio > 1.05 or not args.keep_informative
