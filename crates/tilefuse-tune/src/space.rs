@@ -33,12 +33,7 @@ impl Grid {
     pub fn neighbors(&self, point: &[usize]) -> Vec<Point> {
         let mut out = Vec::new();
         for (f, &n) in self.sizes.iter().enumerate() {
-            for step in [-1i64, 1] {
-                let i = point[f] as i64 + step;
-                if (0..n as i64).contains(&i) {
-                    out.push(moved(point, f, i as usize));
-                }
-            }
+            out.extend(steps(point[f], n).map(|j| moved(point, f, j)));
         }
         out
     }
@@ -55,14 +50,10 @@ impl Grid {
         let mut out = Vec::new();
         for (f, &n) in self.sizes.iter().enumerate() {
             let i = point[f];
-            let near = [i.checked_sub(1), Some(i + 1).filter(|&j| j < n)];
-            let ends = [0, n.saturating_sub(1)].map(|end| Some(end).filter(|e| e.abs_diff(i) > 1));
-            out.extend(
-                near.into_iter()
-                    .chain(ends)
-                    .flatten()
-                    .map(|j| moved(point, f, j)),
-            );
+            let ends = [0, n.saturating_sub(1)]
+                .into_iter()
+                .filter(|e| e.abs_diff(i) > 1);
+            out.extend(steps(i, n).chain(ends).map(|j| moved(point, f, j)));
         }
         out
     }
@@ -98,6 +89,13 @@ impl Grid {
 }
 
 /// `point` with field `f` at value `i`.
+/// The values one step down and up from index `i` of `n`.
+fn steps(i: usize, n: usize) -> impl Iterator<Item = usize> {
+    [i.checked_sub(1), Some(i + 1).filter(|&j| j < n)]
+        .into_iter()
+        .flatten()
+}
+
 fn moved(point: &[usize], f: usize, i: usize) -> Point {
     let mut next = point.to_vec();
     next[f] = i;

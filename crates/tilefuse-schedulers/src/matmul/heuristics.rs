@@ -8,8 +8,8 @@ use tilefuse_sched::DeviceInfo;
 
 /// Default params. The CPU device: invocations of 8 whole rows (the
 /// executor's register-blocked micro-kernel), up to 256 rows a workgroup
-/// (512 with AVX2) that share each k step's rows of B from cache, the columns cut before
-/// the rows (`cpu_tiles`), workgroups in parallel on threads (at least two
+/// (512 with AVX2) that share each k step's rows of B from cache, the
+/// columns cut before the rows (`cpu_tiles`), workgroups in parallel on threads (at least two
 /// per core; k split across the cores where the output tiles are fewer
 /// than them). A CPU Vulkan (lavapipe): 8×16 register tiles read straight from global memory,
 /// no workgroup memory (its barriers are costly). Other GPUs: 4×4 register
@@ -106,8 +106,8 @@ fn cpu_tiles(
 /// all of A, so rows stay together up to `blocking.max_rows` and the
 /// columns are cut first; where k takes more than one step, a tile of C
 /// stays within `blocking.tile_bytes`, as the micro-kernel loads and
-/// stores it once a step (4096 x 64 x 4096, one step, ran in 14.8 ms in tiles of 4096 columns and
-/// in 16.6 in tiles of 512); rows are cut further only where the columns
+/// stores it once a step (4096 x 64 x 4096, one step, ran in 14.8 ms in
+/// tiles of 4096 columns and in 16.6 in tiles of 512); rows are cut further only where the columns
 /// are too few to cut. One row (a vector-matrix product) takes whole rows
 /// of B where k is long enough for `cpu_splitk` to share it over the cores:
 /// the micro-kernel then streams B row after row (1 x 4096 x 4096: 2.2-3.5
