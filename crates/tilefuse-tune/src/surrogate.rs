@@ -173,8 +173,8 @@ fn plateau<'h>(history: &'h [Observation], from: &Point) -> Vec<&'h Point> {
 /// kernels' neighbourhoods too finds only more noise and the forest's
 /// rounds (one point in four random) look further sooner. On the 1000²
 /// CPU layer norm, whose fast kernels lie three steps of one field away,
-/// 19.3 trials by the mean → 14.0; no recorded space lost a trial
-/// (BENCHMARKS.md, fifty-eighth session).
+/// 19.3 trials by the mean → 14.3 (400 seeds); no other of the first 28
+/// recorded spaces moved (BENCHMARKS.md, fifty-eighth session).
 fn flat(grid: &Grid, history: &[Observation], from: &Point) -> bool {
     let Some(level) = time_of(history, from) else {
         return false;
