@@ -25,7 +25,9 @@ pub fn recording(py: Python<'_>, text: &str) -> PyResult<Recording> {
 /// `options["fields"]`) with its time, as `Recording` JSON: what `replay`
 /// reads. With `passes` above 1 each point's time is the median of that
 /// many exhaustive runs, so that a slow spell of the machine moves one
-/// pass only; `progress(trial, best)` is called after each trial.
+/// pass only; the fastest kernels are then confirmed
+/// (`Recording::confirm`). `progress(trial, best)` is called after each
+/// trial.
 #[pyfunction]
 #[pyo3(signature = (fusion, device, options, description=String::new(), passes=1, progress=None))]
 pub fn record(
@@ -52,7 +54,9 @@ pub fn record(
             );
             runs.push(run.map_err(|e| tune_error(py, e, &raised))?);
         }
-        let r = Recording::median_of(&runs);
+        let mut r = Recording::median_of(&runs);
+        r.confirm(&fusion.inner, &device.inner, &opts)
+            .map_err(|e| tune_error(py, e, &raised))?;
         Ok(serde_json::to_string(&r).expect("a recording serializes"))
     })
 }

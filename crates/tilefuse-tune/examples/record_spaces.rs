@@ -1,5 +1,6 @@
 //! Records the spaces the strategy-replay tests and benchmarks run on:
-//! every point's time, the median of `PASSES` exhaustive runs.
+//! every point's time, the median of `PASSES` exhaustive runs, its
+//! fastest kernels confirmed (`Recording::confirm`).
 //!
 //! ```text
 //! cargo run --release -p tilefuse-tune --example record_spaces -- crates/tilefuse-tune/tests/fixtures
@@ -108,8 +109,9 @@ fn main() {
             );
         }
     }
-    for ((name, ..), passes) in cases.iter().zip(passes) {
-        let r = Recording::median_of(&passes);
+    for ((name, _, fusion, device, options), passes) in cases.iter().zip(passes) {
+        let mut r = Recording::median_of(&passes);
+        r.confirm(fusion, device, options).unwrap();
         let path = out.join(format!("{name}.json"));
         std::fs::write(&path, serde_json::to_string(&r).unwrap()).unwrap();
         let ok = r.times.iter().filter(|(_, t)| t.is_some()).count();

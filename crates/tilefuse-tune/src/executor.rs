@@ -13,6 +13,7 @@ use tilefuse_ir::Fusion;
 use tilefuse_runtime::{Device, Kernel};
 
 use crate::candidate::{Candidate, Finalist, Measured, Timing};
+use crate::drift::Reference;
 use crate::measure::{self, Problem};
 use crate::options::TuneError;
 use crate::trial::Status;
@@ -49,14 +50,18 @@ const LOOKAHEAD: usize = 4;
 /// Measures on a device of this process, timing one candidate at a time
 /// in the order submitted. On a GPU the builds (schedule, lower, codegen,
 /// pipeline) of the next candidates run on a pool of threads while one is
-/// timed; on a device that computes on the host's cores (the CPU device,
-/// lavapipe) builds would disturb the timing, so each is built just
-/// before it is timed.
+/// timed. A device that computes on the host's cores (the CPU device,
+/// lavapipe) runs at the speed of a machine others share: builds would
+/// disturb the timing, so each is built just before it is timed, and each
+/// time is paired with a reference kernel's (see [`crate::drift`]).
 pub struct LocalExecutor<'a> {
     fusion: &'a Fusion,
     device: &'a Device,
     problem: Problem,
     overlap: bool,
+    paired: bool,
+    /// What candidates are paired with, once one ran.
+    reference: Option<Reference>,
     queued: Vec<Candidate>,
     done: VecDeque<(usize, Measured)>,
     /// The best median it timed: candidates far slower are cut.
@@ -65,11 +70,14 @@ pub struct LocalExecutor<'a> {
 
 impl<'a> LocalExecutor<'a> {
     pub fn new(fusion: &'a Fusion, device: &'a Device, problem: Problem) -> Self {
+        let on_the_host = device.info().adapter_type == "cpu";
         LocalExecutor {
             fusion,
             device,
             problem,
-            overlap: device.info().adapter_type != "cpu",
+            overlap: !on_the_host,
+            paired: on_the_host,
+            reference: None,
             queued: Vec::new(),
             done: VecDeque::new(),
             best: None,
@@ -79,6 +87,13 @@ impl<'a> LocalExecutor<'a> {
     /// Overlaps builds with timing, or not, whatever the device (tests).
     pub fn overlapping(mut self, overlap: bool) -> Self {
         self.overlap = overlap;
+        self
+    }
+
+    /// Pairs each time with a reference kernel's, or not, whatever the
+    /// device (tests).
+    pub fn pairing(mut self, paired: bool) -> Self {
+        self.paired = paired;
         self
     }
 
@@ -127,11 +142,27 @@ impl<'a> LocalExecutor<'a> {
     /// (newer than the one the search knew when it handed `c` out).
     fn time(&mut self, kernel: Result<Kernel, String>, mut c: Candidate) {
         c.best = faster(c.best, self.best);
-        let m = measure::built(kernel, &self.problem, &c);
+        let m = match kernel {
+            Ok(kernel) => self.timed(kernel, &c),
+            Err(e) => Measured::failed(e),
+        };
         if m.status == Status::Ok {
             self.best = faster(self.best, m.time);
         }
         self.done.push_back((c.id, m));
+    }
+
+    /// `c` checked and timed on its `kernel`; when pairing, its time
+    /// paired with the reference's, or the reference it becomes.
+    fn timed(&mut self, kernel: Kernel, c: &Candidate) -> Measured {
+        let mut m = measure::timed(&kernel, &self.problem, c);
+        let ran = m.time.filter(|_| self.paired && m.status == Status::Ok);
+        match (ran, &mut self.reference) {
+            (Some(t), Some(r)) => m.time = Some(r.pair(&self.problem, t, c.timing.repeat)),
+            (Some(t), None) => self.reference = Some(Reference::new(kernel, t)),
+            (None, _) => {}
+        }
+        m
     }
 }
 

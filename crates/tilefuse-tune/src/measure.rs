@@ -50,16 +50,15 @@ pub const LIMIT_FLOOR: Duration = Duration::from_millis(500);
 /// [`LIMIT_RATIO`] times), then a short timing, cut when over [`CUT_RATIO`]
 /// times it, then the full timing; its time is the faster of the two.
 pub fn candidate(fusion: &Fusion, device: &Device, problem: &Problem, c: &Candidate) -> Measured {
-    built(build(fusion, device, &c.params), problem, c)
+    match build(fusion, device, &c.params) {
+        Ok(kernel) => timed(&kernel, problem, c),
+        Err(e) => Measured::failed(e),
+    }
 }
 
-/// [`candidate`] for its `kernel`, built already (or why it failed to).
-pub(crate) fn built(kernel: Result<Kernel, String>, problem: &Problem, c: &Candidate) -> Measured {
-    let kernel = match kernel {
-        Ok(k) => k,
-        Err(e) => return Measured::failed(e),
-    };
-    let probe = match first_launches(&kernel, problem, c) {
+/// [`candidate`] for its `kernel`, built already.
+pub(crate) fn timed(kernel: &Kernel, problem: &Problem, c: &Candidate) -> Measured {
+    let probe = match first_launches(kernel, problem, c) {
         Ok(probe) => probe,
         Err(m) => return m,
     };
@@ -73,13 +72,13 @@ pub(crate) fn built(kernel: Result<Kernel, String>, problem: &Problem, c: &Candi
     } else {
         // The short timing warms up (a GPU for at least 200 ms): the full
         // one right after it needs none.
-        problem.time(&kernel, 1, 3).and_then(|short| {
+        problem.short(kernel).and_then(|short| {
             if slower(short, CUT_RATIO) {
                 return Ok((Status::Cut, short, Some("over 3x the best")));
             }
             // A slow spell of a shared machine only adds time: the faster
             // of the two timings is the closer to the kernel's own.
-            let full = problem.time(&kernel, 0, c.timing.repeat)?;
+            let full = problem.time(kernel, 0, c.timing.repeat)?;
             Ok((Status::Ok, full.min(short), None))
         })
     };
@@ -279,6 +278,12 @@ impl Problem {
             check_close(&w.data, &g.data, self.rtol).map_err(|e| format!("output {o}: {e}"))?;
         }
         Ok(())
+    }
+
+    /// A short timing of `kernel`: one warm-up launch and the median of
+    /// three.
+    pub(crate) fn short(&self, kernel: &Kernel) -> Result<f64, String> {
+        self.time(kernel, 1, 3)
     }
 
     /// Median seconds of `repeat` launches after `warmup`.

@@ -13,13 +13,24 @@ use tilefuse_runtime::Device;
 use crate::candidate::Timing;
 use crate::candidate::{Candidate, Finalist, Measured};
 use crate::executor::Executor;
+use crate::measure::{self, Problem, median};
 use crate::options::{Observer, Options, TuneError};
-use crate::search::tune;
+use crate::search::{self, tune};
 use crate::space::Observation;
 use crate::space::{Grid, Point};
 use crate::strategy::{Points, Strategy};
 use crate::trial::Status;
 use crate::verdict::RoundTimes;
+
+/// The fastest kernels of a recording [`Recording::confirm`] re-times.
+pub const CONFIRMED: usize = 8;
+
+/// Interleaved rounds of a confirmation.
+const CONFIRM_ROUNDS: usize = 5;
+
+/// Confirmations at most: on a flat landscape each can bring as many new
+/// kernels into the fastest as it re-timed.
+const CONFIRM_LOOKS: usize = 8;
 
 /// Every point of a space with its time (`None`: it failed).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -69,13 +80,21 @@ impl Recording {
     /// point's median time, failed where most passes failed. A pass times
     /// its points one after another, so a machine that slows down for a
     /// while (a shared VM, a GPU's clocks) slows a run of neighbouring
-    /// points together; passes at different times outvote it.
+    /// points together; passes at different times outvote it. Each pass
+    /// is first scaled to the median of the passes' base times: a pass's
+    /// times are paired with its base's (`drift`), so a pass whose base ran
+    /// in a slow spell is slow throughout, and its points' medians would
+    /// mix the passes' speeds.
     pub fn median_of(passes: &[Recording]) -> Recording {
         let first = &passes[0];
+        let base_time = |r: &Recording| r.times.iter().find(|(p, _)| *p == r.base)?.1;
+        let mut bases: Vec<f64> = passes.iter().filter_map(base_time).collect();
+        let typical = (!bases.is_empty()).then(|| median(&mut bases));
+        let scale = |r: &Recording| typical.zip(base_time(r)).map_or(1.0, |(t, b)| t / b);
         let times = (first.times.iter())
             .map(|(point, _)| {
                 let mut ran: Vec<f64> = (passes.iter())
-                    .filter_map(|r| r.times.iter().find(|(p, _)| p == point)?.1)
+                    .filter_map(|r| Some(r.times.iter().find(|(p, _)| p == point)?.1? * scale(r)))
                     .collect();
                 ran.sort_by(f64::total_cmp);
                 let median = (2 * ran.len() > passes.len()).then(|| ran[ran.len() / 2]);
@@ -86,6 +105,93 @@ impl Recording {
             times,
             ..first.clone()
         }
+    }
+
+    /// Re-times the fastest kernels of the recording against its base, in
+    /// interleaved rounds (as the tuner's final run does), until the
+    /// [`CONFIRMED`] fastest were all re-timed: each keeps the base's
+    /// recorded time times its median ratio to the base over the rounds
+    /// (at most [`CONFIRM_LOOKS`] times over).
+    /// A pass times a point once, so one point in a few hundred can catch
+    /// a fast moment the base's pairing missed, 20 % and more faster than
+    /// its kernel runs (Helion confirms suspiciously fast timings too);
+    /// the best of a recording must not be such a moment.
+    pub fn confirm(
+        &mut self,
+        fusion: &Fusion,
+        device: &Device,
+        options: &Options,
+    ) -> Result<(), TuneError> {
+        let info = device.info();
+        let (_, space) = search::space(fusion, &info, options)?;
+        let problem = Problem::of(
+            fusion,
+            options.inputs.clone(),
+            options.expected.clone(),
+            options.seed,
+            options.rtol,
+        )
+        .map_err(TuneError::Failed)?;
+        let Some(base_time) = self.time_of(&self.base) else {
+            return Ok(());
+        };
+        let mut confirmed = HashSet::from([base_time.to_bits()]);
+        for _ in 0..CONFIRM_LOOKS {
+            let fastest = self.fastest_kernels(CONFIRMED);
+            let fresh: Vec<(Point, f64)> = (fastest.into_iter())
+                .filter(|(_, t)| !confirmed.contains(&t.to_bits()))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            // Each point as the tuner measured it: repaired.
+            let schedule = |p: &_| tilefuse_schedulers::schedule(fusion, p, &info);
+            let params = std::iter::once(&self.base)
+                .chain(fresh.iter().map(|(p, _)| p))
+                .map(|p| space.repair(p, schedule).map(|(p, _)| p.to_value()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|(_, e)| TuneError::Failed(e.to_string()))?;
+            let rounds = measure::final_round(
+                fusion,
+                device,
+                &problem,
+                &params,
+                options.timing(),
+                CONFIRM_ROUNDS,
+            )
+            .map_err(TuneError::from_runtime)?;
+            for ((_, old), times) in fresh.iter().zip(&rounds[1..]) {
+                let mut ratios: Vec<f64> =
+                    times.iter().zip(&rounds[0]).map(|(t, b)| t / b).collect();
+                let now = base_time * median(&mut ratios);
+                confirmed.insert(now.to_bits());
+                self.retime(*old, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// The first point of each of the `n` fastest kernels (distinct
+    /// times), fastest first.
+    fn fastest_kernels(&self, n: usize) -> Vec<(Point, f64)> {
+        let mut ran: Vec<(Point, f64)> = (self.times.iter())
+            .filter_map(|(p, t)| Some((p.clone(), (*t)?)))
+            .collect();
+        ran.sort_by(|a, b| a.1.total_cmp(&b.1));
+        ran.dedup_by(|a, b| a.1 == b.1);
+        ran.truncate(n);
+        ran
+    }
+
+    /// Every point timed `old` (one kernel) timed `now` instead.
+    fn retime(&mut self, old: f64, now: f64) {
+        (self.times.iter_mut())
+            .filter(|(_, t)| *t == Some(old))
+            .for_each(|(_, t)| *t = Some(now));
+    }
+
+    fn time_of(&self, point: &Point) -> Option<f64> {
+        self.times.iter().find(|(p, _)| p == point)?.1
     }
 
     /// The fastest recorded time.

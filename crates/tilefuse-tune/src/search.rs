@@ -199,12 +199,9 @@ impl<'a> Search<'a> {
         heuristics: &[&'a dyn AutotunerHeuristic],
         observe: &'a mut Observer<'a>,
     ) -> Result<Search<'a>, TuneError> {
-        let failed = |e: String| TuneError::Failed(e);
-        let features = features(fusion).map_err(failed)?;
+        let (features, space) = space(fusion, info, options)?;
         let kind = features.scheduler;
-        let base = self::heuristics(fusion, Some(kind), info).map_err(|e| failed(e.to_string()))?;
-        let (_, fields) = tunables(fusion, Some(kind), info).map_err(|e| failed(e.to_string()))?;
-        let space = Space::new(base.clone(), narrowed(fields, options, kind)?);
+        let base = space.base.clone();
         let budget = options.trials.unwrap_or(options.effort.trials());
         let strategy = options
             .strategy
@@ -553,6 +550,22 @@ fn views(kept: &[Kept]) -> Vec<Finalist> {
             point: f.point.clone(),
         })
         .collect()
+}
+
+/// The space of the scheduler that takes `fusion` on `info`, narrowed to
+/// `options.fields`, and the fusion's features.
+pub(crate) fn space(
+    fusion: &Fusion,
+    info: &DeviceInfo,
+    options: &Options,
+) -> Result<(Features, Space), TuneError> {
+    let failed = |e: String| TuneError::Failed(e);
+    let features = features(fusion).map_err(failed)?;
+    let kind = features.scheduler;
+    let base = heuristics(fusion, Some(kind), info).map_err(|e| failed(e.to_string()))?;
+    let (_, fields) = tunables(fusion, Some(kind), info).map_err(|e| failed(e.to_string()))?;
+    let space = Space::new(base, narrowed(fields, options, kind)?);
+    Ok((features, space))
 }
 
 /// The scheduler's tunable `fields`, only those `options.fields` names.

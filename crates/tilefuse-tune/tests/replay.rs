@@ -3,8 +3,11 @@
 
 use std::collections::HashSet;
 
-use tilefuse_tune::replay::{best_of, trials, trials_to_within};
-use tilefuse_tune::{Recording, Strategy};
+use tilefuse_ir::Fusion;
+use tilefuse_runtime::Device;
+use tilefuse_testing::{softmax, sum};
+use tilefuse_tune::replay::{CONFIRMED, best_of, trials, trials_to_within};
+use tilefuse_tune::{Options, Recording, Strategy};
 
 fn recordings() -> Vec<(&'static str, Recording)> {
     ["chain_cpu", "softmax_gpu", "matmul_gpu"]
@@ -131,6 +134,89 @@ fn passes_combine_into_each_point_s_median_and_most_passes_decide_a_failure() {
     ];
     let r = Recording::median_of(&passes);
     let times: Vec<_> = r.times.iter().map(|(_, t)| *t).collect();
+    // Each pass scaled to the median base time, 1.5: [1.5, 2.25, -],
+    // [1.5, 13.5, 13.5], [1.5, 3.5, -].
     assert_eq!(times, [Some(1.5), Some(3.5), None]);
     assert_eq!((r.base, r.sizes), (vec![0], vec![3]));
+}
+
+#[test]
+fn passes_whose_base_ran_in_another_spell_are_scaled_to_one_speed() {
+    // Paired times: each pass at the speed its base ran at. Point 1 runs
+    // at 0.9 of the base; one pass timed it in a fast moment (0.6).
+    let pass = |times: [f64; 3]| Recording {
+        description: "three points".into(),
+        fields: vec!["f".into()],
+        sizes: vec![3],
+        base: vec![0],
+        times: (0..3).map(|i| (vec![i], Some(times[i]))).collect(),
+    };
+    let passes = [
+        pass([1.0, 0.6, 1.1]),
+        pass([1.4, 1.26, 1.54]),
+        pass([0.7, 0.63, 0.77]),
+    ];
+    let r = Recording::median_of(&passes);
+    let times: Vec<f64> = r.times.iter().map(|(_, t)| t.unwrap()).collect();
+    // Unscaled, point 1's median would be 0.63: two-thirds of the base.
+    let want = [1.0, 0.9, 1.1];
+    assert!(
+        times.iter().zip(want).all(|(t, w)| (t - w).abs() < 1e-9),
+        "{times:?}"
+    );
+}
+
+/// A recording of `fields` of `f` on the CPU device, four points given a
+/// time 100x faster than the base's (as if each had caught a fast moment
+/// of the machine), then confirmed: the base's time and that moment.
+fn confirmed_after_fast_moments(f: &Fusion, fields: &[&str]) -> (Recording, Option<f64>, f64) {
+    let device = Device::cpu();
+    let options = Options {
+        fields: Some(fields.iter().map(|&f| f.into()).collect()),
+        repeat: 3,
+        ..Options::default()
+    };
+    let mut r = Recording::record(f, &device, &options, "", &mut |_, _| true).unwrap();
+    let base = r.times.iter().find(|(p, _)| *p == r.base).unwrap().1;
+    let moment = base.unwrap() / 100.0;
+    let others = (r.times.iter_mut()).filter(|(_, t)| t.is_some() && *t != base);
+    for (i, (_, t)) in others.step_by(7).take(4).enumerate() {
+        // One time a point: kernels stay told apart.
+        *t = Some(moment * (1.0 + i as f64 * 1e-6));
+    }
+    r.confirm(f, &device, &options).unwrap();
+    (r, base, moment)
+}
+
+#[test]
+fn a_recording_s_fastest_kernels_are_confirmed_against_its_base() {
+    let f = softmax(&[64, 256], -1);
+    let (r, base, moment) = confirmed_after_fast_moments(&f, &["vectorization_factor_reduction"]);
+    assert!(
+        r.best() > 10.0 * moment,
+        "{} against the base's {base:?}",
+        r.best()
+    );
+    assert_eq!(r.times.iter().find(|(p, _)| *p == r.base).unwrap().1, base);
+}
+
+#[test]
+fn points_the_tuner_repaired_are_confirmed_as_it_measured_them() {
+    // Points of a column sum's workgroup size, rows a workgroup and unroll
+    // need repair (rows a multiple of the invocations' rows).
+    let f = sum(&[2048, 512], 0);
+    let fields = [
+        "launch.workgroup_size",
+        "rows_per_workgroup",
+        "unroll_factor_iteration",
+    ];
+    let (r, _, moment) = confirmed_after_fast_moments(&f, &fields);
+    let fastest: Vec<f64> = {
+        let mut t: Vec<f64> = r.times.iter().filter_map(|(_, t)| *t).collect();
+        t.sort_by(f64::total_cmp);
+        t.dedup();
+        t.truncate(CONFIRMED);
+        t
+    };
+    assert!(fastest.iter().all(|&t| t > 10.0 * moment), "{fastest:?}");
 }

@@ -1,0 +1,69 @@
+//! Candidate times on a machine whose speed drifts. A shared VM runs a
+//! memory-bound kernel 1.8x slower in some spells of seconds than in
+//! others, and every kernel timed in a spell moves alike: two kernels
+//! timed back to back kept their ratio within about 5 % while each moved
+//! by up to 80 % (fifty-ninth session, BENCHMARKS.md). A search that
+//! compares candidates timed seconds apart learns the spells, not the
+//! kernels. So each candidate's time is paired with a timing of one
+//! reference kernel (the first that ran: the default heuristic's) right
+//! after it: the time a candidate gets is its ratio to the reference's
+//! then, times the reference's first time. Every candidate of a run is so
+//! timed at the speed of one moment, the default's trial.
+
+use tilefuse_runtime::Kernel;
+
+use crate::measure::Problem;
+
+/// The kernel candidates are paired with, and its first time.
+pub(crate) struct Reference {
+    kernel: Kernel,
+    time: f64,
+}
+
+impl Reference {
+    /// `kernel`, which ran in `time`.
+    pub(crate) fn new(kernel: Kernel, time: f64) -> Reference {
+        Reference { kernel, time }
+    }
+
+    /// `time`, a candidate's time just measured, paired: the reference
+    /// timed now as a candidate is (the faster of a short timing and one
+    /// of `repeat` launches: a spike in one timing moves neither time),
+    /// and `time` scaled by the reference's first time over its time now.
+    /// Unscaled when the reference fails to run (it ran before; a failure
+    /// now is not the candidate's).
+    pub(crate) fn pair(&self, problem: &Problem, time: f64, repeat: usize) -> f64 {
+        let short = problem.short(&self.kernel);
+        let now = short.and_then(|s| Ok(s.min(problem.time(&self.kernel, 0, repeat)?)));
+        match now {
+            Ok(now) => time * self.time / now,
+            Err(_) => time,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tilefuse_runtime::Device;
+    use tilefuse_schedulers::{heuristics, schedule};
+    use tilefuse_testing::softmax;
+
+    use super::*;
+
+    #[test]
+    fn a_time_is_scaled_by_the_reference_s_first_time_over_its_time_now() {
+        let f = softmax(&[64, 256], -1);
+        let device = Device::cpu();
+        let params = heuristics(&f, None, &device.info()).unwrap();
+        let kernel = device
+            .build(&schedule(&f, &params, &device.info()).unwrap())
+            .unwrap();
+        let problem = Problem::new(&f, 1).unwrap();
+        let now = problem.short(&kernel).unwrap();
+        // As if the reference's first timing had run in a spell 100x slow:
+        // every candidate is timed at that speed.
+        let reference = Reference::new(kernel, 100.0 * now);
+        let paired = reference.pair(&problem, 1.0, 5);
+        assert!((20.0..500.0).contains(&paired), "{paired}");
+    }
+}
