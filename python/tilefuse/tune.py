@@ -55,7 +55,10 @@ class TuneResult:
     #: (a cached winner of the same structure at other sizes), ``seed``,
     #: ``heuristic_neighbor``, ``random``, ``neighbor``, ``exhaustive``),
     #: ``heuristic`` (of a seed or its neighbour), ``status`` (``ok``,
-    #: ``failed``, ``wrong``, ``duplicate``, ``cut``), ``time``, ``error``,
+    #: ``failed``, ``wrong``, ``duplicate``, ``cut``), ``time`` (on the CPU
+    #: device and lavapipe, which share the host's cores, scaled by the
+    #: default's kernel timed right after it: the time it would have taken
+    #: at the speed the default's trial ran at), ``error``,
     #: ``at`` (seconds since tuning started), ``id`` (in the order
     #: proposed), ``device`` (the fingerprint of the device that measured it),
     #: ``look`` (its time in the second look before the final run, for the
