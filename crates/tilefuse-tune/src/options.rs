@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tilefuse_ir::Tensor;
+use tilefuse_ir::{Fusion, Tensor};
 use tilefuse_params::HeuristicParams;
 
 use crate::candidate::Measured;
 use crate::candidate::Timing;
-use crate::measure::RTOL;
+use crate::measure::{Problem, RTOL};
 use crate::strategy::Strategy;
 use crate::trial::Trial;
 
@@ -109,6 +109,19 @@ impl Default for Options {
 }
 
 impl Options {
+    /// What candidates of `fusion` are checked and timed on: the inputs
+    /// and expected outputs given, or random ones from the seed.
+    pub(crate) fn problem(&self, fusion: &Fusion) -> Result<Problem, TuneError> {
+        Problem::of(
+            fusion,
+            self.inputs.clone(),
+            self.expected.clone(),
+            self.seed,
+            self.rtol,
+        )
+        .map_err(TuneError::Failed)
+    }
+
     pub(crate) fn timing(&self) -> Timing {
         Timing {
             warmup: self.warmup,

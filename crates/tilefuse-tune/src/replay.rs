@@ -13,7 +13,7 @@ use tilefuse_runtime::Device;
 use crate::candidate::Timing;
 use crate::candidate::{Candidate, Finalist, Measured};
 use crate::executor::Executor;
-use crate::measure::{self, Problem, median};
+use crate::measure::{self, median};
 use crate::options::{Observer, Options, TuneError};
 use crate::search::{self, tune};
 use crate::space::Observation;
@@ -129,14 +129,7 @@ impl Recording {
     ) -> Result<(), TuneError> {
         let info = device.info();
         let (_, space) = search::space(fusion, &info, options)?;
-        let problem = Problem::of(
-            fusion,
-            options.inputs.clone(),
-            options.expected.clone(),
-            options.seed,
-            options.rtol,
-        )
-        .map_err(TuneError::Failed)?;
+        let problem = options.problem(fusion)?;
         let Some(base_time) = self.time_of(&self.base) else {
             return Ok(());
         };

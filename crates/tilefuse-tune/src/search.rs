@@ -26,7 +26,6 @@ use tilefuse_schedulers::{Features, features, heuristics, schedule, tunables};
 
 use crate::candidate::{Candidate, Finalist, Measured};
 use crate::executor::{Executor, LocalExecutor};
-use crate::measure::Problem;
 use crate::options::{INTERRUPTED, Observer, Options, TuneError};
 use crate::seeding::{Proposal, Seeding};
 use crate::seeds::{AutotunerHeuristic, SeedContext};
@@ -59,14 +58,7 @@ pub fn tune(
     heuristics: &[&dyn AutotunerHeuristic],
     observe: &mut Observer,
 ) -> Result<TuneResult, TuneError> {
-    let problem = Problem::of(
-        fusion,
-        options.inputs.clone(),
-        options.expected.clone(),
-        options.seed,
-        options.rtol,
-    )
-    .map_err(TuneError::Failed)?;
+    let problem = options.problem(fusion)?;
     let mut local = LocalExecutor::new(fusion, device, problem);
     let info = device.info();
     tune_with(fusion, &info, options, heuristics, &mut local, observe)
