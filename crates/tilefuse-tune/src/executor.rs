@@ -90,13 +90,6 @@ impl<'a> LocalExecutor<'a> {
         self
     }
 
-    /// Pairs each time with a reference kernel's, or not, whatever the
-    /// device (tests).
-    pub fn pairing(mut self, paired: bool) -> Self {
-        self.paired = paired;
-        self
-    }
-
     /// Builds the queued candidates (on a pool of threads when it
     /// overlaps builds) and times each as soon as it and those before it
     /// are built.

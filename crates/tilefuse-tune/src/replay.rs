@@ -92,14 +92,14 @@ impl Recording {
     /// mix the passes' speeds.
     pub fn median_of(passes: &[Recording]) -> Recording {
         let first = &passes[0];
-        let base_time = |r: &Recording| r.times.iter().find(|(p, _)| *p == r.base)?.1;
+        let base_time = |r: &Recording| r.time_of(&r.base);
         let mut bases: Vec<f64> = passes.iter().filter_map(base_time).collect();
         let typical = (!bases.is_empty()).then(|| median(&mut bases));
         let scale = |r: &Recording| typical.zip(base_time(r)).map_or(1.0, |(t, b)| t / b);
         let times = (first.times.iter())
             .map(|(point, _)| {
                 let mut ran: Vec<f64> = (passes.iter())
-                    .filter_map(|r| Some(r.times.iter().find(|(p, _)| p == point)?.1? * scale(r)))
+                    .filter_map(|r| Some(r.time_of(point)? * scale(r)))
                     .collect();
                 ran.sort_by(f64::total_cmp);
                 let median = (2 * ran.len() > passes.len()).then(|| ran[ran.len() / 2]);
@@ -186,6 +186,7 @@ impl Recording {
             .for_each(|(_, t)| *t = Some(now));
     }
 
+    /// The time `point` ran in, if it ran.
     fn time_of(&self, point: &Point) -> Option<f64> {
         self.times.iter().find(|(p, _)| p == point)?.1
     }
