@@ -95,11 +95,13 @@ impl Recording {
         let base_time = |r: &Recording| r.time_of(&r.base);
         let mut bases: Vec<f64> = passes.iter().filter_map(base_time).collect();
         let typical = (!bases.is_empty()).then(|| median(&mut bases));
-        let scale = |r: &Recording| typical.zip(base_time(r)).map_or(1.0, |(t, b)| t / b);
+        let scales: Vec<f64> = (passes.iter())
+            .map(|r| typical.zip(base_time(r)).map_or(1.0, |(t, b)| t / b))
+            .collect();
         let times = (first.times.iter())
             .map(|(point, _)| {
-                let mut ran: Vec<f64> = (passes.iter())
-                    .filter_map(|r| Some(r.time_of(point)? * scale(r)))
+                let mut ran: Vec<f64> = (passes.iter().zip(&scales))
+                    .filter_map(|(r, scale)| Some(r.time_of(point)? * scale))
                     .collect();
                 ran.sort_by(f64::total_cmp);
                 let median = (2 * ran.len() > passes.len()).then(|| ran[ran.len() / 2]);
