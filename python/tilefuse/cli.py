@@ -430,7 +430,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--effort", choices=("none", "quick", "full"), default="quick")
     t.add_argument("--strategy", choices=("random", "pattern", "surrogate", "exhaustive"))
     t.add_argument("--trials", type=int)
-    t.add_argument("--seconds", type=float)
+    t.add_argument(
+        "--seconds", type=float, help="bound on the whole run, its final re-timing included"
+    )
     t.add_argument("--seed", type=int)
     t.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     t.add_argument("--no-builtin-heuristics", action="store_true")

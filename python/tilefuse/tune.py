@@ -307,8 +307,11 @@ def tune(
     omitted), starting from the default
     heuristic and the seeds of the seed heuristics that apply (the built-in
     ones unless ``builtin_heuristics`` is false, and every registered
-    :class:`AutotunerHeuristic`). ``effort`` is ``"none"``, ``"quick"`` or ``"full"`` unless
-    ``trials`` / ``seconds`` bound it; ``strategy`` is ``"random"``,
+    :class:`AutotunerHeuristic`). ``effort`` is ``"none"``, ``"quick"`` (24
+    trials, 30 s) or ``"full"`` (160 trials, 600 s) unless ``trials`` /
+    ``seconds`` bound it; ``seconds`` bounds the whole run, its final
+    re-timing of the best few included (the search stops early enough for
+    it, by the times measured so far); ``strategy`` is ``"random"``,
     ``"pattern"``, ``"surrogate"`` (a pattern descent from the default,
     each step the neighbour a random forest ranks likeliest good, then the
     forest's likeliest-good points anywhere, learning from failures too)

@@ -54,15 +54,32 @@ pub struct Measured {
     /// knows it: a search refuses timings of another device.
     #[serde(default)]
     pub device: Option<String>,
+    /// Seconds its build took (schedule, lower, codegen, pipeline), where
+    /// the executor knows: a search's time budget keeps room for the
+    /// builds of its final run.
+    #[serde(default)]
+    pub build: Option<f64>,
 }
 
 impl Measured {
+    /// A candidate that ran correctly in `time` seconds.
+    pub fn ran(time: f64) -> Measured {
+        Measured {
+            status: Status::Ok,
+            time: Some(time),
+            error: None,
+            device: None,
+            build: None,
+        }
+    }
+
     pub(crate) fn failed(error: String) -> Measured {
         Measured {
             status: Status::Failed,
             time: None,
             error: Some(error),
             device: None,
+            build: None,
         }
     }
 }

@@ -97,8 +97,8 @@ impl<'a> LocalExecutor<'a> {
         let batch = std::mem::take(&mut self.queued);
         if !self.overlap {
             for c in batch {
-                let kernel = measure::build(self.fusion, self.device, &c.params);
-                self.time(kernel, c);
+                let built = measure::build_timed(self.fusion, self.device, &c.params);
+                self.time(built, c);
             }
             return;
         }
@@ -111,7 +111,7 @@ impl<'a> LocalExecutor<'a> {
                 let (tx, next, batch) = (tx.clone(), &next, &batch);
                 s.spawn(move || {
                     while let Some(c) = batch.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        let built = measure::build(fusion, device, &c.params);
+                        let built = measure::build_timed(fusion, device, &c.params);
                         if tx.send((c.id, built)).is_err() {
                             break;
                         }
@@ -131,13 +131,18 @@ impl<'a> LocalExecutor<'a> {
         });
     }
 
-    /// Checks and times `c`, cut against the best this executor timed
-    /// (newer than the one the search knew when it handed `c` out).
-    fn time(&mut self, kernel: Result<Kernel, String>, mut c: Candidate) {
+    /// Checks and times `c`, built in `seconds`, cut against the best
+    /// this executor timed (newer than the one the search knew when it
+    /// handed `c` out).
+    fn time(&mut self, (kernel, seconds): (Result<Kernel, String>, f64), mut c: Candidate) {
         c.best = faster(c.best, self.best);
         let m = match kernel {
             Ok(kernel) => self.timed(kernel, &c),
             Err(e) => Measured::failed(e),
+        };
+        let m = Measured {
+            build: Some(seconds),
+            ..m
         };
         if m.status == Status::Ok {
             self.best = faster(self.best, m.time);

@@ -6,7 +6,7 @@
 //! before its full measurement (tinygrad's BEAM, CubeCL).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -50,9 +50,14 @@ pub const LIMIT_FLOOR: Duration = Duration::from_millis(500);
 /// [`LIMIT_RATIO`] times), then a short timing, cut when over [`CUT_RATIO`]
 /// times it, then the full timing; its time is the faster of the two.
 pub fn candidate(fusion: &Fusion, device: &Device, problem: &Problem, c: &Candidate) -> Measured {
-    match build(fusion, device, &c.params) {
+    let (kernel, seconds) = build_timed(fusion, device, &c.params);
+    let m = match kernel {
         Ok(kernel) => timed(&kernel, problem, c),
         Err(e) => Measured::failed(e),
+    };
+    Measured {
+        build: Some(seconds),
+        ..m
     }
 }
 
@@ -88,6 +93,7 @@ pub(crate) fn timed(kernel: &Kernel, problem: &Problem, c: &Candidate) -> Measur
             time: Some(time),
             error: error.map(str::to_owned),
             device: None,
+            build: None,
         },
         Err(e) => Measured::failed(e),
     }
@@ -132,6 +138,7 @@ fn stopped(limit: Duration) -> Measured {
              launch"
         )),
         device: None,
+        build: None,
     }
 }
 
@@ -178,6 +185,17 @@ pub(crate) fn build(
     let params = HeuristicParams::from_value(params.clone()).map_err(|e| e.to_string())?;
     let s = schedule(fusion, &params, &device.info()).map_err(|e| e.to_string())?;
     device.build(&s).map_err(|e| e.to_string())
+}
+
+/// [`build`], and the seconds it took.
+pub(crate) fn build_timed(
+    fusion: &Fusion,
+    device: &Device,
+    params: &serde_json::Value,
+) -> (Result<Kernel, String>, f64) {
+    let start = Instant::now();
+    let kernel = build(fusion, device, params);
+    (kernel, start.elapsed().as_secs_f64())
 }
 
 pub(crate) fn median(samples: &mut [f64]) -> f64 {

@@ -52,6 +52,8 @@ pub struct Options {
     /// surrogate (which starts with a pattern descent).
     pub strategy: Option<Strategy>,
     pub trials: Option<usize>,
+    /// Bounds the whole run: the search stops when the second look and the
+    /// final run, estimated from the times so far, would end past it.
     pub seconds: Option<f64>,
     /// Fixes the inputs and the strategy's choices: a run is reproducible.
     pub seed: u64,

@@ -19,7 +19,6 @@ use crate::search::{self, tune};
 use crate::space::Observation;
 use crate::space::{Grid, Point};
 use crate::strategy::{Points, Strategy};
-use crate::trial::Status;
 use crate::verdict::RoundTimes;
 
 /// The fastest kernels of a recording [`Recording::confirm`] re-times.
@@ -208,12 +207,7 @@ impl Recording {
     pub fn measured(&self, point: &Point) -> Measured {
         let found = self.times.iter().find(|(p, _)| p == point);
         match found {
-            Some((_, Some(t))) => Measured {
-                status: Status::Ok,
-                time: Some(*t),
-                error: None,
-                device: None,
-            },
+            Some((_, Some(t))) => Measured::ran(*t),
             Some((_, None)) => Measured::failed("it failed when recorded".into()),
             None => Measured::failed(format!("{point:?} is not in the recording")),
         }

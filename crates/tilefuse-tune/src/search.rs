@@ -47,6 +47,13 @@ const FINALISTS: usize = 4;
 /// Rounds of the final run.
 const FINAL_ROUNDS: usize = 5;
 
+/// How much longer the ending's launches take than the kept candidates'
+/// times say: those are each one's faster timing (paired, on the CPU
+/// and lavapipe, to the default's first), and each timing has fixed
+/// costs (copies, a readback) besides. A quick tune of the 1024² layer
+/// norm on lavapipe spent 8.3 s on the ending its kept times put at 6.7 s.
+const ENDING_PACE: f64 = 1.25;
+
 /// Tunes `fusion` (one scheduler must take it whole) on `device`, seeded
 /// by the `heuristics` that apply (`seeds::builtin()` and any others),
 /// measuring in this process; `observe` sees each trial and the best time
@@ -178,6 +185,10 @@ pub struct Search<'a> {
     /// The fastest measured candidates (the default's first, when it
     /// ran), for the second look and the final run.
     kept: Vec<Kept>,
+    /// Candidates measured (told), and how long those whose executor
+    /// said took to build.
+    told: usize,
+    builds: Vec<f64>,
     observe: &'a mut Observer<'a>,
 }
 
@@ -233,6 +244,8 @@ impl<'a> Search<'a> {
             trials: Vec::new(),
             history: Vec::new(),
             kept: Vec::new(),
+            told: 0,
+            builds: Vec::new(),
             observe,
         })
     }
@@ -248,9 +261,7 @@ impl<'a> Search<'a> {
                 return None;
             }
             let first = self.trials.len() + self.pending.len() == 0;
-            if !first
-                && (self.spent >= self.budget || self.start.elapsed().as_secs_f64() >= self.seconds)
-            {
+            if !first && (self.spent >= self.budget || self.out_of_time()) {
                 return None;
             }
             let (scheduled, point, source) = match first {
@@ -261,6 +272,38 @@ impl<'a> Search<'a> {
                 return Some(c);
             }
         }
+    }
+
+    /// Whether one more candidate, then the second look and the final
+    /// run, would end past the time budget: `seconds` is what the whole
+    /// run takes, not its search alone (a quick tune on lavapipe spent
+    /// 30 s searching and 8 s more on the ending).
+    fn out_of_time(&self) -> bool {
+        let elapsed = self.start.elapsed().as_secs_f64();
+        let next = elapsed / self.told.max(1) as f64;
+        elapsed + next + self.ending() >= self.seconds
+    }
+
+    /// Seconds the second look and the final run would take after one
+    /// more candidate: the builds (at the mean build so far) and launches
+    /// (at their measured times) of the candidates kept now, and of the
+    /// next one while fewer than all are kept (at the slowest one's time).
+    fn ending(&self) -> f64 {
+        let build = self.builds.iter().sum::<f64>() / self.builds.len().max(1) as f64;
+        let mut times: Vec<f64> = self.kept.iter().map(|k| k.time).collect();
+        if times.len() <= KEPT
+            && let Some(slowest) = times.iter().copied().max_by(f64::total_cmp)
+        {
+            times.push(slowest);
+        }
+        let t = self.options.timing();
+        let launches = |i: usize| match i {
+            0..=FINALISTS => t.warmup.max(1) + FINAL_ROUNDS * t.repeat,
+            _ => t.repeat,
+        };
+        (times.iter().enumerate())
+            .map(|(i, time)| build + ENDING_PACE * launches(i) as f64 * time)
+            .sum()
     }
 
     fn default_candidate(&self) -> (Scheduled, Point, Source) {
@@ -343,6 +386,7 @@ impl<'a> Search<'a> {
                 time,
                 error: Some(format!("the same kernel as trial {of}")),
                 device: None,
+                build: None,
             };
             self.record(id, params.to_value(), point, source, m);
             return None;
@@ -387,6 +431,8 @@ impl<'a> Search<'a> {
                  different devices are never compared"
             )));
         }
+        self.told += 1;
+        self.builds.extend(measured.build);
         if measured.status == Status::Ok
             && let Some(time) = measured.time
         {
