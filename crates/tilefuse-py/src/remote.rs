@@ -3,7 +3,7 @@
 //! [`PyTuneProblem`] the worker's side, which measures the candidates.
 
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -12,7 +12,7 @@ use tilefuse::Fusion;
 use tilefuse::tune::measure::RTOL;
 use tilefuse::tune::{
     Candidate, Executor, Finalist, Measured, Problem, Recording, ReplayExecutor, RoundTimes,
-    Timing, TuneError, measure,
+    Stopwatch, Timing, TuneError, measure,
 };
 
 use crate::arrays;
@@ -107,11 +107,14 @@ impl Executor for PyExecutor<'_, '_> {
 
 /// What a worker measures candidates on: the fusion, its inputs (a
 /// workload's, or random ones from `seed`) and the reference's outputs;
-/// or a recording whose times it reads instead.
+/// or a recording whose times it reads instead. A worker measures on one
+/// device, one candidate at a time, each time paired as a local tuning
+/// run's are (see `Stopwatch`) from its first measurement on.
 #[pyclass(name = "TuneProblem", module = "tilefuse._native", frozen)]
 pub struct PyTuneProblem {
     fusion: Arc<Fusion>,
     problem: Problem,
+    stopwatch: Mutex<Option<Stopwatch>>,
     replay: Option<Recording>,
 }
 
@@ -139,6 +142,7 @@ impl PyTuneProblem {
             Ok(PyTuneProblem {
                 fusion: Arc::clone(&fusion.inner),
                 problem,
+                stopwatch: Mutex::new(None),
                 replay,
             })
         })
@@ -158,7 +162,16 @@ impl PyTuneProblem {
                 .map_err(|e| params_error(py, "candidate", e.to_string()))?;
             let m = match &self.replay {
                 Some(r) => r.measured(&c.point),
-                None => measure::candidate(&self.fusion, &device.inner, &self.problem, &c),
+                None => {
+                    let built = measure::build_timed(&self.fusion, &device.inner, &c.params);
+                    let mut stopwatch = self
+                        .stopwatch
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    (stopwatch
+                        .get_or_insert_with(|| Stopwatch::new(&device.inner, self.problem.clone())))
+                    .measure(built, &c)
+                }
             };
             to_py(py, &serde_json::to_value(m).expect("a result serializes"))
         })

@@ -13,7 +13,7 @@ use tilefuse_ir::Fusion;
 use tilefuse_runtime::{Device, Kernel};
 
 use crate::candidate::{Candidate, Finalist, Measured, Timing};
-use crate::drift::Reference;
+use crate::drift::{self, Stopwatch};
 use crate::measure::{self, Problem};
 use crate::options::TuneError;
 use crate::trial::Status;
@@ -57,11 +57,8 @@ const LOOKAHEAD: usize = 4;
 pub struct LocalExecutor<'a> {
     fusion: &'a Fusion,
     device: &'a Device,
-    problem: Problem,
+    stopwatch: Stopwatch,
     overlap: bool,
-    paired: bool,
-    /// What candidates are paired with, once one ran.
-    reference: Option<Reference>,
     queued: Vec<Candidate>,
     done: VecDeque<(usize, Measured)>,
     /// The best median it timed: candidates far slower are cut.
@@ -70,14 +67,11 @@ pub struct LocalExecutor<'a> {
 
 impl<'a> LocalExecutor<'a> {
     pub fn new(fusion: &'a Fusion, device: &'a Device, problem: Problem) -> Self {
-        let on_the_host = device.info().adapter_type == "cpu";
         LocalExecutor {
             fusion,
             device,
-            problem,
-            overlap: !on_the_host,
-            paired: on_the_host,
-            reference: None,
+            stopwatch: Stopwatch::new(device, problem),
+            overlap: !drift::on_the_host(device),
             queued: Vec::new(),
             done: VecDeque::new(),
             best: None,
@@ -131,36 +125,16 @@ impl<'a> LocalExecutor<'a> {
         });
     }
 
-    /// Checks and times `c`, built in `seconds`, cut against the best
-    /// this executor timed (newer than the one the search knew when it
-    /// handed `c` out).
-    fn time(&mut self, (kernel, seconds): (Result<Kernel, String>, f64), mut c: Candidate) {
+    /// Checks and times `c` (`built`: its kernel and the seconds that
+    /// took), cut against the best this executor timed (newer than the
+    /// one the search knew when it handed `c` out).
+    fn time(&mut self, built: (Result<Kernel, String>, f64), mut c: Candidate) {
         c.best = faster(c.best, self.best);
-        let m = match kernel {
-            Ok(kernel) => self.timed(kernel, &c),
-            Err(e) => Measured::failed(e),
-        };
-        let m = Measured {
-            build: Some(seconds),
-            ..m
-        };
+        let m = self.stopwatch.measure(built, &c);
         if m.status == Status::Ok {
             self.best = faster(self.best, m.time);
         }
         self.done.push_back((c.id, m));
-    }
-
-    /// `c` checked and timed on its `kernel`; when pairing, its time
-    /// paired with the reference's, or the reference it becomes.
-    fn timed(&mut self, kernel: Kernel, c: &Candidate) -> Measured {
-        let mut m = measure::timed(&kernel, &self.problem, c);
-        let ran = m.time.filter(|_| self.paired && m.status == Status::Ok);
-        match (ran, &mut self.reference) {
-            (Some(t), Some(r)) => m.time = Some(r.pair(&self.problem, t, c.timing.repeat)),
-            (Some(t), None) => self.reference = Some(Reference::new(kernel, t)),
-            (None, _) => {}
-        }
-        m
     }
 }
 
@@ -198,7 +172,7 @@ impl Executor for LocalExecutor<'_> {
         measure::final_round(
             self.fusion,
             self.device,
-            &self.problem,
+            self.stopwatch.problem(),
             &params,
             timing,
             rounds,

@@ -29,6 +29,7 @@ mod warm;
 pub use bundle::Bundle;
 pub use cache::{Cache, CacheError, Entry, Lookup, Origin, Written};
 pub use candidate::{Candidate, Finalist, Measured, Timing};
+pub use drift::Stopwatch;
 pub use executor::{Executor, LocalExecutor};
 pub use key::{CODEGEN_VERSION, CacheKey, DeviceKey, Family};
 pub use measure::Problem;

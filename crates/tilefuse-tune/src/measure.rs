@@ -188,7 +188,7 @@ pub(crate) fn build(
 }
 
 /// [`build`], and the seconds it took.
-pub(crate) fn build_timed(
+pub fn build_timed(
     fusion: &Fusion,
     device: &Device,
     params: &serde_json::Value,
@@ -204,6 +204,7 @@ pub(crate) fn median(samples: &mut [f64]) -> f64 {
 }
 
 /// The inputs every candidate runs on and the outputs it must match.
+#[derive(Clone)]
 pub struct Problem {
     /// Shared, not copied, with whoever gave them (a workload's inputs can
     /// be large).
