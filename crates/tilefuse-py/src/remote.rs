@@ -108,8 +108,8 @@ impl Executor for PyExecutor<'_, '_> {
 /// What a worker measures candidates on: the fusion, its inputs (a
 /// workload's, or random ones from `seed`) and the reference's outputs;
 /// or a recording whose times it reads instead. A worker measures on one
-/// device, one candidate at a time, each time paired as a local tuning
-/// run's are (see `Stopwatch`) from its first measurement on.
+/// device, one candidate at a time, each time paired with the default
+/// heuristic's kernel (see `Stopwatch::with_default`).
 #[pyclass(name = "TuneProblem", module = "tilefuse._native", frozen)]
 pub struct PyTuneProblem {
     fusion: Arc<Fusion>,
@@ -168,8 +168,15 @@ impl PyTuneProblem {
                         .stopwatch
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner);
-                    (stopwatch
-                        .get_or_insert_with(|| Stopwatch::new(&device.inner, self.problem.clone())))
+                    (stopwatch.get_or_insert_with(|| {
+                        let problem = self.problem.clone();
+                        Stopwatch::with_default(
+                            &self.fusion,
+                            &device.inner,
+                            problem,
+                            c.timing.repeat,
+                        )
+                    }))
                     .measure(built, &c)
                 }
             };

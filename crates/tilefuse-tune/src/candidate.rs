@@ -31,6 +31,13 @@ pub struct Candidate {
     pub corrupt: bool,
     /// Launches of its full timing.
     pub timing: Timing,
+    /// The default heuristic's time as the search measured it, once
+    /// known: an executor that pairs timings with the default's kernel
+    /// (see `Stopwatch`) gives each candidate its ratio to that kernel's
+    /// time just after it, times this, so that every worker's times are
+    /// at the speed of one trial.
+    #[serde(default)]
+    pub anchor: Option<f64>,
 }
 
 /// A candidate of the final round.

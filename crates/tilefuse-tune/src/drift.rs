@@ -5,15 +5,18 @@
 //! to 80 % (fifty-ninth session, BENCHMARKS.md). A search that
 //! compares candidates timed seconds apart learns the spells, not the
 //! kernels. So each candidate's time is paired with a timing of one
-//! reference kernel (the first that ran: the default heuristic's) right
-//! after it: the time a candidate gets is its ratio to the reference's
-//! then, times the reference's first time. Every candidate of a run is so
-//! timed at the speed of one moment, the default's trial.
+//! reference kernel (the default heuristic's) right after it: the time a
+//! candidate gets is its ratio to the reference's then, times the
+//! default's time in the search (its trial's). Every candidate of a run
+//! is so timed at the speed of one moment, on every worker: a worker on a
+//! machine slower than another's gives the same ratios.
 
+use tilefuse_ir::Fusion;
 use tilefuse_runtime::{Device, Kernel};
 
 use crate::candidate::{Candidate, Measured};
 use crate::measure::{self, Problem};
+use crate::options::Options;
 use crate::trial::Status;
 
 /// Whether `device` computes on the host's cores (the CPU device,
@@ -24,9 +27,8 @@ pub(crate) fn on_the_host(device: &Device) -> bool {
 
 /// Checks and times candidates one after another on one device, each
 /// time paired with a [`Reference`] where the device computes on the
-/// host's cores (the CPU device, lavapipe): the first candidate that runs
-/// becomes the reference (a search's first is the default heuristic's).
-/// What a [`crate::LocalExecutor`] and a remote worker measure with.
+/// host's cores (the CPU device, lavapipe). What a [`crate::LocalExecutor`]
+/// and a remote worker measure with.
 pub struct Stopwatch {
     problem: Problem,
     paired: bool,
@@ -34,12 +36,31 @@ pub struct Stopwatch {
 }
 
 impl Stopwatch {
+    /// A stopwatch whose reference is the first candidate that runs (a
+    /// search's first is the default heuristic's).
     pub fn new(device: &Device, problem: Problem) -> Stopwatch {
         Stopwatch {
             problem,
             paired: on_the_host(device),
             reference: None,
         }
+    }
+
+    /// A stopwatch whose reference is the default heuristic's kernel for
+    /// `fusion`, built and timed (with `repeat` launches) now when it
+    /// pairs: a remote worker's, which may never be handed the default.
+    /// Where the default fails, the first candidate that runs.
+    pub fn with_default(
+        fusion: &Fusion,
+        device: &Device,
+        problem: Problem,
+        repeat: usize,
+    ) -> Stopwatch {
+        let mut s = Stopwatch::new(device, problem);
+        if s.paired {
+            s.reference = Reference::of_default(fusion, device, &s.problem, repeat);
+        }
+        s
     }
 
     /// What candidates are checked and timed on.
@@ -70,58 +91,87 @@ impl Stopwatch {
         let mut m = measure::timed(&kernel, &self.problem, c);
         let ran = m.time.filter(|_| self.paired && m.status == Status::Ok);
         match (ran, &mut self.reference) {
-            (Some(t), Some(r)) => m.time = Some(r.pair(&self.problem, t, c.timing.repeat)),
-            (Some(t), None) => self.reference = Some(Reference::new(kernel, t)),
+            (Some(t), Some(r)) => m.time = Some(r.pair(&self.problem, t, c)),
+            (Some(t), None) => {
+                // A search hands out the default heuristic's params first.
+                let default = c.id == 0;
+                self.reference = Some(Reference {
+                    kernel,
+                    time: t,
+                    default,
+                });
+            }
             (None, _) => {}
         }
         m
     }
 }
 
-/// The kernel candidates are paired with, and its first time.
+/// The kernel candidates are paired with, its first time, and whether it
+/// is the default heuristic's (whose time in the search a candidate's
+/// anchor gives).
 pub(crate) struct Reference {
     kernel: Kernel,
     time: f64,
+    default: bool,
 }
 
 impl Reference {
-    /// `kernel`, which ran in `time`.
-    pub(crate) fn new(kernel: Kernel, time: f64) -> Reference {
-        Reference { kernel, time }
+    /// The default heuristic's kernel for `fusion` on `device`, timed
+    /// now; `None` when it fails to build or run.
+    fn of_default(
+        fusion: &Fusion,
+        device: &Device,
+        problem: &Problem,
+        repeat: usize,
+    ) -> Option<Reference> {
+        let (_, space) = crate::search::space(fusion, &device.info(), &Options::default()).ok()?;
+        let kernel = measure::build(fusion, device, &space.base.to_value()).ok()?;
+        let time = now(problem, &kernel, repeat).ok()?;
+        Some(Reference {
+            kernel,
+            time,
+            default: true,
+        })
     }
 
-    /// `time`, a candidate's time just measured, paired: the reference
-    /// timed now as a candidate is (the faster of a short timing and one
-    /// of `repeat` launches: a spike in one timing moves neither time),
-    /// and `time` scaled by the reference's first time over its time now.
-    /// Unscaled when the reference fails to run (it ran before; a failure
-    /// now is not the candidate's).
-    pub(crate) fn pair(&self, problem: &Problem, time: f64, repeat: usize) -> f64 {
-        let short = problem.short(&self.kernel);
-        let now = short.and_then(|s| Ok(s.min(problem.time(&self.kernel, 0, repeat)?)));
-        match now {
-            Ok(now) => time * self.time / now,
+    /// `time`, candidate `c`'s just measured, paired: scaled by the
+    /// default's time in the search (`c.anchor`, when the reference is
+    /// the default's kernel), else the reference's first time, over the
+    /// reference's time now. Unscaled when the reference fails to run
+    /// (it ran before; a failure now is not the candidate's).
+    pub(crate) fn pair(&self, problem: &Problem, time: f64, c: &Candidate) -> f64 {
+        let at = c.anchor.filter(|_| self.default).unwrap_or(self.time);
+        match now(problem, &self.kernel, c.timing.repeat) {
+            Ok(now) => time * at / now,
             Err(_) => time,
         }
     }
 }
 
+/// `kernel` timed as a candidate is: the faster of a short timing and one
+/// of `repeat` launches (a spike in one timing moves neither time).
+fn now(problem: &Problem, kernel: &Kernel, repeat: usize) -> Result<f64, String> {
+    let short = problem.short(kernel)?;
+    Ok(short.min(problem.time(kernel, 0, repeat)?))
+}
+
 #[cfg(test)]
 mod tests {
     use tilefuse_runtime::Device;
-    use tilefuse_schedulers::{heuristics, schedule};
+    use tilefuse_schedulers::heuristics;
     use tilefuse_testing::softmax;
 
     use super::*;
 
-    #[test]
-    fn a_stopwatch_pairs_each_time_with_its_first_candidate_s_kernel() {
+    /// A softmax, the CPU device, and a candidate of its default params.
+    fn setup() -> (Fusion, Device, Candidate) {
         let f = softmax(&[64, 256], -1);
         let device = Device::cpu();
         let params = heuristics(&f, None, &device.info()).unwrap().to_value();
         let c = Candidate {
             id: 0,
-            params: params.clone(),
+            params,
             point: Vec::new(),
             best: None,
             corrupt: false,
@@ -129,37 +179,70 @@ mod tests {
                 warmup: 1,
                 repeat: 5,
             },
+            anchor: None,
         };
+        (f, device, c)
+    }
+
+    #[test]
+    fn a_stopwatch_pairs_each_time_with_its_first_candidate_s_kernel() {
+        let (f, device, c) = setup();
         let mut stopwatch = Stopwatch::new(&device, Problem::new(&f, 1).unwrap());
-        let first = stopwatch.measure(measure::build_timed(&f, &device, &params), &c);
+        let first = stopwatch.measure(measure::build_timed(&f, &device, &c.params), &c);
         assert_eq!(first.status, Status::Ok);
-        let reference = stopwatch
-            .reference
-            .as_mut()
-            .expect("the first candidate's kernel");
+        let reference = stopwatch.reference.as_mut().expect("the first kernel");
         // As if the first had run in a spell 100x slow: later candidates
         // are timed at that speed.
         reference.time *= 100.0;
-        let later = stopwatch.measure(measure::build_timed(&f, &device, &params), &c);
+        let later = stopwatch.measure(measure::build_timed(&f, &device, &c.params), &c);
         let ratio = later.time.unwrap() / first.time.unwrap();
         assert!((20.0..500.0).contains(&ratio), "{ratio}");
         assert!(later.build.is_some_and(|s| s > 0.0));
     }
 
     #[test]
-    fn a_time_is_scaled_by_the_reference_s_first_time_over_its_time_now() {
-        let f = softmax(&[64, 256], -1);
-        let device = Device::cpu();
-        let params = heuristics(&f, None, &device.info()).unwrap();
-        let kernel = device
-            .build(&schedule(&f, &params, &device.info()).unwrap())
-            .unwrap();
+    fn a_worker_s_times_are_at_the_speed_of_the_default_s_trial_in_the_search() {
+        let (f, device, c) = setup();
         let problem = Problem::new(&f, 1).unwrap();
-        let now = problem.short(&kernel).unwrap();
-        // As if the reference's first timing had run in a spell 100x slow:
-        // every candidate is timed at that speed.
-        let reference = Reference::new(kernel, 100.0 * now);
-        let paired = reference.pair(&problem, 1.0, 5);
+        let mut stopwatch = Stopwatch::with_default(&f, &device, problem, 5);
+        // The default's own kernel, handed to a worker that did not
+        // measure the default's trial: the search's time for it, 1 s.
+        let c = Candidate {
+            id: 7,
+            anchor: Some(1.0),
+            ..c
+        };
+        let built = || measure::build_timed(&f, &device, &c.params);
+        let anchored = stopwatch.measure(built(), &c).time.unwrap();
+        assert!((0.5..2.0).contains(&anchored), "{anchored}");
+        // Before the search knew the default's time: the worker's own.
+        let own = stopwatch.measure(
+            built(),
+            &Candidate {
+                anchor: None,
+                ..c.clone()
+            },
+        );
+        assert!(own.time.unwrap() < 0.1, "{own:?}");
+    }
+
+    #[test]
+    fn an_anchor_is_not_applied_to_another_kernel_than_the_default_s() {
+        let (f, device, c) = setup();
+        let problem = Problem::new(&f, 1).unwrap();
+        let kernel = measure::build(&f, &device, &c.params).unwrap();
+        let first = now(&problem, &kernel, 5).unwrap();
+        // As if its first timing had run in a spell 100x slow.
+        let reference = Reference {
+            kernel,
+            time: 100.0 * first,
+            default: false,
+        };
+        let c = Candidate {
+            anchor: Some(1e6),
+            ..c
+        };
+        let paired = reference.pair(&problem, first, &c) / first;
         assert!((20.0..500.0).contains(&paired), "{paired}");
     }
 }

@@ -413,6 +413,7 @@ impl<'a> Search<'a> {
             best: self.best_time(),
             corrupt: self.options.corrupt_trial == Some(id),
             timing: self.options.timing(),
+            anchor: self.default_kept().then(|| self.kept[0].time),
         })
     }
 

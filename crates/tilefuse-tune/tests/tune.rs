@@ -225,6 +225,7 @@ fn a_candidate_far_slower_than_the_best_is_cut_on_its_first_launch() {
             warmup: 1,
             repeat: 5,
         },
+        anchor: None,
     };
     let hopeless = measure::candidate(&f, &device, &problem, &candidate(Some(1e-12)));
     assert_eq!(hopeless.status, Status::Cut);
@@ -260,6 +261,7 @@ fn a_candidate_past_its_time_limit_is_stopped_and_recorded() {
             warmup: 1,
             repeat: 5,
         },
+        anchor: None,
     };
     let start = Instant::now();
     let m = measure::candidate(&f, &device, &problem, &candidate);
