@@ -13,10 +13,10 @@
 
 use tilefuse_ir::Fusion;
 use tilefuse_runtime::{Device, Kernel};
+use tilefuse_schedulers::heuristics;
 
 use crate::candidate::{Candidate, Measured};
 use crate::measure::{self, Problem};
-use crate::options::Options;
 use crate::trial::Status;
 
 /// Whether `device` computes on the host's cores (the CPU device,
@@ -125,8 +125,8 @@ impl Reference {
         problem: &Problem,
         repeat: usize,
     ) -> Option<Reference> {
-        let (_, space) = crate::search::space(fusion, &device.info(), &Options::default()).ok()?;
-        let kernel = measure::build(fusion, device, &space.base.to_value()).ok()?;
+        let params = heuristics(fusion, None, &device.info()).ok()?;
+        let kernel = measure::build(fusion, device, &params.to_value()).ok()?;
         let time = now(problem, &kernel, repeat).ok()?;
         Some(Reference {
             kernel,
@@ -159,7 +159,6 @@ fn now(problem: &Problem, kernel: &Kernel, repeat: usize) -> Result<f64, String>
 #[cfg(test)]
 mod tests {
     use tilefuse_runtime::Device;
-    use tilefuse_schedulers::heuristics;
     use tilefuse_testing::softmax;
 
     use super::*;

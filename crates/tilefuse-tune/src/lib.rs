@@ -10,6 +10,7 @@
 mod bundle;
 mod cache;
 mod candidate;
+mod clock;
 mod drift;
 mod executor;
 mod key;

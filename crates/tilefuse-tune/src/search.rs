@@ -16,7 +16,6 @@
 //! it.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
 
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, SchedulerKind, Tunable};
@@ -25,6 +24,7 @@ use tilefuse_sched::{DeviceInfo, Schedule};
 use tilefuse_schedulers::{Features, features, heuristics, schedule, tunables};
 
 use crate::candidate::{Candidate, Finalist, Measured};
+use crate::clock::{Clock, FINAL_ROUNDS, FINALISTS, KEPT};
 use crate::executor::{Executor, LocalExecutor};
 use crate::options::{INTERRUPTED, Observer, Options, TuneError};
 use crate::seeding::{Proposal, Seeding};
@@ -34,25 +34,6 @@ use crate::space::{Point, Space};
 use crate::strategy::{Points, Strategy};
 use crate::trial::{Source, Status, Trial, TuneResult};
 use crate::verdict;
-
-/// Candidates kept at the end: the fastest [`FINALISTS`] go to the final
-/// run, the others get a second look first. A slow spell of lavapipe on a
-/// shared VM can double a trial's time, dropping a 1.7x winner below a
-/// dozen others (thirty-seventh session, BENCHMARKS.md).
-const KEPT: usize = 12;
-
-/// The candidates re-measured in the final run (with the default's).
-const FINALISTS: usize = 4;
-
-/// Rounds of the final run.
-const FINAL_ROUNDS: usize = 5;
-
-/// How much longer the ending's launches take than the kept candidates'
-/// times say: those are each one's faster timing (paired, on the CPU
-/// and lavapipe, to the default's first), and each timing has fixed
-/// costs (copies, a readback) besides. A quick tune of the 1024² layer
-/// norm on lavapipe spent 8.3 s on the ending its kept times put at 6.7 s.
-const ENDING_PACE: f64 = 1.25;
 
 /// Tunes `fusion` (one scheduler must take it whole) on `device`, seeded
 /// by the `heuristics` that apply (`seeds::builtin()` and any others),
@@ -167,8 +148,7 @@ pub struct Search<'a> {
     /// default and duplicates).
     budget: usize,
     spent: usize,
-    seconds: f64,
-    start: Instant,
+    clock: Clock,
     /// The observer asked to stop, or a measurement was interrupted.
     stopped: bool,
     /// Scheduled kernels already handed out (their printed IR) and the
@@ -185,10 +165,6 @@ pub struct Search<'a> {
     /// The fastest measured candidates (the default's first, when it
     /// ran), for the second look and the final run.
     kept: Vec<Kept>,
-    /// Candidates measured (told), and how long those whose executor
-    /// said took to build.
-    told: usize,
-    builds: Vec<f64>,
     observe: &'a mut Observer<'a>,
 }
 
@@ -235,8 +211,7 @@ impl<'a> Search<'a> {
             points,
             budget,
             spent: 0,
-            seconds: options.seconds.unwrap_or(options.effort.seconds()),
-            start: Instant::now(),
+            clock: Clock::new(options.seconds.unwrap_or(options.effort.seconds())),
             stopped: false,
             seen: HashMap::new(),
             pending: HashMap::new(),
@@ -244,8 +219,6 @@ impl<'a> Search<'a> {
             trials: Vec::new(),
             history: Vec::new(),
             kept: Vec::new(),
-            told: 0,
-            builds: Vec::new(),
             observe,
         })
     }
@@ -274,36 +247,10 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// Whether one more candidate, then the second look and the final
-    /// run, would end past the time budget: `seconds` is what the whole
-    /// run takes, not its search alone (a quick tune on lavapipe spent
-    /// 30 s searching and 8 s more on the ending).
+    /// Whether the time budget ends the search (see [`crate::clock`]).
     fn out_of_time(&self) -> bool {
-        let elapsed = self.start.elapsed().as_secs_f64();
-        let next = elapsed / self.told.max(1) as f64;
-        elapsed + next + self.ending() >= self.seconds
-    }
-
-    /// Seconds the second look and the final run would take after one
-    /// more candidate: the builds (at the mean build so far) and launches
-    /// (at their measured times) of the candidates kept now, and of the
-    /// next one while fewer than all are kept (at the slowest one's time).
-    fn ending(&self) -> f64 {
-        let build = self.builds.iter().sum::<f64>() / self.builds.len().max(1) as f64;
-        let mut times: Vec<f64> = self.kept.iter().map(|k| k.time).collect();
-        if times.len() <= KEPT
-            && let Some(slowest) = times.iter().copied().max_by(f64::total_cmp)
-        {
-            times.push(slowest);
-        }
-        let t = self.options.timing();
-        let launches = |i: usize| match i {
-            0..=FINALISTS => t.warmup.max(1) + FINAL_ROUNDS * t.repeat,
-            _ => t.repeat,
-        };
-        (times.iter().enumerate())
-            .map(|(i, time)| build + ENDING_PACE * launches(i) as f64 * time)
-            .sum()
+        let kept: Vec<f64> = self.kept.iter().map(|k| k.time).collect();
+        self.clock.out_of_time(&kept, self.options.timing())
     }
 
     fn default_candidate(&self) -> (Scheduled, Point, Source) {
@@ -432,8 +379,7 @@ impl<'a> Search<'a> {
                  different devices are never compared"
             )));
         }
-        self.told += 1;
-        self.builds.extend(measured.build);
+        self.clock.told(&measured);
         if measured.status == Status::Ok
             && let Some(time) = measured.time
         {
@@ -486,7 +432,7 @@ impl<'a> Search<'a> {
             time: m.time,
             error: m.error,
             device: m.device.or_else(|| self.options.fingerprint.clone()),
-            at: self.start.elapsed().as_secs_f64(),
+            at: self.clock.elapsed(),
             look: None,
         };
         let best = self.best_time();
@@ -576,7 +522,7 @@ impl<'a> Search<'a> {
             trials: std::mem::take(&mut self.trials),
             heuristics: std::mem::take(&mut self.seeding.reports),
             warnings: std::mem::take(&mut self.seeding.warnings),
-            elapsed: self.start.elapsed().as_secs_f64(),
+            elapsed: self.clock.elapsed(),
         }
     }
 }
