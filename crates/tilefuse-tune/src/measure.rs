@@ -44,24 +44,11 @@ pub const LIMIT_RATIO: f64 = 2.0 * PROBE_RATIO;
 /// best launch: their allocations and copies.
 pub const LIMIT_FLOOR: Duration = Duration::from_millis(500);
 
-/// Schedules `c`'s params, builds, checks and times the kernel on
-/// `device`: one launch first, cut when over [`PROBE_RATIO`] times the
-/// best so far (stopped when it and the check's launch run past
-/// [`LIMIT_RATIO`] times), then a short timing, cut when over [`CUT_RATIO`]
-/// times it, then the full timing; its time is the faster of the two.
-pub fn candidate(fusion: &Fusion, device: &Device, problem: &Problem, c: &Candidate) -> Measured {
-    let (kernel, seconds) = build_timed(fusion, device, &c.params);
-    let m = match kernel {
-        Ok(kernel) => timed(&kernel, problem, c),
-        Err(e) => Measured::failed(e),
-    };
-    Measured {
-        build: Some(seconds),
-        ..m
-    }
-}
-
-/// [`candidate`] for its `kernel`, built already.
+/// Checks and times `c` on its `kernel`: one launch first, cut when over
+/// [`PROBE_RATIO`] times the best so far (stopped when it and the check's
+/// launch run past [`LIMIT_RATIO`] times), then a short timing, cut when
+/// over [`CUT_RATIO`] times it, then the full timing; its time is the
+/// faster of the two. Unpaired: see [`crate::Stopwatch`].
 pub(crate) fn timed(kernel: &Kernel, problem: &Problem, c: &Candidate) -> Measured {
     let probe = match first_launches(kernel, problem, c) {
         Ok(probe) => probe,

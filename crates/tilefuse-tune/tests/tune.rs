@@ -10,8 +10,8 @@ use tilefuse_runtime::Device;
 use tilefuse_schedulers::{heuristics, schedule};
 use tilefuse_testing::{matmul, softmax};
 use tilefuse_tune::{
-    Candidate, Effort, Executor, LocalExecutor, Options, Problem, Status, Strategy, Timing,
-    measure, tune, tune_with,
+    Candidate, Effort, Executor, LocalExecutor, Options, Problem, Status, Stopwatch, Strategy,
+    Timing, measure, tune, tune_with,
 };
 
 #[test]
@@ -227,11 +227,14 @@ fn a_candidate_far_slower_than_the_best_is_cut_on_its_first_launch() {
         },
         anchor: None,
     };
-    let hopeless = measure::candidate(&f, &device, &problem, &candidate(Some(1e-12)));
+    let mut stopwatch = Stopwatch::new(&device, problem);
+    let mut measure =
+        |c: &Candidate| stopwatch.measure(measure::build_timed(&f, &device, &c.params), c);
+    let hopeless = measure(&candidate(Some(1e-12)));
     assert_eq!(hopeless.status, Status::Cut);
     let why = hopeless.error.unwrap();
     assert!(why.contains("first launch"), "{why}");
-    let first = measure::candidate(&f, &device, &problem, &candidate(None));
+    let first = measure(&candidate(None));
     assert_eq!(first.status, Status::Ok);
 }
 
@@ -264,7 +267,8 @@ fn a_candidate_past_its_time_limit_is_stopped_and_recorded() {
         anchor: None,
     };
     let start = Instant::now();
-    let m = measure::candidate(&f, &device, &problem, &candidate);
+    let built = measure::build_timed(&f, &device, &candidate.params);
+    let m = Stopwatch::new(&device, problem).measure(built, &candidate);
     // The limit: 20x the best (its check and first launch) + 0.5 s.
     assert!(
         start.elapsed() < Duration::from_secs(4),
