@@ -94,9 +94,9 @@ pub(crate) fn propose(
 /// `None` once all were tried. The earlier incumbents are there because
 /// the descent leaves a point at its first paying probe: on the CPU row
 /// sum 300 x 3000 the best lies at the base's last probe, behind one that
-/// paid 5 % and led nowhere (25.2 trials by the mean → 11.1, 400 seeds;
-/// no other of the 39 recorded spaces moved; BENCHMARKS.md, sixty-first
-/// session).
+/// paid 5 % and led nowhere (25.2 trials by the mean → 11.1, 400 seeds).
+/// Of the 49 other recorded spaces one moved, the other way: the CPU row
+/// sum 1024 x 768, 14.2 → 17.2 (BENCHMARKS.md, sixty-first session).
 fn descent_step(
     grid: &Grid,
     history: &[Observation],
