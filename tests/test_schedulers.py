@@ -541,8 +541,8 @@ def test_cpu_pointwise_rows_span_the_two_last_axes_when_the_last_is_short(
     [
         ((64, 16, 16, 64), 16),  # rows within one run of the axis before the reduced one
         ((16, 100, 64), 100),
-        ((4096, 128), 128),  # one axis of rows: as many as fit
-        ((1000, 3, 64), 128),  # runs of 3, fewer than 8 rows: left alone
+        ((4096, 128), 256),  # one axis of rows: as many as fit
+        ((1000, 3, 64), 256),  # runs of 3, fewer than 8 rows: left alone
     ],
 )
 def test_cpu_row_reductions_keep_a_workgroup_within_one_run_of_rows(

@@ -497,8 +497,8 @@ fn long_columns_spread_over_workgroups_within_the_loop_budget() {
     }
 }
 
-/// Short rows share CPU workgroups: 128 rows where there are thousands
-/// (the last one ragged), fewer where that keeps four workgroups a
+/// Short rows share CPU workgroups: up to 1024 rows where there are
+/// thousands (the last one ragged), fewer where that keeps four workgroups a
 /// thread, fewer where the workgroup's elements would pass 32768. Rows of
 /// more than 2048 share one only as a lone reduction (their nests run a
 /// row at a time: see `rows_per_workgroup`).
@@ -506,7 +506,8 @@ fn long_columns_spread_over_workgroups_within_the_loop_budget() {
 fn short_rows_share_cpu_workgroups_and_match_the_reference() {
     let cpu = Device::cpu();
     let threads = cpu.info().cores.max(1);
-    let many = 512 * threads + 3;
+    let many = 4096 * threads + 3;
+    let some = 512 * threads + 3;
     let workgroup = |f: &Fusion| {
         let HeuristicParams::Reduction(p) = heuristics(f, None, &cpu.info()).unwrap() else {
             unreachable!("a reduction")
@@ -514,9 +515,9 @@ fn short_rows_share_cpu_workgroups_and_match_the_reference() {
         p.launch.workgroup_size.map(|w| w[0])
     };
     for (f, rows) in [
-        (sum(&[many, 16], 1), 128),
-        (tilefuse_testing::softmax(&[many, 40], 1), 128),
-        (sum(&[many, 1024], 1), 32),
+        (sum(&[many, 16], 1), 1024),
+        (tilefuse_testing::softmax(&[many, 40], 1), 512),
+        (sum(&[some, 1024], 1), 32),
         (sum(&[16 * threads, 16], 1), 4),
     ] {
         assert_eq!(workgroup(&f), Some(rows), "{}", f.to_json());
@@ -525,7 +526,7 @@ fn short_rows_share_cpu_workgroups_and_match_the_reference() {
     }
     // Rows of 257 to 2048 through several nests run nest by nest: they
     // share workgroups as a lone reduction's do; longer ones do not.
-    let softmax = |cols| workgroup(&tilefuse_testing::softmax(&[many, cols], 1));
+    let softmax = |cols| workgroup(&tilefuse_testing::softmax(&[some, cols], 1));
     assert_eq!(softmax(257), Some(64));
     assert_eq!(softmax(2049), Some(1));
     assert_eq!(workgroup(&sum(&[2 * threads, 16], 1)), Some(1));
@@ -822,7 +823,9 @@ fn narrow_column_reductions_spread_their_rows_on_the_cpu() {
 /// one value), so its buffers are realized as a matrix's are. A 32 x 128 x
 /// 128 softmax kept whole-tensor buffers: on the CPU device it took 3.8x
 /// the time of a 4096 x 128 one, and a discrete GPU's default heuristic
-/// asked for 2.3 MB of workgroup memory and was refused.
+/// asked for 2.3 MB of workgroup memory and was refused. The cube here
+/// is 16 x 256 x 128: its runs of 256 rows hold a whole CPU workgroup of
+/// the matrix's (256 rows of 128), so both get the same workgroups.
 #[test]
 fn rows_of_a_3d_tensor_lower_as_a_matrix_does() {
     for mut info in device_kinds() {
@@ -833,7 +836,7 @@ fn rows_of_a_3d_tensor_lower_as_a_matrix_does() {
             let s = schedule(&f, &p, &info).unwrap();
             lower(s.kernel(), Target::of(&info)).unwrap()
         };
-        let (cube, matrix) = (lowered(&[32, 128, 128]), lowered(&[4096, 128]));
+        let (cube, matrix) = (lowered(&[16, 256, 128]), lowered(&[4096, 128]));
         let memory = |l: &Lowered| -> (Vec<u64>, u64) {
             let local = (l.kernel.buffers.iter())
                 .filter(|b| b.scope != Scope::Global)

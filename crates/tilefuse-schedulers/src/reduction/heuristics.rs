@@ -11,7 +11,7 @@ use tilefuse_sched::DeviceInfo;
 use tilefuse_sched::lowering::SHORT_NEST;
 
 /// Default params. The CPU device: rows spread over threads by
-/// workgroups of up to 128 rows (see [`rows_per_workgroup`]), each
+/// workgroups of up to 1024 rows (see [`rows_per_workgroup`]), each
 /// reduced serially as SIMD lanes, intermediates kept per row (rows of
 /// 257 to 2048 through several nests: each nest over all rows before the
 /// next); outer reductions in column blocks a thread each, or, too narrow
@@ -298,9 +298,10 @@ const LONG_ROW: u64 = 2048;
 /// Rows a CPU workgroup reduces, for rows reduced along their fastest
 /// dimension: a workgroup of one costs more than a short row (row sums
 /// of 65536 x 16 on 2 threads: 5.2 ms one a workgroup, 1.8 with 128; 1000
-/// x 16: 0.10 ms, 0.01 with 64). Up to 128 rows share one, as many as keep
-/// the workgroup's elements within 32768 (its intermediates in L2) and
-/// four workgroups a thread (fewer would idle threads). Rows of more than
+/// x 16: 0.10 ms, 0.01 with 64). Up to `MAX_ROWS` share one, as many as
+/// keep the workgroup's elements within 32768 (its intermediates in L2:
+/// 1024 rows of 96 or 128 took 3-7x the time of 128) and four workgroups
+/// a thread (fewer would idle threads). Rows of more than
 /// `SHORT_NEST` run each of their nests a row at a time (the CPU lowering
 /// distributes only shorter rows' nests), so they share a workgroup only where
 /// each nest runs over all rows before the next: a lone reduction (8192 x
@@ -311,8 +312,16 @@ fn rows_per_workgroup(fusion: &Fusion, topo: &Topology, threads: u64, nest_by_ne
         return 1;
     }
     let rows = pow2_at_most((32768 / topo.reduced().max(1)).min(topo.outer() / (4 * threads)));
-    within_a_run(rows.min(128), topo)
+    within_a_run(rows.min(MAX_ROWS), topo)
 }
+
+/// The most rows a CPU workgroup reduces. Softmax, layer norm, RMS norm,
+/// log-softmax and row sums of 4096 to 65536 rows on 2 threads (Zen 3),
+/// against 128 rows a workgroup (the cap before): rows of 16 and 32, in
+/// 1024, 0.67-1.02x the time (median 0.89); rows of 64, in 512,
+/// 0.90-1.05x (median 0.97); rows of 96 and 128, in 256, 0.87-1.07x
+/// (median 1.00) (BENCHMARKS.md, sixty-first session).
+const MAX_ROWS: u64 = 1024;
 
 /// `rows`, or where more axes come before it, the most rows up to `rows`
 /// that divide the last of them and number at least 8: a workgroup's rows
