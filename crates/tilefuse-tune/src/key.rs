@@ -40,8 +40,8 @@ use tilefuse_sched::DeviceInfo;
 ///   ([`tilefuse_sched::lowering::MAX_COPIED_LOOP_STEPS`]): a winner over
 ///   the bound would no longer build.
 /// - 9: on the CPU, short rows share workgroups of up to 1024 rows (was
-///   128) by default, 0.9x the time for rows of 16 to 64: winners tuned
-///   against the old default could be slower than the new.
+///   128) by default, 0.89x the time by the median for rows of 16 and 32:
+///   winners tuned against the old default could be slower than the new.
 pub const CODEGEN_VERSION: u32 = 9;
 
 /// A device as a cache key sees it.

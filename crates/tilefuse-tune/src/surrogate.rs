@@ -7,8 +7,8 @@
 //! across a plateau, unless most of the incumbent's probes ran alike),
 //! then around the points it left before probing them all (back to the
 //! last incumbent, then the one before), until every one of those was
-//! tried; within each neighbourhood the
-//! forest below ranks which point to try next once a few are measured.
+//! tried; within each neighbourhood the forest below ranks which point
+//! to try next once a few are measured.
 //! Then a random forest learns which points are "good" (in the fastest
 //! third measured so far) from every observation, failures included (a
 //! failed, wrong or cut candidate is a "not good" example, so the model
