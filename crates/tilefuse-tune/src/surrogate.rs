@@ -341,6 +341,11 @@ mod tests {
         }
     }
 
+    /// The points of `history`, as a search has them tried.
+    fn points_of(history: &[Observation]) -> HashSet<Point> {
+        history.iter().map(|o| o.point.clone()).collect()
+    }
+
     #[test]
     fn the_descent_moves_only_for_a_gain_above_the_noise() {
         let history = [
@@ -365,7 +370,7 @@ mod tests {
     fn a_move_that_paid_is_repeated_before_the_neighbours() {
         let grid = Grid { sizes: vec![4, 3] };
         let history = [o(vec![1, 0], 1.0), o(vec![2, 0], 1.1), o(vec![1, 1], 0.9)];
-        let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
+        let tried = points_of(&history);
         // [0, 1] is the incumbent's first neighbour; [1, 2] repeats the move.
         assert_eq!(
             descent_step(&grid, &history, &tried, &mut rng()),
@@ -374,7 +379,7 @@ mod tests {
         // Past the grid's edge there is no repeat: the probes come next,
         // field 0's (its one neighbour was tried; its far end) first.
         let history = [o(vec![2, 1], 1.0), o(vec![3, 1], 0.9)];
-        let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
+        let tried = points_of(&history);
         assert_eq!(grid.step(&[3, 1], &[2, 1]), None);
         assert_eq!(
             descent_step(&grid, &history, &tried, &mut rng()),
@@ -392,7 +397,7 @@ mod tests {
             o(vec![1, 0], 1.01), // [0, 1]'s kernel again
             o(vec![1, 2], 1.005),
         ];
-        let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
+        let tried = points_of(&history);
         assert_eq!(plateau(&history, &vec![1, 1]), [&vec![1, 2], &vec![0, 1]]);
         // The incumbent's neighbours are spent (and its ends are
         // neighbours): [1, 2]'s are next, in the forest's order.
@@ -432,7 +437,7 @@ mod tests {
             o(vec![1, 1], 1.1),
             o(vec![1, 5], 1.2),
         ];
-        let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
+        let tried = points_of(&history);
         assert!(plateau(&history, &vec![1, 0]).is_empty());
         let next = descent_step(&grid, &history, &tried, &mut rng());
         assert!([vec![0, 1], vec![0, 5]].contains(&next.unwrap()));
@@ -451,7 +456,7 @@ mod tests {
         };
         // Every probe within 3 %: no sideways walk around [1, 0].
         let history = around([1.01, 1.02, 0.995, 1.012]);
-        let tried: HashSet<Point> = history.iter().map(|o| o.point.clone()).collect();
+        let tried = points_of(&history);
         assert!(flat(&grid, &history, &vec![1, 1]));
         assert_eq!(descent_step(&grid, &history, &tried, &mut rng()), None);
         // Half of them far off: the landscape has a shape to walk.
