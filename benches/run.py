@@ -10,10 +10,12 @@ the engine (``tilefuse.Engine``, the timing path ``tilefuse bench`` and the
 tuner's users share): the default heuristics and a hand schedule, verified
 against the float64 reference, then timed interleaved with time-based
 warm-up and repetitions. numpy (the workload's numpy form) and torch, when
-installed, run the same computation in the same process. Each kernel is
-timed twice: ``call`` is what a user meets, ``k(*arrays)`` with its
-argument checks, allocations and copies; ``kernel`` is the launches alone
-(GPU timestamps where the adapter has them). The table shows milliseconds
+installed, run the same computation in the same process; where torch has
+CUDA, it runs there too (``torch-cuda``: numpy in, numpy out; ``torch-cuda
+kernel``: inputs on the GPU). Each kernel is timed twice: ``call`` is what
+a user meets, ``k(*arrays)`` with its argument checks, allocations and
+copies; ``kernel`` is the launches alone (GPU timestamps where the adapter
+has them). The table shows milliseconds
 (medians) and tilefuse time / peer time (below 1 means tilefuse is faster).
 A sweep of the chain from 2^10 to 2^24 elements follows (microseconds),
 plotted with ``--plot`` when matplotlib is there.
@@ -185,6 +187,32 @@ def time_torch(fn: Callable[..., Any], torch: Any, inputs: Arrays, budget: Budge
     return statistics.median(measure(call_sampler(partial(fn, torch, *tin)), budget))
 
 
+def time_torch_cuda(
+    fn: Callable[..., Any], torch: Any, inputs: Arrays, budget: Budget
+) -> dict[str, float]:
+    """torch on CUDA, the GPU user's peer: ``torch-cuda`` from numpy arrays
+    to a numpy result (uploads, the work, the download), as ``call`` is;
+    ``torch-cuda kernel`` on inputs already on the GPU, up to a
+    synchronize, as ``kernel`` is."""
+    resident = [torch.from_numpy(np.array(x)).cuda() for x in inputs]
+
+    def kernel() -> None:
+        fn(torch, *resident)
+        torch.cuda.synchronize()
+
+    def call() -> Any:
+        return fn(torch, *(torch.from_numpy(x).cuda() for x in inputs)).cpu().numpy()
+
+    return {
+        "torch-cuda": statistics.median(measure(call_sampler(call), budget)),
+        "torch-cuda kernel": statistics.median(measure(call_sampler(kernel), budget)),
+    }
+
+
+def has_cuda(torch: Any) -> bool:
+    return torch is not None and bool(torch.cuda.is_available())
+
+
 def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, budget: Budget) -> Case:
     """Times the peers and each device on one case; the engine verifies
     every tilefuse result against the float64 reference first. Columns:
@@ -197,6 +225,8 @@ def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, budget: Budg
     case.results["numpy"] = statistics.median(tf.Engine(tf.Device.cpu()).time_numpy(w, budget))
     if torch is not None and case.torch is not None:
         case.results["torch"] = time_torch(case.torch, torch, case.inputs, budget)
+    if has_cuda(torch) and case.torch is not None:
+        case.results.update(time_torch_cuda(case.torch, torch, case.inputs, budget))
     for dev_name, device in devices.items():
         # numpy's BLAS threads (and torch's) spin on for about 0.1 s after
         # a call; tilefuse timed right after them lost up to 2x on 2 cores.
@@ -265,6 +295,8 @@ def sweep(devices: dict[str, tf.Device], torch: Any, budget: Budget, quick: bool
         row = {"numpy": statistics.median(tf.Engine(tf.Device.cpu()).time_numpy(w, budget))}
         if torch is not None:
             row["torch"] = time_torch(torch_chain, torch, list(w.inputs()), budget)
+        if has_cuda(torch):
+            row.update(time_torch_cuda(torch_chain, torch, list(w.inputs()), budget))
         for dev_name, device in devices.items():
             default = w.fusion().heuristics(device=device, cache=False)
             for what in ("call", "kernel"):
@@ -373,8 +405,15 @@ def main() -> None:
         for dev, device in devices.items()
     }
 
-    peers = [p for p in ("numpy", "torch") if any(p in c.results for c in rows)]
-    header = f"{'case':<36} {'run':<24} {'ms':>9} " + " ".join(f"{'/ ' + p:>9}" for p in peers)
+    peers = [
+        p
+        for p in ("numpy", "torch", "torch-cuda", "torch-cuda kernel")
+        if any(p in c.results for c in rows)
+    ]
+    width = {p: max(9, len(p) + 2) for p in peers}
+    header = f"{'case':<36} {'run':<24} {'ms':>9} " + " ".join(
+        f"{'/ ' + p:>{width[p]}}" for p in peers
+    )
     print(header)
     print("-" * len(header))
     for c in rows:
@@ -385,7 +424,8 @@ def main() -> None:
             if label in peers or label.startswith("wgpu:"):
                 continue
             ratios = " ".join(
-                f"{t / c.results[p]:>9.2f}" if p in c.results else f"{'-':>9}" for p in peers
+                f"{t / c.results[p]:>{width[p]}.2f}" if p in c.results else f"{'-':>{width[p]}}"
+                for p in peers
             )
             print(f"{c.name:<36} {label:<24} {t * 1e3:>9.1f} {ratios}")
         if "wgpu:handwritten" in c.results:
