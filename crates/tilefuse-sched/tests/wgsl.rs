@@ -95,3 +95,16 @@ fn barriers_order_only_the_memory_siblings_share() {
         );
     }
 }
+
+/// A float sum of products steps by `fma`: the Vulkan path forbids the
+/// driver to fuse a multiply and an add itself. Products that are not
+/// summed stay multiplies.
+#[test]
+fn sums_of_products_step_by_fma() {
+    for (name, fmas) in [("matmul_bias_relu", 1), ("pointwise", 0)] {
+        let (_, f) = fusions().into_iter().find(|(n, _)| *n == name).unwrap();
+        let wgsl = generate(Schedule::new(&f).kernel()).unwrap().source;
+        let body = &wgsl[wgsl.find("@compute").unwrap()..];
+        assert_eq!(body.matches("fma(").count(), fmas, "{name}\n{body}");
+    }
+}

@@ -42,7 +42,10 @@ use tilefuse_sched::DeviceInfo;
 /// - 9: on the CPU, short rows share workgroups of up to 1024 rows (was
 ///   128) by default, 0.89x the time by the median for rows of 16 and 32:
 ///   winners tuned against the old default could be slower than the new.
-pub const CODEGEN_VERSION: u32 = 9;
+/// - 10: on Vulkan, float arithmetic is decorated `NoContraction` and sums
+///   of products step by `fma` (NVIDIA's driver had reassociated `(x + 1)
+///   - x` to 1): every GPU kernel's SPIR-V, and the matmul's WGSL, changed.
+pub const CODEGEN_VERSION: u32 = 10;
 
 /// A device as a cache key sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

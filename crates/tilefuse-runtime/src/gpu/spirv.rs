@@ -6,12 +6,14 @@
 //! (`SignedZeroInfNanPreserve`) forbid that, but naga does not emit them, so
 //! where the device supports them this module translates the WGSL itself and
 //! adds the capability and one execution mode per entry point; the module is
-//! then handed to the driver as passthrough SPIR-V.
+//! then handed to the driver as passthrough SPIR-V. It also decorates float
+//! arithmetic `NoContraction`, which WGSL cannot say either: drivers
+//! reassociate it otherwise (NVIDIA's folded `(x + 1) - x` to 1).
 
 #![allow(unsafe_code)] // hal access and passthrough shaders
 
 use naga::back::spv;
-use spirv::{Capability, ExecutionMode, Op};
+use spirv::{Capability, Decoration, ExecutionMode, Op};
 use tilefuse_sched::codegen::WgslKernel;
 
 /// What kernels are translated to where the driver takes them as SPIR-V.
@@ -124,7 +126,7 @@ fn ieee_spirv(wgsl: &WgslKernel, target: SpirvTarget) -> Result<Vec<Vec<u32>>, S
             };
             let words = spv::write_vec(&module, &info, &options, Some(&pipeline))
                 .map_err(|e| e.to_string())?;
-            Ok(preserve_special_floats(&words))
+            Ok(forbid_contraction(&preserve_special_floats(&words)))
         })
         .collect()
 }
@@ -271,6 +273,67 @@ fn preserve_special_floats(words: &[u32]) -> Vec<u32> {
     out
 }
 
+/// Float arithmetic the driver could fuse with another instruction or
+/// reassociate.
+const FLOAT_ARITHMETIC: [Op; 7] = [
+    Op::FAdd,
+    Op::FSub,
+    Op::FMul,
+    Op::FDiv,
+    Op::FRem,
+    Op::FMod,
+    Op::VectorTimesScalar,
+];
+
+/// The instructions SPIR-V's module layout puts before the types: modes,
+/// debug names and annotations.
+const BEFORE_TYPES: [Op; 22] = [
+    Op::Capability,
+    Op::Extension,
+    Op::ExtInstImport,
+    Op::MemoryModel,
+    Op::EntryPoint,
+    Op::ExecutionMode,
+    Op::ExecutionModeId,
+    Op::String,
+    Op::SourceExtension,
+    Op::Source,
+    Op::SourceContinued,
+    Op::Name,
+    Op::MemberName,
+    Op::ModuleProcessed,
+    Op::Decorate,
+    Op::MemberDecorate,
+    Op::DecorationGroup,
+    Op::GroupDecorate,
+    Op::GroupMemberDecorate,
+    Op::DecorateId,
+    Op::DecorateString,
+    Op::MemberDecorateString,
+];
+
+fn is_one_of(instruction: &[u32], ops: &[Op]) -> bool {
+    ops.iter().any(|&op| opcode(instruction) == op as u32)
+}
+
+/// `words` with every float add, subtract, multiply, divide and remainder
+/// decorated `NoContraction`, so that the driver neither fuses it with
+/// another (a multiply and an add into an FMA) nor reassociates it: each
+/// rounds to f32, as on the CPU. Without it NVIDIA's driver gave `(x + 1)
+/// - x` as 1 for `x = 1e20`, where f32 gives 0. Sums of products still
+/// step by FMAs, which the WGSL asks for (`fma`).
+fn forbid_contraction(words: &[u32]) -> Vec<u32> {
+    let decorations: Vec<u32> = instructions(words)
+        .filter(|i| is_one_of(i, &FLOAT_ARITHMETIC) && i.len() > 2)
+        .flat_map(|i| instruction(Op::Decorate, &[i[2], Decoration::NoContraction as u32]))
+        .collect();
+    let types_at = 5 + instructions(words)
+        .take_while(|i| is_one_of(i, &BEFORE_TYPES))
+        .map(<[u32]>::len)
+        .sum::<usize>();
+    [&words[..types_at], &decorations, &words[types_at..]].concat()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +400,29 @@ mod tests {
                 &mode[2..],
                 &[ExecutionMode::SignedZeroInfNanPreserve as u32, 32]
             );
+        }
+    }
+
+    #[test]
+    fn float_arithmetic_is_decorated_so_that_it_is_neither_fused_nor_reassociated() {
+        for words in ieee_spirv(&kernel(), TARGET).unwrap() {
+            let arithmetic: Vec<u32> = instructions(&words)
+                .filter(|i| is_one_of(i, &FLOAT_ARITHMETIC))
+                .map(|i| i[2])
+                .collect();
+            assert_eq!(arithmetic.len(), 1, "x - x, then x * 0");
+            let no_contraction = |i: &[u32]| {
+                opcode(i) == Op::Decorate as u32 && i[2] == Decoration::NoContraction as u32
+            };
+            let decorated: Vec<u32> = (instructions(&words).filter(|i| no_contraction(i)))
+                .map(|i| i[1])
+                .collect();
+            assert_eq!(decorated, arithmetic);
+            // Among the annotations, which come before the types.
+            let decoration = instructions(&words).position(no_contraction).unwrap();
+            let first_type =
+                (instructions(&words).position(|i| !is_one_of(i, &BEFORE_TYPES))).unwrap();
+            assert_eq!(decoration + 1, first_type);
         }
     }
 

@@ -266,12 +266,19 @@ fn extreme(name: &'static str, x: Expr, y: Expr, dtype: DType, vec4: bool) -> Ex
 }
 
 /// One reduction step: `acc` combined with `value` (of `dtype`, or
-/// `vec4<f32>` with `vec4`).
+/// `vec4<f32>` with `vec4`). A float sum of products (a matmul's) steps by
+/// `fma`: the SPIR-V forbids the driver to fuse a multiply and an add
+/// itself (`NoContraction`, see `tilefuse-runtime`'s `gpu/spirv.rs`).
+/// Both factors have the sum's type: a vector step's operands are all
+/// `vec4<f32>`.
 pub(super) fn combine(op: ReduceOp, acc: Expr, value: Expr, dtype: DType, vec4: bool) -> Expr {
-    match op {
-        ReduceOp::Sum | ReduceOp::Mean => Expr::bin(BinOp::Add, acc, value),
-        ReduceOp::Max => extreme("max", acc, value, dtype, vec4),
-        ReduceOp::Min => extreme("min", acc, value, dtype, vec4),
+    match (op, value) {
+        (ReduceOp::Sum | ReduceOp::Mean, Expr::Binary(BinOp::Mul, a, b)) if dtype == DType::F32 => {
+            Expr::call(Func::Builtin("fma"), vec![*a, *b, acc])
+        }
+        (ReduceOp::Sum | ReduceOp::Mean, value) => Expr::bin(BinOp::Add, acc, value),
+        (ReduceOp::Max, value) => extreme("max", acc, value, dtype, vec4),
+        (ReduceOp::Min, value) => extreme("min", acc, value, dtype, vec4),
     }
 }
 
