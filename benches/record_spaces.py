@@ -74,12 +74,13 @@ MATMULS = {
 Case = tuple[str, str, dict[str, int], list[str]]
 
 
-def cases(device: str) -> Iterator[Case]:
-    """(file name, workload, sizes, fields) of every space on ``device``."""
+def cases(device: str, shapes: list[tuple[int, int]] | None = None) -> Iterator[Case]:
+    """(file name, workload, sizes, fields) of every space on ``device``;
+    the reductions at ``shapes`` (rows, columns) where given."""
     inner = REDUCTION_CPU if device == "cpu" else REDUCTION_GPU
     outer = OUTER_REDUCTION_CPU if device == "cpu" else REDUCTION_GPU
     for workload in ["softmax", "layernorm", "rmsnorm", "log_softmax", "row_sum", "column_sum"]:
-        for rows, cols in ROWS_COLS[device]:
+        for rows, cols in shapes or ROWS_COLS[device]:
             fields = outer if workload == "column_sum" else inner
             yield (
                 f"{workload}_{rows}x{cols}_{device}",
@@ -114,13 +115,20 @@ def main() -> None:
     ap.add_argument("--case", action="append", help="record only names containing this (repeat)")
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument(
+        "--shape",
+        action="append",
+        type=lambda s: tuple(int(n) for n in s.split("x")),
+        help="record the reductions at ROWSxCOLS instead of the device's shapes (repeat); "
+        "a real GPU needs larger ones than lavapipe",
+    )
+    ap.add_argument(
         "--keep-informative", action="store_true", help="write only defaults over 5%% off"
     )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     device = tf.Device.cpu() if args.device == "cpu" else tf.Device.gpu()
     table = Table("space", "points", "kernels", "default / best", "within 5 %", "written", "s")
-    for name, workload, sizes, fields in cases(args.device):
+    for name, workload, sizes, fields in cases(args.device, args.shape):
         if args.case and not any(c in name for c in args.case):
             continue
         start = time.perf_counter()
@@ -132,6 +140,7 @@ def main() -> None:
         if keep:
             (args.out / f"{name}.json").write_text(recording)
         seconds = time.perf_counter() - start
+        print(f"{name}: {points} points, default / best {ratio:.3f}, {seconds:.0f} s", flush=True)
         table.add_row(
             name,
             str(points),
