@@ -310,11 +310,12 @@ def sweep(devices: dict[str, tf.Device], torch: Any, budget: Budget, quick: bool
 
 def print_sweep(rows: dict[int, dict[str, float]]) -> None:
     columns = list(next(iter(rows.values())))
-    print(f"{'chain, elements':<16}" + "".join(f"{c + ' us':>16}" for c in columns))
+    width = {c: max(16, len(c) + 5) for c in columns}
+    print(f"{'chain, elements':<16}" + "".join(f"{c + ' us':>{width[c]}}" for c in columns))
     for n, row in rows.items():
         print(
             f"{'2^' + str(n.bit_length() - 1):<16}"
-            + "".join(f"{row[c] * 1e6:>16.1f}" for c in columns)
+            + "".join(f"{row[c] * 1e6:>{width[c]}.1f}" for c in columns)
         )
 
 
