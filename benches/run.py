@@ -15,10 +15,10 @@ CUDA, it runs there too (``torch-cuda``: numpy in, numpy out; ``torch-cuda
 kernel``: inputs on the GPU). Each kernel is timed twice: ``call`` is what
 a user meets, ``k(*arrays)`` with its argument checks, allocations and
 copies; ``kernel`` is the launches alone (GPU timestamps where the adapter
-has them). The table shows milliseconds
-(medians) and tilefuse time / peer time (below 1 means tilefuse is faster).
-A sweep of the chain from 2^10 to 2^24 elements follows (microseconds),
-plotted with ``--plot`` when matplotlib is there.
+has them). The table shows milliseconds (medians) and tilefuse time / peer
+time (below 1 means tilefuse is faster). A sweep of the chain from 2^10 to
+2^24 elements follows (microseconds), plotted with ``--plot`` when
+matplotlib is there.
 """
 
 from __future__ import annotations
