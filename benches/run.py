@@ -209,8 +209,16 @@ def time_torch_cuda(
     }
 
 
-def has_cuda(torch: Any) -> bool:
-    return torch is not None and bool(torch.cuda.is_available())
+def time_torch_peers(
+    fn: Callable[..., Any], torch: Any, inputs: Arrays, budget: Budget
+) -> dict[str, float]:
+    """torch's times of ``fn``: on the CPU, and on CUDA where torch has it."""
+    if torch is None:
+        return {}
+    times = {"torch": time_torch(fn, torch, inputs, budget)}
+    if torch.cuda.is_available():
+        times.update(time_torch_cuda(fn, torch, inputs, budget))
+    return times
 
 
 def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, budget: Budget) -> Case:
@@ -223,10 +231,8 @@ def run_case(case: Case, devices: dict[str, tf.Device], torch: Any, budget: Budg
     print(f"[{case.name}]", file=sys.stderr, flush=True)
     w = case.workload
     case.results["numpy"] = statistics.median(tf.Engine(tf.Device.cpu()).time_numpy(w, budget))
-    if torch is not None and case.torch is not None:
-        case.results["torch"] = time_torch(case.torch, torch, case.inputs, budget)
-    if has_cuda(torch) and case.torch is not None:
-        case.results.update(time_torch_cuda(case.torch, torch, case.inputs, budget))
+    if case.torch is not None:
+        case.results.update(time_torch_peers(case.torch, torch, case.inputs, budget))
     for dev_name, device in devices.items():
         # numpy's BLAS threads (and torch's) spin on for about 0.1 s after
         # a call; tilefuse timed right after them lost up to 2x on 2 cores.
@@ -293,10 +299,7 @@ def sweep(devices: dict[str, tf.Device], torch: Any, budget: Budget, quick: bool
         print(f"[sweep 2^{n.bit_length() - 1}]", file=sys.stderr, flush=True)
         w = tf.workloads.get("chain", rows=n // 1024, cols=1024)
         row = {"numpy": statistics.median(tf.Engine(tf.Device.cpu()).time_numpy(w, budget))}
-        if torch is not None:
-            row["torch"] = time_torch(torch_chain, torch, list(w.inputs()), budget)
-        if has_cuda(torch):
-            row.update(time_torch_cuda(torch_chain, torch, list(w.inputs()), budget))
+        row.update(time_torch_peers(torch_chain, torch, list(w.inputs()), budget))
         for dev_name, device in devices.items():
             default = w.fusion().heuristics(device=device, cache=False)
             for what in ("call", "kernel"):
