@@ -2,12 +2,14 @@
 
     python benches/sweep.py softmax            # GPU device, full size
     python benches/sweep.py matmul --device cpu --quick
+    python benches/sweep.py softmax --size rows=65536 --size cols=128
 
-Takes one of `benches/run.py`'s cases, asks the default heuristics for its
-params on the device, then varies the fields that shape the kernel over a
-small grid (reduction: invocations a row, tree or subgroup shuffles,
-unrolled steps, persistence; matmul: register and workgroup tiles, k step,
-operand staging, circular buffering). Every variant is checked against float64 numpy before it
+Takes one of `benches/run.py`'s cases (or, with `--size`, its workload at
+those sizes), asks the default heuristics for its params on the device,
+then varies the fields that shape the kernel over a small grid (reduction:
+invocations a row, rows a workgroup, tree or subgroup shuffles, unrolled
+steps, persistence; matmul: register and workgroup tiles, k step, operand
+staging, circular buffering). Every variant is checked against float64 numpy before it
 is timed (`Kernel.benchmark`: medians, after its GPU warm-up); rejected
 params are counted, not timed. Prints the fastest variants as ratios to the
 default, measured in the same run.
@@ -31,11 +33,14 @@ import run
 
 
 def reduction_grid() -> Iterator[dict[str, Any]]:
-    """Inner reductions: invocations a row, shuffles or a tree, unrolled
-    steps, one persistent kernel or a dispatch per block."""
-    for t, subgroup, unroll, persistent in itertools.product(
-        [8, 16, 32, 64, 128, 256, 512], [False, True], [1, 4], [True, False]
+    """Inner reductions: invocations a row, rows a workgroup (short rows
+    with few invocations each fill a workgroup so), shuffles or a tree,
+    unrolled steps, one persistent kernel or a dispatch per block."""
+    for t, rows, subgroup, unroll, persistent in itertools.product(
+        [8, 16, 32, 64, 128, 256, 512], [1, 4, 16], [False, True], [1, 4], [True, False]
     ):
+        if t * rows > 1024:
+            continue
         yield {
             "reduction_invocations": t,
             "cross_invocation_inner_reduction": True,
@@ -43,8 +48,8 @@ def reduction_grid() -> Iterator[dict[str, Any]]:
             "compile": {"use_subgroups": subgroup},
             "unroll_factor_reduction": unroll,
             "persistent_kernel": persistent,
-            "rows_per_workgroup": 1,
-            "launch": {"workgroup_size": [t, 1, 1]},
+            "rows_per_workgroup": rows,
+            "launch": {"workgroup_size": [t * rows, 1, 1]},
         }
 
 
@@ -102,45 +107,56 @@ def main() -> None:
     parser.add_argument("case", help="a benches/run.py case: chain, softmax, layernorm, matmul")
     parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument(
+        "--size",
+        action="append",
+        default=[],
+        help="the case's workload at this size instead (name=value, repeat)",
+    )
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
 
     device = tf.Device.gpu() if args.device == "gpu" else tf.Device.cpu()
-    case = next(c for c in run.cases(args.quick) if c.name.startswith(args.case))
-    (want,) = case.workload.expected()
-    default_params = case.fusion.heuristics(device=device, cache=False)
+    workload = next(c for c in run.cases(args.quick) if c.name.startswith(args.case)).workload
+    if args.size:
+        sizes = {k: int(v) for k, v in (s.split("=") for s in args.size)}
+        workload = tf.workloads.get(workload.name, **sizes)
+    fusion, inputs = workload.fusion(), list(workload.inputs())
+    (want,) = workload.expected()
+    default_params = fusion.heuristics(device=device, cache=False)
     assert isinstance(default_params, tf.HeuristicParams)
     base = default_params.to_dict()
     grids = {"reduction": reduction_grid, "matmul": matmul_grid}
     if base["scheduler"] not in grids:
-        sys.exit(f"{case.name}: no sweep for the {base['scheduler']} scheduler")
+        sys.exit(f"{args.case}: no sweep for the {base['scheduler']} scheduler")
 
     def timed(changes: dict[str, Any]) -> tuple[float, list[str]] | None:
         """Median seconds of the default params with `changes`, and the
         fields that changed; `None` where the params are rejected."""
         try:
             params = type(default_params)(base, **changes)
-            kernel = case.fusion.schedule(params, device)
+            kernel = fusion.schedule(params, device)
         except (tf.ParamsError, tf.DeviceError):
             return None
         fields = changed(base, params.to_dict())
-        got = np.asarray(kernel(*case.inputs)).reshape(np.shape(want))
+        got = np.asarray(kernel(*inputs)).reshape(np.shape(want))
         err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
         assert err < 1e-4, f"{fields}: relative error {err}"
-        return kernel.benchmark(*case.inputs, repeat=args.repeat).median, fields
+        return kernel.benchmark(*inputs, repeat=args.repeat).median, fields
 
     default = timed({})
     assert default is not None, "the default params were rejected"
     variants = list(grids[base["scheduler"]]())
     results = []
     for i, changes in enumerate(variants):
-        print(f"\r{case.name}: {i + 1}/{len(variants)}", end="", file=sys.stderr, flush=True)
+        print(f"\r{args.case}: {i + 1}/{len(variants)}", end="", file=sys.stderr, flush=True)
         result = timed(changes)
         if result is not None:
             results.append(result)
     print(file=sys.stderr)
-    print(f"{case.name} on {device.info['name']}: default {default[0] * 1e3:.3f} ms")
+    shape = f"{workload.name} {workload.sizes} on {device.info['name']}"
+    print(f"{shape}: default {default[0] * 1e3:.3f} ms")
     print(f"{'ms':>9} {'/ default':>9}  changed fields")
     for seconds, fields in sorted(results, key=lambda r: r[0])[: args.top]:
         ratio = seconds / default[0]
