@@ -182,9 +182,14 @@ def cases(quick: bool) -> list[Case]:
     ]
 
 
+def median_call(fn: Callable[[], Any], budget: Budget) -> float:
+    """Median seconds of ``fn()`` over ``budget``'s timed calls."""
+    return statistics.median(measure(call_sampler(fn), budget))
+
+
 def time_torch(fn: Callable[..., Any], torch: Any, inputs: Arrays, budget: Budget) -> float:
     tin = [torch.from_numpy(np.array(x)) for x in inputs]  # writeable copies
-    return statistics.median(measure(call_sampler(partial(fn, torch, *tin)), budget))
+    return median_call(partial(fn, torch, *tin), budget)
 
 
 def time_torch_cuda(
@@ -204,8 +209,8 @@ def time_torch_cuda(
         return fn(torch, *(torch.from_numpy(x).cuda() for x in inputs)).cpu().numpy()
 
     return {
-        "torch-cuda": statistics.median(measure(call_sampler(call), budget)),
-        "torch-cuda kernel": statistics.median(measure(call_sampler(kernel), budget)),
+        "torch-cuda": median_call(call, budget),
+        "torch-cuda kernel": median_call(kernel, budget),
     }
 
 
@@ -364,8 +369,7 @@ def scheduling_latency(fusion: tf.Fusion, device: tf.Device, budget: Budget) -> 
     """Median seconds for heuristics + schedule + lowering + WGSL (+ the
     compiled pipeline, from the device's cache after the first call), as
     `f.schedule(f.heuristics(device=d), d)` from Python."""
-    sampler = call_sampler(lambda: fusion.schedule(fusion.heuristics(device=device), device))
-    return statistics.median(measure(sampler, budget))
+    return median_call(lambda: fusion.schedule(fusion.heuristics(device=device), device), budget)
 
 
 def main() -> None:
