@@ -169,8 +169,10 @@ struct CpuBlocking {
     /// blocked loops of `gemm/blocked.rs`, which pass over C once a strip
     /// and step: with them, on a 2-core Zen 3 (AVX2), tiles of 512 rows
     /// and 1 MB (B packed half as often) took 1024^3 in 0.95x the time
-    /// (BENCHMARKS.md, fifty-eighth session). AVX-512 keeps its values
-    /// until a machine with it times the taller tiles.
+    /// (BENCHMARKS.md, fifty-eighth session). AVX-512 keeps 256 rows and
+    /// 512 KB: on a 2-core Emerald Rapids, 512 rows and 1 MB took 1024^3
+    /// in 0.98-0.99x the time but 512^3 in 1.10x, 1000^3 and 4096 x 1024
+    /// x 1024 in 0.97x (BENCHMARKS.md, sixty-third session).
     tile_bytes: u64,
 }
 

@@ -18,7 +18,10 @@ const BLOCK_ROWS: usize = 16 * GROUP;
 /// costs as much as a few strips' FMAs per value. With AVX2 on 2 Zen 3
 /// cores, A in place against packed at 8 strips (128 columns): 128^3,
 /// 256^3, 300 x 129 x 300 and 1024 x 128 x 1024 took 0.92-0.94x the time;
-/// at 4 strips, 2048 x 64 x 2048 0.83x; at 16 and 32 alike.
+/// at 4 strips, 2048 x 64 x 2048 0.83x; at 16 and 32 alike. AVX-512's
+/// 64-column strips count the same: on a 2-core Emerald Rapids, A packed
+/// at 4 strips took 1024^3 (tiles of 8 strips) in 1.07x the time (one
+/// paired run of 20 rounds, BENCHMARKS.md, sixty-third session).
 const PACK_A_STRIPS: usize = 16;
 /// The most bytes of packed B at once: the panel's columns are taken in
 /// chunks of this much (a 4096-column panel of k 512 would be 8 MB).
