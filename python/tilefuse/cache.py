@@ -83,11 +83,11 @@ def unregister_bundle(path: str | os.PathLike[str]) -> None:
 def lookup(fusion: Fusion, device: Device, scheduler: str | None = None) -> dict[str, Any] | None:
     """The entry for ``fusion`` on ``device`` from the cache or a bundle:
     its ``"params"``, ``"best_time"`` and ``"samples"`` (the winner's time
-    in each round of the tuner's final run), ``"default_time"``,
-    ``"trials"``, ``"strategy"``, ``"heuristics"``, ``"signature"`` (what
-    the fusion is), ``"space"`` (a digest of the fields and values tuned
-    over), ``"origin"``, ``"created"``, ``"key"``, and
-    ``"layer"``: ``"cache"`` or the bundle's path. ``None`` when neither
+    in each round of the tuner's final run and of its confirmation),
+    ``"default_time"``, ``"trials"``, ``"strategy"``, ``"heuristics"``,
+    ``"signature"`` (what the fusion is), ``"space"`` (a digest of the
+    fields and values tuned over), ``"origin"``, ``"created"``, ``"key"``,
+    and ``"layer"``: ``"cache"`` or the bundle's path. ``None`` when neither
     has one."""
     entry, layer, messages = _native.cache_get(
         fusion._native, device._native, scheduler, None, bundles()

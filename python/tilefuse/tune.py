@@ -73,9 +73,10 @@ class TuneResult:
     #: The default heuristic's params the search started from (one, or one
     #: per segment).
     default_params: HeuristicParams | list[HeuristicParams] | None = field(default=None, repr=False)
-    #: The winner's time in each round of the final run, what ``best_time``
-    #: is the median of (for a segmented fusion, its segments' times added
-    #: round by round).
+    #: The winner's time in each round of the final run, and of its
+    #: confirmation where one bore out a winner other than the default:
+    #: what ``best_time`` is the median of (for a segmented fusion, its
+    #: segments' times added round by round, over the rounds all have).
     best_samples: list[float] = field(default_factory=list, repr=False)
 
     @property
@@ -577,5 +578,6 @@ def _result(results: list[dict[str, Any]], listed: bool) -> TuneResult:
         strategy=results[0]["strategy"],
         elapsed=sum(r["elapsed"] for r in results),
         default_params=started[0] if one else started,  # type: ignore[arg-type]
-        best_samples=[sum(t) for t in zip(*(r["best_samples"] for r in results), strict=True)],
+        # A confirmed segment has more rounds than the others.
+        best_samples=[sum(t) for t in zip(*(r["best_samples"] for r in results), strict=False)],
     )

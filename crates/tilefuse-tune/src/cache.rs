@@ -39,8 +39,8 @@ pub struct Entry {
     pub params: serde_json::Value,
     /// Median seconds of the winner.
     pub best_time: f64,
-    /// The winner's seconds in each round of the tuner's final run (none
-    /// in entries older than this field).
+    /// The winner's seconds in each round of the tuner's final run and of
+    /// its confirmation (none in entries older than this field).
     #[serde(default)]
     pub samples: Vec<f64>,
     /// Median seconds of the default heuristic's params.

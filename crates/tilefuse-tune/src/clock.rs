@@ -23,6 +23,10 @@ pub(crate) const FINALISTS: usize = 4;
 /// Rounds of the final run.
 pub(crate) const FINAL_ROUNDS: usize = 5;
 
+/// Rounds of the confirmation of a winner other than the default (it and
+/// the default alone; see `verdict`).
+pub(crate) const CONFIRM_ROUNDS: usize = 5;
+
 /// How much longer the ending's launches take than the kept candidates'
 /// times say: those are each one's faster timing (paired, on the CPU
 /// and lavapipe, to the default's first), and each timing has fixed
@@ -71,10 +75,12 @@ impl Clock {
         elapsed + next + self.ending(kept, timing) >= self.seconds
     }
 
-    /// Seconds the second look and the final run would take after one
-    /// more candidate: the builds (at the mean build so far) and launches
-    /// (at their measured times) of the `kept` candidates, and of the next
-    /// one while fewer than all are kept (at the slowest one's time).
+    /// Seconds the second look, the final run and a confirmation would
+    /// take after one more candidate: the builds (at the mean build so
+    /// far) and launches (at their measured times) of the `kept`
+    /// candidates, and of the next one while fewer than all are kept (at
+    /// the slowest one's time), then the confirmation's pair (the
+    /// default's and the fastest other's, built and launched again).
     fn ending(&self, kept: &[f64], t: Timing) -> f64 {
         let build = self.builds.iter().sum::<f64>() / self.builds.len().max(1) as f64;
         let mut times = kept.to_vec();
@@ -83,12 +89,18 @@ impl Clock {
         {
             times.push(slowest);
         }
+        let rounds = |n: usize| t.warmup.max(1) + n * t.repeat;
         let launches = |i: usize| match i {
-            0..=FINALISTS => t.warmup.max(1) + FINAL_ROUNDS * t.repeat,
+            0..=FINALISTS => rounds(FINAL_ROUNDS),
             _ => t.repeat,
         };
-        (times.iter().enumerate())
-            .map(|(i, time)| build + ENDING_PACE * launches(i) as f64 * time)
-            .sum()
+        let cost = |launches: usize, time: f64| build + ENDING_PACE * launches as f64 * time;
+        let ending: f64 = (times.iter().enumerate())
+            .map(|(i, &time)| cost(launches(i), time))
+            .sum();
+        let confirmation: f64 = (times.iter().take(2))
+            .map(|&time| cost(rounds(CONFIRM_ROUNDS), time))
+            .sum();
+        ending + confirmation
     }
 }

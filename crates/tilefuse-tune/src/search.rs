@@ -11,9 +11,10 @@
 //! so a candidate keeps the faster of its two), then the best four (and
 //! the default) are re-measured in interleaved rounds, and a finalist
 //! replaces the default's params only if it beat them in every round (one
-//! of five may be lost to a gain of 10 %, see `verdict`), so a tuned
-//! result is never slower than the default on the measurement that picked
-//! it.
+//! of five may be lost to a gain of 10 %, see `verdict`) and again in as
+//! many rounds of it and the default alone (the confirmation), so a tuned
+//! result is never slower than the default on the measurements that
+//! picked it.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -24,7 +25,7 @@ use tilefuse_sched::{DeviceInfo, Schedule};
 use tilefuse_schedulers::{Features, features, heuristics, schedule, tunables};
 
 use crate::candidate::{Candidate, Finalist, Measured};
-use crate::clock::{Clock, FINAL_ROUNDS, FINALISTS, KEPT};
+use crate::clock::{CONFIRM_ROUNDS, Clock, FINAL_ROUNDS, FINALISTS, KEPT};
 use crate::executor::{Executor, LocalExecutor};
 use crate::options::{INTERRUPTED, Observer, Options, TuneError};
 use crate::seeding::{Proposal, Seeding};
@@ -92,7 +93,14 @@ pub fn tune_with(
         return Err(TuneError::Failed(why.into()));
     }
     let rounds = executor.final_round(&finalists, options.timing(), FINAL_ROUNDS)?;
-    Ok(search.finish(&rounds))
+    let confirmation = match search.challenger(&rounds) {
+        Some(w) => {
+            let pair = [finalists[0].clone(), finalists[w].clone()];
+            Some(executor.final_round(&pair, options.timing(), CONFIRM_ROUNDS)?)
+        }
+        None => None,
+    };
+    Ok(search.finish(&rounds, confirmation.as_deref()))
 }
 
 /// A measured candidate kept for the second look and the final run.
@@ -494,12 +502,35 @@ impl<'a> Search<'a> {
         views(&self.kept[..self.kept.len().min(FINALISTS + 1)])
     }
 
+    /// The final run's winner, where it is not the default's params and
+    /// the default ran: the finalist a confirmation must time again
+    /// beside the default (the first finalist).
+    pub fn challenger(&self, rounds: &[Vec<f64>]) -> Option<usize> {
+        let default = self.default_kept().then_some(0)?;
+        let win = verdict::winner(rounds, &verdict::medians(rounds), Some(default));
+        (win != default).then_some(win)
+    }
+
     /// The result, given the finalists' times in each round of the final
-    /// run.
-    pub fn finish(mut self, rounds: &[Vec<f64>]) -> TuneResult {
-        let medians = verdict::medians(rounds);
+    /// run and, where there was a [`Search::challenger`], the default's
+    /// and its times in each round of its confirmation: a challenger the
+    /// confirmation does not bear out leaves the default's params the
+    /// winner; one it does is timed over both runs' rounds.
+    pub fn finish(mut self, rounds: &[Vec<f64>], confirmation: Option<&[Vec<f64>]>) -> TuneResult {
+        let mut rounds = rounds.to_vec();
         let default = self.default_kept().then_some(0);
-        let win = verdict::winner(rounds, &medians, default);
+        let mut win = verdict::winner(&rounds, &verdict::medians(&rounds), default);
+        if let (Some(d), Some(again)) = (default, confirmation)
+            && win != d
+        {
+            if verdict::confirmed(again) {
+                rounds[d].extend(&again[0]);
+                rounds[win].extend(&again[1]);
+            } else {
+                win = d;
+            }
+        }
+        let medians = verdict::medians(&rounds);
         let default_time = default.map(|d| medians[d]);
         let winner = &self.kept[win].source;
         if let (Some(name), "seed") = (&winner.heuristic, winner.origin) {

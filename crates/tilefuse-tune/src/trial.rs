@@ -94,13 +94,16 @@ pub struct TuneResult {
     /// [`crate::space_digest`] of the tuned fields.
     pub space: String,
     pub best_params: serde_json::Value,
-    /// Median seconds of the winner in the final interleaved run.
+    /// Median seconds of the winner in the final interleaved run (and in
+    /// its confirmation, where one bore out a winner other than the
+    /// default's params).
     pub best_time: f64,
-    /// The winner's seconds in each round of that run: what its median is
-    /// of, and how much it spread.
+    /// The winner's seconds in each round of those runs: what its median
+    /// is of, and how much it spread.
     pub best_samples: Vec<f64>,
     pub default_params: serde_json::Value,
-    /// The default heuristic's median in the same run (`None` if it failed).
+    /// The default heuristic's median in the same rounds (`None` if it
+    /// failed).
     pub default_time: Option<f64>,
     /// By id.
     pub trials: Vec<Trial>,

@@ -7,6 +7,15 @@
 //! in ten with this rule, about the noise of that measurement
 //! (BENCHMARKS.md, thirty-fifth session; `benches/selection.py`).
 //!
+//! A winner other than the default is then confirmed: it and the default
+//! alone, in [`crate::clock::CONFIRM_ROUNDS`] more rounds, by the same
+//! rule. On a 2-vCPU VM whose rounds of one kernel ran up to 1.3x apart,
+//! quick tunes of a 4096² chain kept winners that claimed 1.18x and 1.26x
+//! and timed 1.00x and 0.97x the default's speed again (sixty-third
+//! session): the five rounds' sign test lets a finalist no faster than the
+//! default win every round once in 32 tunes, and four of the five once in
+//! five, and there are four finalists.
+//!
 //! A large gain may lose one round of five: noise on a shared machine only
 //! adds time, and one slowed round out of five vetoed one in six 1.7x
 //! winners on lavapipe (thirty-sixth session), while a finalist no faster
@@ -40,6 +49,21 @@ pub(crate) fn winner(rounds: &[Vec<f64>], medians: &[f64], default: Option<usize
         .filter(eligible)
         .min_by(|&a, &b| medians[a].total_cmp(&medians[b]))
         .expect("finalists")
+}
+
+/// Whether the final run's winner beat the default again in the
+/// confirmation's `rounds` (the default's times first, the winner's
+/// second), by the final run's rule.
+pub(crate) fn confirmed(rounds: &[Vec<f64>]) -> bool {
+    let [default, winner] = rounds else {
+        return false;
+    };
+    let medians = medians(rounds);
+    beats(
+        winner,
+        default,
+        medians[1] < medians[0] * (1.0 - LARGE_GAIN),
+    )
 }
 
 /// Whether `times` beat `default`'s, round by round, by [`FINAL_GAIN`]:
@@ -96,6 +120,27 @@ mod tests {
         let flattered = vec![1.0; 5];
         let slowed = vec![1.0, 1.2, 1.2, 1.2, 1.0];
         assert_eq!(pick(&[slowed, flattered], Some(0)), 0);
+    }
+
+    #[test]
+    fn a_confirmation_applies_the_final_runs_rule_to_the_pair() {
+        let default = vec![1.0; 5];
+        assert!(confirmed(&[default.clone(), vec![0.95; 5]]));
+        // A small gain lost in one round, a large one in two.
+        assert!(!confirmed(&[
+            default.clone(),
+            vec![0.95, 0.95, 1.0, 0.95, 0.95]
+        ]));
+        assert!(confirmed(&[
+            default.clone(),
+            vec![0.6, 0.6, 1.08, 0.6, 0.6]
+        ]));
+        assert!(!confirmed(&[
+            default.clone(),
+            vec![0.6, 1.08, 1.08, 0.6, 0.6]
+        ]));
+        // Not a pair: nothing is confirmed.
+        assert!(!confirmed(&[default]));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! A time budget bounds the whole run, not its search alone: the search
-//! stops handing out candidates once the second look and the final run
-//! it would then start (their builds and launches, at the times measured
-//! so far) could not end within `seconds`.
+//! stops handing out candidates once the second look, the final run and
+//! a confirmation it would then start (their builds and launches, at the
+//! times measured so far) could not end within `seconds`.
 
 mod common;
 
@@ -40,12 +40,17 @@ fn the_search_keeps_time_for_the_final_run() {
     let quick = handed_out(1e-6, 1e-3);
     assert!((30..=41).contains(&quick), "{quick} handed out");
     // The final run launches each finalist 52 times (2 warm-up launches,
-    // 5 rounds of 10): at half a second a launch, the default's and the
-    // next candidate's take over 60 s.
+    // 5 rounds of 10), and a confirmation two of them 52 times more: at
+    // half a second a launch, the default's and the next candidate's take
+    // over 100 s.
     assert_eq!(handed_out(0.5, 1e-3), 1);
     // 40 ms launches (taken as 50 ms: the ending runs slower than a
     // candidate's fastest timing) and 1 s builds: a finalist costs 3.6 s,
-    // a contender (one timing of 10 launches) 1.5 s. Five kept and the
-    // next (19.5 s) still fit in 20 s; six and the next (21 s) do not.
-    assert_eq!(handed_out(0.04, 1.0), 6);
+    // and so does each of the confirmation's two. Two kept and the next
+    // (18 s) still fit in 20 s; three and the next (21.6 s) do not.
+    assert_eq!(handed_out(0.04, 1.0), 3);
+    // 10 ms launches: a finalist or one of the confirmation's costs
+    // 1.65 s, a contender (one timing of 10 launches) 1.125 s. Eleven kept
+    // and the next (19.4 s) fit, twelve and the next (20.55 s) do not.
+    assert_eq!(handed_out(0.01, 1.0), 12);
 }

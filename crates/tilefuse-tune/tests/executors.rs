@@ -302,3 +302,90 @@ fn a_duplicate_of_a_candidate_in_flight_gets_its_time() {
         assert_eq!(t.time, r.measured(&t.point).time, "trial {}", t.id);
     }
 }
+
+/// A final run in which every finalist but the default runs 2x faster in
+/// every round, then a confirmation (the next call of more than one round)
+/// whose winner's times are `confirmation`'s; it keeps the pair it was
+/// asked to confirm.
+struct Fluke<'r> {
+    inner: ReplayExecutor<'r>,
+    confirmation: f64,
+    calls: usize,
+    pair: Vec<Finalist>,
+}
+
+impl Executor for Fluke<'_> {
+    fn capacity(&self) -> usize {
+        1
+    }
+    fn submit(&mut self, c: Candidate) -> Result<(), TuneError> {
+        self.inner.submit(c)
+    }
+    fn next(&mut self) -> Result<(usize, Measured), TuneError> {
+        self.inner.next()
+    }
+    fn final_round(
+        &mut self,
+        f: &[Finalist],
+        _: Timing,
+        rounds: usize,
+    ) -> Result<RoundTimes, TuneError> {
+        if rounds == 1 {
+            return Ok(vec![vec![2.0]; f.len()]); // the second look
+        }
+        self.calls += 1;
+        let others = if self.calls == 1 {
+            0.5
+        } else {
+            self.pair = f.to_vec();
+            self.confirmation
+        };
+        let mut times = vec![vec![1.0; rounds]];
+        times.extend((1..f.len()).map(|_| vec![others; rounds]));
+        Ok(times)
+    }
+}
+
+/// A tune of the recorded space through a [`Fluke`]: the result, the
+/// pair the confirmation was asked for and the calls of more than one round.
+fn tune_through_a_fluke(confirmation: f64) -> (tilefuse_tune::TuneResult, Vec<Finalist>, usize) {
+    let (f, device, r) = recorded();
+    let mut fluke = Fluke {
+        inner: ReplayExecutor::new(&r, 1),
+        confirmation,
+        calls: 0,
+        pair: Vec::new(),
+    };
+    let options = exhaustive(&r);
+    let res = tune_with(
+        &f,
+        &device.info(),
+        &options,
+        &[],
+        &mut fluke,
+        &mut |_, _| true,
+    )
+    .unwrap();
+    (res, fluke.pair, fluke.calls)
+}
+
+#[test]
+fn a_winner_the_confirmation_does_not_bear_out_leaves_the_default() {
+    let (res, pair, calls) = tune_through_a_fluke(1.0);
+    // The final run's winner and the default, timed again alone.
+    assert_eq!(calls, 2);
+    assert_eq!(pair.len(), 2);
+    assert_eq!(pair[0].params, res.default_params);
+    assert_ne!(pair[1].params, res.default_params);
+    assert_eq!(res.best_params, res.default_params);
+    assert_eq!((res.best_time, res.default_time), (1.0, Some(1.0)));
+}
+
+#[test]
+fn a_confirmed_winner_is_timed_over_both_runs() {
+    let (res, pair, _) = tune_through_a_fluke(0.6);
+    assert_eq!(res.best_params, pair[1].params);
+    assert_eq!(res.best_samples, [[0.5; 5], [0.6; 5]].concat());
+    // The upper median of the ten rounds.
+    assert_eq!((res.best_time, res.default_time), (0.6, Some(1.0)));
+}
