@@ -502,34 +502,19 @@ impl<'a> Search<'a> {
         views(&self.kept[..self.kept.len().min(FINALISTS + 1)])
     }
 
-    /// The final run's winner, where it is not the default's params and
-    /// the default ran: the finalist a confirmation must time again
-    /// beside the default (the first finalist).
+    /// The final run's winner, where the default ran (the first finalist)
+    /// and lost: the finalist a confirmation times again beside it.
     pub fn challenger(&self, rounds: &[Vec<f64>]) -> Option<usize> {
-        let default = self.default_kept().then_some(0)?;
-        let win = verdict::winner(rounds, &verdict::medians(rounds), Some(default));
-        (win != default).then_some(win)
+        verdict::challenger(rounds, self.default_kept().then_some(0)?)
     }
 
     /// The result, given the finalists' times in each round of the final
     /// run and, where there was a [`Search::challenger`], the default's
-    /// and its times in each round of its confirmation: a challenger the
-    /// confirmation does not bear out leaves the default's params the
-    /// winner; one it does is timed over both runs' rounds.
+    /// and its times in each round of its confirmation (see
+    /// `verdict::settled`).
     pub fn finish(mut self, rounds: &[Vec<f64>], confirmation: Option<&[Vec<f64>]>) -> TuneResult {
-        let mut rounds = rounds.to_vec();
         let default = self.default_kept().then_some(0);
-        let mut win = verdict::winner(&rounds, &verdict::medians(&rounds), default);
-        if let (Some(d), Some(again)) = (default, confirmation)
-            && win != d
-        {
-            if verdict::confirmed(again) {
-                rounds[d].extend(&again[0]);
-                rounds[win].extend(&again[1]);
-            } else {
-                win = d;
-            }
-        }
+        let (win, rounds) = verdict::settled(rounds.to_vec(), default, confirmation);
         let medians = verdict::medians(&rounds);
         let default_time = default.map(|d| medians[d]);
         let winner = &self.kept[win].source;

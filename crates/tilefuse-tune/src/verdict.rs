@@ -51,6 +51,35 @@ pub(crate) fn winner(rounds: &[Vec<f64>], medians: &[f64], default: Option<usize
         .expect("finalists")
 }
 
+/// The final run's winner where it is not the `default` finalist: the
+/// one a confirmation times again beside it.
+pub(crate) fn challenger(rounds: &[Vec<f64>], default: usize) -> Option<usize> {
+    let win = winner(rounds, &medians(rounds), Some(default));
+    (win != default).then_some(win)
+}
+
+/// The winner of the final run's `rounds`, and each finalist's rounds,
+/// given the `confirmation` of its [`challenger`] (the default's times and
+/// its, where there was one): a challenger the confirmation does not bear
+/// out leaves the default the winner; one it does, and the default, are
+/// timed over both runs' rounds.
+pub(crate) fn settled(
+    mut rounds: RoundTimes,
+    default: Option<usize>,
+    confirmation: Option<&[Vec<f64>]>,
+) -> (usize, RoundTimes) {
+    let win = winner(&rounds, &medians(&rounds), default);
+    let (Some(d), Some(again)) = (default, confirmation) else {
+        return (win, rounds);
+    };
+    if win == d || !confirmed(again) {
+        return (d, rounds);
+    }
+    rounds[d].extend(&again[0]);
+    rounds[win].extend(&again[1]);
+    (win, rounds)
+}
+
 /// Whether the final run's winner beat the default again in the
 /// confirmation's `rounds` (the default's times first, the winner's
 /// second), by the final run's rule.
