@@ -40,10 +40,7 @@ pub type RoundTimes = Vec<Vec<f64>>;
 /// five or more when the median gain is [`LARGE_GAIN`]), else the default.
 pub(crate) fn winner(rounds: &[Vec<f64>], medians: &[f64], default: Option<usize>) -> usize {
     let eligible = |i: &usize| {
-        default.is_none_or(|d| {
-            let large = medians[*i] < medians[d] * (1.0 - LARGE_GAIN);
-            i == &d || beats(&rounds[*i], &rounds[d], large)
-        })
+        default.is_none_or(|d| i == &d || beats(&rounds[*i], &rounds[d], medians[*i], medians[d]))
     };
     (0..rounds.len())
         .filter(eligible)
@@ -88,16 +85,15 @@ pub(crate) fn confirmed(rounds: &[Vec<f64>]) -> bool {
         return false;
     };
     let medians = medians(rounds);
-    beats(
-        winner,
-        default,
-        medians[1] < medians[0] * (1.0 - LARGE_GAIN),
-    )
+    beats(winner, default, medians[1], medians[0])
 }
 
-/// Whether `times` beat `default`'s, round by round, by [`FINAL_GAIN`]:
-/// in every round, or in all but one of five or more for a `large` gain.
-fn beats(times: &[f64], default: &[f64], large: bool) -> bool {
+/// Whether `times` (of that `median`) beat `default`'s (of
+/// `default_median`), round by round, by [`FINAL_GAIN`]: in every round,
+/// or in all but one of five or more where the median gain is
+/// [`LARGE_GAIN`].
+fn beats(times: &[f64], default: &[f64], median: f64, default_median: f64) -> bool {
+    let large = median < default_median * (1.0 - LARGE_GAIN);
     let lost = (times.iter().zip(default))
         .filter(|(t, d)| **t >= **d * (1.0 - FINAL_GAIN))
         .count();
