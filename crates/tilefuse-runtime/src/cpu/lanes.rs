@@ -7,7 +7,7 @@
 //! writes disjoint and ordered before their reads.
 #![allow(unsafe_code)]
 
-use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar, UnaryOp, binary_scalar, gelu, unary_scalar};
+use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar, UnaryOp, binary_scalar, unary_scalar};
 
 use super::memory::{Elem, RawBuf};
 use super::simd_math;
@@ -60,7 +60,7 @@ pub fn unary_f32(op: UnaryOp, a: &mut [f32]) {
         }
         // NaN stays NaN (`!(x <= 0)`), as in the reference.
         UnaryOp::Relu => each(a, |x| if x <= 0.0 { 0.0 } else { x }),
-        UnaryOp::Gelu => each(a, |x| gelu(f64::from(x)) as f32),
+        UnaryOp::Gelu => simd_math::gelu_in_place(a),
         UnaryOp::Sin => each(a, f32::sin),
         UnaryOp::Cos => each(a, f32::cos),
         UnaryOp::Reciprocal => each(a, |x| 1.0 / x),
