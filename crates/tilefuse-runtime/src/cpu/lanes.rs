@@ -49,7 +49,7 @@ pub fn unary_f32(op: UnaryOp, a: &mut [f32]) {
         UnaryOp::Neg => each(a, |x| -x),
         UnaryOp::Abs => each(a, f32::abs),
         UnaryOp::Exp => simd_math::exp_in_place(a),
-        UnaryOp::Log => each(a, f32::ln),
+        UnaryOp::Log => simd_math::ln_in_place(a),
         UnaryOp::Sqrt => each(a, f32::sqrt),
         UnaryOp::Rsqrt => each(a, |x| 1.0 / x.sqrt()),
         UnaryOp::Tanh => simd_math::tanh_in_place(a),
@@ -61,8 +61,8 @@ pub fn unary_f32(op: UnaryOp, a: &mut [f32]) {
         // NaN stays NaN (`!(x <= 0)`), as in the reference.
         UnaryOp::Relu => each(a, |x| if x <= 0.0 { 0.0 } else { x }),
         UnaryOp::Gelu => simd_math::gelu_in_place(a),
-        UnaryOp::Sin => each(a, f32::sin),
-        UnaryOp::Cos => each(a, f32::cos),
+        UnaryOp::Sin => simd_math::sin_in_place(a),
+        UnaryOp::Cos => simd_math::cos_in_place(a),
         UnaryOp::Reciprocal => each(a, |x| 1.0 / x),
     }
 }
