@@ -77,3 +77,29 @@ def test_cpu_division_by_a_constant_is_correctly_rounded(
     with np.errstate(over="ignore", under="ignore"):
         want = x / np.float32(divisor)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("exponent", [2.0, 0.5, -1.0, 3.0])
+@pytest.mark.parametrize("size", [9, 4096], ids=["scalar", "vectorized"])
+def test_cpu_power_by_a_constant_is_correctly_rounded(
+    exponent: float, size: int, rng: np.random.Generator
+) -> None:
+    # `x ** 2`, `** 0.5` and `** -1` skip libm's `powf` on the CPU device
+    # (one multiply, square root or divide); every result must still be
+    # the f64 power rounded once, C's specials included (pow(-0, 0.5) = +0,
+    # pow(-inf, 0.5) = inf). 3 goes through `powf`, within an ulp.
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e-39, 3.4e38, -1.0])
+    x = np.concatenate([specials, np.logspace(-45, 38.5, size) * rng.choice([-1.0, 1.0], size)])
+    x = rng.permutation(x.astype(np.float32))
+    f = tf.Fusion()
+    f.output(f.input(x.shape, "f32") ** exponent)
+    got = f.execute(x, device=tf.Device.cpu())
+    # The reference's pow is C's (numpy's own `** 0.5` is a square root:
+    # -0 and nan for -0 and -inf).
+    want = f.evaluate(x)
+    if exponent == 3.0:
+        np.testing.assert_allclose(got, want, rtol=2 * ULP, atol=0)
+    else:  # bit for bit, but a NaN's sign bit
+        same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+        first = int(np.argmin(same))
+        assert same.all(), f"{x[first]!r} ** {exponent} = {got[first]!r}, want {want[first]!r}"

@@ -117,7 +117,22 @@ pub fn arith_from(op: BinaryOp, a: &mut [f32], from: Option<Rhs<'_>>, b: Rhs<'_>
         BinaryOp::Div => apply(a, from, b, swap, |x, y| x / y),
         BinaryOp::Max => apply(a, from, b, swap, |x, y| extreme(x, y, true)),
         BinaryOp::Min => apply(a, from, b, swap, |x, y| extreme(x, y, false)),
-        BinaryOp::Pow => apply(a, from, b, swap, f32::powf),
+        // A constant exponent libm need not see: one correctly rounded op
+        // each (so the reference's value, and C's specials), vectorized;
+        // `powf` is a scalar call (`x ** 2` of 4096²: 60 ms, torch 17).
+        BinaryOp::Pow => match exponent(from.is_some(), b, swap) {
+            Some(2.0) => apply(a, from, b, swap, |x, _| x * x),
+            Some(-1.0) => apply(a, from, b, swap, |x, _| 1.0 / x),
+            // pow(-0, 0.5) = +0 (the `+ 0.0`), pow(-inf, 0.5) = inf.
+            Some(0.5) => apply(a, from, b, swap, |x, _| {
+                if x == f32::NEG_INFINITY {
+                    f32::INFINITY
+                } else {
+                    x.sqrt() + 0.0
+                }
+            }),
+            _ => apply(a, from, b, swap, f32::powf),
+        },
         // A comparison's lanes are 1.0 (true) or 0.0, as tapes hold masks.
         BinaryOp::Eq => apply(a, from, b, swap, |x, y| truth(x == y)),
         BinaryOp::Ne => apply(a, from, b, swap, |x, y| truth(x != y)),
@@ -125,6 +140,16 @@ pub fn arith_from(op: BinaryOp, a: &mut [f32], from: Option<Rhs<'_>>, b: Rhs<'_>
         BinaryOp::Le => apply(a, from, b, swap, |x, y| truth(x <= y)),
         BinaryOp::Gt => apply(a, from, b, swap, |x, y| truth(x > y)),
         BinaryOp::Ge => apply(a, from, b, swap, |x, y| truth(x >= y)),
+    }
+}
+
+/// The exponent of `a = from op b` (`a op b`; `b op a` with `swap`)
+/// where it is one value for every lane.
+#[inline(always)]
+fn exponent(from: bool, b: Rhs<'_>, swap: bool) -> Option<f32> {
+    match b {
+        Rhs::Same(y) if from || !swap => Some(y),
+        _ => None,
     }
 }
 
