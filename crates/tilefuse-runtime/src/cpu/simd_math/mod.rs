@@ -65,8 +65,8 @@ pub type BaselineMulAdd = Unfused;
 fn horner<M: MulAdd, const N: usize>(x: f32, c: [f32; N]) -> f32 {
     // A plain loop, no closure: see `by_step`.
     let mut p = c[0];
-    for &c in &c[1..] {
-        p = M::mul_add(p, x, c);
+    for &next in &c[1..] {
+        p = M::mul_add(p, x, next);
     }
     p
 }
