@@ -71,7 +71,7 @@ fn horner<M: MulAdd, const N: usize>(x: f32, c: [f32; N]) -> f32 {
     p
 }
 
-/// Lanes per step of the vector loops (`exp_in_place`, `ln_in_place`):
+/// Lanes per step of the vector loops (`by_step`: `exp`, `ln`, `sin`, `cos`):
 /// one check decides whether a step needs the full-range scalar form.
 const STEP: usize = 16;
 
