@@ -90,6 +90,11 @@ def test_every_device_argument_takes_a_name(gpu: tilefuse.Device, rng: np.random
         assert f.create_schedule().build(name).device.fingerprint == device.fingerprint
         assert tilefuse.Engine(name).device.fingerprint == device.fingerprint
     assert tilefuse.as_device(gpu) is gpu
+    assert tilefuse.Device("cpu").fingerprint == tilefuse.Device.cpu().fingerprint
+    with pytest.raises(ValueError, match="unknown device 'cuda'"):
+        tilefuse.Device("cuda")
+    with pytest.raises(TypeError, match=r"Device\(\): expected one of .* got int"):
+        tilefuse.Device(0)  # type: ignore[arg-type]
     assert tilefuse.as_device(None).fingerprint == tilefuse.Device.default().fingerprint
     with pytest.raises(ValueError, match="unknown device 'cuda'; expected 'cpu', 'gpu', 'default'"):
         f.heuristics(device="cuda")

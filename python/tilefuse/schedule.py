@@ -346,12 +346,22 @@ class DeviceFacts:
 
 
 class Device(DeviceFacts):
-    """Where kernels run: a wgpu adapter, or the CPU."""
+    """Where kernels run: a wgpu adapter, or the CPU. ``Device("cpu")``,
+    ``Device("gpu")`` and ``Device("default")`` open one by name, as
+    :func:`as_device` does."""
 
     __slots__ = ("_native",)
 
-    def __init__(self, native: _native.Device) -> None:
-        self._native = native
+    def __init__(self, native: _native.Device | str) -> None:
+        if isinstance(native, str):
+            self._native: _native.Device = as_device(native)._native
+        elif isinstance(native, _native.Device):
+            self._native = native
+        else:
+            raise TypeError(
+                f"Device(): expected one of {', '.join(map(repr, DEVICE_NAMES))}, "
+                f"got {type(native).__name__}"
+            )
 
     @classmethod
     def default(cls) -> Device:
