@@ -10,6 +10,7 @@ use super::code::{Counted, MIN_PARALLEL_WORK, RowsCode, Step, TapeStore};
 use super::gemm_match::gemm_code;
 use super::loop_index::LoopIndex;
 use super::nest::{hoisted_bounds, in_one_thread, single_block, through_units};
+use super::prefetch;
 
 pub(super) fn compile_node(kernel: &Kernel, node: &Node) -> Step {
     match node {
@@ -28,7 +29,11 @@ pub(super) fn compile_node(kernel: &Kernel, node: &Node) -> Step {
                     parallel: false,
                 },
                 _ => {
-                    let steps: Vec<Step> = body.iter().map(|n| compile_node(kernel, n)).collect();
+                    let mut steps: Vec<Step> =
+                        body.iter().map(|n| compile_node(kernel, n)).collect();
+                    if lp.extent > 1 {
+                        prefetch::plan(kernel, *l, &mut steps);
+                    }
                     let work = lp.extent.saturating_mul(Step::total_work(&steps));
                     Step::Loop {
                         var: l.0 as usize,

@@ -194,9 +194,33 @@ impl Elem for bool {
     const DTYPE: DType = DType::Bool;
 }
 
+/// Asks for the cache line at `p` (a hint: any address is allowed; a
+/// no-op off x86-64).
+pub fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch does not access memory; it cannot fault.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 impl RawBuf {
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Asks for the cache lines of elements `start..start + n` (those
+    /// within the buffer): a hint that accesses nothing, so outside the
+    /// module's contract.
+    pub fn prefetch(&self, start: usize, n: usize) {
+        let size = element_size(self.dtype);
+        let (lo, hi) = (start.min(self.len) * size, (start + n).min(self.len) * size);
+        for byte in (lo..hi).step_by(64) {
+            prefetch(self.ptr.wrapping_add(byte));
+        }
     }
 
     /// The address of the first element.

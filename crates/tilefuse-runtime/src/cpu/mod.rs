@@ -20,6 +20,7 @@ mod nest;
 mod pack;
 mod parallel_nest;
 pub mod pool;
+mod prefetch;
 mod program;
 mod scatter;
 mod simd_math;

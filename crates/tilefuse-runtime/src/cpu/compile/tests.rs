@@ -2,7 +2,7 @@
 
 use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp, evaluate};
 use tilefuse_sched::Schedule;
-use tilefuse_sched::ir::LoopId;
+use tilefuse_sched::ir::{LoopId, Role};
 use tilefuse_testing::{compare, inputs};
 
 use super::super::code::{BlockCode, Step};
@@ -519,4 +519,35 @@ fn an_nhwc_channel_sum_split_over_workgroups_runs_row_by_row() {
     row_steps(&compiled(&s), &mut rows);
     assert!(rows.contains(&(49, 32)), "{rows:?}");
     runs_right(&f, &s, 2, 1e-4);
+}
+
+/// The buffers each lane step's tape in `steps` prefetches, in order.
+fn prefetches(steps: &[Step]) -> Vec<Vec<usize>> {
+    let mut blocks = Vec::new();
+    lane_blocks(steps, &mut blocks);
+    (blocks.iter())
+        .map(|(_, _, b)| {
+            b.tape
+                .iter()
+                .flat_map(|t| t.tape.ahead().map(|(b, _)| b))
+                .collect()
+        })
+        .collect()
+}
+
+/// A softmax's row loop prefetches the next row of its input in its
+/// `exp` pass, the second and last that reads it (not the max's, which
+/// reads it from memory), and its row of the output, which the division
+/// writes. It runs right.
+#[test]
+fn the_last_pass_over_a_row_prefetches_the_next() {
+    let softmax = tilefuse_testing::softmax(&[64, 4096], 1);
+    let (_, s) = defaults_with(&softmax, &[]);
+    let role = |r: Role| s.kernel().buffers.iter().position(|b| b.role == r).unwrap();
+    let (x, y) = (role(Role::Input(0)), role(Role::Output(0)));
+    assert_eq!(
+        prefetches(&compiled(&s)),
+        [vec![], vec![x, y], vec![], vec![]]
+    );
+    runs_right(&softmax, &s, 2, 1e-5);
 }

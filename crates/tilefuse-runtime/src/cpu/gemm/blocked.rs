@@ -9,6 +9,7 @@
 //! and A in place, 84 % so.
 
 use super::{GROUP, Panel};
+use crate::cpu::memory::prefetch;
 
 /// A's rows in a block ([`in_blocks`]): 96 rows of k 512 (AVX2's k step)
 /// are 192 KB of packed A, which stays in L2 across the strips (72-144
@@ -141,15 +142,9 @@ fn pack_a(p: &Panel<'_>, groups: &mut Vec<f32>) {
 /// Prefetches columns `j0..j0 + W` of C's rows `r0..r0 + GROUP` that the
 /// panel has.
 fn prefetch_c<const W: usize>(p: &Panel<'_>, r0: usize, j0: usize) {
-    #[cfg(target_arch = "x86_64")]
     for r in r0..(r0 + GROUP).min(p.rows) {
         for j in (j0..j0 + W).step_by(16) {
-            let line = p.c[r * p.c_row + j..].as_ptr();
-            // SAFETY: a prefetch reads nothing; the line lies within C.
-            unsafe {
-                use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-                _mm_prefetch::<_MM_HINT_T0>(line.cast());
-            }
+            prefetch(p.c[r * p.c_row + j..].as_ptr().cast());
         }
     }
 }

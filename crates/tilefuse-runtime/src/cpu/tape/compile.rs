@@ -36,6 +36,7 @@ impl Tape {
             loads: Vec::new(),
             uniforms: Vec::new(),
             folded: Folded::default(),
+            ahead: Vec::new(),
         };
         let at = At { store, dtypes };
         (tape.emit(value, 0, &at)? == Kind::F32).then_some(())?;

@@ -10,7 +10,7 @@ use super::lane_fold::{fold_piece, identity};
 use super::{Folded, Offsets, Op, Operand, SOURCES, TILE, Tape, Uniform, single_load};
 use crate::cpu::lanes::fold_f32;
 use crate::cpu::loop_index::LoopIndex;
-use crate::cpu::memory::RawBuf;
+use crate::cpu::memory::{RawBuf, prefetch};
 use crate::cpu::simd_math::multiversion;
 
 /// A load that moves with the lane: lane `i` of a run reads element
@@ -42,18 +42,6 @@ pub fn transposed(step: usize, stride: usize) -> bool {
 /// 8-way L1: 2048² ran in 3.1 ms in blocks of 8, 5.2 of 16, 6.8 of 32,
 /// and 7.2 a column at a time.
 const COLUMN_BLOCK: usize = 8;
-
-/// Asks for the cache line at `p` (a hint: any address is allowed).
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch does not access memory; it cannot fault.
-    unsafe {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T0>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
 
 impl LaneLoad {
     /// A load of one loop's lanes, `stride` apart.

@@ -14,7 +14,7 @@
 #![allow(unsafe_code)]
 
 use tilefuse_ir::{BinaryOp, ReduceOp, UnaryOp};
-use tilefuse_sched::ir::Var;
+use tilefuse_sched::ir::{Index, Var};
 
 use super::lanes::{Rhs, arith, arith_from, combine_into, fold_f32, select, unary_f32};
 use super::loop_index::LoopIndex;
@@ -103,7 +103,13 @@ pub struct Tape {
     uniforms: Vec<Uniform>,
     /// `ops` as run: their uniform-only parts once per run.
     folded: Folded,
+    /// What each run prefetches, tile by tile, its lanes' elements of a
+    /// buffer: the buffer and lane 0's offset (see `cpu/prefetch.rs`).
+    ahead: Vec<(usize, LoopIndex)>,
 }
+
+/// Runs of elements a tape may prefetch.
+pub const AHEAD: usize = 4;
 
 /// A thread's registers, allocated once per launch: zeroing them on every
 /// call cost as much as the arithmetic. Register 0 is scratch for sinks
@@ -166,6 +172,9 @@ impl Tape {
                 *slot = rest.eval(env);
             }
         }
+        for (slot, (_, at)) in o.ahead.iter_mut().zip(&self.ahead) {
+            *slot = at.eval(env);
+        }
         o
     }
 
@@ -182,6 +191,27 @@ impl Tape {
         let at = offsets.loads[i] as usize + start;
         load.consecutive()
             .then(|| unsafe { buffers[load.buffer].slice::<f32>(at, n) })
+    }
+
+    /// The loads of consecutive elements that its ops read: each one's
+    /// place in the tape, buffer and offset at lane 0.
+    pub fn consecutive_loads(&self) -> impl Iterator<Item = (usize, usize, &LoopIndex)> {
+        (self.loads.iter().enumerate())
+            .filter(|&(i, load)| load.consecutive() && self.folded.reads(i))
+            .map(|(i, load)| (i, load.buffer, &load.at))
+    }
+
+    /// Has every run prefetch its lanes' elements of `buffer`, lane 0's
+    /// at offset `at` (over loop variables), until [`AHEAD`] runs do.
+    pub fn prefetch(&mut self, buffer: usize, at: Index) {
+        if self.ahead.len() < AHEAD {
+            self.ahead.push((buffer, LoopIndex::new(at)));
+        }
+    }
+
+    /// What each run prefetches (see [`Tape::prefetch`]).
+    pub fn ahead(&self) -> impl Iterator<Item = (usize, &Index)> {
+        self.ahead.iter().map(|(b, at)| (*b, at.index()))
     }
 
     /// Whether every load's offset is `coefficient * v + rest`.
@@ -256,11 +286,15 @@ impl Tape {
         for (slot, part) in loads[self.loads.len()..].iter_mut().zip(parts) {
             *slot = part;
         }
+        let mut ahead = [None; AHEAD];
+        for ((slot, (buffer, _)), &at) in ahead.iter_mut().zip(&self.ahead).zip(&offsets.ahead) {
+            *slot = Some((buffers[*buffer], at as usize + start));
+        }
         run_tiles(
             &self.folded.ops,
             tiles,
-            &loads,
-            &wraps,
+            (&loads, &wraps),
+            &ahead,
             &uniforms,
             n,
             &mut sink,
@@ -323,6 +357,9 @@ impl Tape {
     }
 }
 
+/// What a run prefetches: a buffer and the element its lane 0 reads.
+type Ahead = [Option<(RawBuf, usize)>; AHEAD];
+
 /// A run's loads and their wraps (see [`Tape::gather`]).
 type Loads<'a> = (&'a [&'a [f32]; SOURCES], &'a [usize; SOURCES]);
 
@@ -352,12 +389,13 @@ multiversion!(
     fn run_tiles(
         ops: &[Op],
         regs: &mut [[f32; TILE]; REGISTERS],
-        loads: &[&[f32]; SOURCES],
-        wraps: &[usize; SOURCES],
+        sources: Loads<'_>,
+        ahead: &Ahead,
         uniforms: &[f32; SOURCES],
         n: usize,
         sink: &mut Sink<'_>,
     ) -> Option<f32> {
+        let loads = sources.0;
         // (A single load never has a wrap: `Tape::gather`.)
         if let (Some(i), Sink::Combine(dst, op, first)) = (single_load(ops), &mut *sink) {
             // A load combined as it is (a sum of rows): straight from it.
@@ -378,6 +416,9 @@ multiversion!(
         let (scratch, above) = regs.split_first_mut().expect("registers exist");
         for lo in (0..n).step_by(TILE) {
             let len = TILE.min(n - lo);
+            for (buf, at) in ahead.iter().flatten() {
+                buf.prefetch(at + lo, len);
+            }
             // Register 0 is the destination itself for stores: no copy out.
             // (A closure here would be compiled without the caller's
             // target features.)
@@ -386,7 +427,7 @@ multiversion!(
                 _ => &mut scratch[..len],
             };
             for op in ops {
-                step(op, reg0, above, (loads, wraps), uniforms, lo);
+                step(op, reg0, above, sources, uniforms, lo);
             }
             match sink {
                 Sink::Store(_) => {}

@@ -1,14 +1,16 @@
 //! Where a tape's loads read at one point of the loops, and how that moves
 //! from one lane step to the next.
 
-use super::SOURCES;
+use super::{AHEAD, SOURCES};
 
 /// Where a tape's loads read (lane 0 of each contiguous load, and each
-/// uniform load) at one point of the loops.
+/// uniform load) and where its prefetches ask (lane 0) at one point of
+/// the loops.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Offsets {
     pub(super) loads: [i64; SOURCES],
     pub(super) uniforms: [i64; SOURCES],
+    pub(super) ahead: [i64; AHEAD],
 }
 
 impl Offsets {
@@ -20,6 +22,9 @@ impl Offsets {
         }
         for (i, x) in d.uniforms.iter_mut().enumerate() {
             *x = to.uniforms[i] - self.uniforms[i];
+        }
+        for (i, x) in d.ahead.iter_mut().enumerate() {
+            *x = to.ahead[i] - self.ahead[i];
         }
         d
     }
@@ -34,6 +39,9 @@ impl Offsets {
             *x += d * times;
         }
         for (x, d) in self.uniforms.iter_mut().zip(&by.uniforms) {
+            *x += d * times;
+        }
+        for (x, d) in self.ahead.iter_mut().zip(&by.ahead) {
             *x += d * times;
         }
     }
