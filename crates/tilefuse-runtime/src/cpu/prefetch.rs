@@ -7,14 +7,13 @@
 //! tile, and the next first pass finds them in cache. Threads run a
 //! parallel loop's iterations in runs of consecutive ones
 //! (`Ctx::parallel_nest`), so the next iteration is most often their own.
-//! That pass also asks for the elements a later pass of the iteration
-//! stores (a softmax's division writes its row of the output), so that
-//! those stores find their lines in cache instead of waiting for them.
+//! An earlier pass also asks for the elements that a later pass of the
+//! iteration stores (a softmax's division writes its row of the output),
+//! so that those stores find their lines in cache instead of waiting.
 //!
-//! The 4096² softmax (`benches/ab_builds.py`): 0.92x the time with the
-//! next row prefetched during its `exp`, 0.78x (one thread) and 0.84x
-//! (two) with the output's row as well; the layer norm 0.89-0.91x
-//! (BENCHMARKS.md).
+//! `benches/ab_builds.py`, 4096², two threads: the softmax 0.92x the time
+//! with the next row prefetched, 0.84x with the output's row as well; the
+//! layer norm 0.89x, then 0.88x of that; the RMS norm 0.82x (BENCHMARKS.md).
 
 use tilefuse_sched::ir::{BufferId, Index, Kernel, LoopId, Role, Scope, Var};
 
@@ -39,14 +38,30 @@ struct Pass<'s> {
 }
 
 /// Marks, in the tapes of `body` (the body of loop `l`), what to
-/// prefetch: in the last pass that reads an input that an earlier pass
-/// read at the same offsets, those offsets one iteration of `l` ahead
-/// (where they move with `l`); and, in that pass, the elements that later
-/// passes store, where all of them run once an iteration over the same
-/// lanes. A tape that an inner loop marked keeps its marks.
+/// prefetch. In the last pass that reads an input that an earlier pass
+/// read at the same offsets: those offsets one iteration of `l` ahead
+/// (where they move with `l`). Then, in a body that does so, the elements
+/// each later pass stores: in that pass when it comes before the store,
+/// else in the pass just before the store (a layer norm's variance, whose
+/// normalization both reads last and stores), where the passes from the
+/// one that asks to the store run once an iteration over the same lanes.
+/// A tape that an inner loop marked keeps its marks.
 pub(super) fn plan(kernel: &Kernel, l: LoopId, body: &mut [Step]) {
     let mut passes = Vec::new();
     collect(body, 1, &mut passes);
+    let marks = marks(kernel, l, &passes);
+    for (pass, ahead) in passes.into_iter().zip(marks) {
+        let tape = &mut tape_of_mut(pass.block).tape;
+        if tape.ahead().next().is_none() {
+            for (buffer, at) in ahead {
+                tape.prefetch(buffer, at);
+            }
+        }
+    }
+}
+
+/// What each pass prefetches (see [`plan`]).
+fn marks(kernel: &Kernel, l: LoopId, passes: &[Pass<'_>]) -> Vec<Vec<Run>> {
     let unit = |v: Var| match v {
         Var::Loop(id) if kernel.loop_(id).extent == 1 => Some(Index::Const(0)),
         _ => None,
@@ -58,43 +73,52 @@ pub(super) fn plan(kernel: &Kernel, l: LoopId, body: &mut [Step]) {
             loads.map(|(_, b, at)| run(b, at.index())).collect()
         })
         .collect();
-    let stores: Vec<Option<Run>> = (passes.iter())
-        .map(|p| {
-            let code = tape_of(p.block);
-            let buffer = p.block.store.buffer;
-            let global = kernel.buffer(BufferId(buffer as u32)).scope == Scope::Global;
-            let lanes = matches!(code.into, TapeStore::Lanes) && code.scatter.is_none();
-            (lanes && global).then(|| run(buffer, code.store.index()))
-        })
-        .collect();
     let input = |b: usize| matches!(kernel.buffer(BufferId(b as u32)).role, Role::Input(_));
     let next = |(b, at): &Run| {
         let (stride, _) = at.linear_in(Var::Loop(l))?;
         (stride > 0).then(|| (*b, (at.clone() + Index::Const(stride)).simplified()))
     };
-    let shape: Vec<(i64, bool)> = passes.iter().map(|p| (p.lanes, p.once)).collect();
-    for (k, pass) in passes.iter_mut().enumerate() {
-        let last_reread = |read: &&Run| {
-            let in_pass = |pass: &Vec<Run>| pass.contains(read);
-            input(read.0) && reads[..k].iter().any(in_pass) && !reads[k + 1..].iter().any(in_pass)
-        };
-        let mut ahead: Vec<Run> = reads[k]
-            .iter()
-            .filter(last_reread)
-            .filter_map(next)
-            .collect();
-        let tape = &mut tape_of_mut(pass.block).tape;
-        if ahead.is_empty() || tape.ahead().next().is_some() {
+    let mut marks: Vec<Vec<Run>> = (0..passes.len())
+        .map(|k| {
+            if !tape_of(passes[k].block).tape.runs_tiles() {
+                return Vec::new();
+            }
+            let last_reread = |read: &&Run| {
+                let in_pass = |pass: &Vec<Run>| pass.contains(read);
+                let (before, after) = (&reads[..k], &reads[k + 1..]);
+                input(read.0) && before.iter().any(in_pass) && !after.iter().any(in_pass)
+            };
+            reads[k]
+                .iter()
+                .filter(last_reread)
+                .filter_map(next)
+                .collect()
+        })
+        .collect();
+    let Some(reader) = marks.iter().rposition(|m| !m.is_empty()) else {
+        return marks;
+    };
+    for (j, pass) in passes.iter().enumerate().skip(1) {
+        let Some(store) = stored(kernel, pass) else {
             continue;
-        }
-        let same_lanes = shape[k..].iter().all(|&s| s == (pass.lanes, true));
-        if same_lanes {
-            ahead.extend(stores[k + 1..].iter().flatten().cloned());
-        }
-        for (buffer, at) in ahead {
-            tape.prefetch(buffer, at);
+        };
+        let asker = if reader < j { reader } else { j - 1 };
+        let alike = |p: &Pass<'_>| p.once && p.lanes == pass.lanes;
+        if passes[asker..=j].iter().all(alike) && tape_of(passes[asker].block).tape.runs_tiles() {
+            marks[asker].push(run(store.0, &store.1));
         }
     }
+    marks
+}
+
+/// The elements a pass stores, consecutively into a global buffer: the
+/// buffer and lane 0's offset.
+fn stored(kernel: &Kernel, pass: &Pass<'_>) -> Option<Run> {
+    let code = tape_of(pass.block);
+    let buffer = pass.block.store.buffer;
+    let global = kernel.buffer(BufferId(buffer as u32)).scope == Scope::Global;
+    let lanes = matches!(code.into, TapeStore::Lanes) && code.scatter.is_none();
+    (lanes && global).then(|| (buffer, code.store.index().clone()))
 }
 
 fn tape_of(block: &BlockCode) -> &TapeCode {

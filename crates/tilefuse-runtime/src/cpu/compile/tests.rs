@@ -535,19 +535,35 @@ fn prefetches(steps: &[Step]) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// A softmax's row loop prefetches the next row of its input in its
-/// `exp` pass, the second and last that reads it (not the max's, which
-/// reads it from memory), and its row of the output, which the division
-/// writes. It runs right.
+/// A row loop's last pass over a re-read input prefetches its next row,
+/// and the output's row is prefetched before the pass that stores it:
+/// - a softmax: both in its `exp` pass, the second and last that reads
+///   the row (the max's reads it from memory; the division stores);
+/// - a layer norm: the output's row in its variance pass, the input's
+///   next row in its normalization, which reads it last and stores.
+///
+/// A pointwise op, which reads each element once, prefetches nothing.
+/// Each runs right.
 #[test]
 fn the_last_pass_over_a_row_prefetches_the_next() {
     let softmax = tilefuse_testing::softmax(&[64, 4096], 1);
-    let (_, s) = defaults_with(&softmax, &[]);
-    let role = |r: Role| s.kernel().buffers.iter().position(|b| b.role == r).unwrap();
-    let (x, y) = (role(Role::Input(0)), role(Role::Output(0)));
-    assert_eq!(
-        prefetches(&compiled(&s)),
-        [vec![], vec![x, y], vec![], vec![]]
-    );
-    runs_right(&softmax, &s, 2, 1e-5);
+    let norm = tilefuse_testing::batch_norm(&[64, 4096], 1);
+    let mut pointwise = Fusion::new();
+    let a = pointwise.input(&[64, 4096], DType::F32, Some("a")).unwrap();
+    let e = pointwise.unary(UnaryOp::Exp, a).unwrap();
+    pointwise.output(e).unwrap();
+    for (f, want) in [
+        (&softmax, &[&[][..], &[0, 1], &[], &[]][..]),
+        (&norm, &[&[], &[1], &[0]]),
+        (&pointwise, &[&[]]),
+    ] {
+        let (_, s) = defaults_with(f, &[]);
+        let role = |r: Role| s.kernel().buffers.iter().position(|b| b.role == r).unwrap();
+        let (x, y) = (role(Role::Input(0)), role(Role::Output(0)));
+        let want: Vec<Vec<usize>> = (want.iter())
+            .map(|p| p.iter().map(|&i| [x, y][i]).collect())
+            .collect();
+        assert_eq!(prefetches(&compiled(&s)), want);
+        runs_right(f, &s, 2, 1e-5);
+    }
 }

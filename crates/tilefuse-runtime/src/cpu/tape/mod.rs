@@ -201,6 +201,12 @@ impl Tape {
             .map(|(i, load)| (i, load.buffer, &load.at))
     }
 
+    /// Whether its runs go tile by tile, whatever their sink (one load
+    /// alone is folded or combined where it lies), and so prefetch.
+    pub fn runs_tiles(&self) -> bool {
+        single_load(&self.ops).is_none()
+    }
+
     /// Has every run prefetch its lanes' elements of `buffer`, lane 0's
     /// at offset `at` (over loop variables), until [`AHEAD`] runs do.
     pub fn prefetch(&mut self, buffer: usize, at: Index) {
