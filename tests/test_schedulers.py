@@ -562,3 +562,32 @@ def test_cpu_row_reductions_keep_a_workgroup_within_one_run_of_rows(
     assert p.launch.workgroup_size == (rows, 1, 1)
     x = rng.standard_normal(shape).astype(np.float32)
     check(f.schedule(p, "cpu")(x), x.astype(np.float64).sum(axis=-1))
+
+
+@pytest.mark.parametrize(
+    "rows, cols, row_by_row",
+    [
+        (256, 1024, False),  # 2^18 elements: nest by nest, from cache
+        (1024, 2048, True),  # rows over 512 from 2^21 elements on
+        (4096, 512, False),  # rows of 512 below 2^23 elements
+        (16384, 512, True),
+        (64, 4096, True),  # rows over 2048 at every size
+        (4096, 256, True),  # short rows: one nest of many rows a workgroup
+    ],
+)
+def test_cpu_softmax_runs_row_by_row_where_the_input_outgrows_the_cache(
+    rows: int, cols: int, row_by_row: bool, rng: np.random.Generator
+) -> None:
+    """The CPU default runs a softmax's nests row by row (the next row
+    prefetched) or nest by nest over all rows, as timed in the
+    sixty-fifth session (BENCHMARKS.md), and both give the softmax."""
+    f = tf.Fusion()
+    x = f.input((rows, cols), "f32")
+    e = (x - x.max(axis=1, keepdims=True)).exp()
+    f.output(e / e.sum(axis=1, keepdims=True))
+    p = f.heuristics(device="cpu", cache=False)
+    assert isinstance(p, tf.ReductionParams)
+    assert p.persistent_kernel == row_by_row
+    a = rng.standard_normal((rows, cols)).astype(np.float32)
+    want = np.exp(a - a.max(axis=1, keepdims=True).astype(np.float64))
+    check(f.schedule(p, "cpu")(a), want / want.sum(axis=1, keepdims=True))

@@ -220,14 +220,10 @@ fn cpu_heuristics(
     device: &DeviceInfo,
 ) -> ReductionParams {
     let threads = device.cores.max(1) as u64;
-    // Rows of several nests between `SHORT_NEST` and `LONG_ROW` run faster
-    // nest by nest over all rows than row by row through every nest (2
-    // threads, 2^21 and 2^24 elements: softmax, layer norm and RMS norm
-    // over rows of 512 to 2048 took 0.69-0.95x the time, one at 1.05x);
-    // from 4096 on a row's nests gain from sharing it in cache (1.05-1.31x
-    // the time nest by nest).
-    let nest_by_nest =
-        p.fastest_dim && (SHORT_NEST + 1..=LONG_ROW).contains(&topo.reduced()) && !one_nest(fusion);
+    let nest_by_nest = p.fastest_dim
+        && topo.reduced() > SHORT_NEST
+        && !row_by_row(topo.reduced(), topo.outer().saturating_mul(topo.reduced()))
+        && !one_nest(fusion);
     p.persistent_kernel = !nest_by_nest;
     let rows = if p.fastest_dim {
         rows_per_workgroup(fusion, topo, threads, nest_by_nest)
@@ -291,9 +287,21 @@ fn row_groups(rows: u64) -> Option<u64> {
     largest_divisor(rows, 2..=(rows / 16).min(256))
 }
 
-/// The longest rows whose nests the CPU device runs one after another
-/// over all rows (see `cpu_heuristics`).
-const LONG_ROW: u64 = 2048;
+/// Whether the CPU device runs the nests of rows longer than `SHORT_NEST`
+/// row by row through every nest (sharing a row in cache, the next one
+/// prefetched: `cpu/prefetch.rs`) rather than nest by nest over all rows,
+/// for rows of `reduced` in `elements` in all. Row by row reads the input
+/// once but pays each nest's start once a row; nest by nest reads it once
+/// a nest, from cache where it fits there. Softmax, layer norm, RMS norm
+/// and log-softmax on 2 threads (Emerald Rapids, sixty-fifth session),
+/// row by row against nest by nest: rows of 768 to 2048 in 2^21 to 2^24
+/// elements 0.59-1.04x the time (2^23 and 2^24: 0.59-1.00x), in 2^18 and
+/// 2^20 0.82-1.17x; rows of 512 in 2^21 1.06-1.12x, in 2^22 0.89-1.08x,
+/// in 2^24 0.83-0.99x. From 4096 on, row by row at every size.
+fn row_by_row(reduced: u64, elements: u64) -> bool {
+    let from = if reduced <= 512 { 1 << 23 } else { 1 << 21 };
+    reduced > 2048 || elements >= from
+}
 
 /// Rows a CPU workgroup reduces, for rows reduced along their fastest
 /// dimension: a workgroup of one costs more than a short row (row sums
