@@ -535,25 +535,31 @@ fn prefetches(steps: &[Step]) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// A row loop's last pass over a re-read input prefetches its next row,
-/// and the output's row is prefetched before the pass that stores it:
+/// A row loop's last pass over a re-read input of 2^21 elements or more
+/// prefetches its next row, and the output's row is prefetched before
+/// the pass that stores it:
 /// - a softmax: both in its `exp` pass, the second and last that reads
 ///   the row (the max's reads it from memory; the division stores);
 /// - a layer norm: the output's row in its variance pass, the input's
 ///   next row in its normalization, which reads it last and stores.
 ///
-/// A pointwise op, which reads each element once, prefetches nothing.
-/// Each runs right.
+/// A pointwise op, which reads each element once, prefetches nothing,
+/// and neither does a softmax of an input that the caches hold. Each runs
+/// right.
 #[test]
 fn the_last_pass_over_a_row_prefetches_the_next() {
-    let softmax = tilefuse_testing::softmax(&[64, 4096], 1);
-    let norm = tilefuse_testing::batch_norm(&[64, 4096], 1);
+    let softmax = tilefuse_testing::softmax(&[512, 4096], 1);
+    let small = tilefuse_testing::softmax(&[64, 4096], 1);
+    let norm = tilefuse_testing::batch_norm(&[512, 4096], 1);
     let mut pointwise = Fusion::new();
-    let a = pointwise.input(&[64, 4096], DType::F32, Some("a")).unwrap();
+    let a = pointwise
+        .input(&[512, 4096], DType::F32, Some("a"))
+        .unwrap();
     let e = pointwise.unary(UnaryOp::Exp, a).unwrap();
     pointwise.output(e).unwrap();
     for (f, want) in [
         (&softmax, &[&[][..], &[0, 1], &[], &[]][..]),
+        (&small, &[&[], &[], &[], &[]]),
         (&norm, &[&[], &[1], &[0]]),
         (&pointwise, &[&[]]),
     ] {
