@@ -195,7 +195,8 @@ impl Elem for bool {
 }
 
 /// Asks for the cache line at `p` (a hint: any address is allowed; a
-/// no-op off x86-64).
+/// no-op off x86-64). Inlined: its users call it a cache line at a time.
+#[inline]
 pub fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch does not access memory; it cannot fault.
@@ -215,6 +216,7 @@ impl RawBuf {
     /// Asks for the cache lines of elements `start..start + n` (those
     /// within the buffer): a hint that accesses nothing, so outside the
     /// module's contract.
+    #[inline]
     pub fn prefetch(&self, start: usize, n: usize) {
         let size = element_size(self.dtype);
         let (lo, hi) = (start.min(self.len) * size, (start + n).min(self.len) * size);
