@@ -79,6 +79,32 @@ fn marks(kernel: &Kernel, l: LoopId, passes: &[Pass<'_>]) -> Vec<Vec<Run>> {
             loads.map(|(_, b, at)| run(b, at.index())).collect()
         })
         .collect();
+    let mut marks = next_reads(kernel, l, passes, &reads);
+    let Some(reader) = marks.iter().rposition(|m| !m.is_empty()) else {
+        return marks;
+    };
+    for (j, pass) in passes.iter().enumerate().skip(1) {
+        let Some((buffer, at)) = stored(kernel, pass) else {
+            continue;
+        };
+        let asker = if reader < j { reader } else { j - 1 };
+        let alike = |p: &Pass<'_>| p.once && p.lanes == pass.lanes;
+        if passes[asker..=j].iter().all(alike) && tape_of(passes[asker].block).tape.runs_tiles() {
+            marks[asker].push(run(buffer, at));
+        }
+    }
+    marks
+}
+
+/// Per pass that runs tiles, the large inputs it reads last of the passes
+/// that read them at the same offsets (`reads`), one iteration of `l`
+/// ahead: where they move with `l`.
+fn next_reads(
+    kernel: &Kernel,
+    l: LoopId,
+    passes: &[Pass<'_>],
+    reads: &[Vec<Run>],
+) -> Vec<Vec<Run>> {
     let input = |b: usize| {
         let buffer = kernel.buffer(BufferId(b as u32));
         matches!(buffer.role, Role::Input(_)) && buffer.numel() >= MIN_ELEMENTS
@@ -87,7 +113,7 @@ fn marks(kernel: &Kernel, l: LoopId, passes: &[Pass<'_>]) -> Vec<Vec<Run>> {
         let (stride, _) = at.linear_in(Var::Loop(l))?;
         (stride > 0).then(|| (*b, (at.clone() + Index::Const(stride)).simplified()))
     };
-    let mut marks: Vec<Vec<Run>> = (0..passes.len())
+    (0..passes.len())
         .map(|k| {
             if !tape_of(passes[k].block).tape.runs_tiles() {
                 return Vec::new();
@@ -103,31 +129,17 @@ fn marks(kernel: &Kernel, l: LoopId, passes: &[Pass<'_>]) -> Vec<Vec<Run>> {
                 .filter_map(next)
                 .collect()
         })
-        .collect();
-    let Some(reader) = marks.iter().rposition(|m| !m.is_empty()) else {
-        return marks;
-    };
-    for (j, pass) in passes.iter().enumerate().skip(1) {
-        let Some(store) = stored(kernel, pass) else {
-            continue;
-        };
-        let asker = if reader < j { reader } else { j - 1 };
-        let alike = |p: &Pass<'_>| p.once && p.lanes == pass.lanes;
-        if passes[asker..=j].iter().all(alike) && tape_of(passes[asker].block).tape.runs_tiles() {
-            marks[asker].push(run(store.0, &store.1));
-        }
-    }
-    marks
+        .collect()
 }
 
 /// The elements a pass stores, consecutively into a global buffer: the
 /// buffer and lane 0's offset.
-fn stored(kernel: &Kernel, pass: &Pass<'_>) -> Option<Run> {
+fn stored<'p>(kernel: &Kernel, pass: &'p Pass<'_>) -> Option<(usize, &'p Index)> {
     let code = tape_of(pass.block);
     let buffer = pass.block.store.buffer;
     let global = kernel.buffer(BufferId(buffer as u32)).scope == Scope::Global;
     let lanes = matches!(code.into, TapeStore::Lanes) && code.scatter.is_none();
-    (lanes && global).then(|| (buffer, code.store.index().clone()))
+    (lanes && global).then(|| (buffer, code.store.index()))
 }
 
 fn tape_of(block: &BlockCode) -> &TapeCode {
