@@ -91,6 +91,7 @@ def test_every_device_argument_takes_a_name(gpu: tilefuse.Device, rng: np.random
         assert tilefuse.Engine(name).device.fingerprint == device.fingerprint
     assert tilefuse.as_device(gpu) is gpu
     assert tilefuse.Device("cpu").fingerprint == tilefuse.Device.cpu().fingerprint
+    assert tilefuse.Device("gpu").fingerprint == gpu.fingerprint
     with pytest.raises(ValueError, match="unknown device 'cuda'"):
         tilefuse.Device("cuda")
     with pytest.raises(TypeError, match=r"Device\(\): expected one of .* got int"):
