@@ -300,7 +300,7 @@ impl Tape {
             &self.folded.ops,
             tiles,
             (&loads, &wraps),
-            &ahead,
+            &ahead[..self.ahead.len()],
             &uniforms,
             n,
             &mut sink,
@@ -363,8 +363,9 @@ impl Tape {
     }
 }
 
-/// What a run prefetches: a buffer and the element its lane 0 reads.
-type Ahead = [Option<(RawBuf, usize)>; AHEAD];
+/// What a run prefetches: each a buffer and the element its lane 0 reads
+/// (all `Some`: an array's slots, filled in order).
+type Ahead = [Option<(RawBuf, usize)>];
 
 /// A run's loads and their wraps (see [`Tape::gather`]).
 type Loads<'a> = (&'a [&'a [f32]; SOURCES], &'a [usize; SOURCES]);
