@@ -17,14 +17,15 @@ impl Offsets {
     /// Each offset's change from `self` to `to`.
     pub fn step_to(&self, to: &Offsets) -> Offsets {
         let mut d = Offsets::default();
-        for (i, x) in d.loads.iter_mut().enumerate() {
-            *x = to.loads[i] - self.loads[i];
-        }
-        for (i, x) in d.uniforms.iter_mut().enumerate() {
-            *x = to.uniforms[i] - self.uniforms[i];
-        }
-        for (i, x) in d.ahead.iter_mut().enumerate() {
-            *x = to.ahead[i] - self.ahead[i];
+        for ((d, from), to) in d
+            .offsets_mut()
+            .into_iter()
+            .zip(self.offsets())
+            .zip(to.offsets())
+        {
+            for ((d, from), to) in d.iter_mut().zip(from).zip(to) {
+                *d = to - from;
+            }
         }
         d
     }
@@ -35,14 +36,19 @@ impl Offsets {
 
     /// `times` steps of `by` at once.
     pub fn advance_times(&mut self, by: &Offsets, times: i64) {
-        for (x, d) in self.loads.iter_mut().zip(&by.loads) {
-            *x += d * times;
+        for (xs, ds) in self.offsets_mut().into_iter().zip(by.offsets()) {
+            for (x, d) in xs.iter_mut().zip(ds) {
+                *x += d * times;
+            }
         }
-        for (x, d) in self.uniforms.iter_mut().zip(&by.uniforms) {
-            *x += d * times;
-        }
-        for (x, d) in self.ahead.iter_mut().zip(&by.ahead) {
-            *x += d * times;
-        }
+    }
+
+    /// Every kind of offset, as one slice each.
+    fn offsets(&self) -> [&[i64]; 3] {
+        [&self.loads, &self.uniforms, &self.ahead]
+    }
+
+    fn offsets_mut(&mut self) -> [&mut [i64]; 3] {
+        [&mut self.loads, &mut self.uniforms, &mut self.ahead]
     }
 }
