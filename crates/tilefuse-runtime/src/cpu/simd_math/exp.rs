@@ -1,6 +1,6 @@
 //! `exp`, `tanh` and GELU (the parent module gives the methods).
 
-use super::{MulAdd, by_step, horner};
+use super::{MulAdd, by_step, horner, round_scaled};
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 const LN2_HI: f32 = 0.693_145_75;
@@ -10,12 +10,7 @@ const LN2_LO: f32 = 1.428_606_8e-6;
 /// [-ln2/2, ln2/2], and p = e^r by its degree-6 Taylor polynomial.
 #[inline(always)]
 fn reduce<M: MulAdd>(x: f32) -> (f32, i32) {
-    // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick: the
-    // sum's low mantissa bits are that integer, read back as bits (an `as
-    // i32` conversion saturates, which does not vectorize).
-    let shifter = 12_582_912.0f32;
-    let t = M::mul_add(x, LOG2E, shifter);
-    let n = t - shifter;
+    let (n, k) = round_scaled::<M>(x, LOG2E);
     let r = M::mul_add(-n, LN2_LO, M::mul_add(-n, LN2_HI, x));
     let taylor = [
         0.001_388_89,
@@ -26,8 +21,7 @@ fn reduce<M: MulAdd>(x: f32) -> (f32, i32) {
         1.0,
         1.0,
     ];
-    let p = horner::<M, 7>(r, taylor);
-    (p, t.to_bits().wrapping_sub(shifter.to_bits()) as i32)
+    (horner::<M, 7>(r, taylor), k)
 }
 
 /// 2^e for a normal exponent e (-126..=127).

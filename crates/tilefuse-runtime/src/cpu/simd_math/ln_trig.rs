@@ -1,7 +1,7 @@
 //! `ln`, `sin` and `cos`: Cephes' polynomials where their reductions
 //! hold, libm's values elsewhere.
 
-use super::{MulAdd, by_step, horner};
+use super::{MulAdd, by_step, horner, round_scaled};
 
 /// ln x for a positive normal x: x = m 2^e with m in [√½, √2), and ln m
 /// = f - f²/2 + f³ P(f) for f = m - 1 (Cephes' `logf` polynomial, 1 ulp),
@@ -38,14 +38,11 @@ const SIN_REDUCED_MAX: f32 = 8192.0;
 /// less the nearest multiple n of π/2 (π/2 in three parts, the first two
 /// short enough that n times them is exact), then Cephes' `sinf` and
 /// `cosf` polynomials on [-π/4, π/4], the quadrant (n + `quadrant`) mod 4
-/// picking which and its sign. n is rounded as `reduce` rounds (an `as
-/// i32` conversion saturates, which does not vectorize).
+/// picking which and its sign (n rounded by `round_scaled`).
 #[inline(always)]
 fn sin_quadrant<M: MulAdd>(x: f32, quadrant: i32) -> f32 {
     let ax = x.abs();
-    let shifter = 12_582_912.0f32;
-    let t = M::mul_add(ax, std::f32::consts::FRAC_2_PI, shifter);
-    let n = t - shifter;
+    let (n, quadrants) = round_scaled::<M>(ax, std::f32::consts::FRAC_2_PI);
     let mut r = ax;
     for part in [1.570_312_5, 4.837_513e-4, 7.549_79e-8] {
         r = M::mul_add(-n, part, r);
@@ -55,7 +52,7 @@ fn sin_quadrant<M: MulAdd>(x: f32, quadrant: i32) -> f32 {
     let sin = M::mul_add(sin * z, r, r);
     let cos = horner::<M, 3>(z, [2.443_315_7e-5, -1.388_731_6e-3, 4.166_664_6e-2]);
     let cos = M::mul_add(cos * z, z, M::mul_add(z, -0.5, 1.0));
-    let q = (t.to_bits().wrapping_sub(shifter.to_bits()) as i32) + quadrant;
+    let q = quadrants + quadrant;
     let v = if q & 1 == 0 { sin } else { cos };
     if q & 2 == 0 { v } else { -v }
 }

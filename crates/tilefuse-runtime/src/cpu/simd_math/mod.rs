@@ -71,6 +71,20 @@ fn horner<M: MulAdd, const N: usize>(x: f32, c: [f32; N]) -> f32 {
     p
 }
 
+/// `x * scale` rounded to the nearest integer, as a float and as an
+/// integer, with the 1.5 * 2^23 trick: the sum's low mantissa bits are
+/// that integer, read back as bits (an `as i32` conversion saturates,
+/// which does not vectorize). For |x * scale| below 2^22.
+#[inline(always)]
+fn round_scaled<M: MulAdd>(x: f32, scale: f32) -> (f32, i32) {
+    const SHIFTER: f32 = 12_582_912.0;
+    let t = M::mul_add(x, scale, SHIFTER);
+    (
+        t - SHIFTER,
+        t.to_bits().wrapping_sub(SHIFTER.to_bits()) as i32,
+    )
+}
+
 /// Lanes per step of the vector loops (`by_step`: `exp`, `ln`, `sin`, `cos`):
 /// one check decides whether a step needs the full-range scalar form.
 const STEP: usize = 16;
