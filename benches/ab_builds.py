@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -93,15 +94,19 @@ def median_ms(times: list[float]) -> float:
     return float(np.median(times)) * 1e3
 
 
-def compare(builds: tuple[ModuleType, ModuleType], case: str, calls: int, numpy: bool) -> str:
-    """One table row: both builds' medians, their ratio, numpy's time."""
+def compare(
+    builds: tuple[ModuleType, ModuleType], case: str, calls: int, numpy: bool, out: bool
+) -> str:
+    """One table row: both builds' medians, their ratio, numpy's time.
+    With `out`, each call writes into arrays it wrote before (`out=`)."""
     kernels = []
     for tf in builds:
         fusion, args, reference = make(tf, case)
         kernel = fusion.schedule(device="cpu")
         want = np.asarray(fusion.evaluate(*args), dtype=np.float64)
-        np.testing.assert_allclose(kernel(*args), want, rtol=1e-4, atol=1e-4, err_msg=case)
-        kernels.append(kernel)
+        result = kernel(*args)
+        np.testing.assert_allclose(result, want, rtol=1e-4, atol=1e-4, err_msg=case)
+        kernels.append(partial(kernel, out=result) if out else kernel)
     times: list[list[float]] = [[], []]
     ratios: list[list[float]] = [[], []]
     for call in range(calls):
@@ -133,6 +138,9 @@ def main() -> None:
     parser.add_argument("--after", type=Path, default=Path(tilefuse._native.__file__))
     parser.add_argument("--calls", type=int, default=40, help="calls of each build per case")
     parser.add_argument("--numpy", action="store_true", help="time numpy's function too")
+    parser.add_argument(
+        "--out", action="store_true", help="write into the same arrays every call (out=)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         builds = load_builds(args.before, args.after, Path(tmp))
@@ -143,7 +151,7 @@ def main() -> None:
             rule += "---:|---:|---:|"
         print(header, rule, sep="\n")
         for case in args.cases:
-            print(compare(builds, case, args.calls, args.numpy), flush=True)
+            print(compare(builds, case, args.calls, args.numpy, args.out), flush=True)
 
 
 if __name__ == "__main__":

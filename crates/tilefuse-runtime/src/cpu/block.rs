@@ -11,6 +11,7 @@ use super::code::{BlockCode, Bound, LaneBound, TapeCode, TapeStore};
 use super::loop_index::LoopIndex;
 use super::nest::block_bounds;
 use super::scatter::Scatter;
+use super::stream;
 use super::tape::Tape;
 use super::value::{Access, Value};
 
@@ -167,6 +168,7 @@ fn tape_code(
 ) -> Option<TapeCode> {
     let &(coef, _) = store.linear.as_ref()?;
     let into = match (block.reduce, coef, lane_reduces) {
+        (None, 1, _) if stream::streams(kernel, store.buffer) => TapeStore::Stream,
         (None, 1.., _) => TapeStore::Lanes,
         (Some(op), 1.., false) => TapeStore::Combine(op),
         (Some(op), 1.., true) if !block.init => TapeStore::Combine(op),

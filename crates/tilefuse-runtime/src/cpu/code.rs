@@ -81,6 +81,9 @@ impl TapeCode {
 pub(super) enum TapeStore {
     /// One element each (consecutive, or as `TapeCode::scatter` says).
     Lanes,
+    /// One element each, consecutive, streamed past the caches (see
+    /// `cpu/stream.rs`).
+    Stream,
     /// Combined into one element each (a reduction over an outer loop).
     Combine(ReduceOp),
     /// All combined into one element (a reduction over the lanes).

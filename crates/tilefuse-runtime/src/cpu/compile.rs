@@ -138,3 +138,6 @@ pub(super) fn compiled(schedule: &tilefuse_sched::Schedule) -> Vec<Step> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod prefetch_tests;

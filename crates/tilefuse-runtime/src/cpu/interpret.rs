@@ -522,6 +522,7 @@ impl Ctx<'_> {
                     None
                 }
                 TapeStore::Lanes => run(Sink::Store(stored())),
+                TapeStore::Stream => run(Sink::Stream(stored())),
                 TapeStore::Combine(op) => run(Sink::Combine(stored(), op, first)),
                 TapeStore::Fold(op) => {
                     // Every chunk folds into the one element: only the

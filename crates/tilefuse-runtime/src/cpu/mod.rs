@@ -24,6 +24,7 @@ mod prefetch;
 mod program;
 mod scatter;
 mod simd_math;
+mod stream;
 mod tape;
 mod value;
 

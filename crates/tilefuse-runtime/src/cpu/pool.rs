@@ -218,6 +218,8 @@ fn take_part(
         held: false,
     };
     let result = catch_unwind(AssertUnwindSafe(|| work(&mut tasks)));
+    // Before the caller sees the tasks end: it reads what they streamed.
+    super::stream::fence();
     if result.is_err() {
         board.panicked.store(true, Ordering::Release);
     }

@@ -9,7 +9,8 @@
 //! (`Ctx::parallel_nest`), so the next iteration is most often their own.
 //! An earlier pass also asks for the elements that a later pass of the
 //! iteration stores (a softmax's division writes its row of the output),
-//! so that those stores find their lines in cache instead of waiting.
+//! so that those stores find their lines in cache instead of waiting,
+//! unless they stream past the caches (`cpu/stream.rs`).
 //!
 //! `benches/ab_builds.py`, 4096², two threads: the softmax 0.92x the time
 //! with the next row prefetched, 0.84x with the output's row as well; the
@@ -45,9 +46,10 @@ struct Pass<'s> {
 
 /// Marks, in the tapes of `body` (the body of loop `l`), what to
 /// prefetch. In the last pass that reads a large input that an earlier pass
-/// read at the same offsets: those offsets one iteration of `l` ahead
-/// (where they move with `l`). Then, in a body that does so, the elements
-/// each later pass stores: in that pass when it comes before the store,
+/// read at the same offsets (or the one before it: [`next_reads`]): those
+/// offsets one iteration of `l` ahead (where they move with `l`). Then, in
+/// a body that does so, the elements each later pass stores with plain
+/// stores (streamed ones need no line in cache): in that pass when it comes before the store,
 /// else in the pass just before the store (a layer norm's variance, whose
 /// normalization both reads last and stores), where the passes from the
 /// one that asks to the store run once an iteration over the same lanes.
@@ -73,10 +75,18 @@ fn marks(kernel: &Kernel, l: LoopId, passes: &[Pass<'_>]) -> Vec<Vec<Run>> {
         _ => None,
     };
     let run = |buffer: usize, at: &Index| (buffer, at.subst(&unit).simplified());
+    // Each run once a pass (a variance's `(x - mean) * (x - mean)` loads
+    // its row twice).
     let reads: Vec<Vec<Run>> = (passes.iter())
         .map(|p| {
             let loads = tape_of(p.block).tape.consecutive_loads();
-            loads.map(|(_, b, at)| run(b, at.index())).collect()
+            loads.fold(Vec::new(), |mut runs, (_, b, at)| {
+                let read = run(b, at.index());
+                if !runs.contains(&read) {
+                    runs.push(read);
+                }
+                runs
+            })
         })
         .collect();
     let mut marks = next_reads(kernel, l, passes, &reads);
@@ -96,9 +106,14 @@ fn marks(kernel: &Kernel, l: LoopId, passes: &[Pass<'_>]) -> Vec<Vec<Run>> {
     marks
 }
 
-/// Per pass that runs tiles, the large inputs it reads last of the passes
-/// that read them at the same offsets (`reads`), one iteration of `l`
-/// ahead: where they move with `l`.
+/// Per pass that runs tiles, the large inputs it prefetches one iteration
+/// of `l` ahead (where they move with `l`): those it reads last of the
+/// passes that read them at the same offsets (`reads`). But where that
+/// pass streams its stores and two passes before it read them too (a
+/// layer norm's normalization), the one before it asks: prefetches and
+/// streamed stores wait on the same line-fill buffers (a C layer norm of
+/// 4096², two threads: 3.5 ms asked a pass earlier, 3.8-4.0 ms with the
+/// stores; here 0.95-0.98x the time).
 fn next_reads(
     kernel: &Kernel,
     l: LoopId,
@@ -113,21 +128,24 @@ fn next_reads(
         let (stride, _) = at.linear_in(Var::Loop(l))?;
         (stride > 0).then(|| (*b, (at.clone() + Index::Const(stride)).simplified()))
     };
+    let streams = |k: usize| matches!(tape_of(passes[k].block).into, TapeStore::Stream);
+    let asker = |read: &Run| {
+        let readers: Vec<usize> = (0..reads.len())
+            .filter(|&k| reads[k].contains(read))
+            .collect();
+        match readers[..] {
+            [_, .., before, last] if streams(last) => Some(before),
+            [_, .., last] => Some(last),
+            _ => None,
+        }
+    };
     (0..passes.len())
         .map(|k| {
             if !tape_of(passes[k].block).tape.runs_tiles() {
                 return Vec::new();
             }
-            let last_reread = |read: &&Run| {
-                let in_pass = |pass: &Vec<Run>| pass.contains(read);
-                let (before, after) = (&reads[..k], &reads[k + 1..]);
-                input(read.0) && before.iter().any(in_pass) && !after.iter().any(in_pass)
-            };
-            reads[k]
-                .iter()
-                .filter(last_reread)
-                .filter_map(next)
-                .collect()
+            let asks = |read: &&Run| input(read.0) && asker(read) == Some(k);
+            reads[k].iter().filter(asks).filter_map(next).collect()
         })
         .collect()
 }

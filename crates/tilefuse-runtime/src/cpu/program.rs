@@ -23,6 +23,7 @@ use super::code::Step;
 use super::compile::compile_node;
 use super::ctx::Ctx;
 use super::memory::RawBuf;
+use super::stream;
 
 /// A kernel compiled for the CPU.
 #[derive(Debug)]
@@ -71,6 +72,7 @@ impl Program {
         for step in &self.steps {
             ctx.step(step, &mut env, true);
         }
+        stream::fence();
         !stop.into_inner()
     }
 }

@@ -2,7 +2,7 @@
 
 use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp, evaluate};
 use tilefuse_sched::Schedule;
-use tilefuse_sched::ir::{LoopId, Role};
+use tilefuse_sched::ir::LoopId;
 use tilefuse_testing::{compare, inputs};
 
 use super::super::code::{BlockCode, Step};
@@ -20,7 +20,7 @@ fn lane_steps(steps: &[Step], out: &mut Vec<(i64, bool)>) {
 }
 
 /// Each lane step in `steps`, in order: extent, `parallel`, block.
-fn lane_blocks<'a>(steps: &'a [Step], out: &mut Vec<(i64, bool, &'a BlockCode)>) {
+pub(super) fn lane_blocks<'a>(steps: &'a [Step], out: &mut Vec<(i64, bool, &'a BlockCode)>) {
     for step in steps {
         match step {
             Step::Lanes {
@@ -107,7 +107,7 @@ fn contiguous_loop_chains_run_as_one_lane_step() {
 
 /// The CPU device's default params for `f` with each path set to its
 /// value, and `f` scheduled by them.
-fn defaults_with(
+pub(super) fn defaults_with(
     f: &Fusion,
     edits: &[(&str, serde_json::Value)],
 ) -> (tilefuse_params::HeuristicParams, Schedule) {
@@ -123,7 +123,7 @@ fn defaults_with(
 
 /// Asserts that `s` on `threads` threads gives the reference's result
 /// for `f` on fresh inputs.
-fn runs_right(f: &Fusion, s: &Schedule, threads: usize, tolerance: f32) {
+pub(super) fn runs_right(f: &Fusion, s: &Schedule, threads: usize, tolerance: f32) {
     let x = inputs(f, 7);
     let device = crate::Device::Cpu(crate::cpu::CpuDevice { threads });
     let got = device.build(s).unwrap().run(&x).unwrap();
@@ -519,57 +519,4 @@ fn an_nhwc_channel_sum_split_over_workgroups_runs_row_by_row() {
     row_steps(&compiled(&s), &mut rows);
     assert!(rows.contains(&(49, 32)), "{rows:?}");
     runs_right(&f, &s, 2, 1e-4);
-}
-
-/// The buffers each lane step's tape in `steps` prefetches, in order.
-fn prefetches(steps: &[Step]) -> Vec<Vec<usize>> {
-    let mut blocks = Vec::new();
-    lane_blocks(steps, &mut blocks);
-    (blocks.iter())
-        .map(|(_, _, b)| {
-            b.tape
-                .iter()
-                .flat_map(|t| t.tape.ahead().map(|(b, _)| b))
-                .collect()
-        })
-        .collect()
-}
-
-/// A row loop's last pass over a re-read input of 2^21 elements or more
-/// prefetches its next row, and the output's row is prefetched before
-/// the pass that stores it:
-/// - a softmax: both in its `exp` pass, the second and last that reads
-///   the row (the max's reads it from memory; the division stores);
-/// - a layer norm: the output's row in its variance pass, the input's
-///   next row in its normalization, which reads it last and stores.
-///
-/// A pointwise op, which reads each element once, prefetches nothing,
-/// and neither does a softmax of an input that the caches hold. Each runs
-/// right.
-#[test]
-fn the_last_pass_over_a_row_prefetches_the_next() {
-    let softmax = tilefuse_testing::softmax(&[512, 4096], 1);
-    let small = tilefuse_testing::softmax(&[64, 4096], 1);
-    let norm = tilefuse_testing::batch_norm(&[512, 4096], 1);
-    let mut pointwise = Fusion::new();
-    let a = pointwise
-        .input(&[512, 4096], DType::F32, Some("a"))
-        .unwrap();
-    let e = pointwise.unary(UnaryOp::Exp, a).unwrap();
-    pointwise.output(e).unwrap();
-    for (f, want) in [
-        (&softmax, &[&[][..], &[0, 1], &[], &[]][..]),
-        (&small, &[&[], &[], &[], &[]]),
-        (&norm, &[&[], &[1], &[0]]),
-        (&pointwise, &[&[]]),
-    ] {
-        let (_, s) = defaults_with(f, &[]);
-        let role = |r: Role| s.kernel().buffers.iter().position(|b| b.role == r).unwrap();
-        let (x, y) = (role(Role::Input(0)), role(Role::Output(0)));
-        let want: Vec<Vec<usize>> = (want.iter())
-            .map(|p| p.iter().map(|&i| [x, y][i]).collect())
-            .collect();
-        assert_eq!(prefetches(&compiled(&s)), want);
-        runs_right(f, &s, 2, 1e-5);
-    }
 }
