@@ -7,7 +7,7 @@ use tilefuse_sched::ir::{BufferId, Role};
 
 use super::super::code::{Step, TapeStore};
 use super::compiled;
-use super::tests::{defaults_with, lane_blocks, runs_right};
+use super::tests::{defaults_with, lane_blocks, runs_right, weighted_softmax};
 
 /// The buffers each lane step's tape in `steps` prefetches, in order.
 fn prefetches(steps: &[Step]) -> Vec<Vec<usize>> {
@@ -138,4 +138,17 @@ fn an_output_read_back_does_not_stream() {
     );
     assert_eq!(streamed(&compiled(&s)), [false, false]);
     runs_right(&f, &s, 2, 1e-5);
+}
+
+/// Short rows stream too: a weighted softmax over 131072 rows of 64,
+/// whose last lane step stores a workgroup's rows at once, `w` wrapping
+/// around them, streams (the tiles start on the output's lines, not on
+/// the rows). It runs right on two and three threads.
+#[test]
+fn short_rows_stream_their_output() {
+    let f = weighted_softmax(131072, 64);
+    let (_, s) = defaults_with(&f, &[]);
+    assert_eq!(streamed(&compiled(&s)).last(), Some(&true));
+    runs_right(&f, &s, 2, 1e-5);
+    runs_right(&f, &s, 3, 1e-5);
 }

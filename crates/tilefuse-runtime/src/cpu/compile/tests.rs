@@ -382,7 +382,7 @@ fn cross_invocation_partials_run_as_long_lane_steps() {
 }
 
 /// `softmax(x) * w` over `rows` x `cols`, `w` along the rows.
-fn weighted_softmax(rows: usize, cols: usize) -> Fusion {
+pub(super) fn weighted_softmax(rows: usize, cols: usize) -> Fusion {
     let mut f = Fusion::new();
     let x = f.input(&[rows, cols], DType::F32, Some("x")).unwrap();
     let w = f.input(&[cols], DType::F32, Some("w")).unwrap();
