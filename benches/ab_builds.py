@@ -17,6 +17,8 @@ A case is WORKLOAD:ROWSxCOLS, WORKLOAD:size=N,size=N (`tilefuse.workloads`)
 or bias_relu:ROWSxCOLS (`relu(x + b)`, `b` along the rows). The first
 module is "before", the second "after" (by default the installed one).
 Every result of both builds is checked against the float64 reference first.
+Each call allocates its outputs, as a user's call does; with --out, each
+writes into the arrays its first call returned (`k(*arrays, out=...)`).
 """
 
 from __future__ import annotations
