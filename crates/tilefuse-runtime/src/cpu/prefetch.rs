@@ -45,15 +45,16 @@ struct Pass<'s> {
 }
 
 /// Marks, in the tapes of `body` (the body of loop `l`), what to
-/// prefetch. In the last pass that reads a large input that an earlier pass
-/// read at the same offsets (or the one before it: [`next_reads`]): those
-/// offsets one iteration of `l` ahead (where they move with `l`). Then, in
-/// a body that does so, the elements each later pass stores with plain
-/// stores (streamed ones need no line in cache): in that pass when it comes before the store,
-/// else in the pass just before the store (a layer norm's variance, whose
-/// normalization both reads last and stores), where the passes from the
-/// one that asks to the store run once an iteration over the same lanes.
-/// A tape that an inner loop marked keeps its marks.
+/// prefetch. In the last pass that reads a large input that an earlier
+/// pass read at the same offsets (or the one before it: [`next_reads`]):
+/// those offsets one iteration of `l` ahead (where they move with `l`).
+/// Then, in a body that does so, the elements each later pass stores with
+/// plain stores (streamed ones need no line in cache): in that pass when
+/// it comes before the store, else in the pass just before the store (a
+/// layer norm's variance, whose normalization both reads last and
+/// stores), where the passes from the one that asks to the store run once
+/// an iteration over the same lanes. A tape that an inner loop marked
+/// keeps its marks.
 pub(super) fn plan(kernel: &Kernel, l: LoopId, body: &mut [Step]) {
     let mut passes = Vec::new();
     collect(body, 1, &mut passes);
