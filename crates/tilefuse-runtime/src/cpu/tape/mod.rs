@@ -472,10 +472,10 @@ multiversion!(
 
 /// The tiles of `n` lanes, each a start and a length: `first` lanes (if
 /// any), then [`TILE`] at a time. A streamed store's tiles start on its
-/// cache lines (`first` lanes up to one): a tile that ended within a line
-/// would store that line in plain stores (a layer norm's pass over rows
-/// of 4096 at numpy's 16-byte offset, in C: 1.32x the time of tiles on
-/// lines, BENCHMARKS.md).
+/// cache lines (`first`: the lanes before its first line): a tile that
+/// ended within a line would store that line in plain stores (a layer
+/// norm's pass over rows of 4096 at numpy's 16-byte offset, in C: 1.32x
+/// the time of tiles on lines, BENCHMARKS.md).
 fn tiles(n: usize, first: usize) -> impl Iterator<Item = (usize, usize)> {
     let first = first.min(n);
     let head = (first > 0).then_some((0, first));
