@@ -329,6 +329,25 @@ def test_large_outputs_recycle_the_memory_of_freed_ones(
     assert_close(second, np.exp(0.5 * x.astype(np.float64)))
 
 
+def test_outputs_streamed_past_the_caches_are_right(rng: np.random.Generator) -> None:
+    # The CPU stores outputs of 2^23 elements or more that the kernel never
+    # reads with non-temporal stores, in tiles on the output's cache lines
+    # (cpu/stream.rs): into a fresh array, a recycled one, an `out=` array
+    # that starts mid-line, and the input itself.
+    cpu = tf.Device.cpu()
+    f, [x], want = softmax(rng, (2048, 4096))
+    k = f.schedule(f.heuristics(device=cpu), cpu)
+    assert_close(k(x), want)
+    assert_close(k(x), want)
+    backing = np.empty(x.size + 5, f32)
+    out = backing[5:].reshape(x.shape)
+    out[...] = np.nan
+    assert k(x, out=out) is out
+    assert_close(out, want)
+    assert k(x, out=x) is x
+    assert_close(x, want)
+
+
 def test_contiguous_inputs_are_not_copied() -> None:
     # Peak memory of a call on a 256 MB input, in a process of its own:
     # borrowed where it lies (plus the `out` array the caller made) vs one
