@@ -52,10 +52,13 @@ def test_tune_prints_a_table_and_caches_the_winner(
     f = tf.Fusion.from_json(fusion.read_text())
     entry = tf.cache.lookup(f, tf.Device.cpu())
     assert entry is not None and entry["params"] == result["best_params"]
-    # The best time is the median of the final run's rounds, which the
-    # table shows the range of and the entry keeps.
-    assert sorted(result["best_samples"])[2] == result["best_time"]
-    assert "over 5 rounds" in table, table
+    # The best time is the median of the final run's rounds (5, and a
+    # confirmation's where a winner over the default was timed again),
+    # which the table shows the range of and the entry keeps.
+    rounds = sorted(result["best_samples"])
+    assert len(rounds) >= 5
+    assert rounds[len(rounds) // 2] == result["best_time"]
+    assert f"over {len(rounds)} rounds" in table, table
     assert entry["samples"] == result["best_samples"]
     assert entry["signature"] == "f32[64, 128] -> f32[64, 128]: max, sub, exp, sum, div"
 
