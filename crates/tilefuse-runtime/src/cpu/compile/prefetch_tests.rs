@@ -56,13 +56,19 @@ fn the_last_pass_over_a_row_prefetches_the_next() {
 /// the input, 1 for the output) as buffer ids.
 fn planned(f: &Fusion, want: &[&[usize]]) -> (Schedule, Vec<Step>, Vec<Vec<usize>>) {
     let (_, s) = defaults_with(f, &[]);
-    let role = |r: Role| s.kernel().buffers.iter().position(|b| b.role == r).unwrap();
-    let (x, y) = (role(Role::Input(0)), role(Role::Output(0)));
+    let (x, y) = (buffer(&s, Role::Input(0)), buffer(&s, Role::Output(0)));
     let want = (want.iter())
         .map(|p| p.iter().map(|&i| [x, y][i]).collect())
         .collect();
     let steps = compiled(&s);
     (s, steps, want)
+}
+
+/// The id of the buffer with `role` in `s`'s kernel.
+fn buffer(s: &Schedule, role: Role) -> usize {
+    (s.kernel().buffers.iter())
+        .position(|b| b.role == role)
+        .unwrap()
 }
 
 /// Whether each lane step's tape in `steps` streams its stores, in order.
@@ -126,12 +132,7 @@ fn an_output_read_back_does_not_stream() {
     let f = exp_of(&[2048, 4096], true);
     let (_, s) = defaults_with(&f, &[]);
     let kernel = s.kernel();
-    let e = (kernel
-        .buffers
-        .iter()
-        .position(|b| b.role == Role::Output(0)))
-    .unwrap();
-    let e = BufferId(e as u32);
+    let e = BufferId(buffer(&s, Role::Output(0)) as u32);
     assert!(
         kernel.blocks.iter().any(|b| b.reads(e)),
         "the sums read `exp(x)`"
