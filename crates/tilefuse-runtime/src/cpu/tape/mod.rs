@@ -123,6 +123,10 @@ pub struct Registers {
     gathered: Vec<f32>,
     staged: Vec<f32>,
     rows: Vec<f32>,
+    /// A run's offsets, written in place: built and returned per run,
+    /// their 288 bytes cost a memset and a memcpy, 4 % of a one-thread
+    /// softmax over rows of 1024.
+    offsets: Offsets,
 }
 
 impl Default for Registers {
@@ -132,9 +136,18 @@ impl Default for Registers {
             gathered: Vec::new(),
             staged: Vec::new(),
             rows: Vec::new(),
+            offsets: Offsets::default(),
         }
     }
 }
+
+/// The registers a run uses: the tiles, the gathered lanes, the rows'
+/// values.
+type RunRegisters<'r> = (
+    &'r mut Box<[[f32; TILE]; REGISTERS]>,
+    &'r mut Vec<f32>,
+    &'r mut Vec<f32>,
+);
 
 /// What becomes of a tape's lanes.
 pub enum Sink<'a> {
@@ -160,13 +173,28 @@ impl Tape {
         regs: &mut Registers,
         sink: Sink<'_>,
     ) -> Option<f32> {
-        self.run_from(buffers, &self.offsets(env), lanes, regs, sink)
+        self.offsets_into(env, &mut regs.offsets);
+        let Registers {
+            tiles,
+            gathered,
+            rows,
+            offsets,
+            ..
+        } = regs;
+        self.run_parts(buffers, offsets, lanes, (tiles, gathered, rows), sink)
     }
 
     /// The offsets of the loads (at lane 0) with the loop variables at
     /// `env`.
     pub fn offsets(&self, env: &[i64]) -> Offsets {
         let mut o = Offsets::default();
+        self.offsets_into(env, &mut o);
+        o
+    }
+
+    /// [`Tape::offsets`] written into `o`: the slots this tape reads (the
+    /// others keep what they held).
+    fn offsets_into(&self, env: &[i64], o: &mut Offsets) {
         for (slot, load) in o.loads.iter_mut().zip(&self.loads) {
             *slot = load.at.eval(env);
         }
@@ -178,7 +206,6 @@ impl Tape {
         for (slot, (_, at)) in o.ahead.iter_mut().zip(&self.ahead) {
             *slot = at.eval(env);
         }
-        o
     }
 
     /// Lanes `start..start + n` where they lie, for a tape that is one
@@ -241,8 +268,26 @@ impl Tape {
         &self,
         buffers: &[RawBuf],
         offsets: &Offsets,
-        (start, n): (usize, usize),
+        lanes: (usize, usize),
         regs: &mut Registers,
+        sink: Sink<'_>,
+    ) -> Option<f32> {
+        let Registers {
+            tiles,
+            gathered,
+            rows,
+            ..
+        } = regs;
+        self.run_parts(buffers, offsets, lanes, (tiles, gathered, rows), sink)
+    }
+
+    /// [`Tape::run_from`] on the registers it uses.
+    fn run_parts(
+        &self,
+        buffers: &[RawBuf],
+        offsets: &Offsets,
+        (start, n): (usize, usize),
+        (tiles, gathered, rows): RunRegisters<'_>,
         mut sink: Sink<'_>,
     ) -> Option<f32> {
         if let Sink::Fold(op) = sink
@@ -250,12 +295,6 @@ impl Tape {
         {
             return Some(folded);
         }
-        let Registers {
-            tiles,
-            gathered,
-            rows,
-            ..
-        } = regs;
         let wraps = self.gather(buffers, offsets, (start, n), (gathered, rows));
         let mut uniforms = [0f32; SOURCES];
         for ((slot, u), &at) in uniforms
