@@ -184,30 +184,6 @@ impl Tape {
         self.run_parts(buffers, offsets, lanes, (tiles, gathered, rows), sink)
     }
 
-    /// The offsets of the loads (at lane 0) with the loop variables at
-    /// `env`.
-    pub fn offsets(&self, env: &[i64]) -> Offsets {
-        let mut o = Offsets::default();
-        self.offsets_into(env, &mut o);
-        o
-    }
-
-    /// [`Tape::offsets`] written into `o`: the slots this tape reads (the
-    /// others keep what they held).
-    fn offsets_into(&self, env: &[i64], o: &mut Offsets) {
-        for (slot, load) in o.loads.iter_mut().zip(&self.loads) {
-            *slot = load.at.eval(env);
-        }
-        for (slot, u) in o.uniforms.iter_mut().zip(&self.uniforms) {
-            if let Uniform::Load(_, rest) = u {
-                *slot = rest.eval(env);
-            }
-        }
-        for (slot, (_, at)) in o.ahead.iter_mut().zip(&self.ahead) {
-            *slot = at.eval(env);
-        }
-    }
-
     /// Lanes `start..start + n` where they lie, for a tape that is one
     /// load of consecutive elements (its loads' offsets `offsets`).
     pub fn consecutive<'b>(

@@ -1,7 +1,7 @@
 //! Where a tape's loads read at one point of the loops, and how that moves
 //! from one lane step to the next.
 
-use super::{AHEAD, SOURCES};
+use super::{AHEAD, SOURCES, Tape, Uniform};
 
 /// Where a tape's loads read (lane 0 of each contiguous load, and each
 /// uniform load) and where its prefetches ask (lane 0) at one point of
@@ -50,5 +50,31 @@ impl Offsets {
 
     fn offsets_mut(&mut self) -> [&mut [i64]; 3] {
         [&mut self.loads, &mut self.uniforms, &mut self.ahead]
+    }
+}
+
+impl Tape {
+    /// The offsets of the loads (at lane 0) with the loop variables at
+    /// `env`.
+    pub fn offsets(&self, env: &[i64]) -> Offsets {
+        let mut o = Offsets::default();
+        self.offsets_into(env, &mut o);
+        o
+    }
+
+    /// [`Tape::offsets`] written into `o`: the slots this tape reads (the
+    /// others keep what they held).
+    pub(super) fn offsets_into(&self, env: &[i64], o: &mut Offsets) {
+        for (slot, load) in o.loads.iter_mut().zip(&self.loads) {
+            *slot = load.at.eval(env);
+        }
+        for (slot, u) in o.uniforms.iter_mut().zip(&self.uniforms) {
+            if let Uniform::Load(_, rest) = u {
+                *slot = rest.eval(env);
+            }
+        }
+        for (slot, (_, at)) in o.ahead.iter_mut().zip(&self.ahead) {
+            *slot = at.eval(env);
+        }
     }
 }
