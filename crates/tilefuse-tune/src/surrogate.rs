@@ -368,6 +368,11 @@ mod tests {
         }
     }
 
+    /// The descent's next step after `history`, every point of it tried.
+    fn next_step(grid: &Grid, history: &[Observation]) -> Option<Point> {
+        descent_step(grid, history, &points_of(history), &mut rng())
+    }
+
     /// The points of `history`, as a search has them tried.
     fn points_of(history: &[Observation]) -> HashSet<Point> {
         history.iter().map(|o| o.point.clone()).collect()
@@ -397,40 +402,24 @@ mod tests {
     fn a_move_that_paid_is_repeated_before_the_neighbours() {
         let grid = Grid { sizes: vec![4, 3] };
         let history = [o(vec![1, 0], 1.0), o(vec![2, 0], 1.1), o(vec![1, 1], 0.9)];
-        let tried = points_of(&history);
         // [0, 1] is the incumbent's first neighbour; [1, 2] repeats the move.
-        assert_eq!(
-            descent_step(&grid, &history, &tried, &mut rng()),
-            Some(vec![1, 2])
-        );
+        assert_eq!(next_step(&grid, &history), Some(vec![1, 2]));
         // Past the grid's edge there is no repeat: the probes come next,
         // field 0's (its one neighbour was tried; its far end) first.
         let history = [o(vec![2, 1], 1.0), o(vec![1, 1], 1.2), o(vec![3, 1], 0.9)];
-        let tried = points_of(&history);
         assert_eq!(grid.step(&[3, 1], &[2, 1]), None);
-        assert_eq!(
-            descent_step(&grid, &history, &tried, &mut rng()),
-            Some(vec![0, 1])
-        );
+        assert_eq!(next_step(&grid, &history), Some(vec![0, 1]));
     }
 
     #[test]
     fn a_paying_step_down_is_weighed_against_the_step_up() {
         let grid = Grid { sizes: vec![7, 2] };
         let history = [o(vec![3, 0], 1.0), o(vec![2, 0], 0.95)];
-        let tried = points_of(&history);
-        assert_eq!(
-            descent_step(&grid, &history, &tried, &mut rng()),
-            Some(vec![4, 0])
-        );
+        assert_eq!(next_step(&grid, &history), Some(vec![4, 0]));
         // The step up paid more: its repeat goes on from the base, one
         // step further up, not two steps past the step down.
         let history = [o(vec![3, 0], 1.0), o(vec![2, 0], 0.95), o(vec![4, 0], 0.9)];
-        let tried = points_of(&history);
-        assert_eq!(
-            descent_step(&grid, &history, &tried, &mut rng()),
-            Some(vec![5, 0])
-        );
+        assert_eq!(next_step(&grid, &history), Some(vec![5, 0]));
         // A step across two fields has no other way.
         assert_eq!(opposite(&grid, &vec![3, 0], &vec![2, 1]), None);
         assert_eq!(opposite(&grid, &vec![0, 0], &vec![1, 0]), None);
