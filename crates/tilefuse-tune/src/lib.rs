@@ -13,6 +13,7 @@ mod candidate;
 mod clock;
 mod drift;
 mod executor;
+mod far_moves;
 mod key;
 pub mod measure;
 mod options;

@@ -1,23 +1,26 @@
 //! The surrogate-guided strategy (Helion's LFBO search, after a pattern
 //! descent). It first walks from the default heuristic's point to the
-//! first probe that is faster (by more than `MIN_GAIN`), trying the last
-//! paying move again before the other probes (each field a step down and
-//! up, then its first and last values, field by field), then the same
-//! around the two fastest other kernels within that gain (sideways,
-//! across a plateau, unless most of the incumbent's probes ran alike),
-//! then around the points it left before probing them all (back to the
-//! last incumbent, then the one before), until every one of those was
-//! tried; within each neighbourhood the forest below ranks which point
-//! to try next once a few are measured.
-//! Then a random forest learns which points are "good" (in the faster
-//! half measured so far) from every observation, failures included (a
-//! failed, wrong or cut candidate is a "not good" example, so the model
-//! learns to avoid its region); each round scores a pool of unseen points
-//! (neighbours of the best few, one and two steps away, and random ones)
-//! and proposes a batch of the likeliest-good that differ from each other
-//! in at least two fields, so one round does not spend its trials on
-//! near-copies. The pool's random points are the exploration: the forest
-//! picks one when it ranks it above the neighbours.
+//! first probe that is faster (by more than `MIN_GAIN`), trying the
+//! last paying move again before the other probes (each field a step
+//! down and up, then its first and last values, field by field), then
+//! the two fields' best probes at once, then the same around the two
+//! fastest other kernels within that gain (sideways, across a plateau,
+//! unless most of the incumbent's probes ran alike), then around the
+//! points it left before probing them all (back to the last incumbent,
+//! then the one before), then the incumbent's long fields' middle
+//! values ([`far_moves`]), until every one of those was tried; within
+//! each neighbourhood the forest below ranks which point to try next
+//! once a few are measured.
+//! Then a random forest learns how good each point is (a label falling
+//! sharply with its time over the fastest's) from every observation,
+//! failures included (a failed, wrong or cut candidate is labelled 0,
+//! so the model learns to avoid its region); each round scores a pool
+//! of unseen points (neighbours of the best few, one and two steps
+//! away, and random ones) and proposes a batch of the likeliest-good
+//! that differ from each other in at least two fields, so one round
+//! does not spend its trials on near-copies. The pool's random points
+//! are the exploration: the forest picks one when it ranks it above the
+//! neighbours.
 
 use std::collections::HashSet;
 
@@ -28,6 +31,7 @@ use smartcore::ensemble::random_forest_regressor::{
 };
 use smartcore::linalg::basic::matrix::DenseMatrix;
 
+use crate::far_moves;
 use crate::space::Observation;
 use crate::space::{Grid, Point};
 
@@ -48,20 +52,27 @@ const PLATEAU: usize = 2;
 /// 5 % ran alike over the recorded spaces).
 const FLAT: f64 = 0.03;
 const FLAT_SHARE: f64 = 0.75;
-/// Points proposed per round.
-const BATCH: usize = 4;
+/// Points proposed per round: two rather than four, so the forest refits
+/// on every pair measured (over the 96 recorded spaces, with the labels
+/// and middle probes of this session, 944.0 trials by the mean → 934.5;
+/// six: 951.2; 100 seeds; BENCHMARKS.md, seventieth session).
+const BATCH: usize = 2;
 /// Observed points whose neighbourhoods join the pool.
 const TOP: usize = 3;
 /// Random points in the pool.
 const RANDOM_POOL: usize = 96;
-/// The fraction of measured times counted as good. The faster half
-/// rather than the fastest 35 %, and no random point added to each batch:
-/// over the 69 recorded spaces, 647.5 trials by the mean to within 5 %
-/// → 603.2 (400 seeds), and every space there with a tenth of its points
-/// in 9 seeds of 10 (the softmax 100 x 10000 had been in 72 of 100); the
-/// half alone 624.7, the batch alone 619.0, against 643.4 (100 seeds;
-/// BENCHMARKS.md, sixty-eighth session).
-const GOOD: f64 = 0.5;
+/// How sharply a point's label falls with its time: `(fastest / t)^80`,
+/// 1 for the fastest, 0.18 at 2 % slower, 0.02 at 5 %. A regression on
+/// that rather than on 0/1 labels of the faster half tells the forest how
+/// far from the best each point ran: over the 96 recorded spaces, 981.3
+/// trials by the mean to within 5 % → 956.2 (40: 958.9, 160: 971.6, 400:
+/// 966.7; linear ranks 965-977; 100 seeds; BENCHMARKS.md, seventieth
+/// session).
+const SHARPNESS: f64 = 80.0;
+/// Trees in the forest (32: 934.5 trials, 64: 932.1, 128: 929.5 over the
+/// 96 recorded spaces, 100 seeds; a fit costs milliseconds against a
+/// trial's compile and run).
+const TREES: usize = 64;
 
 /// The next batch of points, none of them in `tried`.
 pub(crate) fn propose(
@@ -96,10 +107,11 @@ pub(crate) fn propose(
 /// spaces moved; BENCHMARKS.md, sixty-seventh session); then the last
 /// move repeated (Hooke and Jeeves' pattern move: a direction that paid
 /// once often pays again), then an untried probe of the incumbent
-/// ([`Grid::probes`]), then of each kernel of its plateau (unless the
+/// ([`Grid::probes`]), then [`far_moves::combined`], then of each kernel
+/// of its plateau (unless the
 /// incumbent's probes are [`flat`]), then of the earlier incumbents, last
-/// first, each neighbourhood's points taken in [`likeliest`]'s order;
-/// `None` once all were tried. The earlier incumbents are there because
+/// first, then [`far_moves::middles`], each neighbourhood's points taken
+/// in [`likeliest`]'s order; `None` once all were tried. The earlier incumbents are there because
 /// the descent leaves a point at its first paying probe: on the CPU row
 /// sum 300 x 3000 the best lies at the base's last probe, behind one that
 /// paid 5 % and led nowhere (25.2 trials by the mean → 11.1, 400 seeds).
@@ -132,6 +144,11 @@ fn descent_step(
             .filter(|q| !tried.contains(q))
             .collect()
     };
+    let level = time_of(history, from)?;
+    let combined = far_moves::combined(history, from, level);
+    if let Some(p) = combined.filter(|p| around(from).is_empty() && !tried.contains(p)) {
+        return Some(p);
+    }
     let sideways = if flat(grid, history, from) {
         Vec::new()
     } else {
@@ -139,8 +156,14 @@ fn descent_step(
     };
     let earlier = chain.iter().rev().skip(1).copied();
     let mut centres = std::iter::once(from).chain(sideways).chain(earlier);
-    let untried = centres.find_map(|p| Some(around(p)).filter(|c| !c.is_empty()))?;
-    Some(likeliest(grid, history, untried, rng))
+    let untried = centres.find_map(|p| Some(around(p)).filter(|c| !c.is_empty()));
+    let middles = || {
+        far_moves::middles(grid, from)
+            .into_iter()
+            .filter(|p| !tried.contains(p))
+    };
+    let untried = untried.unwrap_or_else(|| middles().collect());
+    (!untried.is_empty()).then(|| likeliest(grid, history, untried, rng))
 }
 
 /// The candidate the forest ranks likeliest good (the first of equals),
@@ -183,7 +206,8 @@ fn opposite(grid: &Grid, base: &Point, to: &Point) -> Option<Point> {
     Some(p)
 }
 
-/// Whether `labels` hold both good and not good points, so a forest has
+/// Whether `labels` hold both good and not good points (above and below
+/// one half: within and beyond about 1 % of the fastest), so a forest has
 /// something to tell apart.
 fn informative(labels: &[f64]) -> bool {
     labels.iter().any(|&y| y > 0.5) && labels.iter().any(|&y| y < 0.5)
@@ -255,17 +279,12 @@ fn incumbents(history: &[Observation]) -> Vec<&Point> {
     chain
 }
 
-/// 1 for the good observations, 0 for the rest (failures included).
+/// How good each observation is: `(fastest / time)^SHARPNESS`, 0 for a
+/// failure.
 fn labels(history: &[Observation]) -> Vec<f64> {
-    let mut times: Vec<f64> = history.iter().filter_map(|o| o.time).collect();
-    times.sort_by(f64::total_cmp);
-    let Some(&threshold) =
-        times.get(((times.len() as f64 * GOOD) as usize).min(times.len().max(1) - 1))
-    else {
-        return vec![0.0; history.len()];
-    };
+    let fastest = (history.iter().filter_map(|o| o.time)).fold(f64::INFINITY, f64::min);
     (history.iter())
-        .map(|o| f64::from(u8::from(o.time.is_some_and(|t| t <= threshold))))
+        .map(|o| o.time.map_or(0.0, |t| (fastest / t).powf(SHARPNESS)))
         .collect()
 }
 
@@ -325,7 +344,7 @@ fn fit_and_score(
     };
     let x = rows(&mut history.iter().map(|o| &o.point))?;
     let params = RandomForestRegressorParameters::default()
-        .with_n_trees(32)
+        .with_n_trees(TREES)
         .with_max_depth(8)
         .with_min_samples_leaf(1)
         .with_min_samples_split(2)
@@ -449,7 +468,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stuck_descent_probes_each_field_at_its_ends() {
+    fn a_stuck_descent_probes_each_field_at_its_ends_then_a_long_fields_middle() {
         let grid = Grid { sizes: vec![6, 2] };
         let history = [Observation {
             point: vec![1, 0],
@@ -463,6 +482,10 @@ mod tests {
             Some(vec![5, 0])
         );
         tried.insert(vec![5, 0]);
+        // Every probe spent: field 0 (six values) is probed in between.
+        let next = descent_step(&grid, &history, &tried, &mut rng());
+        assert!([vec![3, 0], vec![4, 0]].contains(&next.unwrap()));
+        tried.extend([vec![3, 0], vec![4, 0]]);
         assert_eq!(descent_step(&grid, &history, &tried, &mut rng()), None);
     }
 
@@ -483,7 +506,9 @@ mod tests {
         let next = descent_step(&grid, &history, &tried, &mut rng());
         assert!([vec![0, 1], vec![0, 5]].contains(&next.unwrap()));
         let tried: HashSet<Point> = tried.into_iter().chain([vec![0, 1], vec![0, 5]]).collect();
-        assert_eq!(descent_step(&grid, &history, &tried, &mut rng()), None);
+        // Then the incumbent's field 1 between its probes.
+        let next = descent_step(&grid, &history, &tried, &mut rng());
+        assert!([vec![1, 2], vec![1, 3], vec![1, 4]].contains(&next.unwrap()));
     }
 
     #[test]
@@ -499,6 +524,10 @@ mod tests {
         let history = around([1.01, 1.02, 0.995, 1.012]);
         let tried = points_of(&history);
         assert!(flat(&grid, &history, &vec![1, 1]));
+        // The two fastest probes together ([1, 0] and [0, 1]), and no more.
+        let next = descent_step(&grid, &history, &tried, &mut rng());
+        assert_eq!(next, Some(vec![0, 0]));
+        let tried: HashSet<Point> = tried.into_iter().chain(next).collect();
         assert_eq!(descent_step(&grid, &history, &tried, &mut rng()), None);
         // Half of them far off: the landscape has a shape to walk.
         let history = around([1.01, 1.5, 0.995, 1.3]);
