@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -199,6 +201,16 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     in the user's config directory."""
     os.environ["TILEFUSE_CACHE"] = str(tmp_path_factory.mktemp("tilefuse-cache"))
     os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt during the test, as in a terminal,
+    also when the suite was launched as a background job (whose shell
+    ignores SIGINT, so Python installed no handler)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture

@@ -173,6 +173,7 @@ def test_workers_check_against_the_workloads_reference_and_tolerance() -> None:
             tf.tune(ScaledReference(off=1e-4, rtol=1e-6), executor=ex, **kw)
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_ctrl_c_stops_every_device_s_tuning() -> None:
     with RayExecutor([Worker("cpu", 1), Worker("cpu", 2)]) as ex:
         # Timed from here: workers start slowly on a loaded machine, and a

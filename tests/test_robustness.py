@@ -205,7 +205,9 @@ def test_nested_unrolled_loops_are_bounded_on_the_gpu(
 def test_ctrl_c_interrupts_native_work(call: str) -> None:
     # Each call takes minutes; SIGINT a second in must end it at once.
     code = f"""
-        import sys, time, numpy as np, tilefuse as tf
+        import signal, sys, time, numpy as np, tilefuse as tf
+        # As in a terminal, also when the suite runs as a background job.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         f = tf.Fusion(); x = f.input((2**26,), "f32"); y = x
         # evaluate keeps every value (40 of 256 MB); kernels inline the chain.
         for _ in range({ {"f.evaluate(x)": 40, "k(x)": 2000}.get(call, 1) }):
@@ -228,7 +230,11 @@ def test_ctrl_c_interrupts_native_work(call: str) -> None:
         time.sleep(1.0)
         sent = time.perf_counter()
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # else leaving `with Popen` waits for it forever
+            pytest.fail("the call went on 60 s after Ctrl-C")
         answered = time.perf_counter() - sent
     assert "interrupted" in out, out
     assert answered < 2.0, f"answered Ctrl-C after {answered:.2f} s"

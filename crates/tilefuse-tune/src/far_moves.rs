@@ -1,7 +1,7 @@
 //! Moves the surrogate's descent makes beyond one field's probes: two
 //! fields' best probes at once, and a long field's middle values.
 
-use crate::space::{Grid, Observation, Point};
+use crate::space::{Grid, Observation, Point, moved};
 
 /// How much slower than the incumbent a field's best probe may run and
 /// still join [`combined`] (1.03: 930.0 trials, 1.08: 925.1, 1.5: 928.0
@@ -58,9 +58,7 @@ pub(crate) fn middles(grid: &Grid, from: &Point) -> Vec<Point> {
         .filter(|(_, n)| **n >= LONG_FIELD)
     {
         for i in (1..n - 1).filter(|i| i.abs_diff(from[f]) > 1) {
-            let mut p = from.clone();
-            p[f] = i;
-            out.push(p);
+            out.push(moved(from, f, i));
         }
     }
     out

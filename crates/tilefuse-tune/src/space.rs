@@ -88,7 +88,6 @@ impl Grid {
     }
 }
 
-/// `point` with field `f` at value `i`.
 /// The values one step down and up from index `i` of `n`.
 fn steps(i: usize, n: usize) -> impl Iterator<Item = usize> {
     [i.checked_sub(1), Some(i + 1).filter(|&j| j < n)]
@@ -96,7 +95,8 @@ fn steps(i: usize, n: usize) -> impl Iterator<Item = usize> {
         .flatten()
 }
 
-fn moved(point: &[usize], f: usize, i: usize) -> Point {
+/// `point` with field `f` at value `i`.
+pub(crate) fn moved(point: &[usize], f: usize, i: usize) -> Point {
     let mut next = point.to_vec();
     next[f] = i;
     next
