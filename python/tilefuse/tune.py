@@ -308,7 +308,7 @@ def tune(
     omitted), starting from the default
     heuristic and the seeds of the seed heuristics that apply (the built-in
     ones unless ``builtin_heuristics`` is false, and every registered
-    :class:`AutotunerHeuristic`). ``effort`` is ``"none"``, ``"quick"`` (24
+    :class:`AutotunerHeuristic`). ``effort`` is ``"none"``, ``"quick"`` (48
     trials, 30 s) or ``"full"`` (160 trials, 600 s) unless ``trials`` /
     ``seconds`` bound it; ``seconds`` bounds the whole run, its final
     re-timing of the best few included (the search stops early enough for

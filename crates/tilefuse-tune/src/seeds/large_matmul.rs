@@ -3,8 +3,8 @@
 //! thirty-fourth session) found winners 1.2-2.2x the default. Their one
 //! shared trait, the output tile stored through workgroup memory, is now
 //! the default's (see `matmul_heuristics`). The rest varied with the size
-//! and pays only in combination, which a quick tune's 24 trials did not
-//! reach: a k step of 8 in the register tile (alone 1.6x slower at 512³
+//! and pays only in combination, which a quick tune (then of 24 trials)
+//! did not reach: a k step of 8 in the register tile (alone 1.6x slower at 512³
 //! and 1024³), thinner workgroup tiles for more workgroups (16 x 128 at
 //! 1024³), k split four ways (512³), 8 x 8 register tiles in 128 x 128
 //! workgroup tiles (2048³). Seeded with those, quick tunes reach or beat
