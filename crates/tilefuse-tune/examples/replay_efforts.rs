@@ -29,11 +29,12 @@ fn main() {
         let text = std::fs::read_to_string(path).expect("a readable recording");
         let r: Recording = serde_json::from_str(&text).expect("a recording");
         let default = r.measured(&r.base).time.expect("the default ran");
+        let best = r.best();
         let mut speedups = [0.0; 2];
         for seed in 0..seeds {
             // Past the space's best nothing improves: a space of fewer
             // kernels than full's budget would be walked to its end.
-            let found = |o: &Observation| o.time == Some(r.best());
+            let found = |o: &Observation| o.time == Some(best);
             let full = r.replay_until(Strategy::Surrogate, Effort::Full.trials(), seed, found);
             let quick = within_budget(&full, Effort::Quick.trials());
             for (s, history) in speedups.iter_mut().zip([quick, &full[..]]) {
@@ -47,7 +48,7 @@ fn main() {
             "| {} | {} | {:.3} | {:.3} | {:.3} | {} |",
             path.file_stem().unwrap().to_string_lossy(),
             r.size(),
-            default / r.best(),
+            default / best,
             speedups[0],
             speedups[1],
             share(speedups[0] - 1.0, speedups[1] - 1.0),
