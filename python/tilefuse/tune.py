@@ -40,12 +40,14 @@ __all__ = ["TuneResult", "tune"]
 class TuneResult:
     """What :func:`tune` found. Times are medians in seconds, from the final
     run of the best candidates and the default heuristic's, timed in
-    interleaved rounds: a candidate wins only if it beat the default in
-    every round by at least 1 % (a gain of 10 % on the median may lose one
-    round of five), else the default's params are the best. The best four
-    candidates are the fastest in their trial or, for the eight next to
-    them, in a second look: a slow spell of a shared machine only adds
-    time, so each keeps the faster."""
+    interleaved rounds (five, up to twenty for short kernels): a candidate
+    wins only if it beat the default by at least 1 % in as many rounds as
+    a sign test asks (all of five; a gain of 10 % on the median may lose
+    one of five), and again in a confirmation of the two alone, else the
+    default's params are the best. The best four candidates are the
+    fastest of the dozen fastest trials in a second look (two interleaved
+    rounds, each keeping the faster): the fastest of a hundred trials are
+    the luckiest, and a slow spell of a shared machine only adds time."""
 
     #: The winner: one params object, or one per segment.
     best_params: HeuristicParams | list[HeuristicParams]
@@ -62,7 +64,7 @@ class TuneResult:
     #: ``at`` (seconds since tuning started), ``id`` (in the order
     #: proposed), ``device`` (the fingerprint of the device that measured it),
     #: ``look`` (its time in the second look before the final run, for the
-    #: eight fastest after the four fastest; else ``None``).
+    #: dozen fastest but the default; else ``None``).
     trials: list[dict[str, Any]] = field(repr=False)
     #: The seed heuristics that applied: ``name``, ``seeds`` (params
     #: dicts), ``won`` (whether one of its seeds won).

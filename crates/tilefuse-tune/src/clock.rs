@@ -10,22 +10,38 @@ use std::time::Instant;
 
 use crate::candidate::{Measured, Timing};
 
-/// Candidates kept at the end: the fastest [`FINALISTS`] go to the final
-/// run, the others get a second look first. A slow spell of lavapipe on a
+/// Candidates kept at the end, for a second look whose fastest
+/// [`FINALISTS`] go to the final run. A slow spell of lavapipe on a
 /// shared VM can double a trial's time, dropping a 1.7x winner below a
 /// dozen others (thirty-seventh session, BENCHMARKS.md). The search keeps
 /// them; the ending re-times them.
 pub(crate) const KEPT: usize = 12;
 
+/// Rounds of the second look.
+pub(crate) const LOOK_ROUNDS: usize = 2;
+
 /// The candidates re-measured in the final run (with the default's).
 pub(crate) const FINALISTS: usize = 4;
 
-/// Rounds of the final run.
-pub(crate) const FINAL_ROUNDS: usize = 5;
+/// Rounds of the final run, and of the confirmation of a winner other
+/// than the default (it and the default alone; see `verdict`), at least.
+const MIN_ROUNDS: usize = 5;
 
-/// Rounds of the confirmation of a winner other than the default (it and
-/// the default alone; see `verdict`).
-pub(crate) const CONFIRM_ROUNDS: usize = 5;
+/// Rounds of either at most.
+const MAX_ROUNDS: usize = 20;
+
+/// Seconds a final run or a confirmation may take for rounds past
+/// [`MIN_ROUNDS`]: a short kernel's rounds are cheap, and more of them
+/// let the sign test of `verdict` see a gain through noise.
+const ROUNDS_SECONDS: f64 = 0.25;
+
+/// Rounds of a final run or a confirmation of kernels of these `times`
+/// (seconds a launch): as many as take [`ROUNDS_SECONDS`], within
+/// [`MIN_ROUNDS`] and [`MAX_ROUNDS`].
+pub(crate) fn rounds(times: &[f64], t: Timing) -> usize {
+    let round = times.iter().sum::<f64>() * t.repeat as f64;
+    ((ROUNDS_SECONDS / round) as usize).clamp(MIN_ROUNDS, MAX_ROUNDS)
+}
 
 /// How much longer the ending's launches take than the kept candidates'
 /// times say: those are each one's faster timing (paired, on the CPU
@@ -76,11 +92,12 @@ impl Clock {
     }
 
     /// Seconds the second look, the final run and a confirmation would
-    /// take after one more candidate: the builds (at the mean build so
-    /// far) and launches (at their measured times) of the `kept`
-    /// candidates, and of the next one while fewer than all are kept (at
-    /// the slowest one's time), then the confirmation's pair (the
-    /// default's and the fastest other's, built and launched again).
+    /// take after one more candidate, each building its kernels (at the
+    /// mean build so far) and launching them (at their measured times):
+    /// of the `kept` candidates, and the next one while fewer than all
+    /// are kept (at the slowest one's time), the second look times all
+    /// but the first (the default's), the final run the first five and
+    /// the confirmation the first two.
     fn ending(&self, kept: &[f64], t: Timing) -> f64 {
         let build = self.builds.iter().sum::<f64>() / self.builds.len().max(1) as f64;
         let mut times = kept.to_vec();
@@ -89,18 +106,16 @@ impl Clock {
         {
             times.push(slowest);
         }
-        let rounds = |n: usize| t.warmup.max(1) + n * t.repeat;
-        let launches = |i: usize| match i {
-            0..=FINALISTS => rounds(FINAL_ROUNDS),
-            _ => t.repeat,
+        let run = |kernels: &[f64], rounds: usize| -> f64 {
+            let launches = (t.warmup.max(1) + rounds * t.repeat) as f64;
+            (kernels.iter())
+                .map(|time| build + ENDING_PACE * launches * time)
+                .sum()
         };
-        let cost = |launches: usize, time: f64| build + ENDING_PACE * launches as f64 * time;
-        let ending: f64 = (times.iter().enumerate())
-            .map(|(i, &time)| cost(launches(i), time))
-            .sum();
-        let confirmation: f64 = (times.iter().take(2))
-            .map(|&time| cost(rounds(CONFIRM_ROUNDS), time))
-            .sum();
-        ending + confirmation
+        let finalists = &times[..times.len().min(FINALISTS + 1)];
+        let pair = &times[..times.len().min(2)];
+        run(times.get(1..).unwrap_or_default(), LOOK_ROUNDS)
+            + run(finalists, rounds(finalists, t))
+            + run(pair, rounds(pair, t))
     }
 }

@@ -86,8 +86,23 @@ impl Stopwatch {
     }
 
     /// `c` checked and timed on its `kernel`; when pairing, its time
-    /// paired with the reference's, or the reference it becomes.
+    /// paired with the reference's, or the reference it becomes, and the
+    /// best time it may be cut against at the speed the reference ran at
+    /// last: a search's times are at the speed of its default's trial, and
+    /// a candidate timed in a spell 3x slower than that would be cut
+    /// however fast (in one quick tune of a CPU matmul, 87 of 89).
     fn timed(&mut self, kernel: Kernel, c: &Candidate) -> Measured {
+        let at_speed;
+        let c = match (&self.reference, c.best) {
+            (Some(r), Some(best)) if self.paired => {
+                at_speed = Candidate {
+                    best: Some(r.at_speed(best, c)),
+                    ..c.clone()
+                };
+                &at_speed
+            }
+            _ => c,
+        };
         let mut m = measure::timed(&kernel, &self.problem, c);
         let ran = m.time.filter(|_| self.paired && m.status == Status::Ok);
         match (ran, &mut self.reference) {
@@ -98,6 +113,7 @@ impl Stopwatch {
                 self.reference = Some(Reference {
                     kernel,
                     time: t,
+                    now: t,
                     default,
                 });
             }
@@ -107,12 +123,13 @@ impl Stopwatch {
     }
 }
 
-/// The kernel candidates are paired with, its first time, and whether it
-/// is the default heuristic's (whose time in the search a candidate's
-/// anchor gives).
+/// The kernel candidates are paired with, its first and its latest time,
+/// and whether it is the default heuristic's (whose time in the search a
+/// candidate's anchor gives).
 pub(crate) struct Reference {
     kernel: Kernel,
     time: f64,
+    now: f64,
     default: bool,
 }
 
@@ -131,8 +148,20 @@ impl Reference {
         Some(Reference {
             kernel,
             time,
+            now: time,
             default: true,
         })
+    }
+
+    /// The time `c`'s paired times are at the speed of (its anchor, when
+    /// the reference is the default's kernel, else the reference's first).
+    fn at(&self, c: &Candidate) -> f64 {
+        c.anchor.filter(|_| self.default).unwrap_or(self.time)
+    }
+
+    /// `best`, a paired time, at the speed the reference ran at last.
+    fn at_speed(&self, best: f64, c: &Candidate) -> f64 {
+        best * self.now / self.at(c)
     }
 
     /// `time`, candidate `c`'s just measured, paired: scaled by the
@@ -140,10 +169,12 @@ impl Reference {
     /// the default's kernel), else the reference's first time, over the
     /// reference's time now. Unscaled when the reference fails to run
     /// (it ran before; a failure now is not the candidate's).
-    pub(crate) fn pair(&self, problem: &Problem, time: f64, c: &Candidate) -> f64 {
-        let at = c.anchor.filter(|_| self.default).unwrap_or(self.time);
+    pub(crate) fn pair(&mut self, problem: &Problem, time: f64, c: &Candidate) -> f64 {
         match now(problem, &self.kernel, c.timing.repeat) {
-            Ok(now) => time * at / now,
+            Ok(now) => {
+                self.now = now;
+                time * self.at(c) / now
+            }
             Err(_) => time,
         }
     }
@@ -200,6 +231,29 @@ mod tests {
     }
 
     #[test]
+    fn a_candidate_is_cut_against_the_best_at_the_speed_the_reference_ran_at_last() {
+        let (f, device, c) = setup();
+        let mut stopwatch = Stopwatch::new(&device, Problem::new(&f, 1).unwrap());
+        let built = || measure::build_timed(&f, &device, &c.params);
+        stopwatch.measure(built(), &c);
+        // As if the first had run in a spell 10x fast: the search's best
+        // (its time) is a tenth of what the kernel takes now, and a
+        // candidate as fast would be cut at over 3x it.
+        let reference = stopwatch.reference.as_mut().expect("the first kernel");
+        reference.time /= 10.0;
+        let best = reference.time;
+        stopwatch.measure(built(), &c);
+        let c = Candidate {
+            best: Some(best),
+            ..c.clone()
+        };
+        let again = stopwatch.measure(built(), &c);
+        assert_eq!(again.status, Status::Ok, "{again:?}");
+        let ratio = again.time.unwrap() / best;
+        assert!((0.2..5.0).contains(&ratio), "{ratio}");
+    }
+
+    #[test]
     fn a_worker_s_times_are_at_the_speed_of_the_default_s_trial_in_the_search() {
         let (f, device, c) = setup();
         let problem = Problem::new(&f, 1).unwrap();
@@ -232,9 +286,10 @@ mod tests {
         let kernel = measure::build(&f, &device, &c.params).unwrap();
         let first = now(&problem, &kernel, 5).unwrap();
         // As if its first timing had run in a spell 100x slow.
-        let reference = Reference {
+        let mut reference = Reference {
             kernel,
             time: 100.0 * first,
+            now: first,
             default: false,
         };
         let c = Candidate {

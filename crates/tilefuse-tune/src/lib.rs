@@ -12,6 +12,7 @@ mod cache;
 mod candidate;
 mod clock;
 mod drift;
+mod ending;
 mod executor;
 mod far_moves;
 mod key;

@@ -6,15 +6,18 @@
 //! seeds (their neighbours of each new best go before the strategy's next
 //! point); a candidate the scheduler refuses is recorded with its error
 //! and skipped, one whose kernel was measured already is not measured
-//! again. At the end the eight next to the best four get a second look
-//! (one more timing each: a shared machine's slow spells only add time,
-//! so a candidate keeps the faster of its two), then the best four (and
-//! the default) are re-measured in interleaved rounds, and a finalist
-//! replaces the default's params only if it beat them in every round (one
-//! of five may be lost to a gain of 10 %, see `verdict`) and again in as
-//! many rounds of it and the default alone (the confirmation), so a tuned
-//! result is never slower than the default on the measurements that
-//! picked it.
+//! again. At the end (`ending`) the dozen fastest get a second look (two
+//! interleaved rounds, each keeping the faster: a shared machine's slow
+//! spells only add time), ranked on it alone: a search's times are
+//! ratios to the default's kernel timed beside them, lucky in both
+//! directions, and the fastest of a hundred are the luckiest (the
+//! winner's curse). Then the best four of the look (and
+//! the default) are re-measured in interleaved rounds (five, or more for
+//! short kernels), and a finalist replaces the default's params only if
+//! it beat them in enough rounds for a sign test (see `verdict`), and
+//! again in rounds of it and the default alone (the confirmation), so a
+//! tuned result is never slower than the default on the measurements
+//! that picked it.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -25,7 +28,7 @@ use tilefuse_sched::{DeviceInfo, Schedule};
 use tilefuse_schedulers::{Features, features, heuristics, schedule, tunables};
 
 use crate::candidate::{Candidate, Finalist, Measured};
-use crate::clock::{CONFIRM_ROUNDS, Clock, FINAL_ROUNDS, FINALISTS, KEPT};
+use crate::clock::{self, Clock, FINALISTS, KEPT};
 use crate::executor::{Executor, LocalExecutor};
 use crate::options::{INTERRUPTED, Observer, Options, TuneError};
 use crate::seeding::{Proposal, Seeding};
@@ -82,25 +85,7 @@ pub fn tune_with(
     if search.stopped {
         return Err(TuneError::Stopped);
     }
-    let contenders = search.contenders();
-    if !contenders.is_empty() {
-        let look = executor.final_round(&contenders, options.timing(), 1)?;
-        search.second_look(&look);
-    }
-    let finalists = search.finalists();
-    if finalists.is_empty() {
-        let why = "no candidate ran correctly, not even the default heuristic's";
-        return Err(TuneError::Failed(why.into()));
-    }
-    let rounds = executor.final_round(&finalists, options.timing(), FINAL_ROUNDS)?;
-    let confirmation = match search.challenger(&rounds) {
-        Some(w) => {
-            let pair = [finalists[0].clone(), finalists[w].clone()];
-            Some(executor.final_round(&pair, options.timing(), CONFIRM_ROUNDS)?)
-        }
-        None => None,
-    };
-    Ok(search.finish(&rounds, confirmation.as_deref()))
+    crate::ending::end(search, executor, options)
 }
 
 /// A measured candidate kept for the second look and the final run.
@@ -475,20 +460,20 @@ impl<'a> Search<'a> {
         self.kept[first..].sort_by(|a, b| a.time.total_cmp(&b.time).then(a.id.cmp(&b.id)));
     }
 
-    /// The candidates the second look re-measures: those kept that are
-    /// not finalists (yet).
+    /// The candidates the second look re-measures: those kept but the
+    /// default's (always a finalist).
     pub fn contenders(&self) -> Vec<Finalist> {
-        views(self.kept.get(FINALISTS + 1..).unwrap_or_default())
+        views(&self.kept[usize::from(self.default_kept())..])
     }
 
     /// Learns the contenders' second look, `times` (one list of times
-    /// each, as [`Executor::final_round`] gives them): each keeps its
-    /// fastest time, and its trial records the look.
+    /// each, as [`Executor::final_round`] gives them): each one's time is
+    /// the fastest of its look, and its trial records it.
     pub fn second_look(&mut self, times: &[Vec<f64>]) {
-        let contenders = self.kept.iter_mut().skip(FINALISTS + 1);
-        for (kept, again) in contenders.zip(times) {
+        let first = usize::from(self.default_kept());
+        for (kept, again) in self.kept[first..].iter_mut().zip(times) {
             let look = again.iter().copied().fold(f64::INFINITY, f64::min);
-            kept.time = kept.time.min(look);
+            kept.time = look;
             if let Some(trial) = self.trials.iter_mut().find(|t| t.id == kept.id) {
                 trial.look = Some(look);
             }
@@ -499,7 +484,19 @@ impl<'a> Search<'a> {
     /// The candidates the final round re-measures: the first kept and the
     /// fastest others.
     pub fn finalists(&self) -> Vec<Finalist> {
-        views(&self.kept[..self.kept.len().min(FINALISTS + 1)])
+        views(self.kept_finalists())
+    }
+
+    /// The first kept and the fastest others.
+    fn kept_finalists(&self) -> &[Kept] {
+        &self.kept[..self.kept.len().min(FINALISTS + 1)]
+    }
+
+    /// Rounds of the final run: as many as its finalists' times allow
+    /// (see `clock::rounds`).
+    pub fn final_rounds(&self) -> usize {
+        let times: Vec<f64> = self.kept_finalists().iter().map(|k| k.time).collect();
+        clock::rounds(&times, self.options.timing())
     }
 
     /// The final run's winner, where the default ran (the first finalist)

@@ -1,15 +1,15 @@
 //! How the final run's times pick the winner. The finalists are timed in
 //! interleaved rounds, so a machine that drifts slows every finalist of a
 //! round alike; a finalist replaces the default heuristic's params only
-//! when it beat them in every round, by more than [`FINAL_GAIN`]. Picked by
+//! when it beat them in every round of five, by more than [`FINAL_GAIN`]
+//! (in as many of more rounds as a sign test asks, below). Picked by
 //! the lowest median alone, one in five winners of quick tunes of small
 //! CPU kernels was over 3 % slower than the default when timed again; one
 //! in ten with this rule, about the noise of that measurement
 //! (BENCHMARKS.md, thirty-fifth session; `benches/selection.py`).
 //!
 //! A winner other than the default is then confirmed: it and the default
-//! alone, in [`crate::clock::CONFIRM_ROUNDS`] more rounds, by the same
-//! rule. On a 2-vCPU VM whose rounds of one kernel ran up to 1.3x apart,
+//! alone, in more rounds (`clock::rounds`), by the same rule. On a 2-vCPU VM whose rounds of one kernel ran up to 1.3x apart,
 //! quick tunes of a 4096² chain kept winners that claimed 1.18x and 1.26x
 //! and timed 1.00x and 0.97x the default's speed again (sixty-third
 //! session): the five rounds' sign test lets a finalist no faster than the
@@ -21,6 +21,14 @@
 //! winners on lavapipe (thirty-sixth session), while a finalist no faster
 //! than the default passes only if the default was slowed, by over
 //! [`LARGE_GAIN`], in four rounds of five.
+//!
+//! Both rules are sign tests, and a run of more rounds may lose as many
+//! as keep a finalist no faster than the default as unlikely to pass:
+//! [`SMALL_LEVEL`] (all five of five) and [`LARGE_LEVEL`] (four of five).
+//! Short kernels get more rounds (`clock::rounds`): on a 2-vCPU VM the
+//! default's five rounds of a 0.2 ms matmul ran 154-322 µs, and four
+//! quick tunes in ten kept it over a 1.2x kernel (seventy-second
+//! session). Twenty rounds may lose five (seven for a large gain).
 
 /// What a finalist must gain on the default's params in each round.
 pub const FINAL_GAIN: f64 = 0.01;
@@ -28,16 +36,20 @@ pub const FINAL_GAIN: f64 = 0.01;
 /// The median gain on the default's params that may lose one round.
 pub const LARGE_GAIN: f64 = 0.10;
 
-/// Rounds a final run needs before a large gain may lose one.
-const ROUNDS_TO_LOSE_ONE: usize = 5;
+/// How likely a finalist no faster than the default may be to pass by
+/// chance: that of winning all five of five rounds.
+const SMALL_LEVEL: f64 = 1.0 / 32.0;
+
+/// [`SMALL_LEVEL`] for a large gain: that of winning four of five.
+const LARGE_LEVEL: f64 = 6.0 / 32.0;
 
 /// Each finalist's times in the final run, one per round.
 pub type RoundTimes = Vec<Vec<f64>>;
 
 /// The winner among the finalists timed in `rounds` (with those
 /// `medians`): the lowest median among those that beat the `default`
-/// finalist (when it ran) in every round by [`FINAL_GAIN`] (all but one of
-/// five or more when the median gain is [`LARGE_GAIN`]), else the default.
+/// finalist (when it ran) in enough rounds by [`FINAL_GAIN`] (see
+/// [`beats`]), else the default.
 pub(crate) fn winner(rounds: &[Vec<f64>], medians: &[f64], default: Option<usize>) -> usize {
     let eligible = |i: &usize| {
         default.is_none_or(|d| i == &d || beats(&rounds[*i], &rounds[d], medians[*i], medians[d]))
@@ -89,15 +101,34 @@ pub(crate) fn confirmed(rounds: &[Vec<f64>]) -> bool {
 }
 
 /// Whether `times` (of that `median`) beat `default`'s (of
-/// `default_median`), round by round, by [`FINAL_GAIN`]: in every round,
-/// or in all but one of five or more where the median gain is
-/// [`LARGE_GAIN`].
+/// `default_median`), round by round, by [`FINAL_GAIN`], in all but the
+/// rounds a sign test at [`SMALL_LEVEL`] allows to lose ([`LARGE_LEVEL`]
+/// where the median gain is [`LARGE_GAIN`]).
 fn beats(times: &[f64], default: &[f64], median: f64, default_median: f64) -> bool {
     let large = median < default_median * (1.0 - LARGE_GAIN);
     let lost = (times.iter().zip(default))
         .filter(|(t, d)| **t >= **d * (1.0 - FINAL_GAIN))
         .count();
-    lost == 0 || (large && lost == 1 && times.len() >= ROUNDS_TO_LOSE_ONE)
+    let level = if large { LARGE_LEVEL } else { SMALL_LEVEL };
+    lost <= losses_allowed(times.len(), level)
+}
+
+/// The most of `rounds` rounds a finalist may lose such that one no
+/// faster than the default (a coin flip each round) wins the others with
+/// a chance of at most `level`; none where even winning all is likelier.
+fn losses_allowed(rounds: usize, level: f64) -> usize {
+    // P(at least `wins` wins of `rounds`), from all of them down.
+    let mut choose = 1.0;
+    let mut tail = 0.0;
+    let coin = 0.5_f64.powi(rounds as i32);
+    for lost in 0..=rounds {
+        tail += choose * coin;
+        if tail > level {
+            return lost.saturating_sub(1);
+        }
+        choose *= (rounds - lost) as f64 / (lost + 1) as f64;
+    }
+    rounds
 }
 
 /// Each finalist's median over the rounds.
@@ -145,6 +176,30 @@ mod tests {
         let flattered = vec![1.0; 5];
         let slowed = vec![1.0, 1.2, 1.2, 1.2, 1.0];
         assert_eq!(pick(&[slowed, flattered], Some(0)), 0);
+    }
+
+    #[test]
+    fn more_rounds_may_lose_more_at_the_same_chance() {
+        let allowed = |rounds| {
+            (
+                losses_allowed(rounds, SMALL_LEVEL),
+                losses_allowed(rounds, LARGE_LEVEL),
+            )
+        };
+        assert_eq!(allowed(1), (0, 0));
+        assert_eq!(allowed(4), (0, 0));
+        assert_eq!(allowed(5), (0, 1));
+        assert_eq!(allowed(10), (1, 3));
+        assert_eq!(allowed(15), (3, 5));
+        assert_eq!(allowed(20), (5, 7));
+        // Twenty rounds: a steady 5 % gain that lost five passes, one
+        // that lost six does not.
+        let default = vec![1.0; 20];
+        let mut times = vec![0.95; 20];
+        times[..5].fill(1.0);
+        assert_eq!(pick(&[default.clone(), times.clone()], Some(0)), 1);
+        times[5] = 1.0;
+        assert_eq!(pick(&[default, times], Some(0)), 0);
     }
 
     #[test]

@@ -46,11 +46,13 @@ fn the_search_keeps_time_for_the_final_run() {
     assert_eq!(handed_out(0.5, 1e-3), 1);
     // 40 ms launches (taken as 50 ms: the ending runs slower than a
     // candidate's fastest timing) and 1 s builds: a finalist costs 3.6 s,
-    // and so does each of the confirmation's two. Two kept and the next
-    // (18 s) still fit in 20 s; three and the next (21.6 s) do not.
-    assert_eq!(handed_out(0.04, 1.0), 3);
+    // and so does each of the confirmation's two; the second look (2
+    // warm-up launches and 2 rounds of 10) 2.1 s each but the default's.
+    // One kept and the next (16.5 s) still fit in 20 s; two and the next
+    // (22.2 s) do not.
+    assert_eq!(handed_out(0.04, 1.0), 2);
     // 10 ms launches: a finalist or one of the confirmation's costs
-    // 1.65 s, a contender (one timing of 10 launches) 1.125 s. Eleven kept
-    // and the next (19.4 s) fit, twelve and the next (20.55 s) do not.
-    assert_eq!(handed_out(0.01, 1.0), 12);
+    // 1.65 s, a second look 1.275 s. Six kept and the next (19.2 s) fit,
+    // seven and the next (20.5 s) do not.
+    assert_eq!(handed_out(0.01, 1.0), 7);
 }

@@ -303,13 +303,14 @@ fn a_duplicate_of_a_candidate_in_flight_gets_its_time() {
     }
 }
 
-/// A final run in which every finalist but the default runs 2x faster in
-/// every round, then a confirmation (the next call of more than one round)
-/// whose winner's times are `confirmation`'s; it keeps the pair it was
-/// asked to confirm.
+/// A second look (the first call) that times every contender alike, a
+/// final run in which every finalist but the default runs 2x faster in
+/// every round, then a confirmation whose winner's times are
+/// `confirmation`'s; it keeps the pair it was asked to confirm.
 struct Fluke<'r> {
     inner: ReplayExecutor<'r>,
     confirmation: f64,
+    looked: bool,
     calls: usize,
     pair: Vec<Finalist>,
 }
@@ -330,8 +331,8 @@ impl Executor for Fluke<'_> {
         _: Timing,
         rounds: usize,
     ) -> Result<RoundTimes, TuneError> {
-        if rounds == 1 {
-            return Ok(vec![vec![2.0]; f.len()]); // the second look
+        if !std::mem::replace(&mut self.looked, true) {
+            return Ok(vec![vec![2.0; rounds]; f.len()]);
         }
         self.calls += 1;
         let others = if self.calls == 1 {
@@ -347,12 +348,13 @@ impl Executor for Fluke<'_> {
 }
 
 /// A tune of the recorded space through a [`Fluke`]: the result, the
-/// pair the confirmation was asked for and the calls of more than one round.
+/// pair the confirmation was asked for and the calls after the look.
 fn tune_through_a_fluke(confirmation: f64) -> (tilefuse_tune::TuneResult, Vec<Finalist>, usize) {
     let (f, device, r) = recorded();
     let mut fluke = Fluke {
         inner: ReplayExecutor::new(&r, 1),
         confirmation,
+        looked: false,
         calls: 0,
         pair: Vec::new(),
     };

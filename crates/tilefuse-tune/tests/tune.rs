@@ -42,12 +42,16 @@ fn tuning_records_every_trial_and_never_loses_to_the_default() {
     assert!(measured >= 10, "{measured} measured");
     assert!(r.best_time <= r.default_time.unwrap());
     // The best time is the median of the winner's rounds: the final run's
-    // five, and the confirmation's five more where a winner other than the
-    // default was confirmed.
+    // five to twenty (more for short kernels), and the confirmation's as
+    // many more where a winner other than the default was confirmed.
     let mut samples = r.best_samples.clone();
     samples.sort_by(f64::total_cmp);
     let confirmed = r.best_params != r.trials[0].params;
-    assert_eq!(samples.len(), if confirmed { 10 } else { 5 }, "{samples:?}");
+    let runs = if confirmed { 2 } else { 1 };
+    assert!(
+        (5 * runs..=20 * runs).contains(&samples.len()),
+        "{samples:?}"
+    );
     assert_eq!(samples[samples.len() / 2], r.best_time);
     // The winner's params load and schedule again.
     let p = tilefuse_params::HeuristicParams::from_value(r.best_params).unwrap();
