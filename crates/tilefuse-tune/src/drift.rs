@@ -90,7 +90,8 @@ impl Stopwatch {
     /// best time it may be cut against at the speed the reference ran at
     /// last: a search's times are at the speed of its default's trial, and
     /// a candidate timed in a spell 3x slower than that would be cut
-    /// however fast (one quick tune of a CPU matmul ran 2 kernels of 89 trials).
+    /// however fast (one quick tune of a CPU matmul ran 2 kernels of its
+    /// 89 trials).
     fn timed(&mut self, kernel: Kernel, c: &Candidate) -> Measured {
         let at_speed;
         let c = match (&self.reference, c.best) {

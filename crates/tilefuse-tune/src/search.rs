@@ -11,13 +11,13 @@
 //! spells only add time), ranked on it alone: a search's times are
 //! ratios to the default's kernel timed beside them, lucky in both
 //! directions, and the fastest of a hundred are the luckiest (the
-//! winner's curse). Then the best four of the look (and
-//! the default) are re-measured in interleaved rounds (five, or more for
-//! short kernels), and a finalist replaces the default's params only if
-//! it beat them in enough rounds for a sign test (see `verdict`), and
-//! again in rounds of it and the default alone (the confirmation), so a
-//! tuned result is never slower than the default on the measurements
-//! that picked it.
+//! winner's curse). Then the best four of the look (and the default)
+//! are re-measured in interleaved rounds (five, or more for short
+//! kernels), and a finalist replaces the default's params only if it
+//! beat them in enough rounds for a sign test (see `verdict`), and again
+//! in rounds of it and the default alone (the confirmation), so a tuned
+//! result is never slower than the default on the measurements that
+//! picked it.
 
 use std::collections::{HashMap, VecDeque};
 
