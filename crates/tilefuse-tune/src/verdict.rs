@@ -2,19 +2,20 @@
 //! interleaved rounds, so a machine that drifts slows every finalist of a
 //! round alike; a finalist replaces the default heuristic's params only
 //! when it beat them in every round of five, by more than [`FINAL_GAIN`]
-//! (in as many of more rounds as a sign test asks, below). Picked by
+//! (in as many rounds of a longer run as a sign test asks, below). Picked by
 //! the lowest median alone, one in five winners of quick tunes of small
 //! CPU kernels was over 3 % slower than the default when timed again; one
 //! in ten with this rule, about the noise of that measurement
 //! (BENCHMARKS.md, thirty-fifth session; `benches/selection.py`).
 //!
 //! A winner other than the default is then confirmed: it and the default
-//! alone, in more rounds (`clock::rounds`), by the same rule. On a 2-vCPU VM whose rounds of one kernel ran up to 1.3x apart,
-//! quick tunes of a 4096² chain kept winners that claimed 1.18x and 1.26x
-//! and timed 1.00x and 0.97x the default's speed again (sixty-third
-//! session): the five rounds' sign test lets a finalist no faster than the
-//! default win every round once in 32 tunes, and four of the five once in
-//! five, and there are four finalists.
+//! alone, in more rounds (`clock::rounds`), by the same rule. On a 2-vCPU
+//! VM whose rounds of one kernel ran up to 1.3x apart, quick tunes of a
+//! 4096² chain kept winners that claimed 1.18x and 1.26x and timed 1.00x
+//! and 0.97x the default's speed again (sixty-third session): the five
+//! rounds' sign test lets a finalist no faster than the default win
+//! every round once in 32 tunes, and four of the five once in five, and
+//! there are four finalists.
 //!
 //! A large gain may lose one round of five: noise on a shared machine only
 //! adds time, and one slowed round out of five vetoed one in six 1.7x
