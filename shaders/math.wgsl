@@ -74,6 +74,32 @@ fn tf_isnan4(x: vec4<f32>) -> vec4<bool> {
     return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
 }
 
+// Float comparisons per IEEE 754 (numpy's): every comparison with a NaN
+// is false except !=, which is true. naga writes WGSL's != as SPIR-V's
+// ordered OpFOrdNotEqual (false for NaN), and a compiler that assumes no
+// NaNs may fold any comparison, so NaN operands are tested by their bits.
+fn tf_unordered(a: f32, b: f32) -> bool {
+    return tf_isnan(a) || tf_isnan(b);
+}
+
+fn tf_eq(a: f32, b: f32) -> bool { return a == b && !tf_unordered(a, b); }
+fn tf_ne(a: f32, b: f32) -> bool { return !(a == b) || tf_unordered(a, b); }
+fn tf_lt(a: f32, b: f32) -> bool { return a < b && !tf_unordered(a, b); }
+fn tf_le(a: f32, b: f32) -> bool { return a <= b && !tf_unordered(a, b); }
+fn tf_gt(a: f32, b: f32) -> bool { return a > b && !tf_unordered(a, b); }
+fn tf_ge(a: f32, b: f32) -> bool { return a >= b && !tf_unordered(a, b); }
+
+fn tf_unordered4(a: vec4<f32>, b: vec4<f32>) -> vec4<bool> {
+    return tf_isnan4(a) | tf_isnan4(b);
+}
+
+fn tf_eq4(a: vec4<f32>, b: vec4<f32>) -> vec4<bool> { return (a == b) & !tf_unordered4(a, b); }
+fn tf_ne4(a: vec4<f32>, b: vec4<f32>) -> vec4<bool> { return !(a == b) | tf_unordered4(a, b); }
+fn tf_lt4(a: vec4<f32>, b: vec4<f32>) -> vec4<bool> { return (a < b) & !tf_unordered4(a, b); }
+fn tf_le4(a: vec4<f32>, b: vec4<f32>) -> vec4<bool> { return (a <= b) & !tf_unordered4(a, b); }
+fn tf_gt4(a: vec4<f32>, b: vec4<f32>) -> vec4<bool> { return (a > b) & !tf_unordered4(a, b); }
+fn tf_ge4(a: vec4<f32>, b: vec4<f32>) -> vec4<bool> { return (a >= b) & !tf_unordered4(a, b); }
+
 // max / min where NaN wins, as in numpy (WGSL's may return either operand);
 // of +0 and -0, max takes +0 and min -0 (IEEE 754-2019): equal operands
 // combine their bits.

@@ -76,7 +76,9 @@ impl Gen<'_> {
                 let helper = |name| Expr::call(Func::Helper { name, vec4: false }, vec![x.clone()]);
                 match (from, to) {
                     (f, t) if f == *t => x,
-                    (_, DType::Bool) => Expr::bin(BinOp::Ne, x, literal(Value::I(0), from)),
+                    (_, DType::Bool) => {
+                        binary(BinaryOp::Ne, x, literal(Value::I(0), from), from, false)
+                    }
                     // Saturating, NaN to 0 (WGSL leaves both to the driver).
                     (DType::F32, DType::I32) => helper("f32_to_i32"),
                     (DType::F32, DType::U32) => helper("f32_to_u32"),
@@ -192,7 +194,15 @@ fn unary(op: UnaryOp, x: Expr, dtype: DType, vec4: bool) -> Expr {
 }
 
 /// A binary op on operands of `dtype`, scalars or `vec4<f32>` with `vec4`.
+/// Float comparisons go through `shaders/math.wgsl`, which tests NaN
+/// operands by their bits: WGSL's `!=` is false for NaN on Vulkan (naga
+/// writes SPIR-V's ordered not-equal), and a driver may fold comparisons as
+/// if there were no NaNs.
 fn binary(op: BinaryOp, x: Expr, y: Expr, dtype: DType, vec4: bool) -> Expr {
+    if op.is_comparison() && (vec4 || dtype == DType::F32) {
+        let name = comparison_helper(op);
+        return Expr::call(Func::Helper { name, vec4 }, vec![x, y]);
+    }
     let infix = match op {
         BinaryOp::Max => return extreme("max", x, y, dtype, vec4),
         BinaryOp::Min => return extreme("min", x, y, dtype, vec4),
@@ -209,6 +219,19 @@ fn binary(op: BinaryOp, x: Expr, y: Expr, dtype: DType, vec4: bool) -> Expr {
         BinaryOp::Ge => BinOp::Ge,
     };
     Expr::bin(infix, x, y)
+}
+
+/// The `shaders/math.wgsl` helper of a float comparison.
+fn comparison_helper(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Eq => "eq",
+        BinaryOp::Ne => "ne",
+        BinaryOp::Lt => "lt",
+        BinaryOp::Le => "le",
+        BinaryOp::Gt => "gt",
+        BinaryOp::Ge => "ge",
+        _ => unreachable!("{op:?} is not a comparison"),
+    }
 }
 
 /// The sign bit of an f32.
