@@ -1,5 +1,5 @@
 use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, TensorId, UnaryOp};
-use tilefuse_sched::ir::{Scope, ThreadAxis};
+use tilefuse_sched::ir::{MAX_EXPR_DEPTH, Scope, ThreadAxis};
 use tilefuse_sched::{Schedule, ScheduleError};
 
 fn softmax(rows: usize, cols: usize) -> Fusion {
@@ -411,4 +411,59 @@ fn reverse_compute_at_refuses_writes_with_gaps() {
     let i = s.get_loops(producer).unwrap()[0];
     let outer = s.split(i, &[None, Some(8)], None).unwrap()[0];
     s.reverse_compute_at(consumer, outer).unwrap();
+}
+
+/// A chain of `n` ops on one input: `abs`, then `- 0.25`, over and over.
+fn chain(n: usize) -> Fusion {
+    let mut f = Fusion::new();
+    let x = f.input(&[4, 8], DType::F32, Some("x")).unwrap();
+    let quarter = f.constant(0.25, DType::F32).unwrap();
+    let mut y: TensorId = x;
+    for i in 0..n {
+        y = if i % 2 == 0 {
+            f.unary(UnaryOp::Abs, y).unwrap()
+        } else {
+            f.binary(BinaryOp::Sub, y, quarter).unwrap()
+        };
+    }
+    f.output(y).unwrap();
+    f
+}
+
+fn deepest(s: &Schedule) -> usize {
+    let k = s.kernel();
+    (k.blocks_in_order().into_iter())
+        .map(|b| k.block(b).value.depth())
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn inlining_a_deep_chain_keeps_every_expression_within_the_depth_bound() {
+    let mut s = Schedule::new(&chain(5000));
+    s.compute_inline_all(&[]);
+    let blocks = s.get_blocks().len();
+    assert!(deepest(&s) <= MAX_EXPR_DEPTH, "{}", deepest(&s));
+    // Kept intermediates every ~128 levels, not one per op.
+    assert!((30..=60).contains(&blocks), "{blocks} blocks");
+    // A short chain is still inlined whole.
+    let mut s = Schedule::new(&chain(100));
+    s.compute_inline_all(&[]);
+    assert_eq!(s.get_blocks().len(), 1);
+}
+
+#[test]
+fn compute_inline_refuses_an_expression_past_the_depth_bound() {
+    let f = chain(MAX_EXPR_DEPTH + 10);
+    let mut s = Schedule::new(&f);
+    let mut refused = None;
+    for b in s.get_blocks() {
+        if let Err(e) = s.compute_inline(b) {
+            refused = Some(e);
+            break;
+        }
+    }
+    let e = refused.expect("some inline passes the bound");
+    assert!(e.to_string().contains("past the limit of 256"), "{e}");
+    assert!(deepest(&s) <= MAX_EXPR_DEPTH);
 }

@@ -22,7 +22,33 @@ pub enum Expr {
     Cast(DType, Box<Expr>),
 }
 
+/// The deepest a block's expression may nest. Every pass over a kernel
+/// (lowering, code generation, the CPU device's tapes, even dropping it)
+/// walks expressions recursively, and a chain of 10,000 inlined ops
+/// overflowed the stack; inlining stops short of this depth and keeps the
+/// intermediate in a buffer instead (`Schedule::compute_inline_all`), or
+/// refuses (`Schedule::compute_inline`).
+pub const MAX_EXPR_DEPTH: usize = 256;
+
 impl Expr {
+    /// How deeply the expression nests: a constant or a load is 1, and
+    /// `load_depth` may count a load as more (the depth of what would be
+    /// inlined there).
+    pub fn depth_with(&self, load_depth: &impl Fn(BufferId) -> usize) -> usize {
+        let depth = |e: &Expr| e.depth_with(load_depth);
+        match self {
+            Expr::Const { .. } => 1,
+            Expr::Load { buffer, .. } => load_depth(*buffer),
+            Expr::Unary(_, a) | Expr::Cast(_, a) => 1 + depth(a),
+            Expr::Binary(_, a, b) => 1 + depth(a).max(depth(b)),
+            Expr::Select(c, a, b) => 1 + depth(c).max(depth(a)).max(depth(b)),
+        }
+    }
+
+    pub fn depth(&self) -> usize {
+        self.depth_with(&|_| 1)
+    }
+
     pub fn dtype(&self, buffer_dtype: &impl Fn(BufferId) -> DType) -> DType {
         match self {
             Expr::Const { dtype, .. } | Expr::Cast(dtype, _) => *dtype,

@@ -10,7 +10,7 @@ mod region;
 mod terms;
 mod within;
 
-pub use expr::Expr;
+pub use expr::{Expr, MAX_EXPR_DEPTH};
 pub use index::{BufferId, Index, LoopId, Var, flat_offset};
 pub use kernel::{
     Block, BlockId, Buffer, CrossInvocation, IterKind, IterVar, Kernel, Loop, LoopKind, Node, Role,

@@ -5,14 +5,22 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{Instruction, Result, Schedule, ScheduleError};
-use crate::ir::{Block, BlockId, BufferId, Expr, Index, Node, Role, Var};
+use crate::ir::{Block, BlockId, BufferId, Expr, Index, MAX_EXPR_DEPTH, Node, Role, Var};
 
 const REVERSE_INLINE: &str = "reverse_compute_inline";
+
+/// The deepest expression `compute_inline_all` inlines: half the bound, so
+/// that a consumer of several such expressions stays within it.
+const KEPT_DEPTH: usize = MAX_EXPR_DEPTH / 2;
 
 impl Schedule {
     /// Inlines, in order, every block `compute_inline` accepts except those
     /// in `keep`, and returns them; reductions, outputs and the like stay.
-    /// Each is recorded as its own `compute_inline`.
+    /// Each is recorded as its own `compute_inline`. A block whose inlined
+    /// expression would nest deeper than [`KEPT_DEPTH`] stays, writing its
+    /// buffer, so that its consumers' expressions stay within
+    /// [`MAX_EXPR_DEPTH`] (a chain of thousands of ops becomes a few
+    /// hundred ops a block).
     ///
     /// One pass in nest order, linear in the kernel's size: each block's
     /// loads of inlined buffers are replaced by their producers' final
@@ -49,7 +57,11 @@ impl Schedule {
             }
         }
         let mut finished: HashMap<BufferId, Expr> = HashMap::new();
+        let mut depths: HashMap<BufferId, usize> = HashMap::new();
+        let mut kept: HashSet<BlockId> = HashSet::new();
         for &b in &order {
+            let own = &self.kernel.block(b).value;
+            let depth = own.depth_with(&|buffer| depths.get(&buffer).copied().unwrap_or(1));
             let value = self.take_value(b).map_loads(&mut |buffer, indices| {
                 let Some(v) = finished.get(&buffer) else {
                     return Expr::Load {
@@ -65,12 +77,15 @@ impl Schedule {
                 substitute(v, indices)
             });
             let buffer = self.kernel.block(b).buffer;
-            if buffers.contains(&buffer) {
+            if buffers.contains(&buffer) && depth <= KEPT_DEPTH {
                 finished.insert(buffer, value);
+                depths.insert(buffer, depth);
             } else {
+                kept.insert(b);
                 self.kernel.block_mut(b).value = value;
             }
         }
+        let inlined: Vec<BlockId> = inlined.into_iter().filter(|b| !kept.contains(b)).collect();
         let gone: HashSet<BlockId> = inlined.iter().copied().collect();
         prune(&mut self.kernel.body, &|b| gone.contains(&b));
         for &block in &inlined {
@@ -100,6 +115,7 @@ impl Schedule {
         let consumers: Vec<BlockId> = (self.kernel.blocks_in_order().into_iter())
             .filter(|&o| o != block && self.kernel.block(o).reads(buffer))
             .collect();
+        self.check_depth(P, block, &consumers)?;
         let reads: usize = (consumers.iter())
             .map(|&o| self.kernel.block(o).value.count_loads(buffer))
             .sum();
@@ -148,6 +164,7 @@ impl Schedule {
             .expect("every intermediate has a producer");
         self.check_inlinable(REVERSE_INLINE, producer)?;
         self.check_reverse_inline_into(&order, block, producer, temp)?;
+        self.check_depth(REVERSE_INLINE, producer, &[block])?;
         let p = self.kernel.block(producer).clone();
         // Iterators correspond one to one (same extents, identity indices).
         let value = c.value.map_loads(&mut |buffer, indices| {
@@ -258,6 +275,35 @@ impl Schedule {
     fn check_inlinable(&self, primitive: &'static str, block: BlockId) -> Result<()> {
         self.check_sole_writer(primitive, block)?;
         self.check_inlinable_alone(primitive, block)
+    }
+
+    /// That inlining `producer`'s expression into `consumers` nests none of
+    /// them deeper than [`MAX_EXPR_DEPTH`].
+    fn check_depth(
+        &self,
+        primitive: &'static str,
+        producer: BlockId,
+        consumers: &[BlockId],
+    ) -> Result<()> {
+        let p = self.kernel.block(producer);
+        let inlined = p.value.depth();
+        for &c in consumers {
+            let c = self.kernel.block(c);
+            let depth = c
+                .value
+                .depth_with(&|b| if b == p.buffer { inlined } else { 1 });
+            if depth > MAX_EXPR_DEPTH {
+                let msg = format!(
+                    "inlining block {} into block {} nests an expression {depth} deep, \
+                     past the limit of {MAX_EXPR_DEPTH}; keep one of the blocks between them",
+                    p.name, c.name
+                );
+                return Err(
+                    ScheduleError::pre(primitive, msg).blocks([p.name.clone(), c.name.clone()])
+                );
+            }
+        }
+        Ok(())
     }
 
     /// `check_inlinable` but for other writers of the buffer.
