@@ -34,11 +34,13 @@ pub struct PointwiseParams {
     /// `vec4`); must divide the innermost extent. Default `1`.
     #[schemars(extend("enum" = [1, 2, 4]))]
     pub vectorization_factor: u32,
-    /// Vectors each invocation handles in its inner (unrolled) loop. Default `1`.
+    /// Vectors each invocation handles in its inner (unrolled) loop;
+    /// clamped to the steps the loop has (a factor past them would only copy
+    /// code that never runs). Default `1`.
     #[schemars(range(min = 1, max = 16))]
     pub unroll_factor_inner: u32,
     /// Iterations of the outer (grid) loop each invocation handles,
-    /// unrolled. Default `1`.
+    /// unrolled; clamped like `unroll_factor_inner`. Default `1`.
     #[schemars(range(min = 1, max = 16))]
     pub unroll_factor_outer: u32,
 }

@@ -153,3 +153,57 @@ fn can_schedule_gives_reasons() {
             .starts_with("scheduler: no scheduler accepts")
     );
 }
+
+#[test]
+fn unroll_factors_past_the_loop_are_clamped_to_its_steps() {
+    // 120 elements, 64 invocations: the inner unroll has 2 steps to take,
+    // the outer 1.
+    let f = chain(3, 40);
+    let info = Device::cpu().info();
+    let wgsl = |change| {
+        let s = schedule(&f, &variant(&change), &info).unwrap();
+        generate(s.kernel()).unwrap().source
+    };
+    let clamped = wgsl(json!({"unroll_factor_inner": 2}));
+    let huge = json!({"unroll_factor_inner": 16, "unroll_factor_outer": 16});
+    assert_eq!(wgsl(huge.clone()), clamped);
+    for device in devices() {
+        run(&f, &variant(&huge), &device).unwrap();
+    }
+}
+
+#[test]
+fn a_stage_past_the_wgsl_size_bound_is_refused_before_the_driver() {
+    let Some(gpu) = common::gpu() else { return };
+    // One invocation a workgroup unrolling 16 x 16 copies of a sum of 256
+    // `tanh` terms (a balanced tree: shallow, so inlined whole).
+    let mut f = Fusion::new();
+    let x = f.input(&[64, 1024], DType::F32, Some("x")).unwrap();
+    let mut terms: Vec<_> = (0..256)
+        .map(|i| {
+            let c = f.constant(f64::from(i), DType::F32).unwrap();
+            let t = f.binary(BinaryOp::Mul, x, c).unwrap();
+            f.unary(UnaryOp::Tanh, t).unwrap()
+        })
+        .collect();
+    while terms.len() > 1 {
+        let pairs = terms
+            .chunks(2)
+            .map(|p| f.binary(BinaryOp::Add, p[0], p[1]).unwrap());
+        terms = pairs.collect();
+    }
+    let y = terms[0];
+    f.output(y).unwrap();
+    let p = variant(&json!({
+        "unroll_factor_inner": 16,
+        "unroll_factor_outer": 16,
+        "launch": {"workgroup_size": [1, 1, 1]},
+    }));
+    let s = schedule(&f, &p, &gpu.info()).unwrap();
+    let e = gpu
+        .build(&s)
+        .err()
+        .expect("a stage over the bound")
+        .to_string();
+    assert!(e.contains("past the limit of 1048576 bytes a stage"), "{e}");
+}

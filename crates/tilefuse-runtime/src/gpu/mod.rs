@@ -17,7 +17,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use tilefuse_sched::codegen::{WgslKernel, emit};
-use tilefuse_sched::lowering::verify_launch;
+use tilefuse_sched::lowering::{MAX_STAGE_BYTES, verify_launch};
 use tilefuse_sched::{Schedule, Target, lower};
 
 use crate::error::{Result, RuntimeError};
@@ -279,6 +279,7 @@ impl GpuDevice {
         let lowered = lower(schedule.kernel(), Target::Wgsl)?;
         verify_launch(&lowered, &self.info).map_err(|e| RuntimeError::Limit(e.to_string()))?;
         let wgsl = emit(&lowered);
+        check_stage_bytes(&wgsl)?;
         let pipelines = self.pipelines(&wgsl)?;
         Ok(GpuKernel::new(
             Arc::clone(self),
@@ -358,5 +359,22 @@ impl GpuDevice {
             Ok(None) => Ok(()),
             Err(_) => Err(RuntimeError::Internal("error slot poisoned".into())),
         }
+    }
+}
+
+/// Refuses a stage whose WGSL is past [`MAX_STAGE_BYTES`] before any driver
+/// compiles it (for minutes, or until it gives up).
+fn check_stage_bytes(wgsl: &WgslKernel) -> Result<()> {
+    match wgsl
+        .stages
+        .iter()
+        .find(|s| s.source_bytes > MAX_STAGE_BYTES)
+    {
+        Some(s) => Err(RuntimeError::Limit(format!(
+            "{} is {} bytes of WGSL, past the limit of {MAX_STAGE_BYTES} bytes a stage \
+             (MAX_STAGE_BYTES): unroll fewer steps, or split the fusion",
+            s.entry_point, s.source_bytes
+        ))),
+        None => Ok(()),
     }
 }

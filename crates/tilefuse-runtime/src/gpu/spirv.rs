@@ -366,6 +366,7 @@ mod tests {
             loop_iterations: 1,
             workgroup_bytes: 0,
             subgroup_lanes: 0,
+            source_bytes: 0,
         };
         WgslKernel {
             source: TWO_STAGES.into(),

@@ -28,6 +28,16 @@ pub const MAX_UNROLLED_BLOCKS: u64 = 4096;
 /// 48-step one compiled in 65 ms) and counts one step a copy.
 pub const MAX_COPIED_LOOP_STEPS: u64 = 1024;
 
+/// The most bytes of WGSL one stage's function may have; a larger stage is
+/// refused before any driver sees it, which would take minutes over it or
+/// give up. Bytes are a coarse measure of a driver's work: on lavapipe
+/// (`benches/compile_times.py`, first calls with Mesa's shader cache off)
+/// a matmul stage of 282 KB of multiply-adds compiles and runs in 1.3 s,
+/// while 256 unrolled, guarded copies of a pointwise `tanh(exp(x * y) - x)`
+/// (260 KB) take 9-15 s; the finer bounds are [`MAX_UNROLLED_BLOCKS`] and
+/// [`MAX_COPIED_LOOP_STEPS`].
+pub const MAX_STAGE_BYTES: usize = 1024 * 1024;
+
 /// The longest loop lavapipe unrolled itself (32 steps did, 40 did not).
 const DRIVER_UNROLLS: u64 = 32;
 

@@ -28,7 +28,7 @@ use std::fmt;
 pub use barriers::{Barrier, Barriers};
 pub use distribute::SHORT_NEST;
 pub use launch::{
-    Launch, LaunchError, LaunchLimit, MAX_COPIED_LOOP_STEPS, MAX_UNROLLED_BLOCKS,
+    Launch, LaunchError, LaunchLimit, MAX_COPIED_LOOP_STEPS, MAX_STAGE_BYTES, MAX_UNROLLED_BLOCKS,
     launch_violations, verify_launch,
 };
 pub use vectorize::{VecStep, Vectors};

@@ -409,14 +409,14 @@ pub struct Module {
 }
 
 impl Module {
-    /// The module's source.
-    pub fn source(&self) -> String {
+    /// The module's source, and the bytes of each entry point's function.
+    pub fn source(&self) -> (String, Vec<usize>) {
         let mut out = String::new();
-        self.write(&mut out).expect("writing to a String");
-        out
+        let bytes = self.write(&mut out).expect("writing to a String");
+        (out, bytes)
     }
 
-    fn write(&self, out: &mut String) -> fmt::Result {
+    fn write(&self, out: &mut String) -> Result<Vec<usize>, fmt::Error> {
         for piece in &self.prelude {
             writeln!(out, "{}", piece.trim_end())?;
             out.push('\n');
@@ -439,7 +439,9 @@ impl Module {
                 w.name, w.elem, w.len
             )?;
         }
+        let mut bytes = Vec::with_capacity(self.entry_points.len());
         for e in &self.entry_points {
+            let start = out.len();
             let [x, y, z] = e.workgroup_size;
             writeln!(out, "\n@compute @workgroup_size({x}, {y}, {z})")?;
             writeln!(
@@ -451,7 +453,8 @@ impl Module {
                 s.write(out, 1);
             }
             writeln!(out, "}}")?;
+            bytes.push(out.len() - start);
         }
-        Ok(())
+        Ok(bytes)
     }
 }

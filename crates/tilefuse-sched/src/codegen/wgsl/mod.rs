@@ -50,6 +50,9 @@ pub struct StageInfo {
     /// Lanes (invocation.x) of its widest subgroup reduction (0 for none):
     /// the device needs subgroups at least this large.
     pub subgroup_lanes: u64,
+    /// Bytes of the entry point's WGSL function (the helpers it calls not
+    /// counted); see [`crate::lowering::MAX_STAGE_BYTES`].
+    pub source_bytes: usize,
 }
 
 /// A kernel as WGSL, with what a WebGPU host needs to run it.
@@ -107,7 +110,7 @@ pub fn emit(lowered: &Lowered) -> WgslKernel {
             .map(|(i, b)| Name::Buffer(format!("b{i}_{}", b.name).into()))
             .collect(),
     };
-    let (entry_points, stages) = kernel
+    let (entry_points, mut stages): (_, Vec<StageInfo>) = kernel
         .body
         .iter()
         .zip(&lowered.launches)
@@ -140,8 +143,12 @@ pub fn emit(lowered: &Lowered) -> WgslKernel {
             .collect(),
         entry_points,
     };
+    let (source, bytes) = module.source();
+    for (stage, bytes) in stages.iter_mut().zip(bytes) {
+        stage.source_bytes = bytes;
+    }
     WgslKernel {
-        source: module.source(),
+        source,
         bindings,
         stages,
     }
@@ -231,6 +238,7 @@ impl Gen<'_> {
                 loop_iterations: launch.loop_iterations,
                 subgroup_lanes: launch.subgroup_lanes,
                 workgroup_bytes: launch.workgroup_bytes,
+                source_bytes: 0, // set once the module is written
             },
         )
     }

@@ -68,7 +68,10 @@ impl Gen<'_> {
                 vec![Stmt::Scope(stmts)]
             }
             // A loop of one iteration needs no barrier between iterations.
-            LoopKind::Serial | LoopKind::Parallel | LoopKind::Pipelined { .. }
+            LoopKind::Serial
+            | LoopKind::Parallel
+            | LoopKind::Vectorized
+            | LoopKind::Pipelined { .. }
                 if lp.extent == 1 =>
             {
                 vec![self.around(l, self.nodes(l, body, launch))]
@@ -81,13 +84,18 @@ impl Gen<'_> {
     }
 
     /// Loop `l` spelled around `body`, the statements of one iteration: a
-    /// `let` when it has one iteration (serial, parallel or pipelined),
+    /// `let` when it has one iteration (serial, parallel, vectorized by one
+    /// lane or pipelined: a driver takes far longer over unrolled copies of
+    /// a `for` than over straight-line code, see `MAX_COPIED_LOOP_STEPS`),
     /// repeated when unrolled, else a `for`.
     fn around(&self, l: LoopId, body: Vec<Stmt>) -> Stmt {
         let lp = self.kernel.loop_(l);
         let var = Name::Loop(l.0);
         match lp.kind {
-            LoopKind::Serial | LoopKind::Parallel | LoopKind::Pipelined { .. }
+            LoopKind::Serial
+            | LoopKind::Parallel
+            | LoopKind::Vectorized
+            | LoopKind::Pipelined { .. }
                 if lp.extent == 1 =>
             {
                 let mut stmts = vec![Stmt::Let(var, Expr::u32(0))];
