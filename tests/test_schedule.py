@@ -346,9 +346,13 @@ def test_primitive_errors_name_the_problem(rng: np.random.Generator) -> None:
     with pytest.raises(tf.ScheduleError, match="belongs to another schedule"):
         other.parallel(io)
     assert isinstance(tf.ScheduleError("x"), ValueError)
-    with pytest.raises(TypeError, match="expected a Loop of this schedule, got int"):
+    with pytest.raises(
+        tf.ScheduleError, match="unroll: loop: expected a Loop of this schedule, got int"
+    ):
         s.unroll(0)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="expected a Block of this schedule or a name, got int"):
+    with pytest.raises(
+        tf.ScheduleError, match="expected a Block of this schedule or a name, got int"
+    ):
         s.get_loops(0)  # type: ignore[arg-type]
 
 

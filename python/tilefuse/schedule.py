@@ -124,14 +124,14 @@ class Schedule:
     def get_block(self, name: str) -> Block:
         """The block computing the tensor named ``name`` (``op_N`` for an
         unnamed tensor ``N``)."""
-        return Block(self, self._native.get_block(name))
+        return Block(self, self._native.get_block(_text("get_block", "name", name)))
 
     def get_blocks(self) -> list[Block]:
         return [Block(self, b) for b in self._native.get_blocks()]
 
     def get_loops(self, block: Block | str) -> list[Loop]:
         """The loops around ``block``, outermost first."""
-        return [Loop(self, i) for i in self._native.get_loops(self._block(block))]
+        return [Loop(self, i) for i in self._native.get_loops(self._block(block, "get_loops"))]
 
     # --- primitives -----------------------------------------------------------
     def split(
@@ -141,21 +141,23 @@ class Schedule:
         first); one factor may be ``None`` (inferred). Tails are guarded."""
         given = [
             f if f is None else int64s("split factors", [f], _native.ScheduleError)[0]
-            for f in factors
+            for f in _sequence("split", "factors", factors)
         ]
-        new = self._native.split(self._loop(loop), given, names)
+        if names is not None:
+            names = [_text("split", "names", n) for n in _sequence("split", "names", names)]
+        new = self._native.split(self._loop(loop, "split"), given, names)
         return [Loop(self, i) for i in new]
 
     def fuse(self, *loops: Loop) -> Loop:
         """Fuses directly nested loops into one."""
-        return Loop(self, self._native.fuse([self._loop(lp) for lp in loops]))
+        return Loop(self, self._native.fuse([self._loop(lp, "fuse") for lp in loops]))
 
     def reorder(self, *loops: Loop | Sequence[Loop]) -> None:
         """Puts loops of one single-child chain into the given order
         (``s.reorder(a, b)`` or ``s.reorder([a, b])``)."""
         if len(loops) == 1 and isinstance(loops[0], Sequence):
             loops = tuple(loops[0])
-        self._native.reorder([self._loop(lp) for lp in loops])
+        self._native.reorder([self._loop(lp, "reorder") for lp in loops])
 
     def bind(self, loop: Loop, axis: str) -> None:
         """Binds a loop to ``workgroup.{x,y,z}`` or ``invocation.{x,y,z}``.
@@ -170,13 +172,13 @@ class Schedule:
         a tree then folds all those rows at each step, one barrier per step
         for all of them) and span the workgroup's size along its axis, a
         power of two."""
-        self._native.bind(self._loop(loop), axis)
+        self._native.bind(self._loop(loop, "bind"), _text("bind", "axis", axis))
 
     def parallel(self, loop: Loop) -> None:
-        self._native.parallel(self._loop(loop))
+        self._native.parallel(self._loop(loop, "parallel"))
 
     def vectorize(self, loop: Loop) -> None:
-        self._native.vectorize(self._loop(loop))
+        self._native.vectorize(self._loop(loop, "vectorize"))
 
     def unroll(self, loop: Loop) -> None:
         """Copies ``loop``'s body out once per iteration in WGSL (at most 256
@@ -184,7 +186,7 @@ class Schedule:
         multiply; a GPU build refuses a stage of more than 4096 blocks
         copied out (a ``DeviceError``), which shader compilers would take
         minutes over. The CPU device runs unrolled loops as loops."""
-        self._native.unroll(self._loop(loop))
+        self._native.unroll(self._loop(loop, "unroll"))
 
     def pipeline(self, loop: Loop, stages: int = 2, prefetch_gap: int = 1) -> None:
         """Software-pipelines ``loop`` (nvFuser's circular buffering): the
@@ -194,62 +196,77 @@ class Schedule:
         stages; a workgroup then needs one barrier per iteration instead of
         two. Lowered after buffer realization; the sequential meaning is
         unchanged, so it runs on the CPU device too."""
-        self._native.pipeline(self._loop(loop), stages, prefetch_gap)
+        self._native.pipeline(
+            self._loop(loop, "pipeline"),
+            _count("pipeline", "stages", stages),
+            _count("pipeline", "prefetch_gap", prefetch_gap),
+        )
 
     def rfactor(self, loop: Loop) -> Block:
         """Makes the reduction under ``loop`` spatial over it: a block
         ``B_rf`` reduces into a buffer with one partial result per
         iteration of ``loop`` (which may then be parallelized or bound), and
         the block ``B`` combines the partials. Returns ``B_rf``."""
-        return Block(self, self._native.rfactor(self._loop(loop)))
+        return Block(self, self._native.rfactor(self._loop(loop, "rfactor")))
 
     def decompose_reduction(self, block: Block | str, loop: Loop) -> Block:
         """Moves the reduction's start from the identity into a block placed
         just before ``loop`` (the outermost loop of the reduction), so the
         reduction itself only accumulates. Returns the new block."""
-        return Block(self, self._native.decompose_reduction(self._block(block), self._loop(loop)))
+        p = "decompose_reduction"
+        new = self._native.decompose_reduction(self._block(block, p), self._loop(loop, p))
+        return Block(self, new)
 
     def compute_at(self, block: Block | str, loop: Loop) -> None:
         """Moves a producer under ``loop``, computing at each iteration only
         the region the blocks under ``loop`` read."""
-        self._native.compute_at(self._block(block), self._loop(loop))
+        self._native.compute_at(self._block(block, "compute_at"), self._loop(loop, "compute_at"))
 
     def reverse_compute_at(self, block: Block | str, loop: Loop) -> None:
         """Moves a consumer under its producer's ``loop``, consuming at each
         iteration the region just produced (which must be dense: writes
         with gaps, a strided walk, are refused)."""
-        self._native.reverse_compute_at(self._block(block), self._loop(loop))
+        p = "reverse_compute_at"
+        self._native.reverse_compute_at(self._block(block, p), self._loop(loop, p))
 
     def cache_read(self, block: Block | str, buffer: str, scope: str) -> Block:
         """Makes ``block`` read ``buffer`` through a copy in ``scope``
         (``"workgroup"``, ``"private"`` or ``"global"``); returns the copy
         block, to place with ``compute_at``."""
-        return Block(self, self._native.cache_read(self._block(block), buffer, scope))
+        p = "cache_read"
+        buffer, scope = _text(p, "buffer", buffer), _text(p, "scope", scope)
+        return Block(self, self._native.cache_read(self._block(block, p), buffer, scope))
 
     def cache_write(self, block: Block | str, scope: str) -> Block:
         """Makes ``block`` write into a copy in ``scope``; returns the block
         that copies it out, to place with ``reverse_compute_at``."""
-        return Block(self, self._native.cache_write(self._block(block), scope))
+        p = "cache_write"
+        new = self._native.cache_write(self._block(block, p), _text(p, "scope", scope))
+        return Block(self, new)
 
     def set_scope(self, block: Block | str, scope: str) -> None:
         """Moves the intermediate ``block`` writes to ``scope``
         (``"workgroup"``, ``"private"`` or ``"global"``); it is sized to
         what its users share when the kernel is built."""
-        self._native.set_scope(self._block(block), scope)
+        p = "set_scope"
+        self._native.set_scope(self._block(block, p), _text(p, "scope", scope))
 
     def compute_inline_all(self, keep: Sequence[Block | str] = ()) -> list[str]:
         """Inlines every block ``compute_inline`` accepts, except ``keep``;
         returns their names (reductions, outputs and the like stay)."""
-        ids = self._native.compute_inline_all([self._block(b) for b in keep])
+        p = "compute_inline_all"
+        ids = self._native.compute_inline_all(
+            [self._block(b, p) for b in _sequence(p, "keep", keep)]
+        )
         return [Block(self, i).name for i in ids]
 
     def compute_inline(self, block: Block | str) -> None:
         """Folds a pointwise producer into every block that reads it."""
-        self._native.compute_inline(self._block(block))
+        self._native.compute_inline(self._block(block, "compute_inline"))
 
     def reverse_compute_inline(self, block: Block | str) -> None:
         """Folds a pointwise consumer into the block that produces its input."""
-        self._native.reverse_compute_inline(self._block(block))
+        self._native.reverse_compute_inline(self._block(block, "reverse_compute_inline"))
 
     # --- output ---------------------------------------------------------------
     @property
@@ -302,24 +319,60 @@ class Schedule:
     def __repr__(self) -> str:
         return f"<Schedule of {len(self.get_blocks())} blocks>"
 
-    def _block(self, block: Block | str) -> int:
+    def _block(self, block: object, primitive: str) -> int:
         if isinstance(block, str):
             return self._native.get_block(block)
         if not isinstance(block, Block):
             got = type(block).__name__
-            raise TypeError(f"expected a Block of this schedule or a name, got {got}")
+            raise _native.ScheduleError(
+                f"{primitive}: block: expected a Block of this schedule or a name, got {got}"
+            )
         self._owned(block)
         return block.id
 
-    def _loop(self, loop: object) -> int:
+    def _loop(self, loop: object, primitive: str) -> int:
         if not isinstance(loop, Loop):
-            raise TypeError(f"expected a Loop of this schedule, got {type(loop).__name__}")
+            got = type(loop).__name__
+            raise _native.ScheduleError(
+                f"{primitive}: loop: expected a Loop of this schedule, got {got}"
+            )
         self._owned(loop)
         return loop.id
 
     def _owned(self, item: Block | Loop) -> None:
         if item.schedule is not self:
             raise _native.ScheduleError(f"{item!r} belongs to another schedule")
+
+
+#: The largest count a primitive takes (the native layer's u32).
+_MAX_COUNT = 2**32 - 1
+
+
+def _count(primitive: str, name: str, value: object) -> int:
+    """``value`` as a count for ``primitive``'s argument ``name``, else a
+    ``ScheduleError`` naming both (never a bare ``OverflowError``)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        got = type(value).__name__
+        raise _native.ScheduleError(f"{primitive}: {name}: expected an integer, got {got}")
+    if not 0 <= value <= _MAX_COUNT:
+        raise _native.ScheduleError(
+            f"{primitive}: {name}: expected an integer from 0 to {_MAX_COUNT}, got {value}"
+        )
+    return int(value)
+
+
+def _text(primitive: str, name: str, value: object) -> str:
+    if not isinstance(value, str):
+        got = type(value).__name__
+        raise _native.ScheduleError(f"{primitive}: {name}: expected a string, got {got}")
+    return value
+
+
+def _sequence(primitive: str, name: str, value: object) -> Sequence[Any]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        got = type(value).__name__
+        raise _native.ScheduleError(f"{primitive}: {name}: expected a list, got {got}")
+    return value
 
 
 class DeviceFacts:
