@@ -44,6 +44,7 @@ BINARY = ["add", "sub", "mul", "div", "max", "min"]
 # finite-math license unless the generated code prevents it.
 CONSTANTS = [2.0, -0.5, 1e20, 0.0, -0.0]
 REDUCE = ["sum", "max", "min", "mean"]
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
 
 
 @dataclass
@@ -87,6 +88,7 @@ def fusions(draw: st.DrawFn) -> Built:
     for _ in range(draw(st.integers(1, 6))):
         x = draw(st.sampled_from(pool))
         kinds = ["unary", "binary", "self", "constant", "literal", "reduce", "where", "cast"]
+        kinds += ["compare"]
         kind = draw(st.sampled_from(kinds))
         if kind == "unary":
             op = draw(st.sampled_from(UNARY))
@@ -115,6 +117,12 @@ def fusions(draw: st.DrawFn) -> Built:
             # 0.5 in f32 by rounding, a GPU gives 0.5 + 1 ulp): an ulp there
             # flips the branch, which no tolerance absorbs.
             y = tf.where(x > 0.3, x, -x)
+        elif kind == "compare":
+            # With itself or a literal: exact on every device, so NaN alone
+            # decides (x != x is NaN's test; WGSL's != is False for NaN).
+            c = draw(st.sampled_from([np.nan, np.inf, 0.0, -0.0]))
+            other = x if draw(st.booleans()) else f.constant(c)
+            y = x._binary(draw(st.sampled_from(COMPARE)), other).astype("f32")
         else:
             y = x.astype("i32").astype("f32")
         built.steps.append(f"{kind} -> {y.shape}")

@@ -75,6 +75,8 @@ def int64s(what: str, values: Any, error: type[Exception] = FusionError) -> list
     out = []
     for v in values:
         try:
+            if isinstance(v, bool | np.bool_):
+                raise TypeError  # a flag, not a count (numpy refuses it as an index)
             i = operator.index(v)
         except TypeError:
             raise error(f"{what}: expected integers, got {v!r}") from None
