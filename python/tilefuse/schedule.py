@@ -184,8 +184,9 @@ class Schedule:
         """Copies ``loop``'s body out once per iteration in WGSL (at most 256
         iterations: split longer loops first). Nested unrolled loops
         multiply; a GPU build refuses a stage of more than 4096 blocks
-        copied out (a ``DeviceError``), which shader compilers would take
-        minutes over. The CPU device runs unrolled loops as loops."""
+        copied out, or of more than 1 MiB of WGSL (a ``DeviceError``),
+        which shader compilers would take minutes over. The CPU device runs
+        unrolled loops as loops."""
         self._native.unroll(self._loop(loop, "unroll"))
 
     def pipeline(self, loop: Loop, stages: int = 2, prefetch_gap: int = 1) -> None:
@@ -253,7 +254,10 @@ class Schedule:
 
     def compute_inline_all(self, keep: Sequence[Block | str] = ()) -> list[str]:
         """Inlines every block ``compute_inline`` accepts, except ``keep``;
-        returns their names (reductions, outputs and the like stay)."""
+        returns their names (reductions, outputs and the like stay). A block
+        whose inlined expression would nest more than 128 levels deep stays
+        too, writing its buffer, so that a chain of thousands of ops
+        becomes a few hundred ops a block."""
         p = "compute_inline_all"
         ids = self._native.compute_inline_all(
             [self._block(b, p) for b in _sequence(p, "keep", keep)]
@@ -261,7 +265,9 @@ class Schedule:
         return [Block(self, i).name for i in ids]
 
     def compute_inline(self, block: Block | str) -> None:
-        """Folds a pointwise producer into every block that reads it."""
+        """Folds a pointwise producer into every block that reads it
+        (refused where an expression would then nest more than 256 levels
+        deep: every pass over the kernel walks expressions recursively)."""
         self._native.compute_inline(self._block(block, "compute_inline"))
 
     def reverse_compute_inline(self, block: Block | str) -> None:
