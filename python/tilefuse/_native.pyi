@@ -1,5 +1,5 @@
 """Type stubs of the compiled module ``tilefuse._native`` (checked against
-the module by ``tests/test_stubs.py`` with mypy's stubtest)."""
+the module by ``tests/test_package.py`` with mypy's stubtest)."""
 
 from collections.abc import Callable
 from typing import Any, final
