@@ -92,3 +92,18 @@ def test_a_random_fusion_the_fuzz_found_is_right_on_every_device(device: tf.Devi
     with np.errstate(invalid="ignore", divide="ignore"):
         want = np.minimum(np.log(t), t) != t
     np.testing.assert_array_equal(f.execute(t, device=device), want)
+
+
+def test_a_comparison_with_a_nan_literal_folds_before_the_driver(device: tf.Device) -> None:
+    """``x == NaN`` is False whatever ``x``: the driver found that through
+    the NaN test and folded ``False * inf`` to 0 (IEEE: NaN)."""
+    f = tf.Fusion()
+    x, y = f.input((4,), "f32"), f.input((4,), "f32")
+    nan = f.constant(np.nan)
+    f.output((x == nan).astype("f32") * y, (nan != x).astype("f32") * y)
+    a = np.array([1.0, np.nan, 0.0, np.inf], np.float32)
+    b = np.array([np.inf, -np.inf, np.nan, 2.0], np.float32)
+    got = f.execute(a, b, device=device)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(got[0], np.float32(0.0) * b)
+        np.testing.assert_array_equal(got[1], b)

@@ -10,7 +10,9 @@
 
 use std::collections::HashMap;
 
-use tilefuse_ir::{DType, ReduceOp, Scalar, binary_scalar, reduce_identity, unary_scalar};
+use tilefuse_ir::{
+    BinaryOp, DType, ReduceOp, Scalar, binary_scalar, reduce_identity, unary_scalar,
+};
 
 use super::{LowerError, Lowered};
 use crate::ir::{Block, BlockId, BufferId, Expr, Kernel};
@@ -65,6 +67,13 @@ fn evaluated(e: &Expr) -> Option<Expr> {
             let (x, dtype) = scalar(a)?;
             (unary_scalar(*op, x), dtype)
         }
+        // A comparison with a NaN literal is known whatever the other side
+        // (the driver would find it too, through the NaN test of
+        // `shaders/math.wgsl`, and fold the arithmetic around it as if
+        // values were finite: `(x == NaN) * inf` gave 0, not NaN).
+        Expr::Binary(op, a, b) if op.is_comparison() && (is_nan(a) || is_nan(b)) => {
+            (Scalar::B(*op == BinaryOp::Ne), DType::Bool)
+        }
         Expr::Binary(op, a, b) => {
             let ((x, dtype), (y, _)) = (scalar(a)?, scalar(b)?);
             let dtype = if op.is_comparison() {
@@ -86,6 +95,10 @@ fn evaluated(e: &Expr) -> Option<Expr> {
         value: value.to(dtype).as_f64(),
         dtype,
     })
+}
+
+fn is_nan(e: &Expr) -> bool {
+    matches!(e, Expr::Const { value, dtype: DType::F32 } if value.is_nan())
 }
 
 fn scalar(e: &Expr) -> Option<(Scalar, DType)> {
