@@ -33,13 +33,18 @@ def _pairs(repeat: int) -> tuple[np.ndarray, np.ndarray]:
     return np.tile(a.ravel(), repeat), np.tile(b.ravel(), repeat)
 
 
+def _of_two(shape: tuple[int, ...], body: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]) -> tf.Fusion:
+    """A fusion of two inputs of ``shape`` whose output is ``body`` of them."""
+    f = tf.Fusion()
+    f.output(body(f.input(shape, "f32"), f.input(shape, "f32")))
+    return f
+
+
 @pytest.mark.parametrize("op", sorted(COMPARISONS))
 @pytest.mark.parametrize("repeat", [1, 64], ids=["scalar", "vectorized"])
 def test_comparisons_of_special_values_are_numpys(device: tf.Device, op: str, repeat: int) -> None:
     a, b = _pairs(repeat)
-    f = tf.Fusion()
-    x, y = f.input(a.shape, "f32"), f.input(b.shape, "f32")
-    f.output(COMPARISONS[op](x, y))
+    f = _of_two(a.shape, lambda x, y: COMPARISONS[op](x, y))
     want = COMPARISONS[op](a, b)
     np.testing.assert_array_equal(f.execute(a, b, device=device), want)
     np.testing.assert_array_equal(f.evaluate(a, b), want)
@@ -50,9 +55,7 @@ def test_comparisons_of_special_values_are_numpys(device: tf.Device, op: str, re
 def test_comparisons_as_masks_are_numpys(device: tf.Device, op: str, repeat: int) -> None:
     """A comparison that only chooses (``where``): the vec4 path's masks."""
     a, b = _pairs(repeat)
-    f = tf.Fusion()
-    x, y = f.input(a.shape, "f32"), f.input(b.shape, "f32")
-    f.output(tf.where(COMPARISONS[op](x, y), x * 2.0, y + 1.0))
+    f = _of_two(a.shape, lambda x, y: tf.where(COMPARISONS[op](x, y), x * 2.0, y + 1.0))
     with np.errstate(all="ignore"):
         want = np.where(COMPARISONS[op](a, b), a * 2, b + 1)
     np.testing.assert_array_equal(f.execute(a, b, device=device), want)
