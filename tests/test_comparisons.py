@@ -110,3 +110,16 @@ def test_a_comparison_with_a_nan_literal_folds_before_the_driver(device: tf.Devi
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(got[0], np.float32(0.0) * b)
         np.testing.assert_array_equal(got[1], b)
+
+
+def test_a_comparison_of_a_value_with_itself_folds_before_the_driver(device: tf.Device) -> None:
+    """``x < x`` is False whatever ``x``; the driver found that and folded
+    ``False * inf`` to 0 (IEEE: NaN)."""
+    f = tf.Fusion()
+    x, y = f.input((4,), "f32"), f.input((4,), "f32")
+    f.output((x < x).astype("f32") * y, (x > x).astype("f32") * y)
+    a = np.array([1.0, np.nan, 0.0, np.inf], np.float32)
+    b = np.array([np.inf, -np.inf, np.nan, 2.0], np.float32)
+    with np.errstate(invalid="ignore"):
+        for got in f.execute(a, b, device=device):
+            np.testing.assert_array_equal(got, np.float32(0.0) * b)

@@ -74,6 +74,11 @@ fn evaluated(e: &Expr) -> Option<Expr> {
         Expr::Binary(op, a, b) if op.is_comparison() && (is_nan(a) || is_nan(b)) => {
             (Scalar::B(*op == BinaryOp::Ne), DType::Bool)
         }
+        // So is `x < x` and `x > x` (False, NaN or not): lavapipe found it
+        // and gave `(x < x) * inf` as 0.
+        Expr::Binary(BinaryOp::Lt | BinaryOp::Gt, a, b) if a == b => {
+            (Scalar::B(false), DType::Bool)
+        }
         Expr::Binary(op, a, b) => {
             let ((x, dtype), (y, _)) = (scalar(a)?, scalar(b)?);
             let dtype = if op.is_comparison() {
