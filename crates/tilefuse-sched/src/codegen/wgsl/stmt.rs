@@ -68,14 +68,7 @@ impl Gen<'_> {
                 vec![Stmt::Scope(stmts)]
             }
             // A loop of one iteration needs no barrier between iterations.
-            LoopKind::Serial
-            | LoopKind::Parallel
-            | LoopKind::Vectorized
-            | LoopKind::Pipelined { .. }
-                if lp.extent == 1 =>
-            {
-                vec![self.around(l, self.nodes(l, body, launch))]
-            }
+            _ if one_step(lp) => vec![self.around(l, self.nodes(l, body, launch))],
             LoopKind::Vectorized if self.l.vectors.loops.contains_key(&l) => {
                 vec![self.vector_block(l, &self.l.vectors.loops[&l])]
             }
@@ -84,20 +77,13 @@ impl Gen<'_> {
     }
 
     /// Loop `l` spelled around `body`, the statements of one iteration: a
-    /// `let` when it has one iteration (serial, parallel, vectorized by one
-    /// lane or pipelined: a driver takes far longer over unrolled copies of
-    /// a `for` than over straight-line code, see `MAX_COPIED_LOOP_STEPS`),
-    /// repeated when unrolled, else a `for`.
+    /// `let` when it has one step ([`one_step`]), repeated when unrolled,
+    /// else a `for`.
     fn around(&self, l: LoopId, body: Vec<Stmt>) -> Stmt {
         let lp = self.kernel.loop_(l);
         let var = Name::Loop(l.0);
         match lp.kind {
-            LoopKind::Serial
-            | LoopKind::Parallel
-            | LoopKind::Vectorized
-            | LoopKind::Pipelined { .. }
-                if lp.extent == 1 =>
-            {
+            _ if one_step(lp) => {
                 let mut stmts = vec![Stmt::Let(var, Expr::u32(0))];
                 stmts.extend(body);
                 Stmt::Scope(stmts)
@@ -227,4 +213,17 @@ fn barrier_stmts(barrier: Barrier) -> Vec<Stmt> {
         out.push(Stmt::Barrier(super::ast::Barrier::Workgroup));
     }
     out
+}
+
+/// A loop of one step that is written as a `let` of its one value: serial,
+/// parallel, vectorized by one lane or pipelined (bound loops read their
+/// builtin, unrolled ones copy their body). A driver takes far longer over
+/// unrolled copies of a `for` than over straight-line code (see
+/// `MAX_COPIED_LOOP_STEPS`).
+fn one_step(lp: &ir::Loop) -> bool {
+    let kind = matches!(
+        lp.kind,
+        LoopKind::Serial | LoopKind::Parallel | LoopKind::Vectorized | LoopKind::Pipelined { .. }
+    );
+    kind && lp.extent == 1
 }
