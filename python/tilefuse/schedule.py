@@ -357,14 +357,13 @@ _MAX_COUNT = 2**32 - 1
 def _count(primitive: str, name: str, value: object) -> int:
     """``value`` as a count for ``primitive``'s argument ``name``, else a
     ``ScheduleError`` naming both (never a bare ``OverflowError``)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        got = type(value).__name__
-        raise _native.ScheduleError(f"{primitive}: {name}: expected an integer, got {got}")
-    if not 0 <= value <= _MAX_COUNT:
+    what = f"{primitive}: {name}"
+    (count,) = int64s(what, [value], _native.ScheduleError)
+    if not 0 <= count <= _MAX_COUNT:
         raise _native.ScheduleError(
-            f"{primitive}: {name}: expected an integer from 0 to {_MAX_COUNT}, got {value}"
+            f"{what}: expected an integer from 0 to {_MAX_COUNT}, got {count}"
         )
-    return int(value)
+    return count
 
 
 def _text(primitive: str, name: str, value: object) -> str:
