@@ -285,7 +285,7 @@ def time_handwritten(case: Case, default: Any, repeat: int = 20) -> None:
 def warmup_runs(kernel: tf.Kernel, inputs: Arrays, seconds: float = 0.3) -> int:
     """Untimed runs worth ``seconds`` of the kernel: a discrete GPU idles
     at a fraction of its clock (an H100 at 345 of 1980 MHz) and a couple
-    of short launches leave it there (BENCHMARKS.md, fourth session). For
+    of short launches leave it there (`benches/gpu_call.py`). For
     the wgpu-py harness, which has no time-based warm-up of its own."""
     once = kernel.benchmark(*inputs, warmup=1, repeat=1).median
     return max(2, min(1000, int(seconds / max(once, 1e-6))))

@@ -84,7 +84,7 @@ def by_launches(
     `Kernel.benchmark` with `launches` timed launches: the tuner times
     finalists in chunks of 10 launches, a comparison in hundreds (an H100
     layernorm winner led the tuner's final round and re-timed 0.9x the
-    default, thirty-fourth session)."""
+    default)."""
     samples: dict[str, list[float]] = {name: [] for name in kernels}
     for _ in range(rounds):
         for name, k in kernels.items():

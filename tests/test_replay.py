@@ -66,7 +66,7 @@ def test_the_surrogate_needs_fewer_trials_than_random_on_a_recorded_softmax() ->
 def test_the_surrogate_beats_random_over_the_recorded_corpus() -> None:
     # benches/spaces: 96 spaces of the CPU device, lavapipe and an H200.
     # Over 400 seeds the surrogate takes 984 trials in all and random 1846
-    # (BENCHMARKS.md, sixty-eighth session); the issue asks for half.
+    # (`tilefuse replay benches/spaces/*.json --seeds 400`); half is the bar.
     spaces = sorted(SPACES.glob("*.json"))
     assert len(spaces) >= 20, spaces
     totals = {"random": 0.0, "surrogate": 0.0}

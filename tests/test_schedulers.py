@@ -528,7 +528,7 @@ def test_cpu_pointwise_rows_span_the_two_last_axes_when_the_last_is_short(
 ) -> None:
     """The CPU default keeps the leading axes' fused loop to three axes at
     most where the last is short: a row of the last axis alone was a lane
-    step of its own (BENCHMARKS.md, fiftieth session)."""
+    step of its own (`benches/reductions.py`)."""
     f = tf.Fusion()
     f.output(f.input(shape, "f32") * 2.0)
     p = f.heuristics(device="cpu", cache=False)
@@ -549,7 +549,7 @@ def test_cpu_row_reductions_keep_a_workgroup_within_one_run_of_rows(
     shape: tuple[int, ...], rows: int, rng: np.random.Generator
 ) -> None:
     """A CPU workgroup's rows across runs of the last axis before the
-    reduced one ran a row at a time (BENCHMARKS.md, fiftieth session).
+    reduced one ran a row at a time (`benches/reductions.py`).
     The shapes have rows enough for four workgroups a thread, the
     heuristic's other bound, on up to 32 threads; larger machines get more
     of the first axis (a 16-core host gave 10 rows of 16 x 100 x 64)."""
@@ -579,8 +579,8 @@ def test_cpu_softmax_runs_row_by_row_where_the_input_outgrows_the_cache(
     rows: int, cols: int, row_by_row: bool, rng: np.random.Generator
 ) -> None:
     """The CPU default runs a softmax's nests row by row (the next row
-    prefetched) or nest by nest over all rows, as timed in the
-    sixty-fifth session (BENCHMARKS.md), and both give the softmax."""
+    prefetched) or nest by nest over all rows, as `benches/ab_builds.py`
+    times them, and both give the softmax."""
     f = tf.Fusion()
     x = f.input((rows, cols), "f32")
     e = (x - x.max(axis=1, keepdims=True)).exp()

@@ -4,7 +4,7 @@
 //! (at the mean trial so far) and the ending after it (the second look
 //! and the final run, estimated from the candidates kept) would pass it.
 //! A quick tune on lavapipe spent its 30 s searching and 8 s more on the
-//! ending (sixtieth session, BENCHMARKS.md).
+//! ending (`benches/tune.py --device gpu --efforts quick`).
 
 use std::time::Instant;
 
@@ -13,7 +13,7 @@ use crate::candidate::{Measured, Timing};
 /// Candidates kept at the end, for a second look whose fastest
 /// [`FINALISTS`] go to the final run. A slow spell of lavapipe on a
 /// shared VM can double a trial's time, dropping a 1.7x winner below a
-/// dozen others (thirty-seventh session, BENCHMARKS.md). The search keeps
+/// dozen others (`benches/selection.py --device gpu`). The search keeps
 /// them; the ending re-times them.
 pub(crate) const KEPT: usize = 12;
 

@@ -2,7 +2,7 @@
 //! memory-bound kernel 1.8x slower in some spells of seconds than in
 //! others, and every kernel timed in a spell moves alike: two kernels
 //! timed back to back kept their ratio within 10 % while each moved by up
-//! to 80 % (fifty-ninth session, BENCHMARKS.md). A search that
+//! to 80 % (`benches/selection.py`). A search that
 //! compares candidates timed seconds apart learns the spells, not the
 //! kernels. So each candidate's time is paired with a timing of one
 //! reference kernel (the default heuristic's) right after it: the time a

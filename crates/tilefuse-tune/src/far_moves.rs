@@ -5,13 +5,13 @@ use crate::space::{Grid, Observation, Point, moved};
 
 /// How much slower than the incumbent a field's best probe may run and
 /// still join [`combined`] (1.03: 930.0 trials, 1.08: 925.1, 1.5: 928.0
-/// over the 96 recorded spaces, against 924.1; 100 seeds; BENCHMARKS.md,
-/// seventieth session).
+/// over the 96 recorded spaces, against 924.1; 100 seeds;
+/// `cargo run --release -p tilefuse-tune --example replay_strategies`).
 const NEAR: f64 = 1.05;
 /// Fields with at least this many values have their middle values probed
 /// by [`middles`] (with the surrogate's sharp labels, 956.2 trials over
-/// the 96 recorded spaces → 944.0; 100 seeds; BENCHMARKS.md, seventieth
-/// session).
+/// the 96 recorded spaces → 944.0; 100 seeds;
+/// `cargo run --release -p tilefuse-tune --example replay_strategies`).
 const LONG_FIELD: usize = 6;
 
 /// `from` with the two fields whose best probes ran fastest (each within

@@ -31,8 +31,8 @@ impl Effort {
     /// The trial budget when none is given. Quick's 48 is 30 % of full's
     /// (Helion's quick spends 31-38 % of full's time): replayed over the 96
     /// recorded spaces, 24 trials reached 91 % of full's gain over the
-    /// default, 40 96 %, 48 98 % (`examples/replay_efforts.rs`;
-    /// BENCHMARKS.md, seventy-first session). `seconds` still ends a
+    /// default, 40 96 %, 48 98 % (`cargo run --release -p tilefuse-tune
+    /// --example replay_efforts`). `seconds` still ends a
     /// quick tune of a slow kernel at 30 s.
     pub fn trials(self) -> usize {
         match self {

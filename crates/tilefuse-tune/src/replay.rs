@@ -28,7 +28,7 @@ pub const CONFIRMED: usize = 8;
 /// Among a few hundred kernels that run alike, the fastest of their
 /// re-timings is still a lucky one: with three launches a round and five
 /// rounds, a chain's 288 equal kernels kept a best 10-20 % ahead of the
-/// base (fifty-ninth session).
+/// base (`benches/record_spaces.py`, case chain).
 const CONFIRM_ROUNDS: usize = 7;
 const CONFIRM_REPEAT: usize = 10;
 

@@ -54,8 +54,8 @@ const FLAT: f64 = 0.03;
 const FLAT_SHARE: f64 = 0.75;
 /// Points proposed per round: two rather than four, so the forest refits
 /// on every pair measured (over the 96 recorded spaces, with the labels
-/// and middle probes of this session, 944.0 trials by the mean → 934.5;
-/// six: 951.2; 100 seeds; BENCHMARKS.md, seventieth session).
+/// and middle probes of `far_moves`, 944.0 trials by the mean → 934.5;
+/// six: 951.2; 100 seeds; `--example replay_strategies`).
 const BATCH: usize = 2;
 /// Observed points whose neighbourhoods join the pool.
 const TOP: usize = 3;
@@ -66,8 +66,8 @@ const RANDOM_POOL: usize = 96;
 /// that rather than on 0/1 labels of the faster half tells the forest how
 /// far from the best each point ran: over the 96 recorded spaces, 981.3
 /// trials by the mean to within 5 % → 956.2 (40: 958.9, 160: 971.6, 400:
-/// 966.7; linear ranks 965-977; 100 seeds; BENCHMARKS.md, seventieth
-/// session).
+/// 966.7; linear ranks 965-977; 100 seeds; `--example
+/// replay_strategies`).
 const SHARPNESS: f64 = 80.0;
 /// Trees in the forest (32: 934.5 trials, 64: 932.1, 128: 929.5 over the
 /// 96 recorded spaces, 100 seeds; a fit costs milliseconds against a
@@ -104,7 +104,7 @@ pub(crate) fn propose(
 /// probed (a first-improvement descent takes "down" without trying "up":
 /// on the CPU RMS norm 4096 x 128 the step down paid 5 % and the step up
 /// 11 %, 11.6 trials by the mean → 4.0, no other of the 69 recorded
-/// spaces moved; BENCHMARKS.md, sixty-seventh session); then the last
+/// spaces moved; `--example replay_strategies`); then the last
 /// move repeated (Hooke and Jeeves' pattern move: a direction that paid
 /// once often pays again), then an untried probe of the incumbent
 /// ([`Grid::probes`]), then [`far_moves::combined`], then of each kernel
@@ -116,7 +116,7 @@ pub(crate) fn propose(
 /// sum 300 x 3000 the best lies at the base's last probe, behind one that
 /// paid 5 % and led nowhere (25.2 trials by the mean → 11.1, 400 seeds).
 /// Of the 49 other recorded spaces one moved, the other way: the CPU row
-/// sum 1024 x 768, 14.2 → 17.2 (BENCHMARKS.md, sixty-first session).
+/// sum 1024 x 768, 14.2 → 17.2 (`--example replay_strategies`).
 fn descent_step(
     grid: &Grid,
     history: &[Observation],
@@ -170,7 +170,7 @@ fn descent_step(
 /// once `RANKED_FROM` points are measured and some of them are good and
 /// some not; else the first. Over the recorded spaces in fixed order, the
 /// descent took 184.9 trials by the mean to get within 5 % of the best;
-/// ranked, 173.8 (BENCHMARKS.md, fifty-seventh session).
+/// ranked, 173.8 (`--example replay_strategies`).
 fn likeliest(
     grid: &Grid,
     history: &[Observation],
@@ -237,7 +237,7 @@ fn plateau<'h>(history: &'h [Observation], from: &Point) -> Vec<&'h Point> {
 /// rounds (whose pools hold random points) look further sooner. On the 1000²
 /// CPU layer norm, whose fast kernels lie three steps of one field away,
 /// 19.3 trials by the mean → 14.3 (400 seeds); no other of the first 28
-/// recorded spaces moved (BENCHMARKS.md, fifty-eighth session).
+/// recorded spaces moved (`--example replay_strategies`).
 fn flat(grid: &Grid, history: &[Observation], from: &Point) -> bool {
     let Some(level) = time_of(history, from) else {
         return false;

@@ -6,20 +6,20 @@
 //! the lowest median alone, one in five winners of quick tunes of small
 //! CPU kernels was over 3 % slower than the default when timed again; one
 //! in ten with this rule, about the noise of that measurement
-//! (BENCHMARKS.md, thirty-fifth session; `benches/selection.py`).
+//! (`benches/selection.py`).
 //!
 //! A winner other than the default is then confirmed: it and the default
 //! alone, in more rounds (`clock::rounds`), by the same rule. On a 2-vCPU
 //! VM whose rounds of one kernel ran up to 1.3x apart, quick tunes of a
 //! 4096² chain kept winners that claimed 1.18x and 1.26x and timed 1.00x
-//! and 0.97x the default's speed again (sixty-third session): the five
+//! and 0.97x the default's speed again (`benches/selection.py`, case chain): the five
 //! rounds' sign test lets a finalist no faster than the default win
 //! every round once in 32 tunes, and four of the five once in five, and
 //! there are four finalists.
 //!
 //! A large gain may lose one round of five: noise on a shared machine only
 //! adds time, and one slowed round out of five vetoed one in six 1.7x
-//! winners on lavapipe (thirty-sixth session), while a finalist no faster
+//! winners on lavapipe (`benches/selection.py --device gpu`), while a finalist no faster
 //! than the default passes only if the default was slowed, by over
 //! [`LARGE_GAIN`], in four rounds of five.
 //!
@@ -28,8 +28,8 @@
 //! [`SMALL_LEVEL`] (all five of five) and [`LARGE_LEVEL`] (four of five).
 //! Short kernels get more rounds (`clock::rounds`): on a 2-vCPU VM the
 //! default's five rounds of a 0.2 ms matmul ran 154-322 µs, and four
-//! quick tunes in ten kept it over a 1.2x kernel (seventy-second
-//! session). Twenty rounds may lose five (seven for a large gain).
+//! quick tunes in ten kept it over a 1.2x kernel (`benches/selection.py`,
+//! case matmul). Twenty rounds may lose five (seven for a large gain).
 
 /// What a finalist must gain on the default's params in each round.
 pub const FINAL_GAIN: f64 = 0.01;

@@ -74,10 +74,10 @@ fn a_replay_counts_each_kernel_once_as_a_tuning_run_does() {
 
 #[test]
 fn the_surrogate_needs_fewer_trials_than_random_search() {
-    // Mean trials to within 5% of the best over ten seeds. The issue asks
-    // for half of random's; on the softmax space it takes about 0.6 (4.0
-    // trials against 6.7 over 400 seeds, see BENCHMARKS.md), so this guards the weaker claim on every space
-    // where the default point leaves something to find (the matmul's is
+    // Mean trials to within 5% of the best over ten seeds. The bar is
+    // half of random's; on the softmax space it takes about 0.6 (4.0
+    // trials against 6.7 over 400 seeds, `tilefuse replay`), so this
+    // guards the weaker claim on every space where the default point leaves something to find (the matmul's is
     // the best: every strategy stops at its first trial).
     for (name, r) in recordings() {
         if r.measured(&r.base)

@@ -94,7 +94,7 @@ pub(super) enum TapeStore {
 /// chunks to the pool's workers costs some 5 µs, as much as a few thousand
 /// lanes of work. On 2 threads (`pool::share`), the chain
 /// `tanh(a*b+1)*0.5+exp(-a)` over 256 x 128 elements: 38 µs serially, 26
-/// through the pool; 64 x 128 even (BENCHMARKS.md).
+/// through the pool; 64 x 128 even (`benches/run.py --quick`, case chain).
 pub(super) const MIN_PARALLEL_WORK: u64 = 1 << 13;
 
 #[derive(Debug)]

@@ -14,7 +14,7 @@
 //!
 //! `benches/ab_builds.py`, 4096², two threads: the softmax 0.92x the time
 //! with the next row prefetched, 0.84x with the output's row as well; the
-//! layer norm 0.89x, then 0.88x of that; the RMS norm 0.82x (BENCHMARKS.md).
+//! layer norm 0.89x, then 0.88x of that; the RMS norm 0.82x.
 
 use tilefuse_sched::ir::{BufferId, Index, Kernel, LoopId, Role, Scope, Var};
 

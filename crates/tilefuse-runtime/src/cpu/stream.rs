@@ -16,7 +16,7 @@ use tilefuse_sched::ir::{BufferId, Kernel, Role};
 /// at 2^23, alike below. The kernels here (`benches/ab_builds.py`, 2
 /// threads, 4096²): a softmax 0.88-0.95x, an RMS norm 0.83-0.88x,
 /// `relu(x + b)` 0.70-0.74x, a layer norm 0.98-1.06x; followed by numpy's
-/// sum of the output, a softmax still 0.94-0.95x (BENCHMARKS.md).
+/// sum of the output, a softmax still 0.94-0.95x.
 const MIN_ELEMENTS: u64 = 1 << 23;
 
 /// Whether a tape storing `buffer` lane by lane streams its stores: a

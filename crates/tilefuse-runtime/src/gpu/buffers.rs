@@ -11,7 +11,7 @@ use crate::error::Result;
 /// Host copies of at least this many bytes are split among the CPU
 /// device's threads: one thread writing mapped memory, or faulting in the
 /// pages of a fresh output array, moves a fraction of what the machine's
-/// memory can (BENCHMARKS.md, forty-sixth session).
+/// memory can (`benches/gpu_call.py`, its `np.copyto` rows).
 const PARALLEL_COPY: usize = 4 << 20;
 
 /// The bytes one thread copies at a time in a split copy.

@@ -32,7 +32,7 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
         let cpu_vulkan = device.adapter_type == "cpu";
         // lavapipe: 8x16 register tiles (four vec4 accumulators a row) run
         // 1024^3 in 0.35x the time of the hand-written 4x4 kernel
-        // (BENCHMARKS.md); discrete GPUs keep 4x4 (registers are scarcer).
+        // (`benches/handwritten.py`); discrete GPUs keep 4x4 (registers are scarcer).
         let (ri, rj) = if cpu_vulkan {
             (pow2_at_most(m, 8), pow2_at_most(n, 16))
         } else {
@@ -60,8 +60,8 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     p.tile_sizes.instruction_tile = instr;
     // GPUs that are not CPUs store the output tile through workgroup
     // memory, the whole workgroup storing rows of it: on an H100 1.17x at
-    // 2048³, 1.47x at 512³ and 1.55x at 1024³ (0.181 → 0.117 ms; BENCHMARKS.md,
-    // thirty-fourth session). On lavapipe it was 2-9 % slower (256³, 512³).
+    // 2048³, 1.47x at 512³ and 1.55x at 1024³ (0.181 → 0.117 ms;
+    // `benches/tune.py --device gpu --case matmul`). On lavapipe it was 2-9 % slower (256³, 512³).
     p.use_smem_epilogue =
         device.is_gpu() && device.adapter_type != "cpu" && smem_epilogue_fits(cta, device);
     if !device.is_gpu() && !fusion_has_batch(fusion) {
@@ -112,7 +112,7 @@ fn cpu_tiles(
 /// of B where k is long enough for `cpu_splitk` to share it over the cores:
 /// the micro-kernel then streams B row after row (1 x 4096 x 4096: 2.2-3.5
 /// ms in four slices of 1024 columns, 1.2-1.6 so; numpy 1.1-1.6). On 2 cores
-/// against rows cut alone (BENCHMARKS.md, forty-ninth session): 48 x 4096 x
+/// against rows cut alone (`benches/fusions.py --only matmul`): 48 x 4096 x
 /// 4096 34-38 → 11.5 ms, 128 x 4096 x 4096 36-37 → 24-25 (numpy 11.4-12.0
 /// and 24.3-25.4).
 fn cpu_slices(
@@ -151,8 +151,8 @@ fn pow2_at_most(x: u64, cap: u64) -> u32 {
 /// tile's rows, so a strip stays within 32 KB: k steps of 128 with
 /// AVX-512, 512 with AVX2. Longer steps load and store the tile of C fewer
 /// times: on a 2-core Zen 3 (AVX2), steps of 512 against 128 took 1024^3
-/// in 0.92x the time, 512^3 0.60x, 64 x 1024 x 4096 0.70x (BENCHMARKS.md,
-/// fifty-fifth session).
+/// in 0.92x the time, 512^3 0.60x, 64 x 1024 x 4096 0.70x (`benches/fusions.py
+/// --only matmul`).
 #[derive(Clone, Copy, Debug)]
 struct CpuBlocking {
     /// The longest k step.
@@ -169,10 +169,10 @@ struct CpuBlocking {
     /// blocked loops of `gemm/blocked.rs`, which pass over C once a strip
     /// and step: with them, on a 2-core Zen 3 (AVX2), tiles of 512 rows
     /// and 1 MB (B packed half as often) took 1024^3 in 0.95x the time
-    /// (BENCHMARKS.md, fifty-eighth session). AVX-512 keeps 256 rows and
+    /// (`benches/ab_builds.py`, matmul 1024x1024x1024). AVX-512 keeps 256 rows and
     /// 512 KB: on a 2-core Emerald Rapids, 512 rows and 1 MB took 1024^3
     /// in 0.98-0.99x the time but 512^3 in 1.10x, 1000^3 and 4096 x 1024
-    /// x 1024 in 0.97x (BENCHMARKS.md, sixty-third session).
+    /// x 1024 in 0.97x (`benches/ab_builds.py`, the same cases).
     tile_bytes: u64,
 }
 

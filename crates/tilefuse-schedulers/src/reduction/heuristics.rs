@@ -56,7 +56,7 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
         // shuffles; layernorm 0.055, 0.098; the same run). lavapipe: one
         // subgroup a row, shuffled (softmax 42 ms, 80 with 128 invocations
         // a row); without subgroups, a dispatch per reduction (a softmax ran
-        // 2.3x faster so than as one persistent kernel, BENCHMARKS.md).
+        // 2.3x faster so than as one persistent kernel, `benches/sweep.py softmax`).
         let shuffles =
             cpu_vulkan && subgroup >= 2 && r >= subgroup * v && r / (subgroup * v) <= 1024;
         let (t, unroll_from) = match (cpu_vulkan, shuffles) {
@@ -293,7 +293,7 @@ fn row_groups(rows: u64) -> Option<u64> {
 /// for rows of `reduced` in `elements` in all. Row by row reads the input
 /// once but pays each nest's start once a row; nest by nest reads it once
 /// a nest, from cache where it fits there. Softmax, layer norm, RMS norm
-/// and log-softmax on 2 threads (Emerald Rapids, sixty-fifth session),
+/// and log-softmax on 2 threads of an AVX-512 Emerald Rapids (`benches/ab_builds.py`),
 /// row by row against nest by nest: rows of 768 to 2048 in 2^21 to 2^24
 /// elements 0.59-1.04x the time (2^23 and 2^24: 0.59-1.00x), in 2^18 and
 /// 2^20 0.82-1.17x; rows of 512 in 2^21 1.06-1.12x, in 2^22 0.89-1.08x,
@@ -329,7 +329,7 @@ fn rows_per_workgroup(fusion: &Fusion, topo: &Topology, threads: u64, nest_by_ne
 /// against 128 rows a workgroup (the cap before): rows of 16 and 32, in
 /// 1024, 0.67-1.02x the time (median 0.89); rows of 64, in 512,
 /// 0.90-1.05x (median 0.97); rows of 96 and 128, in 256, 0.87-1.07x
-/// (median 1.00) (BENCHMARKS.md, sixty-first session).
+/// (median 1.00) (`benches/sweep.py softmax --device gpu`).
 const MAX_ROWS: u64 = 1024;
 
 /// `rows`, or where more axes come before it, the most rows up to `rows`

@@ -1,6 +1,6 @@
 //! Large matmuls on GPUs that are not CPUs (both output sides at least
-//! 64). On an H100 the full tunes of 512³, 1024³ and 2048³ (BENCHMARKS.md,
-//! thirty-fourth session) found winners 1.2-2.2x the default. Their one
+//! 64). On an H100 the full tunes of 512³, 1024³ and 2048³ (`benches/tune.py
+//! --device gpu --efforts full`) found winners 1.2-2.2x the default. Their one
 //! shared trait, the output tile stored through workgroup memory, is now
 //! the default's (see `matmul_heuristics`). The rest varied with the size
 //! and pays only in combination, which a quick tune (then of 24 trials)

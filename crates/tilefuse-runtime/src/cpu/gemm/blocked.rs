@@ -22,7 +22,7 @@ const BLOCK_ROWS: usize = 16 * GROUP;
 /// at 4 strips, 2048 x 64 x 2048 0.83x; at 16 and 32 alike. AVX-512's
 /// 64-column strips count the same: on a 2-core Emerald Rapids, A packed
 /// at 4 strips took 1024^3 (tiles of 8 strips) in 1.07x the time (one
-/// paired run of 20 rounds, BENCHMARKS.md, sixty-third session).
+/// paired run of 20 rounds of `benches/ab_builds.py`).
 const PACK_A_STRIPS: usize = 16;
 /// The most bytes of packed B at once: the panel's columns are taken in
 /// chunks of this much (a 4096-column panel of k 512 would be 8 MB).

@@ -12,7 +12,7 @@
 //! 16 registers accumulating (BLIS's Haswell shape). The auto-vectorized
 //! 4 × 16 it replaced left 8 accumulators, just what two FMA units of
 //! latency 4 keep busy: 1024^3 took 36.9 ms on a 2-core Zen 3, 21.8 so
-//! (numpy 15.3; BENCHMARKS.md, fifty-fifth session).
+//! (numpy 15.3; `benches/run.py`, case matmul).
 
 #![allow(unsafe_code)] // raw-pointer k loops behind `assert_within`
 
@@ -306,7 +306,7 @@ fn masked<L: Lanes, const R: usize>(p: &mut Panel<'_>, r0: usize, from: usize) {
 /// pointers: a bounds check per access there costs about as many
 /// instructions as the FMAs, and this loop is limited by how many
 /// instructions a cycle the core issues (1024^3 on a 2-core AVX-512 Xeon:
-/// 14.2–16.1 ms with checks, see BENCHMARKS.md for without).
+/// 14.2–16.1 ms with checks; `benches/run.py`, case matmul, without).
 #[inline(always)]
 fn blocks<L: Lanes, const R: usize, const V: usize, const PACKED: bool>(
     p: &mut Panel<'_>,

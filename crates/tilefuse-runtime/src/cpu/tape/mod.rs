@@ -490,7 +490,7 @@ multiversion!(
 /// cache lines (`first`: the lanes before its first line): a tile that
 /// ended within a line would store that line in plain stores (a layer
 /// norm's pass over rows of 4096 at numpy's 16-byte offset, in C: 1.32x
-/// the time of tiles on lines, BENCHMARKS.md).
+/// the time of tiles on lines; `benches/ab_builds.py layernorm:4096x4096`).
 fn tiles(n: usize, first: usize) -> impl Iterator<Item = (usize, usize)> {
     let first = first.min(n);
     let head = (first > 0).then_some((0, first));

@@ -1,18 +1,18 @@
 #!/bin/bash
-# Everything a session with a real GPU should measure, each stage time-boxed
-# so that a lent machine's minutes are not lost to one slow step:
+# Everything to measure on a machine with a real GPU, each stage time-boxed
+# so that one slow step does not take the others' time:
 #
-#     benches/gpu_session.sh OUT_DIR [STAGE ...]
+#     benches/gpu_suite.sh OUT_DIR [STAGE ...]
 #
 # Stages, in order (all by default): tests, run, call, tune, sweep, spaces.
 # Each writes OUT_DIR/<stage>.log (and its JSON or recordings beside it);
 # STAGE_SECONDS_<stage> overrides a stage's time box. At its limit a stage
 # gets SIGINT, so pytest still prints its summary. Needs the package
 # installed and a GPU adapter; the tests run with CI=true, so a missing
-# adapter fails rather than skips. BENCHMARKS.md (sixty-second session)
-# shows what these stages printed on an H200.
+# adapter fails rather than skips. `benches/report.py` renders the JSON
+# the stages write into BENCHMARKS.md's GPU tables.
 set -u
-out=${1:?usage: benches/gpu_session.sh OUT_DIR [STAGE ...]}
+out=${1:?usage: benches/gpu_suite.sh OUT_DIR [STAGE ...]}
 shift
 mkdir -p "$out"
 known=(tests run call tune sweep spaces)
