@@ -45,12 +45,12 @@ def random_matmul(rng: np.random.Generator) -> tuple[tf.Fusion, str]:
     tb = bool(rng.integers(2))
     ta = bool(rng.integers(2)) and not tb
     f = tf.Fusion()
-    a = f.input([k, m] if ta else [m, k], "f32", "a")
-    b = f.input([n, k] if tb else [k, n], "f32", "b")
+    a = f.input([k, m] if ta else [m, k], "f32", name="a")
+    b = f.input([n, k] if tb else [k, n], "f32", name="b")
     c = tf.matmul(a, b, transpose_a=ta, transpose_b=tb)
     epilogue = bool(rng.integers(2))
     if epilogue:
-        c = (c + f.input([n], "f32", "bias")).relu()
+        c = (c + f.input([n], "f32", name="bias")).relu()
     f.output(c)
     marks = [(ta, " A^T"), (tb, " B^T"), (epilogue, " +bias,relu")]
     return f, f"{m}x{n}x{k}" + "".join(text for on, text in marks if on)
@@ -88,7 +88,7 @@ def points(f: tf.Fusion, device: tf.Device, count: int, seed: int) -> list[dict[
         progress=False,
         builtin_heuristics=False,
     )
-    return [t["params"] for t in r.trials if t["status"] != "failed"]
+    return [t.params for t in r.trials if t.status != "failed"]
 
 
 def error(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any]) -> float:

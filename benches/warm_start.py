@@ -57,7 +57,7 @@ def trials_to_best(r: tf.TuneResult) -> int:
     """1 + the index of the first trial that proposed the winner."""
     best = r.best_params
     assert isinstance(best, tf.HeuristicParams)
-    return 1 + next(i for i, t in enumerate(r.trials) if t["params"] == best.to_dict())
+    return 1 + next(i for i, t in enumerate(r.trials) if t.params == best.to_dict())
 
 
 def quick(w: tf.Workload, device: tf.Device, seed: int, cache: Path) -> tf.TuneResult:

@@ -90,7 +90,7 @@ def main() -> None:
     print("edited:", p.tile_sizes)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "matmul.json"
-        path.write_text(p.to_json())
+        path.write_text(p.to_json(indent=2))
         loaded = tf.HeuristicParams.from_json(path.read_text())
     print(f"saved and loaded back as {type(loaded).__name__}, equal: {loaded == p}")
     print(
@@ -238,7 +238,7 @@ def main() -> None:
     tuned.output(et / et.sum(axis=1, keepdims=True))
     for device in devices:
         r = tf.tune(tuned, device, effort="quick", trials=12, seed=0)
-        ok = sum(t["status"] == "ok" for t in r.trials)
+        ok = sum(t.status == "ok" for t in r.trials)
         print(
             f"{device.info['name'][:34]:<34} default {r.default_time * 1e3:.3f} ms, "
             f"tuned {r.best_time * 1e3:.3f} ms ({r.speedup:.2f}x) in {len(r.trials)} trials "

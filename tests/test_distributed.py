@@ -43,9 +43,9 @@ def cluster() -> Iterator[None]:
 
 
 def assert_nothing_lost_or_twice(r: tf.TuneResult) -> None:
-    ids = [t["id"] for t in r.trials]
+    ids = [t.id for t in r.trials]
     assert ids == list(range(len(ids)))
-    measured = [str(t["params"]) for t in r.trials if t["status"] != "duplicate"]
+    measured = [str(t.params) for t in r.trials if t.status != "duplicate"]
     assert len(measured) == len(set(measured)), "a candidate was measured twice"
 
 
@@ -61,7 +61,7 @@ def test_two_workers_find_the_local_winner_on_a_recorded_space() -> None:
         there = tf.tune(f, executor=ex, cache=False, **kw)
     assert there.best_params == here.best_params
     assert there.best_time == here.best_time
-    assert {t["device"] for t in there.trials} == {local.fingerprint}
+    assert {t.device for t in there.trials} == {local.fingerprint}
     assert len(there.trials) == len(here.trials)
     assert_nothing_lost_or_twice(there)
 
@@ -89,7 +89,7 @@ def test_a_killed_worker_s_candidates_go_to_the_other(monkeypatch: pytest.Monkey
     assert killed_at, "the worker was not killed"
     assert killed_at[0] - start < r.elapsed, "the run ended before the worker died"
     assert_nothing_lost_or_twice(r)
-    assert [t for t in r.trials if t["status"] == "failed"] == []
+    assert [t for t in r.trials if t.status == "failed"] == []
     assert r.best_time <= r.default_time  # type: ignore[operator]
 
 
@@ -112,7 +112,7 @@ def test_two_device_fingerprints_give_two_cache_entries_tuned_at_once(
             tf.tune(softmax(32, 128), executor=ex, trials=3)
     assert len(found) == 2
     for fingerprint, r in found.items():
-        assert {t["device"] for t in r.trials} == {fingerprint}
+        assert {t.device for t in r.trials} == {fingerprint}
     mine = softmax(32, 128).fingerprint
     entries = [e for e in tf.cache.entries() if e["key"]["fusion"] == mine]
     cores = sorted(e["key"]["device"]["cores"] for e in entries)
@@ -159,8 +159,8 @@ def test_a_run_that_died_resumes_from_its_journal(monkeypatch: pytest.MonkeyPatc
         again = tf.tune(f, d, trials=6, seed=5)
     assert any("resuming an interrupted tuning run" in str(w.message) for w in caught)
     # Every candidate's time is the journal's: nothing was measured again.
-    times = {str(t["params"]): t["time"] for t in first.trials}
-    assert all(times[str(t["params"])] == t["time"] for t in again.trials)
+    times = {str(t.params): t.time for t in first.trials}
+    assert all(times[str(t.params)] == t.time for t in again.trials)
     assert not journal.path.exists()
 
 
@@ -168,7 +168,7 @@ def test_workers_check_against_the_workloads_reference_and_tolerance() -> None:
     kw: dict[str, Any] = {"trials": 2, "seed": 1, "cache": False, "progress": False}
     with RayExecutor(1) as ex:
         r = tf.tune(ScaledReference(off=1e-4, rtol=1e-3), executor=ex, **kw)
-        assert {t["status"] for t in r.trials} <= {"ok", "cut", "duplicate"}
+        assert {t.status for t in r.trials} <= {"ok", "cut", "duplicate"}
         with pytest.raises(tf.ParamsError, match="no candidate ran correctly"):
             tf.tune(ScaledReference(off=1e-4, rtol=1e-6), executor=ex, **kw)
 

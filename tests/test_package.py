@@ -3,10 +3,13 @@ module, and the README's quickstart."""
 
 from __future__ import annotations
 
+import inspect
+import json
 import re
 import subprocess
 import sys
 import types
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -69,12 +72,14 @@ def test_demo_runs() -> None:
     assert "saved and loaded back as MatmulParams, equal: True" in result.stdout
 
 
-def test_readme_quickstart_runs() -> None:
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
-    assert blocks, "the README has no Python example"
+@pytest.mark.parametrize(
+    "page", ["README.md", *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("docs/*.md"))]
+)
+def test_the_python_examples_of_the_readme_and_docs_run(page: str) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), flags=re.S)
+    assert blocks or page != "README.md", "the README has no Python example"
     for code in blocks:
-        exec(compile(code, "README.md", "exec"), {})
+        exec(compile(code, page, "exec"), {})
 
 
 def test_every_device_argument_takes_a_name(gpu: tilefuse.Device, rng: np.random.Generator) -> None:
@@ -101,3 +106,43 @@ def test_every_device_argument_takes_a_name(gpu: tilefuse.Device, rng: np.random
         f.heuristics(device="cuda")
     with pytest.raises(TypeError, match=r"device: expected .* got int"):
         tilefuse.Engine(0)  # type: ignore[arg-type]
+
+
+def test_to_json_takes_one_keyword_indent_everywhere() -> None:
+    """Fusion, params, tune results and bench results serialize alike:
+    ``to_json(*, indent=None)``, one line unless indented."""
+    f = tilefuse.Fusion()
+    x = f.input((8, 16), "f32", name="x")
+    f.output((x - x.max(axis=1, keepdims=True)).exp())
+    cpu = tilefuse.Device.cpu()
+    r = tilefuse.tune(f, cpu, trials=2, cache=False, progress=False)
+    budget = tilefuse.timing.Budget(0, 0.01)
+    bench = tilefuse.Engine(cpu).benchmark(tilefuse.as_workload(f), budget=budget)
+    for obj in (f, f.heuristics(device=cpu, cache=False), r, bench):
+        (indent,) = inspect.signature(obj.to_json).parameters.values()
+        assert (indent.name, indent.kind, indent.default) == ("indent", indent.KEYWORD_ONLY, None)
+        one_line = obj.to_json()
+        assert "\n" not in one_line
+        assert json.loads(obj.to_json(indent=2)) == json.loads(one_line)
+
+
+def test_tune_takes_its_options_by_keyword_and_names_their_values() -> None:
+    params = list(inspect.signature(tilefuse.tune).parameters.values())
+    assert [p.name for p in params[:2]] == ["fusion", "device"]
+    assert all(p.kind is p.KEYWORD_ONLY for p in params[2:]), params
+    assert typing.get_args(tilefuse.Effort) == ("none", "quick", "full")
+    assert "surrogate" in typing.get_args(tilefuse.Strategy)
+    assert typing.get_args(tilefuse.DeviceName) == tuple(tilefuse.device.DEVICE_NAMES)
+
+
+def test_trials_are_typed_records() -> None:
+    f = tilefuse.Fusion()
+    x = f.input((8, 16), "f32", name="x")
+    f.output(x.exp())
+    r = tilefuse.tune(f, tilefuse.Device.cpu(), trials=3, cache=False, progress=False)
+    assert r.trials and all(isinstance(t, tilefuse.Trial) for t in r.trials)
+    assert r.trials[0].origin == "default"
+    assert {t.status for t in r.trials} <= set(typing.get_args(tilefuse.TrialStatus))
+    assert {t.origin for t in r.trials} <= set(typing.get_args(tilefuse.TrialOrigin))
+    first = json.loads(r.to_json())["trials"][0]
+    assert tilefuse.Trial.from_dict(first) == r.trials[0]

@@ -135,7 +135,7 @@ while alive() != 1 and time.monotonic() < deadline:
 print(json.dumps({
     "killed_after": killed[0] - start if killed else None,
     "elapsed": r.elapsed,
-    "trials": r.trials,
+    "trials": [t.to_dict() for t in r.trials],
     "warnings": [str(w.message) for w in caught],
     "alive": alive(),
 }))

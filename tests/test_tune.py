@@ -46,10 +46,10 @@ def test_tuning_finds_params_that_run_right_and_never_lose(
     r = tf.tune(f, device, trials=8, seed=1, cache=False, progress=False)
     assert r.default_time is not None and r.best_time <= r.default_time
     assert r.speedup is not None and r.speedup >= 1.0
-    assert r.trials[0]["origin"] == "default"
-    statuses = {t["status"] for t in r.trials}
+    assert r.trials[0].origin == "default"
+    statuses = {t.status for t in r.trials}
     assert statuses <= {"ok", "failed", "wrong", "duplicate", "cut"}
-    assert "wrong" not in statuses, [t for t in r.trials if t["status"] == "wrong"]
+    assert "wrong" not in statuses, [t for t in r.trials if t.status == "wrong"]
     x = rng.standard_normal((32, 128)).astype(np.float32)
     assert isinstance(r.best_params, tf.HeuristicParams)
     assert_close(f.schedule(r.best_params, device)(x), f.evaluate(x))
@@ -80,7 +80,7 @@ def test_a_tuned_entry_serves_a_fresh_process_and_only_its_device(tmp_path: Path
         script.format(body="print(f.heuristics(device=d).to_json()); print(f.params_source(d))"),
         env,
     ).stdout
-    assert json.loads(tuned) == json.loads(fresh.split("\n}")[0] + "\n}")
+    assert json.loads(tuned) == json.loads(fresh.split("\n")[0])
     assert "cache: " in fresh
     # Another device fingerprint (here: another thread count) misses.
     other = _run(
@@ -226,21 +226,21 @@ def test_tuning_starts_from_the_cached_winners_of_the_same_structure(own_cache: 
     def tuned(f: tf.Fusion, cache: bool = True) -> tf.TuneResult:
         return tf.tune(f, d, trials=2, seed=5, cache=cache, progress=False)
 
-    def first_tried(f: tf.Fusion, cache: bool = True) -> dict[str, Any]:
+    def first_tried(f: tf.Fusion, cache: bool = True) -> tf.Trial:
         return tuned(f, cache).trials[1]
 
     r = tuned(softmax(16, 256))
     warm = r.trials[1]
-    assert warm["origin"] == "warm_start" and r.warm_start == [warm]
+    assert warm.origin == "warm_start" and r.warm_start == [warm]
     assert isinstance(r.best_params, tf.HeuristicParams)
-    assert r.warm_start_won == (r.best_params.to_dict() == warm["params"])
-    assert warm["params"]["unroll_factor_reduction"] == 4
-    assert warm["params"]["vectorization_factor_reduction"] == 2
-    assert warm["status"] in ("ok", "cut")  # measured
+    assert r.warm_start_won == (r.best_params.to_dict() == warm.params)
+    assert warm.params["unroll_factor_reduction"] == 4
+    assert warm.params["vectorization_factor_reduction"] == 2
+    assert warm.status in ("ok", "cut")  # measured
     # Another structure, or no cache, starts cold.
-    assert first_tried(softmax(16, 256), cache=False)["origin"] != "warm_start"
+    assert first_tried(softmax(16, 256), cache=False).origin != "warm_start"
     log_softmax = tf.workloads.get("log_softmax", rows=16, cols=256).fusion()
-    assert first_tried(log_softmax)["origin"] != "warm_start"
+    assert first_tried(log_softmax).origin != "warm_start"
 
 
 def test_progress_shows_a_status_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -308,15 +308,15 @@ def test_a_registered_seed_heuristic_is_used_and_recorded(registry: Any, tmp_pat
     f = _pointwise_chain()
     d = tf.Device.cpu()
     r = tf.tune(f, d, trials=4, strategy="random", seed=0, progress=False)
-    assert [(t["origin"], t["heuristic"]) for t in r.trials[:3]] == [
+    assert [(t.origin, t.heuristic) for t in r.trials[:3]] == [
         ("default", None),
         ("seed", "test_unrolled"),
         ("heuristic_neighbor", "test_unrolled"),
     ]
     assert asked, "neighbors() was asked about the best params"
     mine = next(h for h in r.heuristics if h["name"] == "test_unrolled")
-    assert mine["seeds"] == [r.trials[1]["params"]]
-    assert mine["won"] == (r.best_params.to_dict() == r.trials[1]["params"])
+    assert mine["seeds"] == [r.trials[1].params]
+    assert mine["won"] == (r.best_params.to_dict() == r.trials[1].params)
     entry = tf.cache.lookup(f, d)
     assert entry is not None and "test_unrolled" in entry["heuristics"]
     assert "test_unrolled" in json.loads(r.to_json())["heuristics"][0]["name"]
@@ -366,8 +366,8 @@ def test_builtin_heuristics_seed_short_rows_on_the_gpu(device: tf.Device) -> Non
     r = tf.tune(f, device, trials=6, seed=0, cache=False, progress=False)
     names = {h["name"] for h in r.heuristics}
     assert ("short_rows" in names) == device.is_gpu
-    seeds = [t for t in r.trials if t["origin"] == "seed"]
-    assert all(t["status"] in ("ok", "duplicate", "cut") for t in seeds), seeds
+    seeds = [t for t in r.trials if t.origin == "seed"]
+    assert all(t.status in ("ok", "duplicate", "cut") for t in seeds), seeds
     plain = tf.tune(f, device, trials=2, cache=False, progress=False, builtin_heuristics=False)
     assert plain.heuristics == []
 

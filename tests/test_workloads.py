@@ -244,7 +244,7 @@ def test_the_tuner_checks_against_the_workloads_reference_and_tolerance(
     kw: dict[str, Any] = {"trials": 2, "seed": 1, "cache": False, "progress": False}
     close = ScaledReference(off=1e-4, rtol=1e-3)
     r = tf.tune(close, device, **kw)
-    assert {t["status"] for t in r.trials} <= {"ok", "cut", "duplicate"}
+    assert {t.status for t in r.trials} <= {"ok", "cut", "duplicate"}
     assert tf.Engine(device).verify(close, r.best_params, seed=1).passed
     assert close.calls == 1  # one reference per seed, shared with the engine
     # The same outputs fail a tighter tolerance, and a reference that is

@@ -19,10 +19,31 @@ from ._native import (
     __version__,
 )
 from .complexity import Complexity
+from .device import Device, DeviceFacts, DeviceName, as_device
 from .engine import BenchResult, Engine, VerificationError
-from .fusion import (
+from .fusion import Fusion
+from .heuristic import AutotunerHeuristic
+from .params import (
+    CircularBufferOptions,
+    CompileParams,
+    GemmTile,
+    HeuristicParams,
+    LaunchParams,
+    MatmulParams,
+    MatMulTileOptions,
+    ParamsStruct,
+    PointwiseParams,
+    ReductionParams,
+    SupportedVecSize,
+)
+from .pipeline import Pipeline, load_pipeline
+from .results import Trial, TrialOrigin, TrialStatus, TuneResult
+from .schedule import Block, Kernel, Loop, Schedule, Timing
+from .segments import Segment, SegmentedKernel
+from .stages import PipelineRun
+from .stages import run as run_pipeline
+from .tensor import (
     DTypeLike,
-    Fusion,
     Tensor,
     abs,
     cos,
@@ -41,26 +62,7 @@ from .fusion import (
     tanh,
     where,
 )
-from .heuristic import AutotunerHeuristic
-from .params import (
-    CircularBufferOptions,
-    CompileParams,
-    GemmTile,
-    HeuristicParams,
-    LaunchParams,
-    MatmulParams,
-    MatMulTileOptions,
-    ParamsStruct,
-    PointwiseParams,
-    ReductionParams,
-    SupportedVecSize,
-)
-from .pipeline import Pipeline, load_pipeline
-from .schedule import Block, Device, DeviceFacts, Kernel, Loop, Schedule, Timing, as_device
-from .segments import Segment, SegmentedKernel
-from .stages import PipelineRun
-from .stages import run as run_pipeline
-from .tune import TuneResult, tune
+from .tune import Effort, Strategy, tune
 from .workload import Requirements, Tolerance, Verification, Workload, as_workload
 
 __all__ = [
@@ -76,6 +78,8 @@ __all__ = [
     "Device",
     "DeviceError",
     "DeviceFacts",
+    "DeviceName",
+    "Effort",
     "Engine",
     "Fusion",
     "FusionError",
@@ -98,11 +102,15 @@ __all__ = [
     "ScheduleError",
     "Segment",
     "SegmentedKernel",
+    "Strategy",
     "SupportedVecSize",
     "Tensor",
     "TilefuseError",
     "Timing",
     "Tolerance",
+    "Trial",
+    "TrialOrigin",
+    "TrialStatus",
     "TuneResult",
     "Verification",
     "VerificationError",

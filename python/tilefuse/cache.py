@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from . import _native
 
 if TYPE_CHECKING:
+    from .device import Device, DeviceFacts, DeviceName
     from .fusion import Fusion
-    from .schedule import Device, DeviceFacts
 
 __all__ = [
     "bundle_entries",
@@ -192,12 +192,12 @@ def clear() -> int:
 
 
 def explain(
-    fusion: Fusion, device: Device | str | None = None, scheduler: str | None = None
+    fusion: Fusion, device: Device | DeviceName | None = None, scheduler: str | None = None
 ) -> str:
     """Why a lookup for ``fusion`` on ``device`` (see :func:`~tilefuse.as_device`)
     hits or misses: the nearest entries and the key fields in which they
     differ."""
-    from .schedule import as_device
+    from .device import as_device
 
     device = as_device(device)
     near = _native.cache_explain(fusion._native, device._native, scheduler)

@@ -47,8 +47,8 @@ from .cli_pipelines import (
 )
 from .cli_pipelines import pairs as _pairs
 from .cli_replay import add_commands as add_replay_commands
+from .device import Device, as_device
 from .fusion import Fusion
-from .schedule import Device, as_device
 from .suite import load_suite
 from .suite import names as suites
 from .tune import TuneResult, tune
@@ -118,7 +118,7 @@ def _tune(args: argparse.Namespace) -> int:
         return int(bool(failed))
     for i, (label, device_name, r) in enumerate(done):
         if args.json:
-            Path(_nth(args.json, i, len(done))).write_text(r.to_json())
+            Path(_nth(args.json, i, len(done))).write_text(r.to_json(indent=2))
         if not args.quiet:
             _out.print(_result_table(r, f"{label} on {device_name}"))
     return 0
@@ -181,7 +181,7 @@ def _changes(r: TuneResult) -> str:
 
 
 def _result_table(r: TuneResult, title: str) -> Table:
-    statuses = Counter(t["status"] for t in r.trials)
+    statuses = Counter(t.status for t in r.trials)
     applied = [f"{h['name']}{' (won)' if h['won'] else ''}" for h in r.heuristics]
     n = len(r.warm_start)
     warm = f"{n} cached winner{'' if n == 1 else 's'} of this structure"

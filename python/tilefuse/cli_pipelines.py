@@ -14,8 +14,8 @@ from rich.table import Table
 
 from . import pipeline as pipelines
 from . import workloads
+from .device import DEVICE_NAMES, as_device
 from .engine import Engine
-from .schedule import DEVICE_NAMES, as_device
 from .stages import run, workload_of
 from .workload import Workload, as_workload
 

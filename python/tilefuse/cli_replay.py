@@ -15,7 +15,7 @@ from rich.table import Table
 
 from . import replay
 from .cli_pipelines import command, device_argument, workload_arguments, workload_of_arguments
-from .schedule import as_device
+from .device import as_device
 
 __all__ = ["add_commands"]
 

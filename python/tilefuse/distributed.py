@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import _native
-from .schedule import Device, DeviceFacts
+from .device import Device, DeviceFacts
 
 if TYPE_CHECKING:
     import numpy as np

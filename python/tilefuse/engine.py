@@ -30,9 +30,10 @@ import numpy as np
 
 from . import _native, timing
 from .complexity import Complexity
+from .device import Device, DeviceName, as_device
 from .params import HeuristicParams
 from .pipeline import Pipeline, load_pipeline
-from .schedule import Device, Kernel, as_device
+from .schedule import Kernel
 from .segments import SegmentedKernel
 from .timing import Budget, CacheFlush, Sampler, call_sampler, interleave
 from .workload import Verification, Workload, WorkloadLike, as_workload, compare_outputs
@@ -152,7 +153,8 @@ class BenchResult:
             "peak": self.peak,
         }
 
-    def to_json(self, indent: int | None = 2) -> str:
+    def to_json(self, *, indent: int | None = None) -> str:
+        """The result as JSON: one line, or indented by ``indent`` spaces."""
         return json.dumps(self.to_dict(), indent=indent)
 
     def to_csv(self, header: bool = True) -> str:
@@ -184,7 +186,7 @@ class Engine:
 
     def __init__(
         self,
-        device: Device | str | None = None,
+        device: Device | DeviceName | None = None,
         *,
         peak_gflops: float | None = None,
         peak_gbps: float | None = None,

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from .params import HeuristicParams
 
 if TYPE_CHECKING:
+    from .device import DeviceFacts
     from .fusion import Fusion
-    from .schedule import DeviceFacts
 
 __all__ = ["AutotunerHeuristic", "registered", "unregister"]
 

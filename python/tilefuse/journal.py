@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from . import _native
 
 if TYPE_CHECKING:
+    from .device import DeviceFacts
     from .fusion import Fusion
-    from .schedule import DeviceFacts
 
 #: What a recorded trial keeps: enough to settle its candidate again.
 _KEPT = ("params", "status", "time", "error", "device")

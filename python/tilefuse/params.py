@@ -97,7 +97,9 @@ class ParamsStruct:
         """A complete, independent nested dict of plain values."""
         return copy.deepcopy(self._data())
 
-    def to_json(self, indent: int | None = 2) -> str:
+    def to_json(self, *, indent: int | None = None) -> str:
+        """The params as JSON (:meth:`from_json` reads it back): one line,
+        or indented by ``indent`` spaces, as :func:`json.dumps` takes it."""
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod

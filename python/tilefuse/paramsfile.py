@@ -31,8 +31,8 @@ from ._native import ParamsError
 from .params import HeuristicParams
 
 if TYPE_CHECKING:
+    from .device import Device, DeviceName
     from .fusion import Fusion
-    from .schedule import Device
 
 __all__ = ["FORMAT", "load", "save"]
 
@@ -45,14 +45,14 @@ ParamsList = Sequence[HeuristicParams | dict[str, Any]]
 def save(
     path: str | os.PathLike[str],
     fusion: Fusion,
-    device: Device | str,
+    device: Device | DeviceName,
     params: ParamsList,
     source: str = "",
 ) -> Path:
     """Writes ``params`` (one per segment, or one for a fusion one
     scheduler takes whole) tagged with the fusion's and device's
     fingerprints."""
-    from .schedule import as_device
+    from .device import as_device
 
     device = as_device(device)
     target = Path(path)
@@ -83,13 +83,13 @@ def save(
 
 
 def load(
-    path: str | os.PathLike[str], fusion: Fusion, device: Device | str
+    path: str | os.PathLike[str], fusion: Fusion, device: Device | DeviceName
 ) -> list[dict[str, Any]] | None:
     """The params of ``path``, one dict per segment; ``None`` with a
     ``RuntimeWarning`` naming what differs when the file was written for
     another fusion or device. A file that is not a params file raises
     ``ParamsError`` naming the file and the field."""
-    from .schedule import as_device
+    from .device import as_device
 
     device = as_device(device)
     source = Path(path)

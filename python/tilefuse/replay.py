@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _native
+from .device import Device, DeviceName, as_device
 from .fusion import Fusion
-from .schedule import Device, as_device
 from .tune import _Progress
 
 __all__ = ["STRATEGIES", "StrategyReplay", "compare", "record"]
@@ -66,7 +66,7 @@ class StrategyReplay:
 
 def record(
     fusion: Fusion,
-    device: Device | str | None = None,
+    device: Device | DeviceName | None = None,
     fields: list[str] | None = None,
     passes: int = 1,
     progress: Callable[[int], Any] | bool | None = None,

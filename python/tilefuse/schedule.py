@@ -15,27 +15,26 @@ naming the block or loop; every applied primitive is recorded in
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _native
-from .fusion import int64s
+from ._args import int64s
+from .device import Device, DeviceName, as_device
 
 if TYPE_CHECKING:
     from .fusion import Fusion
 
-__all__ = ["Block", "Device", "Kernel", "Loop", "Schedule", "Timing", "as_device"]
+__all__ = ["Block", "Kernel", "Loop", "Schedule", "Timing"]
 
 
 class Block:
@@ -285,9 +284,7 @@ class Schedule:
         """The fusion the trace replays on: ``self.fusion``, or for an
         automatic scheduler's schedule the canonical form it scheduled
         (the same inputs and outputs)."""
-        from .fusion import _wrap
-
-        return _wrap(self._native.fusion())
+        return type(self.fusion)._from_native(self._native.fusion())
 
     def trace_as_python(self) -> str:
         """Every applied primitive as a runnable Python script: run with
@@ -296,7 +293,7 @@ class Schedule:
         hand."""
         return self._native.trace_as_python()
 
-    def lower(self, device: Device | str | None = None) -> list[tuple[str, str]]:
+    def lower(self, device: Device | DeviceName | None = None) -> list[tuple[str, str]]:
         """Every lowering pass ``device`` (a :class:`Device` or its
         name, see :func:`as_device`) runs on this schedule before code generation, in order:
         ``[(pass name, the kernel and what the analyses found after it),
@@ -307,7 +304,7 @@ class Schedule:
         device = as_device(device)
         return self._native.lower(device._native)
 
-    def build(self, device: Device | str | None = None) -> Kernel:
+    def build(self, device: Device | DeviceName | None = None) -> Kernel:
         """Compiles for ``device`` (a :class:`Device` or its name, see
         :func:`as_device`; the default device when omitted)."""
         device = as_device(device)
@@ -378,115 +375,6 @@ def _sequence(primitive: str, name: str, value: object) -> Sequence[Any]:
         got = type(value).__name__
         raise _native.ScheduleError(f"{primitive}: {name}: expected a list, got {got}")
     return value
-
-
-class DeviceFacts:
-    """What a device is, read from its :attr:`info`: a :class:`Device`, or
-    a remote tuning worker's device as the driver sees it."""
-
-    __slots__ = ()
-
-    @property
-    def info(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    @property
-    def is_gpu(self) -> bool:
-        return bool(self.info["backend"] != "cpu")
-
-    @property
-    def fingerprint(self) -> str:
-        """16 hex digits naming this device as results and params files
-        record it: adapter, driver, limits, features and (on the CPU)
-        threads. Timings are comparable only under one fingerprint."""
-        text = json.dumps(self.info, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-class Device(DeviceFacts):
-    """Where kernels run: a wgpu adapter, or the CPU. ``Device("cpu")``,
-    ``Device("gpu")`` and ``Device("default")`` open one by name, as
-    :func:`as_device` does."""
-
-    __slots__ = ("_native",)
-
-    def __init__(self, native: _native.Device | str) -> None:
-        if isinstance(native, str):
-            self._native: _native.Device = as_device(native)._native
-        elif isinstance(native, _native.Device):
-            self._native = native
-        else:
-            raise TypeError(
-                f"Device(): expected one of {', '.join(map(repr, DEVICE_NAMES))}, "
-                f"got {type(native).__name__}"
-            )
-
-    @classmethod
-    def default(cls) -> Device:
-        """The GPU when wgpu finds an adapter, else the CPU;
-        ``TILEFUSE_DEVICE=gpu|cpu`` forces one."""
-        _runtime_dir()
-        return cls(_native.Device.default())
-
-    @classmethod
-    def cpu(cls) -> Device:
-        return cls(_native.Device.cpu())
-
-    @classmethod
-    def gpu(cls) -> Device:
-        """The best wgpu adapter; ``DeviceError`` when there is none."""
-        _runtime_dir()
-        return cls(_native.Device.gpu())
-
-    @property
-    def info(self) -> dict[str, Any]:
-        return self._native.info
-
-    def __repr__(self) -> str:
-        return repr(self._native)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickles as its kind; unpickling opens that kind of device here.
-        return (Device.gpu if self.is_gpu else Device.cpu, ())
-
-
-#: The names a ``device`` argument takes, as the CLI's ``--device``.
-DEVICE_NAMES = {"cpu": Device.cpu, "gpu": Device.gpu, "default": Device.default}
-
-_D = TypeVar("_D", bound=DeviceFacts)
-
-
-@overload
-def as_device(device: _D) -> _D: ...
-
-
-@overload
-def as_device(device: str | None) -> Device: ...
-
-
-def as_device(device: DeviceFacts | str | None) -> DeviceFacts:
-    """What every ``device`` argument takes: a :class:`Device` (or another
-    :class:`DeviceFacts`) as it is, ``"cpu"``, ``"gpu"`` or ``"default"``
-    opened (a GPU is opened once per process), and ``None`` as
-    ``"default"``."""
-    if device is None:
-        return Device.default()
-    if isinstance(device, DeviceFacts):
-        return device
-    expected = ", ".join(map(repr, DEVICE_NAMES)) + " or a tilefuse.Device"
-    if not isinstance(device, str):
-        raise TypeError(f"device: expected {expected}, got {type(device).__name__}")
-    if device not in DEVICE_NAMES:
-        raise ValueError(f"device: unknown device {device!r}; expected {expected}")
-    return DEVICE_NAMES[device]()
-
-
-def _runtime_dir() -> None:
-    """Mesa's Vulkan drivers print "XDG_RUNTIME_DIR is invalid or not set"
-    on every device they open without it, which users take for a failure:
-    give them a private directory when the variable is unset."""
-    if not os.environ.get("XDG_RUNTIME_DIR"):
-        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tilefuse-runtime-")
 
 
 #: A call of a WGSL subgroup builtin (``subgroupAdd(``, ``subgroupShuffleXor(``).

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from .fusion import Fusion, Tensor
-    from .schedule import Device, Kernel
+    from .device import Device
+    from .fusion import Fusion
+    from .schedule import Kernel
+    from .tensor import Tensor
 
 __all__ = ["Segment", "SegmentedKernel"]
 

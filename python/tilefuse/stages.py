@@ -300,7 +300,7 @@ def _benchmark(state: PipelineRun, stage: Stage) -> None:
     state.bench = r
     state.log.append(f"benchmark: median {r.median * 1e3:.4g} ms, {r.gbps:.3g} GB/s")
     if "save" in options:
-        _save(state, stage.file(options["save"]), r.to_json())
+        _save(state, stage.file(options["save"]), r.to_json(indent=2))
 
 
 def _save(state: PipelineRun, target: Path, text: str) -> None:

@@ -10,8 +10,8 @@ import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, overload
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
 import numpy as np
 from rich.console import Console
@@ -20,142 +20,27 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from . import _native
 from . import cache as _cache
 from . import heuristic as _heuristic
-from .fusion import NUMPY_DTYPES
 from .journal import Journal
 from .params import HeuristicParams
+from .results import Trial, TuneResult
+from .tensor import NUMPY_DTYPES
 from .workload import Tolerance
 
 if TYPE_CHECKING:
+    from .device import DeviceFacts, DeviceName
     from .distributed import RayExecutor, RemoteDevice
     from .fusion import Fusion
-    from .schedule import DeviceFacts
     from .workload import Workload, WorkloadLike
 
 Arrays = tuple[np.ndarray, ...]
 
-__all__ = ["TuneResult", "tune"]
+__all__ = ["Effort", "Strategy", "Trial", "TuneResult", "tune"]
 
-
-@dataclass(frozen=True)
-class TuneResult:
-    """What :func:`tune` found. Times are medians in seconds, from the final
-    run of the best candidates and the default heuristic's, timed in
-    interleaved rounds (five, up to twenty for short kernels): a candidate
-    wins only if it beat the default by at least 1 % in as many rounds as
-    a sign test asks (all of five; a gain of 10 % on the median may lose
-    one of five), and again in a confirmation of the two alone, else the
-    default's params are the best. The best four candidates are the
-    fastest of the dozen fastest trials in a second look (two interleaved
-    rounds, each keeping the faster): the fastest of a hundred trials are
-    the luckiest, and a slow spell of a shared machine only adds time."""
-
-    #: The winner: one params object, or one per segment.
-    best_params: HeuristicParams | list[HeuristicParams]
-    best_time: float
-    default_time: float | None
-    #: Every candidate: ``params``, ``origin`` (``default``, ``warm_start``
-    #: (a cached winner of the same structure at other sizes), ``seed``,
-    #: ``heuristic_neighbor``, ``random``, ``neighbor``, ``exhaustive``),
-    #: ``heuristic`` (of a seed or its neighbour), ``status`` (``ok``,
-    #: ``failed``, ``wrong``, ``duplicate``, ``cut``), ``time`` (on the CPU
-    #: device and lavapipe, which share the host's cores, scaled by the
-    #: default's kernel timed right after it: the time it would have taken
-    #: at the speed the default's trial ran at), ``error``,
-    #: ``at`` (seconds since tuning started), ``id`` (in the order
-    #: proposed), ``device`` (the fingerprint of the device that measured it),
-    #: ``look`` (its time in the second look before the final run, for the
-    #: dozen fastest but the default; else ``None``).
-    trials: list[dict[str, Any]] = field(repr=False)
-    #: The seed heuristics that applied: ``name``, ``seeds`` (params
-    #: dicts), ``won`` (whether one of its seeds won).
-    heuristics: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    scheduler: str | list[str] = ""
-    strategy: str = ""
-    elapsed: float = 0.0
-    #: The default heuristic's params the search started from (one, or one
-    #: per segment).
-    default_params: HeuristicParams | list[HeuristicParams] | None = field(default=None, repr=False)
-    #: The winner's time in each round of the final run, and of its
-    #: confirmation where one bore out a winner other than the default:
-    #: what ``best_time`` is the median of (for a segmented fusion, its
-    #: segments' times added round by round, over the rounds all have).
-    best_samples: list[float] = field(default_factory=list, repr=False)
-
-    @property
-    def changes(self) -> dict[str, tuple[Any, Any]] | list[dict[str, tuple[Any, Any]]]:
-        """What the winner changed from the default heuristic's params, by
-        field path: ``{"unroll_factor_iteration": (1, 4), ...}`` (one such
-        dict per segment for a segmented fusion; empty where the default
-        won)."""
-        pairs = zip(_listed(self.default_params), _listed(self.best_params), strict=True)
-        changes = [default.diff(best) for default, best in pairs]
-        return changes if isinstance(self.best_params, list) else changes[0]
-
-    @property
-    def warm_start(self) -> list[dict[str, Any]]:
-        """The trials of the cached winners of this structure at other sizes
-        on this device that tuning started from."""
-        return [t for t in self.trials if t["origin"] == "warm_start"]
-
-    @property
-    def warm_start_won(self) -> bool:
-        """Whether the winner (of a segment) is a warm start's params."""
-        best = self.best_params if isinstance(self.best_params, list) else [self.best_params]
-        return any(t["params"] == p.to_dict() for t in self.warm_start for p in best)
-
-    @property
-    def speedup(self) -> float | None:
-        """The default heuristic's time over the winner's."""
-        return None if self.default_time is None else self.default_time / self.best_time
-
-    def to_json(self) -> str:
-        best = self.best_params
-        return json.dumps(
-            {
-                "best_params": [p.to_dict() for p in best]
-                if isinstance(best, list)
-                else best.to_dict(),
-                "changes": self.changes,
-                "best_time": self.best_time,
-                "best_samples": self.best_samples,
-                "default_time": self.default_time,
-                "speedup": self.speedup,
-                "scheduler": self.scheduler,
-                "strategy": self.strategy,
-                "elapsed": self.elapsed,
-                "heuristics": self.heuristics,
-                "trials": self.trials,
-            },
-            indent=2,
-        )
-
-    def plot(self, path: str) -> None:
-        """Best time so far against trials and against seconds (needs
-        matplotlib: ``pip install tilefuse[plot]``)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        best, xs, ts = float("inf"), [], []
-        for t in self.trials:
-            if t["status"] == "ok" and t["time"] is not None:
-                best = min(best, t["time"])
-            if best < float("inf"):
-                xs.append(t["at"])
-                ts.append(best * 1e3)
-        fig, (by_trial, by_time) = plt.subplots(1, 2, figsize=(10, 4))
-        by_trial.plot(range(1, len(ts) + 1), ts, marker=".")
-        by_trial.set_xlabel("trial")
-        by_time.plot(xs, ts, marker=".")
-        by_time.set_xlabel("seconds")
-        for ax in (by_trial, by_time):
-            ax.set_ylabel("best ms so far")
-            ax.grid(alpha=0.3)
-        fig.suptitle(f"tilefuse tune: {self.scheduler}, {self.strategy}")
-        fig.tight_layout()
-        fig.savefig(path)
-        plt.close(fig)
+#: How long :func:`tune` searches: ``"none"`` (the default heuristic
+#: only), ``"quick"`` (48 trials, 30 s) or ``"full"`` (160 trials, 600 s).
+Effort: TypeAlias = Literal["none", "quick", "full"]
+#: How :func:`tune` proposes candidates.
+Strategy: TypeAlias = Literal["random", "pattern", "surrogate", "exhaustive"]
 
 
 #: Shows a trial and the best time so far.
@@ -246,16 +131,17 @@ def _parts(fusion: Fusion, arrays: Arrays | None, expected: Arrays | None) -> li
 @overload
 def tune(
     fusion: Fusion | WorkloadLike,
-    device: DeviceFacts | str | None = None,
-    effort: str = "quick",
-    strategy: str | None = None,
+    device: DeviceFacts | DeviceName | None = None,
+    *,
+    effort: Effort = "quick",
+    strategy: Strategy | None = None,
     trials: int | None = None,
     seconds: float | None = None,
     seed: int | None = None,
     cache: bool = True,
     progress: bool | None = None,
     builtin_heuristics: bool = True,
-    executor: str | RayExecutor = "local",
+    executor: Literal["local", "ray"] | RayExecutor = "local",
     devices: None = None,
     fields: list[str] | None = None,
     replay: str | None = None,
@@ -265,17 +151,17 @@ def tune(
 @overload
 def tune(
     fusion: Fusion | WorkloadLike,
-    device: DeviceFacts | str | None = None,
-    effort: str = "quick",
-    strategy: str | None = None,
+    device: DeviceFacts | DeviceName | None = None,
+    *,
+    effort: Effort = "quick",
+    strategy: Strategy | None = None,
     trials: int | None = None,
     seconds: float | None = None,
     seed: int | None = None,
     cache: bool = True,
     progress: bool | None = None,
     builtin_heuristics: bool = True,
-    executor: str | RayExecutor = "local",
-    *,
+    executor: Literal["local", "ray"] | RayExecutor = "local",
     devices: Literal["all"],
     fields: list[str] | None = None,
     replay: str | None = None,
@@ -284,16 +170,17 @@ def tune(
 
 def tune(
     fusion: Fusion | WorkloadLike,
-    device: DeviceFacts | str | None = None,
-    effort: str = "quick",
-    strategy: str | None = None,
+    device: DeviceFacts | DeviceName | None = None,
+    *,
+    effort: Effort = "quick",
+    strategy: Strategy | None = None,
     trials: int | None = None,
     seconds: float | None = None,
     seed: int | None = None,
     cache: bool = True,
     progress: bool | None = None,
     builtin_heuristics: bool = True,
-    executor: str | RayExecutor = "local",
+    executor: Literal["local", "ray"] | RayExecutor = "local",
     devices: Literal["all"] | None = None,
     fields: list[str] | None = None,
     replay: str | None = None,
@@ -337,8 +224,8 @@ def tune(
     offline, deterministically; it tunes the recorded fields.
     ``fields`` tunes only those tunable fields (paths, as
     :meth:`Fusion.tunables` names them), the others kept at the default's."""
+    from .device import as_device
     from .fusion import Fusion
-    from .schedule import as_device
     from .workload import as_workload
 
     if replay is not None:
@@ -513,8 +400,8 @@ class _Run:
         show: _Shown,
         stop: threading.Event | None,
     ) -> dict[str, Any]:
+        from .device import Device
         from .distributed import Problem, RayGroup
-        from .schedule import Device
 
         f, seed = part.fusion, self.seed or 0
         journal = Journal.of(f, device, self.inputs, seed) if self.cache else Journal(None)
@@ -558,10 +445,6 @@ class _Run:
         return r
 
 
-def _listed(params: HeuristicParams | list[HeuristicParams] | None) -> list[HeuristicParams]:
-    return params if isinstance(params, list) else [] if params is None else [params]
-
-
 def _result(results: list[dict[str, Any]], listed: bool) -> TuneResult:
     """One result of the native tuner's per-segment results (``listed``:
     the params of each segment, in a list)."""
@@ -574,7 +457,7 @@ def _result(results: list[dict[str, Any]], listed: bool) -> TuneResult:
         best_params=params[0] if one else params,  # type: ignore[arg-type]
         best_time=sum(r["best_time"] for r in results),
         default_time=None if None in defaults else sum(defaults),
-        trials=[t for r in results for t in r["trials"]],
+        trials=[Trial.from_dict(t) for r in results for t in r["trials"]],
         heuristics=[h for r in results for h in r["heuristics"]],
         scheduler=results[0]["scheduler"] if one else [r["scheduler"] for r in results],
         strategy=results[0]["strategy"],

@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -44,6 +44,10 @@ __all__ = [
     "WorkloadLike",
     "as_workload",
     "compare_outputs",
+    "describe",
+    "get",
+    "names",
+    "register",
 ]
 
 Size = int | bool | str
@@ -276,6 +280,44 @@ def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.
     return rng.random(shape) < 0.5
 
 
+# The registry of workloads by name; `tilefuse.workloads` registers the
+# built-in ones when the package is imported.
+_REGISTRY: dict[str, type[Workload]] = {}
+
+W = TypeVar("W", bound=type[Workload])
+
+
+def register(cls: W) -> W:
+    """Adds a workload class under its ``name`` (a class decorator)."""
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"a workload named {cls.name!r} is already registered")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def names() -> list[str]:
+    """Every registered workload, sorted."""
+    return sorted(_REGISTRY)
+
+
+def describe(name: str) -> str:
+    """One line: what the workload computes and its sizes with defaults."""
+    cls = _lookup(name)
+    sizes = ", ".join(f"{k}={v!r}" for k, v in cls.defaults.items())
+    return f"{cls.summary} ({sizes})"
+
+
+def get(name: str, **sizes: Size) -> Workload:
+    """The workload ``name`` with ``sizes`` (the rest at their defaults)."""
+    return _lookup(name)(**sizes)
+
+
+def _lookup(name: str) -> type[Workload]:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown workload {name!r}; built in: {', '.join(names())}")
+    return _REGISTRY[name]
+
+
 class FusionWorkload(Workload):
     """A fixed fusion as a workload (what :func:`as_workload` makes of a
     fusion, a function or a JSON file)."""
@@ -322,14 +364,12 @@ def as_workload(obj: WorkloadLike, **sizes: Size) -> Workload:
 
 
 def _builtin(name: str, sizes: dict[str, Size]) -> Workload:
-    from . import workloads
-
-    if name not in workloads.names():
+    if name not in _REGISTRY:
         raise FileNotFoundError(
             f"no fusion file {name!r}, nor a built-in workload of that name "
-            f"(built in: {', '.join(workloads.names())})"
+            f"(built in: {', '.join(names())})"
         )
-    return workloads.get(name, **sizes)
+    return get(name, **sizes)
 
 
 def _call(fn: Callable[..., Any], sizes: dict[str, Size]) -> Fusion:

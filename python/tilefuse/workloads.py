@@ -9,49 +9,15 @@ Each has a numpy form (``w.numpy(*w.inputs())``) for speedups over numpy.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from .fusion import Fusion, Tensor, gelu, matmul, relu
-from .workload import Size, Workload
+from .fusion import Fusion
+from .tensor import Tensor, gelu, matmul, relu
+from .workload import Size, Workload, describe, get, names, register
 
 __all__ = ["describe", "get", "names", "register"]
-
-_REGISTRY: dict[str, type[Workload]] = {}
-
-W = TypeVar("W", bound=type[Workload])
-
-
-def register(cls: W) -> W:
-    """Adds a workload class under its ``name`` (a class decorator)."""
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"a workload named {cls.name!r} is already registered")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def names() -> list[str]:
-    """Every registered workload, sorted."""
-    return sorted(_REGISTRY)
-
-
-def describe(name: str) -> str:
-    """One line: what the workload computes and its sizes with defaults."""
-    cls = _lookup(name)
-    sizes = ", ".join(f"{k}={v!r}" for k, v in cls.defaults.items())
-    return f"{cls.summary} ({sizes})"
-
-
-def get(name: str, **sizes: Size) -> Workload:
-    """The workload ``name`` with ``sizes`` (the rest at their defaults)."""
-    return _lookup(name)(**sizes)
-
-
-def _lookup(name: str) -> type[Workload]:
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown workload {name!r}; built in: {', '.join(names())}")
-    return _REGISTRY[name]
 
 
 class _Rows(Workload):
