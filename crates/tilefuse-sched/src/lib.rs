@@ -11,4 +11,4 @@ mod target;
 
 pub use lowering::{LowerError, Lowered, Target, lower};
 pub use schedule::{Instruction, Schedule, ScheduleError};
-pub use target::{DeviceInfo, DeviceLimits};
+pub use target::{DeviceInfo, DeviceKind, DeviceLimits};

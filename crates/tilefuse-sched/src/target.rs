@@ -39,8 +39,38 @@ pub struct DeviceInfo {
     pub simd_width: u32,
 }
 
+/// The kind of processor a device's kernels run on, which heuristics
+/// branch on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    /// The CPU device.
+    Cpu,
+    /// A Vulkan driver that runs shaders on the host's cores (lavapipe):
+    /// a GPU device to wgpu, whose barriers and workgroup memory cost what
+    /// they cost a CPU.
+    CpuVulkan,
+    /// A GPU: discrete, integrated or virtual.
+    Gpu,
+}
+
 impl DeviceInfo {
+    pub fn kind(&self) -> DeviceKind {
+        match (self.backend.as_str(), self.adapter_type.as_str()) {
+            ("cpu", _) => DeviceKind::Cpu,
+            (_, "cpu") => DeviceKind::CpuVulkan,
+            _ => DeviceKind::Gpu,
+        }
+    }
+
+    /// Whether kernels run through wgpu (a GPU or a CPU Vulkan).
     pub fn is_gpu(&self) -> bool {
-        self.backend != "cpu"
+        self.kind() != DeviceKind::Cpu
+    }
+
+    /// Whether kernels compute on the host's cores (the CPU device or a
+    /// CPU Vulkan), at the speed of a machine others may share.
+    pub fn on_the_host(&self) -> bool {
+        self.kind() != DeviceKind::Gpu
     }
 }

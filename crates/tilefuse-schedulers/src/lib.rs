@@ -8,11 +8,13 @@
 mod canonical;
 mod features;
 mod launch;
+mod lavapipe;
 mod matmul;
 mod pointwise;
 mod reduction;
 mod segment;
 mod step;
+mod tiles;
 
 use std::borrow::Cow;
 

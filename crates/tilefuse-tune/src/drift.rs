@@ -19,12 +19,6 @@ use crate::candidate::{Candidate, Measured};
 use crate::measure::{self, Problem};
 use crate::trial::Status;
 
-/// Whether `device` computes on the host's cores (the CPU device,
-/// lavapipe), at the speed of a machine others may share.
-pub(crate) fn on_the_host(device: &Device) -> bool {
-    device.info().adapter_type == "cpu"
-}
-
 /// Checks and times candidates one after another on one device, each
 /// time paired with a [`Reference`] where the device computes on the
 /// host's cores (the CPU device, lavapipe). What a [`crate::LocalExecutor`]
@@ -41,7 +35,7 @@ impl Stopwatch {
     pub fn new(device: &Device, problem: Problem) -> Stopwatch {
         Stopwatch {
             problem,
-            paired: on_the_host(device),
+            paired: device.info().on_the_host(),
             reference: None,
         }
     }

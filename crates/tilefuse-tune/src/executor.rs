@@ -13,7 +13,7 @@ use tilefuse_ir::Fusion;
 use tilefuse_runtime::{Device, Kernel};
 
 use crate::candidate::{Candidate, Finalist, Measured, Timing};
-use crate::drift::{self, Stopwatch};
+use crate::drift::Stopwatch;
 use crate::measure::{self, Problem};
 use crate::options::TuneError;
 use crate::trial::Status;
@@ -71,7 +71,7 @@ impl<'a> LocalExecutor<'a> {
             fusion,
             device,
             stopwatch: Stopwatch::new(device, problem),
-            overlap: !drift::on_the_host(device),
+            overlap: !device.info().on_the_host(),
             queued: Vec::new(),
             done: VecDeque::new(),
             best: None,

@@ -4,7 +4,9 @@ use tilefuse_ir::Fusion;
 use tilefuse_params::{GemmTile, MatmulParams};
 
 use super::analysis::{batches, fusion_has_batch, problem};
-use tilefuse_sched::DeviceInfo;
+use crate::lavapipe;
+use crate::tiles::{pow2_at_most, register_tiles};
+use tilefuse_sched::{DeviceInfo, DeviceKind};
 
 /// Default params. The CPU device: invocations of 8 whole rows (the
 /// executor's register-blocked micro-kernel), up to 256 rows a workgroup
@@ -28,32 +30,10 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
         let blocking = CpuBlocking::for_width(device.simd_width);
         cpu_tiles([m, n, k], workgroups, blocking)
     } else {
-        let max = device.limits.max_invocations_per_workgroup;
-        let cpu_vulkan = device.adapter_type == "cpu";
-        // lavapipe: 8x16 register tiles (four vec4 accumulators a row) run
-        // 1024^3 in 0.35x the time of the hand-written 4x4 kernel
-        // (`benches/handwritten.py`); discrete GPUs keep 4x4 (registers are scarcer).
-        let (ri, rj) = if cpu_vulkan {
-            (pow2_at_most(m, 8), pow2_at_most(n, 16))
-        } else {
-            (pow2_at_most(m, 4), pow2_at_most(n, 4))
-        };
-        let (side_m, side_n) = match (cpu_vulkan, max) {
-            (true, _) | (_, ..=255) => (8, 8),
-            (_, 256..=511) => (16, 16),
-            _ => (16, 32),
-        };
-        let (tm, tn) = (
-            ri * pow2_at_most(m.div_ceil(u64::from(ri)), side_m),
-            rj * pow2_at_most(n.div_ceil(u64::from(rj)), side_n),
-        );
-        let kk = pow2_at_most(k, if cpu_vulkan { 16 } else { 32 });
-        let ik = pow2_at_most(k, if cpu_vulkan { 2 } else { 4 });
-        (
-            GemmTile::new(tm, tn, kk),
-            GemmTile::new((tm / 2).max(ri), (tn / 2).max(rj), kk),
-            GemmTile::new(ri, rj, ik),
-        )
+        match device.kind() {
+            DeviceKind::CpuVulkan => lavapipe::matmul_tiles([m, n, k]),
+            _ => gpu_tiles([m, n, k], device.limits.max_invocations_per_workgroup),
+        }
     };
     p.tile_sizes.cta_tile = cta;
     p.tile_sizes.warp_tile = warp;
@@ -62,8 +42,7 @@ pub fn matmul_heuristics(fusion: &Fusion, device: &DeviceInfo) -> MatmulParams {
     // memory, the whole workgroup storing rows of it: on an H100 1.17x at
     // 2048³, 1.47x at 512³ and 1.55x at 1024³ (0.181 → 0.117 ms;
     // `benches/tune.py --device gpu --case matmul`). On lavapipe it was 2-9 % slower (256³, 512³).
-    p.use_smem_epilogue =
-        device.is_gpu() && device.adapter_type != "cpu" && smem_epilogue_fits(cta, device);
+    p.use_smem_epilogue = device.kind() == DeviceKind::Gpu && smem_epilogue_fits(cta, device);
     if !device.is_gpu() && !fusion_has_batch(fusion) {
         p.splitk_factor = cpu_splitk(m, n, k, cta, device.cores);
     }
@@ -140,9 +119,16 @@ fn cpu_slices(
     (row_slices, column_slices)
 }
 
-/// The largest power of two at most `x`, and at most `cap`.
-fn pow2_at_most(x: u64, cap: u64) -> u32 {
-    crate::pow2_at_most(x).min(cap) as u32
+/// A GPU's tiles: 4x4 register tiles (registers are scarcer than on a
+/// CPU Vulkan, see [`lavapipe::matmul_tiles`]), workgroups of 8x8 to
+/// 16x32 of them by the invocations a workgroup may have.
+fn gpu_tiles(mnk: [u64; 3], max_invocations: u32) -> (GemmTile, GemmTile, GemmTile) {
+    let sides = match max_invocations {
+        ..=255 => (8, 8),
+        256..=511 => (16, 16),
+        _ => (16, 32),
+    };
+    register_tiles(mnk, (4, 4), sides, (32, 4))
 }
 
 /// How the CPU device blocks a matmul for its vector width. The

@@ -6,9 +6,9 @@ use tilefuse_params::ReductionParams;
 use super::topology::{Topology, topology};
 use super::{LOOPS, UNROLL_ROWS};
 use crate::step::StepError;
-use crate::{largest_divisor, pow2_at_most};
-use tilefuse_sched::DeviceInfo;
+use crate::{largest_divisor, lavapipe, pow2_at_most};
 use tilefuse_sched::lowering::SHORT_NEST;
+use tilefuse_sched::{DeviceInfo, DeviceKind};
 
 /// Default params. The CPU device: rows spread over threads by
 /// workgroups of up to 1024 rows (see [`rows_per_workgroup`]), each
@@ -22,7 +22,7 @@ use tilefuse_sched::lowering::SHORT_NEST;
 /// it gets one subgroup a row, partials shuffled together and rows
 /// recomputed (no workgroup memory, no barrier) where it has subgroups and
 /// rows are not too long, up to 16 short rows a workgroup (see
-/// [`lavapipe_short_rows`]); otherwise fewer, larger steps per invocation,
+/// [`lavapipe::short_rows`]); otherwise fewer, larger steps per invocation,
 /// within its per-invocation loop budget, and one dispatch per reduction.
 /// Outer reductions give each invocation columns (coalesced) and several
 /// invocations per column when columns alone would leave the GPU idle.
@@ -39,7 +39,7 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
     if !device.is_gpu() {
         return cpu_heuristics(p, fusion, &topo, device);
     }
-    let cpu_vulkan = device.adapter_type == "cpu";
+    let cpu_vulkan = device.kind() == DeviceKind::CpuVulkan;
     if p.fastest_dim {
         let v = [4u32, 2, 1]
             .into_iter()
@@ -73,8 +73,8 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
             p.unroll_factor_reduction = 4;
         }
         if shuffles {
-            lavapipe_short_rows(&mut p, r, t * v, topo.outer());
-            lavapipe_long_rows(&mut p, r, t * v, topo.outer());
+            lavapipe::short_rows(&mut p, r, t * v, topo.outer());
+            lavapipe::long_rows(&mut p, r, t * v, topo.outer());
         }
         p.persistent_kernel = !cpu_vulkan || shuffles;
         // A discrete GPU keeps the exp / centred row on chip when it fits
@@ -84,7 +84,7 @@ pub fn reduction_heuristics(fusion: &Fusion, device: &DeviceInfo) -> ReductionPa
     } else {
         let columns = topo.inner();
         let (x, y) = if cpu_vulkan {
-            lavapipe_columns(&mut p, columns, r, max)
+            lavapipe::reduction_columns(&mut p, columns, r, max)
         } else {
             // A discrete GPU wants a hundred thousand invocations in
             // hundreds of workgroups: column sums of 4096x4096 on an H100
@@ -151,65 +151,6 @@ fn within_unroll_budget(
 fn refused_for(field: &str, fusion: &Fusion, p: &ReductionParams, device: &DeviceInfo) -> bool {
     super::schedule_reduction(fusion, p, device)
         .is_err_and(|e| matches!(e, StepError::Params(e) if e.path == field))
-}
-
-/// lavapipe's outer reductions: the columns a workgroup takes and the
-/// invocations a column.
-fn lavapipe_columns(p: &mut ReductionParams, columns: u64, r: u64, max: u64) -> (u64, u64) {
-    let x = pow2_at_most(columns).clamp(1, max.min(64));
-    // Narrow tensors: several invocations a column, and at most 16 columns
-    // a workgroup (column sums of 64 to 200 columns 0.51-1.02x the time
-    // with 64, of 33 and 50 0.77-1.01x with 32; 24 shapes of 1000 to
-    // 16384 rows).
-    let (x, y) = if columns < 4 * x && r >= 64 {
-        let x = x.min(16);
-        (x, (max / x).min(8))
-    } else {
-        (x, 1)
-    };
-    // An invocation that walks a whole column gains from four steps
-    // unrolled (column sums of 1024² 0.53x the time, 4096² and 64x16384
-    // 0.80x and 0.61x, softmax and batch norm over axis 0 0.70-0.81x);
-    // several invocations a column lost by it (3000 x 20 to 3000 x 200:
-    // 1.10-1.26x).
-    if y == 1 && r >= 16 {
-        p.unroll_factor_reduction = 4;
-    }
-    (x, y)
-}
-
-/// lavapipe, rows of at most four subgroup steps (`per_step` elements
-/// each): a workgroup takes up to 16 rows one after another, so that
-/// lavapipe's cost per workgroup is paid once for them, keeping 64
-/// workgroups or more and none ragged; and a row's steps are unrolled
-/// when they divide it evenly. Softmax, layer norm, RMS norm, log-softmax
-/// and row sums of 1000 to 16384 rows of 32 to 128: 0.60-0.90x the time
-/// (median 0.86x over 110 shapes); rows of 100 (three ragged steps)
-/// 0.74-1.10x.
-fn lavapipe_short_rows(p: &mut ReductionParams, r: u64, per_step: u64, rows: u64) {
-    let steps = r / per_step;
-    if !(1..=4).contains(&steps) {
-        return;
-    }
-    let shared = [16, 8, 4]
-        .into_iter()
-        .find(|&k| rows.is_multiple_of(k) && rows / k >= 64);
-    p.rows_per_workgroup = shared.map(|k| k as u32);
-    if r.is_multiple_of(per_step) && steps.is_power_of_two() {
-        p.unroll_factor_reduction = steps as u32;
-    }
-}
-
-/// lavapipe, rows of 32 subgroup steps or more, in fours: an invocation
-/// takes four rows' steps in turn rather than four steps of one row
-/// (softmax, layer norm, RMS norm and log-softmax over rows of 1024 to
-/// 8192: 0.71-1.00x the time, row sums 0.95-1.02x, median 0.93 over 35
-/// shapes; rows of 256, 8 steps, lost 1.14-1.24x).
-fn lavapipe_long_rows(p: &mut ReductionParams, r: u64, per_step: u64, rows: u64) {
-    if r / per_step >= 32 && rows.is_multiple_of(4) {
-        p.unroll_factor_reduction = 1;
-        p.unroll_factor_iteration = 4;
-    }
 }
 
 /// The CPU device's defaults (see [`reduction_heuristics`]).

@@ -43,7 +43,7 @@ impl AutotunerHeuristic for LargeMatmul {
 
     fn is_eligible(&self, cx: &SeedContext) -> Result<bool, String> {
         let large = |[m, n, k]: [u64; 3]| m.min(n) >= SIDE && k >= u64::from(DEEP_K);
-        Ok(cx.device.adapter_type != "cpu" && cx.features.matmul.is_some_and(large))
+        Ok(cx.features.matmul.is_some_and(large))
     }
 
     fn seed_configs(&self, cx: &SeedContext) -> Result<Vec<HeuristicParams>, String> {

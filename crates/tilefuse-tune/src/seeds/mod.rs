@@ -13,11 +13,11 @@ mod outer_reduction;
 mod short_rows;
 mod skinny_matmul;
 
-use serde::Serialize;
 use serde_json::Value;
 use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, SchedulerKind};
 use tilefuse_sched::DeviceInfo;
+pub use tilefuse_sched::DeviceKind;
 use tilefuse_schedulers::Features;
 
 pub use large_matmul::LargeMatmul;
@@ -25,26 +25,6 @@ pub use long_chain::LongChain;
 pub use outer_reduction::OuterReduction;
 pub use short_rows::ShortRows;
 pub use skinny_matmul::SkinnyMatmul;
-
-/// The kinds of device a heuristic can be for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeviceKind {
-    /// The CPU device.
-    Cpu,
-    /// Any wgpu adapter (lavapipe included).
-    Gpu,
-}
-
-impl DeviceKind {
-    pub fn of(device: &DeviceInfo) -> DeviceKind {
-        if device.is_gpu() {
-            DeviceKind::Gpu
-        } else {
-            DeviceKind::Cpu
-        }
-    }
-}
 
 /// What a heuristic sees of the tuning problem.
 pub struct SeedContext<'a> {
@@ -101,7 +81,7 @@ pub fn builtin() -> Vec<Box<dyn AutotunerHeuristic>> {
 pub fn applies(h: &dyn AutotunerHeuristic, cx: &SeedContext) -> Result<bool, String> {
     let for_scheduler =
         h.schedulers().is_empty() || h.schedulers().contains(&cx.features.scheduler);
-    let kind = DeviceKind::of(cx.device);
+    let kind = cx.device.kind();
     let for_device = h.devices().is_empty() || h.devices().contains(&kind);
     Ok(for_scheduler && for_device && h.is_eligible(cx)?)
 }

@@ -22,7 +22,7 @@ impl AutotunerHeuristic for OuterReduction {
     }
 
     fn devices(&self) -> &[DeviceKind] {
-        &[DeviceKind::Gpu]
+        &[DeviceKind::Gpu, DeviceKind::CpuVulkan]
     }
 
     fn is_eligible(&self, cx: &SeedContext) -> Result<bool, String> {

@@ -26,7 +26,7 @@ impl AutotunerHeuristic for SkinnyMatmul {
     }
 
     fn devices(&self) -> &[DeviceKind] {
-        &[DeviceKind::Gpu]
+        &[DeviceKind::Gpu, DeviceKind::CpuVulkan]
     }
 
     fn is_eligible(&self, cx: &SeedContext) -> Result<bool, String> {
