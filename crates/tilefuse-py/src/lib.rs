@@ -6,7 +6,6 @@
 
 mod arrays;
 mod errors;
-mod file_memo;
 mod fusion;
 mod json_value;
 mod observer;

@@ -2,24 +2,21 @@
 //! `tilefuse.cache`. Results and entries cross as JSON-shaped dicts.
 
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use serde_json::Value;
 use tilefuse::params::{HeuristicParams, ParamsError};
 use tilefuse::sched::DeviceInfo;
 use tilefuse::schedulers::pick;
 use tilefuse::tune::seeds::builtin;
 use tilefuse::tune::{
-    AutotunerHeuristic, Bundle, Cache, CacheError, CacheKey, Entry, Family, ReplayExecutor,
-    SeedContext, Written, nearest, tune_with,
+    AutotunerHeuristic, Bundle, Cache, CacheKey, Entry, Family, ReplayExecutor, SeedContext,
+    Written, layers, tune_with,
 };
 
 use crate::arrays;
 use crate::errors::{OrRaise, guard, params_error};
-use crate::file_memo::FileMemo;
 use crate::fusion::PyFusion;
 use crate::json_value::{to_py, to_value};
 use crate::observer::{observer, tune_error};
@@ -187,15 +184,9 @@ fn device_info(device: &Bound<'_, PyAny>) -> PyResult<DeviceInfo> {
         .map_err(|e| params_error(device.py(), "device", format!("not a device's info: {e}")))
 }
 
-fn directory_of(directory: Option<String>) -> Result<PathBuf, ParamsError> {
-    directory
-        .map(PathBuf::from)
-        .or_else(Cache::default_dir)
-        .ok_or_else(|| ParamsError::new("cache", "no cache directory (set TILEFUSE_CACHE)"))
-}
-
 fn open(directory: Option<String>) -> Result<Cache, ParamsError> {
-    Cache::open(directory_of(directory)?).map_err(|e| ParamsError::new("cache", e.to_string()))
+    Cache::open(layers::directory(directory.map(PathBuf::from))?)
+        .map_err(|e| ParamsError::new("cache", e.to_string()))
 }
 
 fn key(
@@ -210,34 +201,8 @@ fn key(
     Ok(CacheKey::new(&fusion.inner, kind, &device.inner.info()))
 }
 
-/// An entry as a dict, with its `id` (the digest of its key, its file's
-/// name in the cache).
-fn entry_value(e: &Entry) -> Value {
-    let mut value = serde_json::to_value(e).expect("an entry serializes");
-    value["id"] = e.key.file_stem().into();
-    value["stale"] = (!e.key.is_current()).into();
-    value
-}
-
 fn entry_to_py<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyAny>> {
-    to_py(py, &entry_value(e))
-}
-
-/// Bundles already read.
-static BUNDLES: FileMemo<Bundle> = FileMemo::new();
-
-/// The bundle at `path`, read again only when the file changed.
-fn bundle(path: &Path) -> Result<Arc<Bundle>, CacheError> {
-    let loaded = BUNDLES.get(path, || Bundle::load(path).map(Some))?;
-    Ok(loaded.expect("a loaded bundle is kept"))
-}
-
-/// The bundle at `path` as a lookup layer; one that does not load is
-/// skipped with a warning.
-fn layer(path: &str, warnings: &mut Vec<String>) -> Option<Arc<Bundle>> {
-    bundle(Path::new(path))
-        .map_err(|e| warnings.push(format!("tilefuse bundle skipped: {e}")))
-        .ok()
+    to_py(py, &layers::entry_value(e))
 }
 
 /// `(entry or None, layer, warnings)` of a lookup.
@@ -259,49 +224,11 @@ pub fn cache_get<'py>(
 ) -> PyResult<Found<'py>> {
     guard(|| {
         let key = key(fusion, device, scheduler).or_raise(py)?;
-        let cache = Cache::at(directory_of(directory).or_raise(py)?);
-        let (entry, mut warnings) = cache_hit(&cache, &key).or_raise(py)?;
-        if let Some(e) = entry {
-            return Ok((Some(to_py(py, &e)?), Some("cache".into()), warnings));
-        }
-        for path in bundles {
-            if let Some(b) = layer(&path, &mut warnings)
-                && let Some(e) = b.get(&key)
-            {
-                let e = served(e).or_raise(py)?;
-                return Ok((Some(to_py(py, &e)?), Some(path), warnings));
-            }
-        }
-        Ok((None, None, warnings))
+        let dir = layers::directory(directory.map(PathBuf::from)).or_raise(py)?;
+        let found = layers::lookup(&dir, &key, &bundles).or_raise(py)?;
+        let entry = found.entry.map(|e| to_py(py, &e)).transpose()?;
+        Ok((entry, found.layer, found.warnings))
     })
-}
-
-/// Cache entries as [`served`] makes them.
-static SERVED: FileMemo<Value> = FileMemo::new();
-
-/// `key`'s entry in `cache` as [`served`] makes it, read, parsed and
-/// checked again only when its file changed (the cost of every cache hit
-/// of `Fusion.heuristics`); warnings about an entry set aside.
-fn cache_hit(
-    cache: &Cache,
-    key: &CacheKey,
-) -> Result<(Option<Arc<Value>>, Vec<String>), ParamsError> {
-    let mut warnings = Vec::new();
-    let entry = SERVED.get(&cache.path(key), || {
-        let lookup = cache.get(key);
-        warnings = lookup.warnings;
-        lookup.entry.as_ref().map(served).transpose()
-    })?;
-    Ok((entry, warnings))
-}
-
-/// An entry as a lookup serves it, with its `id`: its params complete and
-/// checked here (a file may have been edited), so Python wraps them
-/// without another pass.
-fn served(e: &Entry) -> Result<Value, ParamsError> {
-    let mut e = e.clone();
-    e.params = HeuristicParams::from_value(e.params)?.to_value();
-    Ok(entry_value(&e))
 }
 
 /// Writes every entry of the cache to the bundle file `path`;
@@ -325,7 +252,7 @@ pub fn bundle_export(
 #[pyfunction]
 pub fn bundle_entries<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Vec<Bound<'py, PyAny>>> {
     guard(|| {
-        let b = bundle(&path).or_raise(py)?;
+        let b = layers::bundle(&path).or_raise(py)?;
         b.entries().map(|e| entry_to_py(py, e)).collect()
     })
 }
@@ -381,18 +308,11 @@ pub fn cache_warm_start<'py>(
             .parse()
             .map_err(|e| params_error(py, "scheduler", e))?;
         let key = CacheKey::new(&fusion.inner, kind, &device_info(device)?);
-        let dir = directory_of(directory).or_raise(py)?;
-        let (mut entries, mut warnings) = match dir.is_dir() {
-            true => Cache::at(dir).entries().or_raise(py)?,
-            false => (Vec::new(), Vec::new()),
-        };
-        for path in bundles {
-            if let Some(b) = layer(&path, &mut warnings) {
-                entries.extend(b.entries().cloned());
-            }
-        }
-        let params = nearest(&entries, &key, &Family::of(&fusion.inner), limit)
-            .into_iter()
+        let dir = layers::directory(directory.map(PathBuf::from)).or_raise(py)?;
+        let (near, warnings) =
+            layers::family_winners(&dir, &key, &fusion.inner, &bundles, limit).or_raise(py)?;
+        let params = near
+            .iter()
             .map(|e| to_py(py, &e.params))
             .collect::<PyResult<_>>()?;
         Ok((params, warnings))
