@@ -30,6 +30,7 @@ __all__ = [
     "bundle_entries",
     "bundles",
     "clear",
+    "describe",
     "directory",
     "entries",
     "explain",
@@ -39,6 +40,7 @@ __all__ = [
     "merge",
     "prune",
     "register_bundle",
+    "source",
     "store",
     "unregister_bundle",
     "warm_start",
@@ -189,6 +191,36 @@ def prune() -> int:
 def clear() -> int:
     """Removes every entry; how many there were."""
     return _native.cache_clear()
+
+
+def source(fusion: Fusion, device: Device, scheduler: str | None = None) -> str:
+    """Where a lookup for ``fusion`` (one kernel's) on ``device`` takes
+    its params from, as :meth:`Fusion.params_source` says it."""
+    entry = lookup(fusion, device, scheduler)
+    if entry is None:
+        return "default heuristic"
+    return describe(entry, fusion, device)
+
+
+def describe(entry: dict[str, Any], fusion: Fusion, device: Device) -> str:
+    """``"cache: DIR (N trials, STRATEGY, 1.23x the default)"`` or
+    ``"bundle: PATH (...)"``: the layer that served ``entry`` and the tuning
+    that made it, and whether it searched another params space than the
+    tuner would now for ``fusion`` on ``device``."""
+    speedup = (
+        f", {entry['default_time'] / entry['best_time']:.2f}x the default"
+        if entry.get("default_time")
+        else ""
+    )
+    layer = f"cache: {directory()}" if entry["layer"] == "cache" else f"bundle: {entry['layer']}"
+    imported = ", imported" if entry.get("origin") == "imported" else ""
+    space = entry.get("space")
+    kind = entry["key"]["scheduler"]
+    moved = space and space != _native.space_digest(fusion._native, device._native, kind)
+    # Tuned over other fields or values (a narrowed tune, or an older
+    # scheduler's): still served, but tuning again searches this space.
+    other = ", over another params space than the tuner's now" if moved else ""
+    return f"{layer} ({entry['trials']} trials, {entry['strategy']}{speedup}{imported}{other})"
 
 
 def explain(

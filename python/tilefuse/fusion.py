@@ -184,27 +184,7 @@ class Fusion:
             return "; ".join(
                 seg.fusion.params_source(device, seg.scheduler) for seg in self.segments()
             )
-        entry = _cache.lookup(self, device, scheduler)
-        if entry is None:
-            return "default heuristic"
-        speedup = (
-            f", {entry['default_time'] / entry['best_time']:.2f}x the default"
-            if entry.get("default_time")
-            else ""
-        )
-        layer = (
-            f"cache: {_cache.directory()}"
-            if entry["layer"] == "cache"
-            else (f"bundle: {entry['layer']}")
-        )
-        imported = ", imported" if entry.get("origin") == "imported" else ""
-        space = entry.get("space")
-        kind = entry["key"]["scheduler"]
-        moved = space and space != _native.space_digest(self._native, device._native, kind)
-        # Tuned over other fields or values (a narrowed tune, or an older
-        # scheduler's): still served, but tuning again searches this space.
-        other = ", over another params space than the tuner's now" if moved else ""
-        return f"{layer} ({entry['trials']} trials, {entry['strategy']}{speedup}{imported}{other})"
+        return _cache.source(self, device, scheduler)
 
     def features(self) -> dict[str, Any]:
         """What seed heuristics decide on, as the scheduler that takes the
