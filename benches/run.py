@@ -24,11 +24,15 @@ matplotlib is there.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -365,11 +369,72 @@ def latency_fusions() -> dict[str, tf.Fusion]:
     return out
 
 
-def scheduling_latency(fusion: tf.Fusion, device: tf.Device, budget: Budget) -> float:
-    """Median seconds for heuristics + schedule + lowering + WGSL (+ the
-    compiled pipeline, from the device's cache after the first call), as
-    `f.schedule(f.heuristics(device=d), d)` from Python."""
-    return median_call(lambda: fusion.schedule(fusion.heuristics(device=device), device), budget)
+LATENCY = ("heuristics", "cache hit", "schedule + build")
+
+
+def host_latency(fusion: tf.Fusion, device: tf.Device, budget: Budget) -> dict[str, float]:
+    """Median seconds of what a call costs the host before any kernel runs:
+    the default heuristic (``cache=False``), a cache hit (the same params
+    stored as a tuned winner in a cache of its own), and scheduling,
+    lowering and WGSL with the compiled pipeline from the device's cache
+    after the first call (``f.schedule(params, device)``)."""
+    params = fusion.heuristics(device=device, cache=False)
+    times = {
+        "heuristics": median_call(lambda: fusion.heuristics(device=device, cache=False), budget),
+        "schedule + build": median_call(lambda: fusion.schedule(params, device), budget),
+    }
+    if isinstance(params, tf.HeuristicParams):  # one kernel: a cache entry of its own
+        with tempfile.TemporaryDirectory() as cache_dir:
+            os.environ["TILEFUSE_CACHE"], before = cache_dir, os.environ.get("TILEFUSE_CACHE")
+            try:
+                tf.cache.store(fusion, device, params.to_dict(), best_time=1e-3)
+                times["cache hit"] = median_call(lambda: fusion.heuristics(device=device), budget)
+            finally:
+                os.environ.pop("TILEFUSE_CACHE")
+                if before is not None:
+                    os.environ["TILEFUSE_CACHE"] = before
+    return times
+
+
+def machine(devices: dict[str, tf.Device]) -> dict[str, Any]:
+    """What the numbers were measured on: the CPU's model, threads and
+    SIMD, the GPU adapter and its driver, the peers' versions."""
+    flags = set()
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    simd = [f for f in ("avx512f", "avx2", "fma", "f16c", "neon") if f in flags]
+    gpu = devices.get("gpu")
+    torch = sys.modules.get("torch")
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "command": "python " + " ".join(sys.argv),
+        "cpu": model,
+        "cpu_threads": devices["cpu"].info["cores"],
+        "simd": simd,
+        "gpu": gpu.info["name"] if gpu else None,
+        "gpu_driver": gpu.info["driver"] if gpu else None,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "torch": getattr(torch, "__version__", None),
+        "tilefuse": f"{tf.__version__} ({revision()})",
+    }
+
+
+def revision() -> str:
+    """The checkout's commit, or "?" outside a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return out.stdout.strip()
 
 
 def main() -> None:
@@ -378,6 +443,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=0.3, help="seconds of warm-up per run")
     parser.add_argument("--rep", type=float, default=1.0, help="seconds of timed runs per run")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--label", help="the machine's name in the report (default: its CPU)")
     parser.add_argument("--plot", help="plot the sweep to this image (needs matplotlib)")
     parser.add_argument("--no-sweep", action="store_true", help="skip the small-size sweep")
     parser.add_argument(
@@ -408,8 +474,7 @@ def main() -> None:
     rows = [] if only else [run_case(c, devices, torch, budget) for c in chosen]
     swept = {} if args.no_sweep or only else sweep(devices, torch, budget, args.quick)
     latency = {
-        (name, dev): scheduling_latency(f, device, budget)
-        for name, f in latency_fusions().items()
+        dev: {name: host_latency(f, device, budget) for name, f in latency_fusions().items()}
         for dev, device in devices.items()
     }
 
@@ -448,21 +513,25 @@ def main() -> None:
         if args.plot:
             plot_sweep(swept, args.plot)
     print()
-    print(f"{'heuristics + schedule + build':<36} {'device':<17} {'ms':>9}")
-    for (name, dev), t in latency.items():
-        print(f"{name:<36} {dev:<17} {t * 1e3:>9.3f}")
-    meta = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": platform.machine(),
-        "cpu_threads": devices["cpu"].info["cores"],
-        "gpu": devices["gpu"].info["name"] if "gpu" in devices else None,
-        "numpy": np.__version__,
-        "tilefuse": tf.__version__,
-    }
+    print(f"{'host latency, ms':<24} {'device':<8}" + "".join(f"{k:>18}" for k in LATENCY))
+    for dev, by_fusion in latency.items():
+        for name, times in by_fusion.items():
+            cells = "".join(
+                f"{times[k] * 1e3:>18.3f}" if k in times else f"{'-':>18}" for k in LATENCY
+            )
+            print(f"{name:<24} {dev:<8}{cells}")
+    meta = machine(devices)
+    meta["label"] = args.label or f"{meta['cpu']} ({meta['cpu_threads']} threads)"
+    meta["plot"] = args.plot
     print(json.dumps(meta))
     if args.json:
         with open(args.json, "w") as fh:
-            results = {"meta": meta, "cases": {c.name: c.results for c in rows}, "sweep": swept}
+            results = {
+                "meta": meta,
+                "cases": {c.name: c.results for c in rows},
+                "sweep": swept,
+                "latency": latency,
+            }
             json.dump(results, fh, indent=2)
 
 

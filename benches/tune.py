@@ -24,6 +24,7 @@ import json
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,8 @@ def main() -> None:
     show(rows, args.efforts)
     if args.json:
         meta = {
+            "date": time.strftime("%Y-%m-%d"),
+            "command": "python " + " ".join(sys.argv),
             "strategy": args.strategy,
             "machine": platform.processor() or platform.machine(),
             "gpu": str(devices.get("gpu")),

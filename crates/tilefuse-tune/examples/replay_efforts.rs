@@ -1,17 +1,16 @@
 //! How much of `full` effort's speedup `quick` reaches on recorded spaces
 //! (no device): for each space, over ten seeds (or `SEEDS`), the surrogate
 //! replayed with each effort's trial budget, and the speedup of the best
-//! point it found over the default's. `quick / full` is quick's gain over
-//! the default divided by full's (the issue asks for at least 95 %); a
-//! space where full gains nothing reads 100 %.
+//! point it found over the default's, as a JSON array with an object per
+//! space, which `benches/report.py` renders (quick's gain over the default
+//! as a share of full's, summed over the spaces).
 //!
 //! ```text
-//! cargo run --release -p tilefuse-tune --example replay_efforts [SEEDS] RECORDING.json ...
+//! cargo run --release -p tilefuse-tune --example replay_efforts [SEEDS] RECORDING.json ... > efforts.json
 //! ```
 //!
-//! The last row sums the gains over the spaces. A strategy's choices do
-//! not depend on its budget, so quick's run is the start of full's, and
-//! full's ends at the space's best.
+//! A strategy's choices do not depend on its budget, so quick's run is the
+//! start of full's, and full's ends at the space's best.
 
 use std::path::PathBuf;
 
@@ -22,9 +21,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let seeds: u64 = args.next().map_or(10, |s| s.parse().expect("a seed count"));
     let paths: Vec<PathBuf> = args.map(PathBuf::from).collect();
-    println!("| space | points | default / best | quick speedup | full speedup | quick / full |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    let mut gains = [0.0; 2];
+    let mut rows = Vec::new();
     for path in &paths {
         let text = std::fs::read_to_string(path).expect("a readable recording");
         let r: Recording = serde_json::from_str(&text).expect("a recording");
@@ -41,22 +38,18 @@ fn main() {
                 *s += default / best_of(history) / seeds as f64;
             }
         }
-        for (total, s) in gains.iter_mut().zip(speedups) {
-            *total += s - 1.0;
-        }
-        println!(
-            "| {} | {} | {:.3} | {:.3} | {:.3} | {} |",
-            path.file_stem().unwrap().to_string_lossy(),
-            r.size(),
-            default / best,
-            speedups[0],
-            speedups[1],
-            share(speedups[0] - 1.0, speedups[1] - 1.0),
-        );
+        rows.push(serde_json::json!({
+            "space": path.file_stem().unwrap().to_string_lossy(),
+            "points": r.size(),
+            "seeds": seeds,
+            "default_over_best": default / best,
+            "quick_speedup": speedups[0],
+            "full_speedup": speedups[1],
+        }));
     }
     println!(
-        "| all (gains summed) | | | | | {} |",
-        share(gains[0], gains[1])
+        "{}",
+        serde_json::to_string_pretty(&rows).expect("plain numbers")
     );
 }
 
@@ -67,12 +60,4 @@ fn within_budget(history: &[Observation], budget: usize) -> &[Observation] {
         .last()
         .unwrap_or(0);
     &history[..end]
-}
-
-/// `quick`'s gain as a share of `full`'s.
-fn share(quick: f64, full: f64) -> String {
-    if full <= 0.0 {
-        return "100 %".into();
-    }
-    format!("{:.1} %", 100.0 * quick / full)
 }
