@@ -1,11 +1,16 @@
-"""What CONTRIBUTING.md asks of the Rust sources' shape: no file over 600
-lines and no function over 100 lines outside tests, so that every module
-and function can be read on a screen or two; and module dependencies
-that point one way (no import circles between a crate's modules)."""
+"""What CONTRIBUTING.md asks of the sources' shape: no file over 600 lines
+(Rust and the Python package) and no Rust function over 100 lines
+outside tests, so that every module and function can be read on a screen
+or two; module dependencies that point one way (no import circles between
+a crate's modules, nor between the Python package's, function-local
+imports included); and no citation of a dated log entry."""
 
 from __future__ import annotations
 
+import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,3 +140,122 @@ CRATES = sorted(src.parent for src in ROOT.glob("crates/*/src"))
 @pytest.mark.parametrize("crate", CRATES, ids=lambda p: p.name)
 def test_modules_import_one_way(crate: Path) -> None:
     assert _cycle(_imports(crate)) is None, "modules import each other in a circle"
+
+
+# "the fifty-fifth session", "sixtieth entry": a citation of a dated log
+# entry, which no reader can follow once the log is gone. A measurement
+# names the benchmark script and case that shows it instead.
+_ORDINAL = re.compile(
+    r"\b(?:[a-z]+-)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth"
+    r"|eleventh|twelfth|[a-z]+teenth|[a-z]+tieth)\s+(?:session|entry)\b",
+    re.IGNORECASE,
+)
+_TEXT = {".rs", ".py", ".pyi", ".md", ".toml", ".yaml", ".yml", ".sh", ".wgsl", ".json"}
+
+
+def _tracked_text_files() -> list[Path]:
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return [ROOT / f for f in listed if Path(f).suffix in _TEXT and (ROOT / f).is_file()]
+
+
+def test_the_citation_finder_finds_ordinal_citations() -> None:
+    assert _ORDINAL.search("(BENCHMARKS.md, fifty-fifth session)")
+    assert _ORDINAL.search("the Sixtieth entry")
+    assert not _ORDINAL.search('@pytest.fixture(scope="session")')
+
+
+def test_nothing_cites_log_entries_by_ordinal() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in _tracked_text_files()
+        if path != Path(__file__)  # its examples of what it finds
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if _ORDINAL.search(line)
+    ]
+    assert found == [], "cite the benchmark script and case instead"
+
+
+PACKAGE = ROOT / "python" / "tilefuse"
+PY_SOURCES = sorted(PACKAGE.glob("*.py"))
+
+
+@pytest.mark.parametrize("path", PY_SOURCES, ids=lambda p: p.name)
+def test_python_modules_fit_the_limit(path: Path) -> None:
+    assert len(path.read_text().splitlines()) <= MAX_FILE_LINES, f"{path.name}: split the module"
+
+
+def _python_imports(source: str, modules: set[str]) -> set[str]:
+    """The package's modules that ``source`` imports when it runs, at the
+    top or inside a function; imports for type checking only are left
+    out (they never run)."""
+    tree = ast.parse(source)
+    typing_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for node in ast.walk(block)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only or not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level == 1 and node.module:
+            found.add(node.module.split(".")[0])
+        elif node.level == 1:
+            found |= {alias.name for alias in node.names}
+        elif node.module and node.module.startswith("tilefuse."):
+            found.add(node.module.split(".")[1])
+    return found & modules
+
+
+def test_the_python_import_finder_sees_function_local_imports() -> None:
+    source = (
+        "from . import a\nif TYPE_CHECKING:\n    from .b import B\ndef f():\n    from .c import C\n"
+    )
+    assert _python_imports(source, {"a", "b", "c"}) == {"a", "c"}
+
+
+def test_python_modules_import_one_way() -> None:
+    modules = {p.stem for p in PY_SOURCES} - {"__init__"}
+    graph = {
+        (m,): {(d,) for d in _python_imports((PACKAGE / f"{m}.py").read_text(), modules - {m})}
+        for m in modules
+    }
+    assert _cycle(graph) is None, "modules import each other in a circle"
+
+
+_ALLOWS_UNSAFE = re.compile(r"^\s*#!?\[allow\(unsafe_code\)\]", re.M)
+
+
+def test_the_files_allowed_unsafe_are_the_ones_contributing_lists() -> None:
+    listed = re.findall(
+        r"^\| `(tilefuse-[\w-]+/src/[\w/]+\.rs)` \| \S",
+        (ROOT / "CONTRIBUTING.md").read_text(),
+        re.M,
+    )
+    allowing = {
+        str(p.relative_to(ROOT / "crates"))
+        for p in ROOT.glob("crates/*/src/**/*.rs")
+        if _ALLOWS_UNSAFE.search(p.read_text())
+    }
+    assert len(listed) == len(set(listed)), "a file is listed twice"
+    assert allowing - set(listed) == set(), "allowed unsafe but not listed with a reason"
+    assert set(listed) - allowing == set(), "listed but no longer allows unsafe"
+
+
+def test_the_benchmark_report_is_rendered_from_the_results() -> None:
+    """BENCHMARKS.md is what `benches/report.py` makes of
+    `benches/results/`: regenerated, never edited by hand."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benches" / "report.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(("page", "limit"), [("README.md", 200), ("BENCHMARKS.md", 300)])
+def test_the_front_pages_can_be_taken_in(page: str, limit: int) -> None:
+    assert len((ROOT / page).read_text().splitlines()) < limit, f"{page}: move details to docs/"
