@@ -202,6 +202,17 @@ def tune_section(name: str, tune: Any) -> str:
     return f"## {name}: tuned against the default\n\n" + table(header, rows) + f"\n`{command}`\n"
 
 
+def cost_section(name: str, cost: Any) -> str:
+    """Quick tunes of kernels of a millisecond or more: what a trial costs
+    in launches, and what the tune finds, per build."""
+    columns = ["case", "build", "default ms", "trials", "seconds", "launches per trial", "speedup"]
+    rows = [[r.get(c) for c in columns] for r in cost["rows"]]
+    m = cost["meta"]
+    title = f"## {name}: what a quick tune spends ({m['device']}, medians of {m['seeds']} seeds)"
+    builds = "".join(f"- {b}: {what}\n" for b, what in m.get("builds", {}).items())
+    return f"{title}\n\n{builds}\n" + table(columns, rows) + command(m["command"])
+
+
 def replay_section(replay: list[Any], efforts: list[Any]) -> str:
     """Search strategies over the recorded spaces, and quick effort's share
     of full's gain; both replayed, so the same on every machine."""
@@ -251,7 +262,8 @@ def render() -> str:
     runs = load("run_*.json")
     parts = [INTRO, machines(runs)]
     parts += [run_section(name, run) for name, run in runs]
-    parts += [tune_section(name, tune) for name, tune in load("tune_*.json")]
+    parts += [tune_section(name, tune) for name, tune in load("tune_[!c]*.json")]
+    parts += [cost_section(name, cost) for name, cost in load("tune_cost_*.json")]
     replay = RESULTS / "replay.json"
     efforts = RESULTS / "efforts.json"
     if replay.exists():

@@ -395,3 +395,13 @@ def test_a_fusion_that_runs_as_one_segment_tunes_to_a_list() -> None:
     product, copy = f.schedule(r.best_params, cpu)(x, y)
     np.testing.assert_allclose(product, x.astype(np.float64) @ y, rtol=1e-5)
     np.testing.assert_array_equal(copy, x)
+
+
+def test_each_trial_counts_the_launches_it_made() -> None:
+    r = tf.tune(softmax(8, 64), tf.Device.cpu(), trials=6, seed=1, cache=False, progress=False)
+    for t in r.trials:
+        if t.status in ("ok", "cut"):
+            assert t.launches >= 2, t  # its check and its probe at least
+        elif t.status == "duplicate":
+            assert t.launches == 0, t  # the earlier trial's time
+    assert sum(t.launches for t in r.trials) > 0

@@ -58,6 +58,9 @@ class Trial:
     #: Its time in the second look before the final run, for the dozen
     #: fastest but the default.
     look: float | None = None
+    #: Kernel launches its check and timing made (those of the default's
+    #: kernel its time was paired with included); 0 where nothing ran.
+    launches: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trial:

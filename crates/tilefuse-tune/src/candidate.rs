@@ -66,27 +66,31 @@ pub struct Measured {
     /// builds of its final run.
     #[serde(default)]
     pub build: Option<f64>,
+    /// Kernel launches its check and timing made, those of the kernel its
+    /// time was paired with included (see `Stopwatch`).
+    #[serde(default)]
+    pub launches: usize,
 }
 
 impl Measured {
-    /// A candidate that ran correctly in `time` seconds.
-    pub fn ran(time: f64) -> Measured {
+    /// What measuring found, before an executor adds where and how long.
+    pub(crate) fn new(status: Status, time: Option<f64>, error: Option<String>) -> Measured {
         Measured {
-            status: Status::Ok,
-            time: Some(time),
-            error: None,
+            status,
+            time,
+            error,
             device: None,
             build: None,
+            launches: 0,
         }
     }
 
+    /// A candidate that ran correctly in `time` seconds.
+    pub fn ran(time: f64) -> Measured {
+        Measured::new(Status::Ok, Some(time), None)
+    }
+
     pub(crate) fn failed(error: String) -> Measured {
-        Measured {
-            status: Status::Failed,
-            time: None,
-            error: Some(error),
-            device: None,
-            build: None,
-        }
+        Measured::new(Status::Failed, None, Some(error))
     }
 }

@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use crate::candidate::{Measured, Timing};
+use crate::measure::launches_for;
 
 /// Candidates kept at the end, for a second look whose fastest
 /// [`FINALISTS`] go to the final run. A slow spell of lavapipe on a
@@ -39,7 +40,10 @@ const ROUNDS_SECONDS: f64 = 0.25;
 /// (seconds a launch): as many as take [`ROUNDS_SECONDS`], within
 /// [`MIN_ROUNDS`] and [`MAX_ROUNDS`].
 pub(crate) fn rounds(times: &[f64], t: Timing) -> usize {
-    let round = times.iter().sum::<f64>() * t.repeat as f64;
+    let round: f64 = times
+        .iter()
+        .map(|&time| time * launches_for(time, t.repeat) as f64)
+        .sum();
     ((ROUNDS_SECONDS / round) as usize).clamp(MIN_ROUNDS, MAX_ROUNDS)
 }
 
@@ -107,9 +111,9 @@ impl Clock {
             times.push(slowest);
         }
         let run = |kernels: &[f64], rounds: usize| -> f64 {
-            let launches = (t.warmup.max(1) + rounds * t.repeat) as f64;
+            let launches = |time| (t.warmup.max(1) + rounds * launches_for(time, t.repeat)) as f64;
             (kernels.iter())
-                .map(|time| build + ENDING_PACE * launches * time)
+                .map(|&time| build + ENDING_PACE * launches(time) * time)
                 .sum()
         };
         let finalists = &times[..times.len().min(FINALISTS + 1)];

@@ -16,7 +16,7 @@ use tilefuse_runtime::{Device, Kernel};
 use tilefuse_schedulers::heuristics;
 
 use crate::candidate::{Candidate, Measured};
-use crate::measure::{self, Problem};
+use crate::measure::{self, LONG_LAUNCH, Problem, launches_for};
 use crate::trial::Status;
 
 /// Checks and times candidates one after another on one device, each
@@ -69,12 +69,14 @@ impl Stopwatch {
         (kernel, seconds): (Result<Kernel, String>, f64),
         c: &Candidate,
     ) -> Measured {
+        let before = self.problem.launches.count();
         let m = match kernel {
             Ok(kernel) => self.timed(kernel, c),
             Err(e) => Measured::failed(e),
         };
         Measured {
             build: Some(seconds),
+            launches: self.problem.launches.count() - before,
             ..m
         }
     }
@@ -139,7 +141,7 @@ impl Reference {
     ) -> Option<Reference> {
         let params = heuristics(fusion, None, &device.info()).ok()?;
         let kernel = measure::build(fusion, device, &params.to_value()).ok()?;
-        let time = now(problem, &kernel, repeat).ok()?;
+        let time = now(problem, &kernel, repeat, None).ok()?;
         Some(Reference {
             kernel,
             time,
@@ -165,7 +167,7 @@ impl Reference {
     /// reference's time now. Unscaled when the reference fails to run
     /// (it ran before; a failure now is not the candidate's).
     pub(crate) fn pair(&mut self, problem: &Problem, time: f64, c: &Candidate) -> f64 {
-        match now(problem, &self.kernel, c.timing.repeat) {
+        match now(problem, &self.kernel, c.timing.repeat, Some(self.now)) {
             Ok(now) => {
                 self.now = now;
                 time * self.at(c) / now
@@ -175,9 +177,19 @@ impl Reference {
     }
 }
 
-/// `kernel` timed as a candidate is: the faster of a short timing and one
-/// of `repeat` launches (a spike in one timing moves neither time).
-fn now(problem: &Problem, kernel: &Kernel, repeat: usize) -> Result<f64, String> {
+/// `kernel` timed as a candidate is: a long kernel (its `last` time at
+/// least [`LONG_LAUNCH`]) by [`launches_for`] it, else the faster of a
+/// short timing and one of `repeat` launches (a spike in one timing moves
+/// neither time).
+fn now(
+    problem: &Problem,
+    kernel: &Kernel,
+    repeat: usize,
+    last: Option<f64>,
+) -> Result<f64, String> {
+    if let Some(last) = last.filter(|&t| t >= LONG_LAUNCH) {
+        return problem.time(kernel, 0, launches_for(last, repeat));
+    }
     let short = problem.short(kernel)?;
     Ok(short.min(problem.time(kernel, 0, repeat)?))
 }
@@ -279,7 +291,7 @@ mod tests {
         let (f, device, c) = setup();
         let problem = Problem::new(&f, 1).unwrap();
         let kernel = measure::build(&f, &device, &c.params).unwrap();
-        let first = now(&problem, &kernel, 5).unwrap();
+        let first = now(&problem, &kernel, 5, None).unwrap();
         // As if its first timing had run in a spell 100x slow.
         let mut reference = Reference {
             kernel,

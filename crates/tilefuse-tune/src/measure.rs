@@ -6,6 +6,7 @@
 //! before its full measurement (tinygrad's BEAM, CubeCL).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
@@ -44,11 +45,37 @@ pub const LIMIT_RATIO: f64 = 2.0 * PROBE_RATIO;
 /// best launch: their allocations and copies.
 pub const LIMIT_FLOOR: Duration = Duration::from_millis(500);
 
+/// A launch at least this long is timed by [`LONG_LAUNCHES`] launches in
+/// one call and no warm-up of its own: the check's and the probe's
+/// launches warm the device, and a millisecond dwarfs the timer's noise.
+/// Shorter ones get the short and the full timing, 4 + `repeat` launches.
+/// `benches/tune_cost.py` gives the launches a trial makes: 1.5-2x as many
+/// trials in a quick tune of 2 to 50 ms kernels, 8 launches a trial.
+pub const LONG_LAUNCH: f64 = 1e-3;
+
+/// Timed launches of a long kernel: three in one call, whose median drops
+/// the call's first launch, which on the CPU device faults in fresh
+/// output pages (a 4096² softmax's took about twice a warm one).
+pub const LONG_LAUNCHES: usize = 3;
+
+/// Timed launches for a kernel whose launch takes `time` seconds:
+/// `repeat` (the run's full timing) below [`LONG_LAUNCH`], else
+/// [`LONG_LAUNCHES`] (or `repeat`, if fewer).
+pub fn launches_for(time: f64, repeat: usize) -> usize {
+    if time < LONG_LAUNCH {
+        repeat
+    } else {
+        repeat.min(LONG_LAUNCHES)
+    }
+}
+
 /// Checks and times `c` on its `kernel`: one launch first, cut when over
 /// [`PROBE_RATIO`] times the best so far (stopped when it and the check's
 /// launch run past [`LIMIT_RATIO`] times), then a short timing, cut when
 /// over [`CUT_RATIO`] times it, then the full timing; its time is the
-/// faster of the two. Unpaired: see [`crate::Stopwatch`].
+/// faster of the two. A kernel whose probe took [`LONG_LAUNCH`] or more
+/// gets one timing of [`launches_for`] it instead, cut when over
+/// [`CUT_RATIO`] times the best. Unpaired: see [`crate::Stopwatch`].
 pub(crate) fn timed(kernel: &Kernel, problem: &Problem, c: &Candidate) -> Measured {
     let probe = match first_launches(kernel, problem, c) {
         Ok(probe) => probe,
@@ -61,6 +88,14 @@ pub(crate) fn timed(kernel: &Kernel, problem: &Problem, c: &Candidate) -> Measur
             probe,
             Some("its first launch took over 10x the best"),
         ))
+    } else if probe >= LONG_LAUNCH {
+        let launches = launches_for(probe, c.timing.repeat);
+        problem
+            .time(kernel, 0, launches)
+            .map(|time| match slower(time, CUT_RATIO) {
+                true => (Status::Cut, time, Some("over 3x the best")),
+                false => (Status::Ok, time, None),
+            })
     } else {
         // The short timing warms up (a GPU for at least 200 ms): the full
         // one right after it needs none.
@@ -75,13 +110,7 @@ pub(crate) fn timed(kernel: &Kernel, problem: &Problem, c: &Candidate) -> Measur
         })
     };
     match timed {
-        Ok((status, time, error)) => Measured {
-            status,
-            time: Some(time),
-            error: error.map(str::to_owned),
-            device: None,
-            build: None,
-        },
+        Ok((status, time, error)) => Measured::new(status, Some(time), error.map(str::to_owned)),
         Err(e) => Measured::failed(e),
     }
 }
@@ -117,20 +146,15 @@ fn first_launches(kernel: &Kernel, problem: &Problem, c: &Candidate) -> Result<f
 /// Cut: its first launches ran past their time `limit`.
 fn stopped(limit: Duration) -> Measured {
     let limit = limit.as_secs_f64();
-    Measured {
-        status: Status::Cut,
-        time: Some(limit),
-        error: Some(format!(
-            "stopped after {limit:.2} s: its first two launches ran past {LIMIT_RATIO}x the best \
-             launch"
-        )),
-        device: None,
-        build: None,
-    }
+    let error = format!(
+        "stopped after {limit:.2} s: its first two launches ran past {LIMIT_RATIO}x the best launch"
+    );
+    Measured::new(Status::Cut, Some(limit), Some(error))
 }
 
 /// The `finalists` timed in `rounds` interleaved rounds on `device`
-/// (each one's median in each round). The device is warmed up once (a
+/// (each one's median in each round, of `timing.repeat` launches, or of
+/// [`launches_for`] a long kernel). The device is warmed up once (a
 /// GPU for at least 200 ms) and each kernel by its own warm-up launches;
 /// the rounds run back to back, so none cools down. Each round starts one
 /// finalist later, so that none is always first after the last of a
@@ -150,14 +174,15 @@ pub fn final_round(
     if let Some(first) = kernels.first() {
         problem.time(first, warmup, 1)?;
     }
-    for k in &kernels {
-        problem.time(k, 0, warmup)?;
-    }
+    // A long kernel's round is [`launches_for`] it, not `repeat` launches.
+    let repeats = (kernels.iter())
+        .map(|k| Ok(launches_for(problem.time(k, 0, warmup)?, timing.repeat)))
+        .collect::<Result<Vec<_>, String>>()?;
     let n = kernels.len();
     let mut times = vec![Vec::new(); n];
     for round in 0..rounds {
         for i in (round..round + n).map(|i| i % n) {
-            times[i].push(problem.time(&kernels[i], 0, timing.repeat)?);
+            times[i].push(problem.time(&kernels[i], 0, repeats[i])?);
         }
     }
     Ok(times)
@@ -200,6 +225,30 @@ pub struct Problem {
     pub want: Arc<[Tensor]>,
     /// How close f32 outputs must be to `want` (see [`RTOL`]).
     pub rtol: f64,
+    /// Kernel launches made through this copy.
+    pub launches: Launches,
+}
+
+/// Kernel launches made through one copy of a [`Problem`]: a copy starts
+/// at 0, so that each executor counts its own.
+#[derive(Debug, Default)]
+pub struct Launches(AtomicUsize);
+
+impl Launches {
+    /// Launches so far.
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn add(&self, n: usize) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+impl Clone for Launches {
+    fn clone(&self) -> Self {
+        Launches::default()
+    }
 }
 
 impl Problem {
@@ -227,6 +276,7 @@ impl Problem {
                     inputs,
                     want,
                     rtol: RTOL,
+                    launches: Launches::default(),
                 }
             }
         };
@@ -259,6 +309,7 @@ impl Problem {
             inputs,
             want: want.into(),
             rtol: RTOL,
+            launches: Launches::default(),
         })
     }
 
@@ -270,6 +321,7 @@ impl Problem {
 
     /// The kernel's outputs for the inputs.
     fn run(&self, kernel: &Kernel) -> Result<Vec<Tensor>, String> {
+        self.launches.add(1);
         kernel.run(&self.inputs[..]).map_err(|e| e.to_string())
     }
 
@@ -294,6 +346,7 @@ impl Problem {
 
     /// Median seconds of `repeat` launches after `warmup`.
     pub fn time(&self, kernel: &Kernel, warmup: usize, repeat: usize) -> Result<f64, String> {
+        self.launches.add(warmup + repeat);
         let t = kernel
             .benchmark(&self.inputs[..], warmup, repeat)
             .map_err(|e| e.to_string())?;

@@ -321,13 +321,8 @@ impl<'a> Search<'a> {
                 self.awaiting.entry(of).or_default().push(self.trials.len());
             }
             let time = original.and_then(|t| t.time);
-            let m = Measured {
-                status: Status::Duplicate,
-                time,
-                error: Some(format!("the same kernel as trial {of}")),
-                device: None,
-                build: None,
-            };
+            let error = Some(format!("the same kernel as trial {of}"));
+            let m = Measured::new(Status::Duplicate, time, error);
             self.record(id, params.to_value(), point, source, m);
             return None;
         }
@@ -427,6 +422,7 @@ impl<'a> Search<'a> {
             device: m.device.or_else(|| self.options.fingerprint.clone()),
             at: self.clock.elapsed(),
             look: None,
+            launches: m.launches,
         };
         let best = self.best_time();
         let interrupted = trial.error.as_deref() == Some(INTERRUPTED);

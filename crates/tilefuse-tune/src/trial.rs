@@ -82,6 +82,9 @@ pub struct Trial {
     /// one (the eight fastest after the four fastest, which keep the
     /// faster of the two).
     pub look: Option<f64>,
+    /// Kernel launches its measurement made (see [`crate::Measured`]).
+    #[serde(default)]
+    pub launches: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -39,20 +39,21 @@ fn the_search_keeps_time_for_the_final_run() {
     // counted candidates; duplicates are settled without handing out).
     let quick = handed_out(1e-6, 1e-3);
     assert!((30..=41).contains(&quick), "{quick} handed out");
-    // The final run launches each finalist 52 times (2 warm-up launches,
-    // 5 rounds of 10), and a confirmation two of them 52 times more: at
-    // half a second a launch, the default's and the next candidate's take
-    // over 100 s.
+    // A launch of a millisecond or more is timed by three launches a
+    // round: the final run launches each finalist 17 times (2 warm-up
+    // launches, 5 rounds of 3), and a confirmation two of them 17 times
+    // more. At half a second a launch, the default's and the next
+    // candidate's take over 40 s.
     assert_eq!(handed_out(0.5, 1e-3), 1);
     // 40 ms launches (taken as 50 ms: the ending runs slower than a
-    // candidate's fastest timing) and 1 s builds: a finalist costs 3.6 s,
+    // candidate's fastest timing) and 1 s builds: a finalist costs 1.85 s,
     // and so does each of the confirmation's two; the second look (2
-    // warm-up launches and 2 rounds of 10) 2.1 s each but the default's.
-    // One kept and the next (16.5 s) still fit in 20 s; two and the next
-    // (22.2 s) do not.
-    assert_eq!(handed_out(0.04, 1.0), 2);
+    // warm-up launches and 2 rounds of 3) 1.4 s each but the default's.
+    // Five kept and the next (19.95 s) still fit in 20 s; six and the
+    // next (21.35 s) do not.
+    assert_eq!(handed_out(0.04, 1.0), 6);
     // 10 ms launches: a finalist or one of the confirmation's costs
-    // 1.65 s, a second look 1.275 s. Six kept and the next (19.2 s) fit,
-    // seven and the next (20.5 s) do not.
-    assert_eq!(handed_out(0.01, 1.0), 7);
+    // 1.21 s, a second look 1.1 s. Ten kept and the next (19.5 s) fit,
+    // eleven and the next (20.6 s) do not.
+    assert_eq!(handed_out(0.01, 1.0), 11);
 }

@@ -179,6 +179,7 @@ fn a_journal_s_results_are_not_measured_again() {
             error: t.error.clone(),
             device: None,
             build: None,
+            launches: 0,
         };
         resumed.recorded.insert(t.params.to_string(), m);
     }

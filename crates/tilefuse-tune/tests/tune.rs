@@ -306,3 +306,78 @@ fn the_final_run_times_every_finalist_in_every_round() {
             .all(|r| r.len() == 4 && r.iter().all(|&t| t > 0.0))
     );
 }
+
+/// A candidate of `params` with no best to be cut against yet.
+fn first_candidate(params: serde_json::Value) -> Candidate {
+    Candidate {
+        id: 0,
+        params,
+        point: Vec::new(),
+        best: None,
+        corrupt: false,
+        timing: Timing {
+            warmup: 1,
+            repeat: 5,
+        },
+        anchor: None,
+    }
+}
+
+#[test]
+fn a_short_kernel_s_trial_counts_its_check_probe_and_two_timings() {
+    // Small enough to launch in well under a millisecond in a debug build.
+    let (f, device, problem, params) = on_the_cpu(softmax(&[4, 8], -1));
+    let mut stopwatch = Stopwatch::new(&device, problem);
+    let c = first_candidate(params);
+    let mut measure = || stopwatch.measure(measure::build_timed(&f, &device, &c.params), &c);
+    // The check and the probe, a short timing (1 + 3), the full one (5).
+    assert_eq!(measure().launches, 2 + 4 + 5);
+    // Paired on the CPU: the reference's short and full timings too.
+    assert_eq!(measure().launches, 2 + 4 + 5 + 4 + 5);
+}
+
+/// Tanh, then exp, 16 times over `n` elements: a launch the CPU takes a
+/// while over.
+fn heavy(n: usize) -> Fusion {
+    let mut f = Fusion::new();
+    let mut y = f.input(&[n], DType::F32, Some("x")).unwrap();
+    for _ in 0..16 {
+        let t = f.unary(UnaryOp::Tanh, y).unwrap();
+        y = f.unary(UnaryOp::Exp, t).unwrap();
+    }
+    f.output(y).unwrap();
+    f
+}
+
+#[test]
+fn a_long_kernel_s_trial_takes_a_few_launches() {
+    // Sized until a launch takes 2 ms or more on this machine, where
+    // three timed launches are all a trial needs.
+    let mut n = 1 << 16;
+    let (f, device, problem, params) = loop {
+        let (f, device, problem, params) = on_the_cpu(heavy(n));
+        let kernel = measure::build_timed(&f, &device, &params).0.unwrap();
+        if problem.time(&kernel, 1, 1).unwrap() >= 2e-3 || n >= 1 << 24 {
+            break (f, device, problem, params);
+        }
+        n *= 4;
+    };
+    let mut stopwatch = Stopwatch::new(&device, problem);
+    let c = first_candidate(params);
+    let mut measure = || stopwatch.measure(measure::build_timed(&f, &device, &c.params), &c);
+    let first = measure();
+    assert_eq!(first.status, Status::Ok);
+    // The check, the probe and three timed launches.
+    assert_eq!(first.launches, 2 + 3, "{first:?}");
+    // Paired: the reference's three timed launches too.
+    let second = measure();
+    assert_eq!(second.launches, 2 + 3 + 3, "{second:?}");
+}
+
+#[test]
+fn long_kernels_get_three_timed_launches() {
+    assert_eq!(measure::launches_for(1e-4, 10), 10);
+    assert_eq!(measure::launches_for(1e-3, 10), 3);
+    assert_eq!(measure::launches_for(0.05, 10), 3);
+    assert_eq!(measure::launches_for(0.05, 2), 2);
+}
