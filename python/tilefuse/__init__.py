@@ -18,6 +18,7 @@ from ._native import (
     TilefuseError,
     __version__,
 )
+from .collect import Collected, collect
 from .complexity import Complexity
 from .device import Device, DeviceFacts, DeviceName, as_device
 from .engine import BenchResult, Engine, VerificationError
@@ -72,6 +73,7 @@ __all__ = [
     "BenchResult",
     "Block",
     "CircularBufferOptions",
+    "Collected",
     "CompileParams",
     "Complexity",
     "DTypeLike",
@@ -119,6 +121,7 @@ __all__ = [
     "abs",
     "as_device",
     "as_workload",
+    "collect",
     "cos",
     "exp",
     "gelu",

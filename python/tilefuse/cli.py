@@ -18,6 +18,8 @@ heuristic cache, run benchmarks and pipelines.
     tilefuse record FUSION.json|WORKLOAD --out FILE [--size K=V]... [--device cpu|gpu]
                                          [--field PATH]... [--passes N]
     tilefuse replay RECORDING... [--seeds N] [--strategy NAME]... [--tolerance T]
+    tilefuse collect WORKLOAD --sizes K=LO..HI|K=A,B,... [--device cpu|gpu] [--effort quick]
+                              [--trials N] [--seconds S] [--redo] [--json OUT]
 
 ``tilefuse COMMAND --help`` says what each does, with an example.
 """
@@ -38,6 +40,7 @@ from rich.table import Table
 
 from . import cache
 from ._native import TilefuseError
+from .cli_collect import add_commands as add_collect_commands
 from .cli_pipelines import (
     add_commands,
     command,
@@ -510,6 +513,7 @@ def _parser() -> argparse.ArgumentParser:
     b.set_defaults(run=_bench)
     add_commands(sub)
     add_replay_commands(sub)
+    add_collect_commands(sub)
     return p
 
 
