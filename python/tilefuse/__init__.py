@@ -24,6 +24,7 @@ from .device import Device, DeviceFacts, DeviceName, as_device
 from .engine import BenchResult, Engine, VerificationError
 from .fusion import Fusion
 from .heuristic import AutotunerHeuristic
+from .learn import LearnResult, learn
 from .params import (
     CircularBufferOptions,
     CompileParams,
@@ -90,6 +91,7 @@ __all__ = [
     "InternalError",
     "Kernel",
     "LaunchParams",
+    "LearnResult",
     "Loop",
     "MatMulTileOptions",
     "MatmulParams",
@@ -125,6 +127,7 @@ __all__ = [
     "cos",
     "exp",
     "gelu",
+    "learn",
     "load_pipeline",
     "log",
     "matmul",

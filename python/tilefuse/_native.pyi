@@ -37,6 +37,9 @@ __all__ = [
     "cache_warm_start",
     "features",
     "heuristics",
+    "learned_features",
+    "learned_get",
+    "learned_save",
     "params_from_json",
     "params_normalize",
     "params_schema",
@@ -207,6 +210,19 @@ def cache_get(
     directory: str | None = None,
     bundles: list[str] = ...,
 ) -> tuple[dict[str, Any] | None, str | None, list[str]]: ...
+def learned_features(fusion: Fusion) -> tuple[list[str], list[float]]: ...
+def learned_save(
+    fusion: Fusion,
+    device: Device,
+    name: str,
+    nodes: list[dict[str, Any]],
+    configs: list[dict[str, Any]],
+    meta: dict[str, Any],
+    directory: str | None = None,
+) -> str: ...
+def learned_get(
+    fusion: Fusion, device: Device, scheduler: str | None = None, directory: str | None = None
+) -> tuple[dict[str, Any] | None, str | None, int | None, list[str]]: ...
 def bundle_export(path: str, directory: str | None = None) -> tuple[int, list[str]]: ...
 def bundle_entries(path: str) -> list[dict[str, Any]]: ...
 def bundle_merge(output: str, inputs: list[str]) -> int: ...

@@ -36,6 +36,7 @@ __all__ = [
     "explain",
     "export",
     "import_bundle",
+    "learned",
     "lookup",
     "merge",
     "prune",
@@ -193,13 +194,29 @@ def clear() -> int:
     return _native.cache_clear()
 
 
+def learned(fusion: Fusion, device: Device, scheduler: str | None = None) -> dict[str, Any] | None:
+    """What the learned heuristic that serves ``fusion`` on ``device`` (in
+    the cache directory's ``learned/`` folder) picks: ``{"params": dict or
+    None, "path", "leaf"}``, ``params`` ``None`` where its leaf keeps the
+    default heuristic; ``None`` when no learned heuristic serves it."""
+    params, path, leaf, messages = _native.learned_get(fusion._native, device._native, scheduler)
+    _warn(messages)
+    return None if path is None else {"params": params, "path": path, "leaf": leaf}
+
+
 def source(fusion: Fusion, device: Device, scheduler: str | None = None) -> str:
     """Where a lookup for ``fusion`` (one kernel's) on ``device`` takes
-    its params from, as :meth:`Fusion.params_source` says it."""
+    its params from, as :meth:`Fusion.params_source` says it: the cache
+    or a bundle, else a learned heuristic (and its leaf), else the default
+    heuristic."""
     entry = lookup(fusion, device, scheduler)
-    if entry is None:
+    if entry is not None:
+        return describe(entry, fusion, device)
+    pick = learned(fusion, device, scheduler)
+    if pick is None:
         return "default heuristic"
-    return describe(entry, fusion, device)
+    chose = "its params" if pick["params"] is not None else "the default heuristic"
+    return f"learned: {pick['path']} (leaf {pick['leaf']}: {chose})"
 
 
 def describe(entry: dict[str, Any], fusion: Fusion, device: Device) -> str:

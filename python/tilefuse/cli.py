@@ -20,6 +20,8 @@ heuristic cache, run benchmarks and pipelines.
     tilefuse replay RECORDING... [--seeds N] [--strategy NAME]... [--tolerance T]
     tilefuse collect WORKLOAD --sizes K=LO..HI|K=A,B,... [--device cpu|gpu] [--effort quick]
                               [--trials N] [--seconds S] [--redo] [--json OUT]
+    tilefuse learn WORKLOAD --sizes K=LO..HI|K=A,B,... [--device cpu|gpu] [--holdout 0.25]
+                            [--configs 8] [--tolerance 0.05] [--plot PNG]
 
 ``tilefuse COMMAND --help`` says what each does, with an example.
 """

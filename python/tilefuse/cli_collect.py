@@ -1,5 +1,7 @@
-"""The ``tilefuse collect`` command: tune a workload family at every shape
-of a grid into the heuristic cache (see :mod:`tilefuse.collect`)."""
+"""The ``tilefuse collect`` and ``tilefuse learn`` commands: tune a
+workload family at every shape of a grid into the heuristic cache (see
+:mod:`tilefuse.collect`), and learn a heuristic from it, measured on
+held-out shapes (see :mod:`tilefuse.learn`)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from . import workloads
 from .cli_pipelines import command, device_argument
 from .collect import Collected, collect
 from .device import as_device
+from .learn import LearnResult, learn
 
 __all__ = ["add_commands"]
 
@@ -23,7 +26,7 @@ _out = Console()
 
 
 def add_commands(sub: Any) -> None:
-    """Registers ``collect`` on the subparsers."""
+    """Registers ``collect`` and ``learn`` on the subparsers."""
     c = command(
         sub,
         "collect",
@@ -35,11 +38,7 @@ def add_commands(sub: Any) -> None:
         "tilefuse collect softmax --sizes rows=128..16384 --sizes cols=64..8192 "
         "--device cpu --effort quick",
     )
-    c.add_argument("family", help=f"a built-in workload ({', '.join(workloads.names())})")
-    c.add_argument(
-        "--sizes", action="append", default=[], metavar="K=SPEC", help="a size axis (repeat)"
-    )
-    device_argument(c)
+    _family_arguments(c)
     c.add_argument("--effort", choices=("none", "quick", "full"), default="quick")
     c.add_argument("--trials", type=int, help="each shape's trial budget")
     c.add_argument("--seconds", type=float, help="each shape's time budget")
@@ -48,18 +47,120 @@ def add_commands(sub: Any) -> None:
     c.add_argument("--json", metavar="OUT", help="every shape's outcome, as JSON")
     c.add_argument("--quiet", action="store_true", help="no progress and no table")
     c.set_defaults(run=_collect)
+    learn_command(sub)
 
 
-def _collect(args: argparse.Namespace) -> int:
+def learn_command(sub: Any) -> None:
+    le = command(
+        sub,
+        "learn",
+        "learn a heuristic from a family's tuned shapes, measured on held-out ones",
+        "From the cache entries of FAMILY at every shape of the --sizes grid (tune them "
+        "first with `tilefuse collect`), chooses up to --configs params configs by greedy "
+        "set cover and fits a decision tree over shape features that picks one or keeps the "
+        "default heuristic; saves it in the cache's learned/ folder, where heuristics() "
+        "finds it, and times it on the --holdout shapes against their tuned and default "
+        "params.",
+        "tilefuse learn softmax --sizes rows=128..16384 --sizes cols=64..8192 --device cpu "
+        "--holdout 0.25",
+    )
+    _family_arguments(le)
+    le.add_argument("--holdout", type=float, default=0.25, help="share of shapes held out")
+    le.add_argument("--configs", type=int, default=8, help="configs at most (default 8)")
+    le.add_argument("--tolerance", type=float, default=0.05, help="near the best (0.05: 5%%)")
+    le.add_argument("--seed", type=int, default=0, help="which shapes are held out")
+    le.add_argument("--name", help="the learned heuristic's name (default: FAMILY)")
+    le.add_argument("--plot", metavar="PNG", help="held-out shapes: learned against tuned")
+    le.add_argument("--quiet", action="store_true", help="no progress and no table")
+    le.set_defaults(run=_learn)
+
+
+def _family_arguments(parser: argparse.ArgumentParser) -> None:
+    """FAMILY, its --sizes axes and --device, as collect and learn take them."""
+    names = ", ".join(workloads.names())
+    parser.add_argument("family", help=f"a built-in workload ({names})")
+    parser.add_argument(
+        "--sizes", action="append", default=[], metavar="K=SPEC", help="a size axis (repeat)"
+    )
+    device_argument(parser)
+
+
+def _axes(specs: list[str]) -> dict[str, str]:
     axes: dict[str, str] = {}
-    for spec in args.sizes:
+    for spec in specs:
         name, eq, values = spec.partition("=")
         if not eq or not name:
             raise ValueError(f"--sizes: expected K=SPEC, got {spec!r}")
         axes[name] = values
+    return axes
+
+
+def _learn(args: argparse.Namespace) -> int:
+    r = learn(
+        args.family,
+        _axes(args.sizes),
+        as_device(args.device),
+        name=args.name,
+        configs=args.configs,
+        tolerance=args.tolerance,
+        holdout=args.holdout,
+        seed=args.seed,
+        progress=not args.quiet,
+    )
+    if args.plot:
+        _plot(r, args.plot)
+    if not args.quiet:
+        _out.print(_quality_table(args.family, r))
+    return 0
+
+
+def _quality_table(family: str, r: LearnResult) -> Table:
+    t = Table(title=f"{family}: learned ({r.configs} configs, {r.path}) on held-out shapes")
+    for name in ("sizes", "default ms", "tuned ms", "learned ms", "tuned / learned", "leaf"):
+        t.add_column(name, justify="left" if name == "sizes" else "right")
+    for q in r.held_out:
+        sizes = ", ".join(f"{k}={v}" for k, v in q.sizes.items())
+        leaf = f"{q.leaf} (default)" if q.kept_default else str(q.leaf)
+        ms = (f"{x * 1e3:.4g}" for x in (q.default, q.tuned, q.learned))
+        t.add_row(sizes, *ms, f"{q.tuned / q.learned:.3f}", leaf)
+    if r.held_out:
+        gains = r.gains or (1.0, 1.0)
+        t.add_row(
+            "geometric mean",
+            "",
+            f"{gains[0]:.3f}x",
+            f"{gains[1]:.3f}x",
+            f"{r.tuned_over_learned:.3f}",
+            f"worst {r.worst_over_default:.3f}x default",
+        )
+    return t
+
+
+def _plot(r: LearnResult, path: str) -> None:
+    """Each held-out shape's speedup over its default: tuned and learned."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [",".join(str(v) for v in q.sizes.values()) for q in r.held_out]
+    x = range(len(labels))
+    fig, ax = plt.subplots(figsize=(max(6, len(labels) * 0.6), 4))
+    ax.bar([i - 0.2 for i in x], [q.default / q.tuned for q in r.held_out], 0.4, label="tuned")
+    ax.bar([i + 0.2 for i in x], [q.default / q.learned for q in r.held_out], 0.4, label="learned")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xticks(list(x), labels, rotation=45, ha="right")
+    ax.set_ylabel("speedup over the default heuristic")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _collect(args: argparse.Namespace) -> int:
     found = collect(
         args.family,
-        axes,
+        _axes(args.sizes),
         as_device(args.device),
         effort=args.effort,
         trials=args.trials,

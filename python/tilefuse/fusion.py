@@ -147,7 +147,8 @@ class Fusion:
     ) -> HeuristicParams | list[HeuristicParams]:
         """The params for this fusion on ``device`` (a :class:`Device` or
         ``"cpu"`` / ``"gpu"``; the default device when omitted): a tuned
-        winner from the heuristic cache when it has one (unless
+        winner from the heuristic cache when it has one, else a learned
+        heuristic's pick (see :mod:`tilefuse.learn`; neither with
         ``cache=False``), else the default heuristic's (see
         :meth:`params_source`). One params object, or one per segment (see
         :meth:`segments`) when no scheduler takes the whole fusion."""
@@ -165,6 +166,9 @@ class Fusion:
         entry = _cache.lookup(self, device, scheduler) if cache else None
         if entry is not None:
             return HeuristicParams._from_native(entry["params"])
+        pick = _cache.learned(self, device, scheduler) if cache else None
+        if pick is not None and pick["params"] is not None:
+            return HeuristicParams._from_native(pick["params"])
         data = _native.heuristics(self._native, device._native, scheduler)
         return HeuristicParams._from_native(data)
 

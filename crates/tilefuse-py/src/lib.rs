@@ -8,6 +8,7 @@ mod arrays;
 mod errors;
 mod fusion;
 mod json_value;
+mod learned;
 mod observer;
 mod output_pool;
 mod params;
@@ -34,6 +35,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<schedule::PyKernel>()?;
     m.add_class::<sequence::PySequence>()?;
     m.add_class::<remote::PyTuneProblem>()?;
+    m.add_function(wrap_pyfunction!(learned::learned_features, m)?)?;
+    m.add_function(wrap_pyfunction!(learned::learned_save, m)?)?;
+    m.add_function(wrap_pyfunction!(learned::learned_get, m)?)?;
     m.add_function(wrap_pyfunction!(schedulers::schedulers, m)?)?;
     m.add_function(wrap_pyfunction!(schedulers::heuristics, m)?)?;
     m.add_function(wrap_pyfunction!(schedulers::schedule, m)?)?;

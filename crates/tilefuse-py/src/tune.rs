@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use tilefuse::params::{HeuristicParams, ParamsError};
+use tilefuse::params::{HeuristicParams, ParamsError, SchedulerKind};
 use tilefuse::sched::DeviceInfo;
 use tilefuse::schedulers::pick;
 use tilefuse::tune::seeds::builtin;
@@ -194,11 +194,19 @@ fn key(
     device: &PyDevice,
     scheduler: Option<&str>,
 ) -> Result<CacheKey, ParamsError> {
-    let kind = match scheduler {
-        Some(s) => s.parse().map_err(|e| ParamsError::new("scheduler", e))?,
-        None => pick(&fusion.inner).map_err(|e| ParamsError::new("scheduler", e))?,
-    };
+    let kind = scheduler_of(fusion, scheduler)?;
     Ok(CacheKey::new(&fusion.inner, kind, &device.inner.info()))
+}
+
+/// The scheduler named, or the one that takes `fusion`.
+pub(crate) fn scheduler_of(
+    fusion: &PyFusion,
+    scheduler: Option<&str>,
+) -> Result<SchedulerKind, ParamsError> {
+    match scheduler {
+        Some(s) => s.parse().map_err(|e| ParamsError::new("scheduler", e)),
+        None => pick(&fusion.inner).map_err(|e| ParamsError::new("scheduler", e)),
+    }
 }
 
 fn entry_to_py<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyAny>> {

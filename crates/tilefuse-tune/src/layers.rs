@@ -1,21 +1,31 @@
 //! Lookups through the cache's layers: the user's cache, then each
-//! registered bundle in order. A file is read, parsed and checked again
-//! only when it changed, which is what keeps a cache hit of
-//! `Fusion.heuristics` within microseconds.
+//! registered bundle in order, then the learned heuristics in the cache's
+//! `learned/` folder. A file is read, parsed and checked again only when
+//! it changed, which is what keeps a cache hit of `Fusion.heuristics`
+//! within microseconds.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
 use tilefuse_ir::Fusion;
-use tilefuse_params::{HeuristicParams, ParamsError};
+use tilefuse_params::{HeuristicParams, ParamsError, SchedulerKind};
+use tilefuse_sched::DeviceInfo;
 
+use crate::bundle::write_atomically;
+use crate::cache::io;
 use crate::file_memo::FileMemo;
+use crate::learned::{LearnedHeuristic, Pick};
 use crate::warm::nearest;
 use crate::{Bundle, Cache, CacheError, CacheKey, Entry, Family};
 
 /// Bundles already read.
 static BUNDLES: FileMemo<Bundle> = FileMemo::new();
+/// Learned heuristics already read.
+static LEARNED: FileMemo<LearnedHeuristic> = FileMemo::new();
+
+/// The folder of the cache directory learned heuristics are kept in.
+pub const LEARNED_DIR: &str = "learned";
 /// Cache entries as [`served`] makes them.
 static SERVED: FileMemo<Value> = FileMemo::new();
 
@@ -129,4 +139,63 @@ fn served(e: &Entry) -> Result<Value, ParamsError> {
     let mut e = e.clone();
     e.params = HeuristicParams::from_value(e.params)?.to_value();
     Ok(entry_value(&e))
+}
+
+/// What a learned heuristic picked, and which: its file.
+#[derive(Debug)]
+pub struct Learned {
+    pub pick: Pick,
+    pub path: PathBuf,
+}
+
+/// The pick of the first learned heuristic in `dir`'s `learned/` folder
+/// (by file name) that serves `fusion` under `scheduler` on `device`; a
+/// file that does not load or pick is skipped with a warning.
+pub fn learned(
+    dir: &Path,
+    fusion: &Fusion,
+    scheduler: SchedulerKind,
+    device: &DeviceInfo,
+) -> (Option<Learned>, Vec<String>) {
+    let mut warnings = Vec::new();
+    let Ok(listing) = std::fs::read_dir(dir.join(LEARNED_DIR)) else {
+        return (None, warnings);
+    };
+    let mut paths: Vec<PathBuf> = listing
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let loaded = LEARNED.get(&path, || {
+            let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+            LearnedHeuristic::parse(&text).map(Some)
+        });
+        let skip = |why: String| {
+            format!(
+                "tilefuse learned heuristic {} skipped: {why}",
+                path.display()
+            )
+        };
+        match loaded {
+            Ok(Some(h)) if h.serves(fusion, scheduler, device) => match h.pick(fusion) {
+                Ok(pick) => return (Some(Learned { pick, path }), warnings),
+                Err(e) => warnings.push(skip(e)),
+            },
+            Ok(_) => {}
+            Err(e) => warnings.push(skip(e)),
+        }
+    }
+    (None, warnings)
+}
+
+/// Writes `h` into `dir`'s `learned/` folder as `NAME.json`, atomically;
+/// the file's path.
+pub fn save_learned(dir: &Path, h: &LearnedHeuristic) -> Result<PathBuf, CacheError> {
+    let folder = dir.join(LEARNED_DIR);
+    std::fs::create_dir_all(&folder).map_err(io(&folder))?;
+    let path = folder.join(format!("{}.json", h.name));
+    let text = serde_json::to_string_pretty(h).expect("a learned heuristic serializes");
+    write_atomically(&path, &text)?;
+    Ok(path)
 }

@@ -18,6 +18,7 @@ mod far_moves;
 mod file_memo;
 mod key;
 pub mod layers;
+pub mod learned;
 pub mod measure;
 mod options;
 pub mod replay;

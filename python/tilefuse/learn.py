@@ -1,0 +1,277 @@
+"""Learned heuristics: from the tuned shapes of one workload family on one
+device (:func:`~tilefuse.collect`), a small set of configs that covers
+them within a tolerance of their best (greedy set cover, as Helion's
+ahead-of-time heuristics choose theirs), then a decision tree over shape
+features that picks one, or keeps the default heuristic. The result is a
+JSON document in the cache directory's ``learned/`` folder, which
+:meth:`Fusion.heuristics` consults after the exact cache entry and before
+the default heuristic, evaluated in Rust.
+
+Its quality is measured on held-out shapes: each one's learned params are
+timed beside its tuned winner and its default heuristic's.
+
+Fitting the tree needs scikit-learn (``pip install tilefuse[learn]``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from rich.console import Console
+
+from . import _native
+from . import cache as _cache
+from .collect import SizeSpec, grid
+from .device import as_device
+from .engine import Engine
+from .timing import Budget
+from .workload import Size, Workload, get
+
+if TYPE_CHECKING:
+    from .device import Device, DeviceName
+
+__all__ = ["LearnResult", "ShapeQuality", "learn"]
+
+#: The default heuristic's config in a row of times.
+DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class ShapeQuality:
+    """A held-out shape's kernels, timed side by side (medians, seconds)."""
+
+    sizes: dict[str, Size]
+    default: float
+    tuned: float
+    learned: float
+    #: The tree's leaf that chose, and whether it kept the default.
+    leaf: int
+    kept_default: bool
+
+
+@dataclass(frozen=True)
+class LearnResult:
+    """What :func:`learn` made and measured."""
+
+    #: The learned heuristic's file.
+    path: str
+    #: Params configs the tree picks among (the default heuristic besides).
+    configs: int
+    training: list[dict[str, Size]]
+    held_out: list[ShapeQuality]
+
+    @property
+    def tuned_over_learned(self) -> float | None:
+        """Geometric mean over the held-out shapes of tuned time / learned
+        time (1: as fast as tuning each shape)."""
+        return _geomean([q.tuned / q.learned for q in self.held_out])
+
+    @property
+    def worst_over_default(self) -> float | None:
+        """The held-out shape whose learned time is slowest against its
+        default heuristic's: learned / default (above 1: slower)."""
+        return max((q.learned / q.default for q in self.held_out), default=None)
+
+    @property
+    def gains(self) -> tuple[float, float] | None:
+        """Geometric-mean speedups over the default on the held-out shapes:
+        (tuned's, learned's)."""
+        tuned = _geomean([q.default / q.tuned for q in self.held_out])
+        learned = _geomean([q.default / q.learned for q in self.held_out])
+        return None if tuned is None or learned is None else (tuned, learned)
+
+
+def learn(
+    family: str,
+    sizes: Mapping[str, SizeSpec],
+    device: Device | DeviceName | None = None,
+    *,
+    name: str | None = None,
+    configs: int = 8,
+    tolerance: float = 0.05,
+    holdout: float = 0.25,
+    seed: int = 0,
+    budget: Budget | None = None,
+    progress: bool = True,
+) -> LearnResult:
+    """Learns a heuristic for the workload ``family`` on ``device`` from
+    the cache entries of the shapes of :func:`~tilefuse.collect.grid`
+    ``(sizes)``, every one of which must have been tuned. A share
+    ``holdout`` of the shapes (chosen by ``seed``) is left out of the
+    learning and measured: the result's quality. At most ``configs``
+    configs; a shape counts as covered by a config within ``tolerance`` of
+    its best. The document is saved as ``learned/NAME.json`` (``name``:
+    ``family``) in the cache directory."""
+    if not (0 <= holdout < 1 and 0 <= tolerance and configs >= 1):
+        raise ValueError("learn: holdout in [0, 1), tolerance >= 0 and configs >= 1")
+    dev = as_device(device)
+    shapes = grid(sizes)
+    works = [get(family, **s) for s in shapes]
+    winners = _winners(works, dev)
+    out = Console(stderr=True, quiet=not progress)
+    candidates = sorted({json.dumps(p, sort_keys=True) for p in winners if p is not None})
+    variants = {f"config {i}": json.loads(c) for i, c in enumerate(candidates)}
+    times = []
+    for i, w in enumerate(works):
+        times.append(_timed(w, dev, {DEFAULT: None, **variants}, budget))
+        out.print(f"[{i + 1}/{len(works)}] timed {len(times[-1])} configs on {w.label}")
+    order = np.random.default_rng(seed).permutation(len(works))
+    held = sorted(order[: round(holdout * len(works))].tolist()) if len(works) > 1 else []
+    train = [i for i in range(len(works)) if i not in held]
+    chosen = _cover([times[i] for i in train], list(variants), tolerance, configs)
+    labels = [_label(times[i], chosen, tolerance) for i in train]
+    features = [_native.learned_features(works[i].payload._native)[1] for i in train]
+    nodes = _tree(features, labels, chosen, seed)
+    training = [shapes[i] for i in train]
+    meta = {
+        "family": family,
+        "training": training,
+        "held_out": [shapes[i] for i in held],
+        "tolerance": tolerance,
+    }
+    picked = [variants[c] for c in chosen]
+    path = _native.learned_save(
+        works[0].payload._native, dev._native, name or family, nodes, picked, meta
+    )
+    quality = [_quality(shapes[i], works[i], dev, times[i], winners[i], chosen) for i in held]
+    return LearnResult(path, len(chosen), training, quality)
+
+
+def _winners(works: list[Workload], device: Device) -> list[dict[str, Any] | None]:
+    """Each shape's tuned params (``None`` where the default won); an
+    error naming how many shapes lack an entry."""
+    out, missing = [], []
+    for w in works:
+        if w.payload._segmented():
+            raise ValueError(f"learn: {w.label} runs as several kernels; learn one kernel's family")
+        entry = _cache.lookup(w.payload, device)
+        if entry is None or entry["layer"] != "cache":
+            missing.append(w.label)
+            continue
+        default = w.payload.heuristics(device=device, cache=False)
+        same = entry["params"] == default.to_dict()  # type: ignore[union-attr]
+        out.append(None if same else entry["params"])
+    if missing or len(out) < 4:
+        raise ValueError(
+            f"learn: {len(out)} of {len(works)} shapes have a cache entry on "
+            f"{device.info['name']} ({device.fingerprint}); learning needs every shape "
+            f"tuned, at least 4 (run tilefuse collect first); missing: {', '.join(missing[:5])}"
+        )
+    return out
+
+
+def _timed(
+    w: Workload, device: Device, variants: dict[str, Any], budget: Budget | None
+) -> dict[str, float]:
+    """Each variant's median time on ``w``, interleaved; a variant the
+    scheduler refuses at this shape, or whose outputs are wrong, is left
+    out (the default is always there)."""
+    engine = Engine(device)
+    kernels = {}
+    for label, params in variants.items():
+        try:
+            k = w.payload.schedule(params, device)
+        except (_native.TilefuseError, ValueError):
+            continue
+        if engine.verify(w, k).passed:
+            kernels[label] = k
+    timed = engine.compare(
+        w, kernels, check=False, budget=budget or Budget(warmup=0.05, rep=0.2), rounds=3
+    )
+    return {label: r.median for label, r in timed.items()}
+
+
+def _cover(
+    times: list[dict[str, float]], labels: list[str], tolerance: float, limit: int
+) -> list[str]:
+    """Greedy set cover: configs, most shapes first, until every shape has
+    one within ``tolerance`` of its best (or the default does) or ``limit``
+    configs are chosen."""
+
+    def good(row: dict[str, float], label: str) -> bool:
+        return label in row and row[label] <= (1 + tolerance) * min(row.values())
+
+    open_ = [row for row in times if not good(row, DEFAULT)]
+    chosen: list[str] = []
+    while open_ and len(chosen) < limit:
+        best = max(labels, key=lambda c: (sum(good(r, c) for r in open_), -labels.index(c)))
+        if not any(good(r, best) for r in open_):
+            break
+        chosen.append(best)
+        open_ = [r for r in open_ if not good(r, best)]
+    return chosen
+
+
+def _label(row: dict[str, float], chosen: list[str], tolerance: float) -> int:
+    """The class a shape teaches: the index of its fastest chosen config,
+    or -1 (the default) where the default is within ``tolerance`` of it."""
+    options = [c for c in chosen if c in row]
+    if not options:
+        return -1
+    fastest = min(options, key=lambda c: row[c])
+    return -1 if row[DEFAULT] <= (1 + tolerance) * row[fastest] else chosen.index(fastest)
+
+
+def _tree(
+    features: list[list[float]], labels: list[int], chosen: list[str], seed: int
+) -> list[dict[str, Any]]:
+    """A decision tree over the features, as the document's nodes: splits
+    (``x[feature] <= threshold`` goes left) and leaves naming a config
+    index or ``None`` (the default heuristic)."""
+    if len(set(labels)) == 1:
+        return [{"leaf": None if labels[0] < 0 else labels[0]}]
+    try:
+        from sklearn.tree import DecisionTreeClassifier  # type: ignore[import-untyped]
+    except ImportError as e:
+        raise ImportError(
+            "learn: fitting the tree needs scikit-learn: pip install tilefuse[learn]"
+        ) from e
+    fit = DecisionTreeClassifier(max_depth=4, random_state=seed).fit(features, labels)
+    t = fit.tree_
+    nodes: list[dict[str, Any]] = []
+    for i in range(t.node_count):
+        if t.children_left[i] < 0:
+            label = int(fit.classes_[int(np.argmax(t.value[i][0]))])
+            nodes.append({"leaf": None if label < 0 else label})
+        else:
+            split = {"feature": int(t.feature[i]), "threshold": float(t.threshold[i])}
+            nodes.append(
+                {**split, "left": int(t.children_left[i]), "right": int(t.children_right[i])}
+            )
+    return nodes
+
+
+def _quality(
+    sizes: dict[str, Size],
+    w: Workload,
+    device: Device,
+    row: dict[str, float],
+    winner: dict[str, Any] | None,
+    chosen: list[str],
+) -> ShapeQuality:
+    """A held-out shape: what the saved learned heuristic picks for it
+    (evaluated as lookups evaluate it), timed beside its tuned winner and
+    its default."""
+    params, _, leaf, messages = _native.learned_get(w.payload._native, device._native)
+    for m in messages:
+        Console(stderr=True).print(m)
+    variants: dict[str, Any] = {DEFAULT: None, "tuned": winner, "learned": params}
+    timed = _timed(w, device, variants, None)
+    return ShapeQuality(
+        sizes,
+        default=timed[DEFAULT],
+        tuned=timed.get("tuned", timed[DEFAULT]),
+        learned=timed.get("learned", timed[DEFAULT]),
+        leaf=leaf if leaf is not None else 0,
+        kept_default=params is None,
+    )
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None

@@ -1,0 +1,126 @@
+"""Learned heuristics: from a family's tuned shapes, a document in the
+cache's learned/ folder that heuristics() consults for shapes nobody
+tuned, evaluated in Rust as the learner's tree says, and measured on
+held-out shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilefuse as tf
+from tilefuse import _native
+from tilefuse.cli import main
+from tilefuse.learn import _cover, _label, _tree
+
+# Each test its own cache: collecting and learning write into it.
+pytestmark = pytest.mark.usefixtures("own_cache")
+
+GRID = {"rows": "8..64", "cols": "64,256"}
+
+
+@pytest.fixture
+def collected() -> tf.Device:
+    cpu = tf.Device.cpu()
+    tf.collect("row_sum", GRID, cpu, trials=3, seed=0, progress=False)
+    return cpu
+
+
+def test_learning_serves_shapes_nobody_tuned(collected: tf.Device) -> None:
+    budget = tf.timing.Budget(warmup=0.01, rep=0.02)
+    r = tf.learn("row_sum", GRID, collected, holdout=0.25, budget=budget, progress=False)
+    assert Path(r.path).parent.name == "learned" and Path(r.path).name == "row_sum.json"
+    assert len(r.training) == 6 and len(r.held_out) == 2
+    assert all(q.default > 0 and q.tuned > 0 and q.learned > 0 for q in r.held_out)
+    assert r.tuned_over_learned is not None and r.worst_over_default is not None
+    document = json.loads(Path(r.path).read_text())
+    assert document["version"] == 1 and document["scheduler"] == "reduction"
+    assert document["meta"]["training"] == r.training
+    # A shape nobody tuned: the learned heuristic's pick, named as such.
+    untuned = tf.workloads.get("row_sum", rows=24, cols=100).payload
+    source = untuned.params_source(collected)
+    assert source.startswith(f"learned: {r.path} (leaf "), source
+    pick = tf.cache.learned(untuned, collected)
+    assert pick is not None
+    want = pick["params"] or untuned.heuristics(device=collected, cache=False).to_dict()
+    assert untuned.heuristics(device=collected).to_dict() == want
+    # The exact entry comes first, and cache=False skips both.
+    tuned = tf.workloads.get("row_sum", rows=8, cols=64).payload
+    assert tuned.params_source(collected).startswith("cache: ")
+    default = untuned.heuristics(device=collected, cache=False)
+    assert (
+        default.to_dict() == tf.Fusion.heuristics(untuned, device=collected, cache=False).to_dict()
+    )
+
+
+def test_learning_needs_every_shape_tuned(collected: tf.Device) -> None:
+    missing = r"learn: 8 of 12 shapes have a cache entry on .*missing: row_sum"
+    with pytest.raises(ValueError, match=missing):
+        tf.learn("row_sum", {"rows": "8..64", "cols": "64,256,1024"}, collected, progress=False)
+    with pytest.raises(ValueError, match=r"learn: 0 of 1 shapes"):
+        tf.learn("row_sum", {"rows": 3, "cols": 5}, collected, progress=False)
+
+
+def test_a_corrupt_or_foreign_learned_file_is_skipped_with_a_warning(
+    collected: tf.Device,
+) -> None:
+    folder = Path(tf.cache.directory() or "") / "learned"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "a-broken.json").write_text("{not json")
+    f = tf.workloads.get("row_sum", rows=24, cols=100).payload
+    with pytest.warns(RuntimeWarning, match=r"learned heuristic .*a-broken.json skipped"):
+        assert f.params_source(collected) == "default heuristic"
+    looping = {"version": 1, "name": "x", "nodes": [{"leaf": 3}], "configs": []}
+    (folder / "a-broken.json").write_text(json.dumps(looping))
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        assert (
+            f.heuristics(device=collected).to_dict()
+            == f.heuristics(device=collected, cache=False).to_dict()
+        )
+
+
+def test_the_rust_walk_picks_what_the_fitted_tree_predicts(collected: tf.Device) -> None:
+    """The document's nodes, evaluated by lookups, choose the classes
+    scikit-learn's tree predicts for the shapes it was fitted on."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    shapes = tf.collect.__globals__["grid"]({"rows": "8..1024", "cols": "64,512,4096"})
+    works = [tf.workloads.get("row_sum", **s).payload for s in shapes]
+    x = [_native.learned_features(w._native)[1] for w in works]
+    rng = np.random.default_rng(3)
+    labels = [int(v) for v in rng.integers(-1, 2, len(works))]
+    nodes = _tree(x, labels, ["config 0", "config 1"], seed=0)
+    configs = [{"scheduler": "reduction", "unroll_factor_reduction": u} for u in (2, 4)]
+    _native.learned_save(works[0]._native, collected._native, "walk", nodes, configs, {})
+    fit = DecisionTreeClassifier(max_depth=4, random_state=0).fit(x, labels)
+    for w, want in zip(works, fit.predict(x), strict=True):
+        params, _, _, _ = _native.learned_get(w._native, collected._native)
+        got = -1 if params is None else [2, 4].index(params["unroll_factor_reduction"])
+        assert got == want
+
+
+def test_set_cover_and_labels_keep_the_default_where_it_is_near_the_best() -> None:
+    rows = [
+        {"default": 1.0, "a": 0.5, "b": 0.9},  # a covers
+        {"default": 1.0, "a": 2.0, "b": 0.6},  # b covers
+        {"default": 1.0, "a": 0.99, "b": 1.2},  # the default is within 5 %
+    ]
+    assert _cover(rows, ["a", "b"], 0.05, 8) == ["a", "b"]
+    assert _cover(rows, ["a", "b"], 0.05, 1) == ["a"]
+    assert [_label(r, ["a", "b"], 0.05) for r in rows] == [0, 1, -1]
+
+
+def test_the_learn_command_prints_held_out_shapes(
+    collected: tf.Device, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    png = tmp_path / "learned.png"
+    argv = ["learn", "row_sum", "--sizes", "rows=8..64", "--sizes", "cols=64,256"]
+    assert main([*argv, "--device", "cpu", "--plot", str(png), "--name", "mine"]) == 0
+    out = capsys.readouterr().out
+    assert "row_sum: learned" in out and "geometric" in out and "learned ms" in out
+    assert png.stat().st_size > 0
+    assert main([*argv, "--device", "cpu", "--name", "../escape"]) == 1
+    assert "letters, digits" in capsys.readouterr().err
