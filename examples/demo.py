@@ -251,5 +251,6 @@ def main() -> None:
     print("  the winner changed:", r.changes or "nothing (the default heuristic won)")
     print("  heuristics() now gives:", w.payload.params_source(cpu))
 
+
 if __name__ == "__main__":
     main()
