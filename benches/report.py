@@ -213,6 +213,16 @@ def cost_section(name: str, cost: Any) -> str:
     return f"{title}\n\n{builds}\n" + table(columns, rows) + command(m["command"])
 
 
+def learned_section(name: str, learned: Any) -> str:
+    """Learned heuristics on held-out shapes, per family."""
+    columns = list(learned["rows"][0])
+    rows = [[r[c] for c in columns] for r in learned["rows"]]
+    m = learned["meta"]
+    grid = ", ".join(f"{k} {v}" for k, v in m["grid"].items())
+    title = f"## {name}: learned heuristics on held-out shapes ({m['device']}, {grid})"
+    return f"{title}\n\n" + table(columns, rows) + command(m["command"])
+
+
 def replay_section(replay: list[Any], efforts: list[Any]) -> str:
     """Search strategies over the recorded spaces, and quick effort's share
     of full's gain; both replayed, so the same on every machine."""
@@ -264,6 +274,7 @@ def render() -> str:
     parts += [run_section(name, run) for name, run in runs]
     parts += [tune_section(name, tune) for name, tune in load("tune_[!c]*.json")]
     parts += [cost_section(name, cost) for name, cost in load("tune_cost_*.json")]
+    parts += [learned_section(name, learned) for name, learned in load("learned_*.json")]
     replay = RESULTS / "replay.json"
     efforts = RESULTS / "efforts.json"
     if replay.exists():

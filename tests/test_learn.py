@@ -14,7 +14,7 @@ import pytest
 import tilefuse as tf
 from tilefuse import _native
 from tilefuse.cli import main
-from tilefuse.learn import _cover, _label, _tree
+from tilefuse.learn import _cover, _guard, _label, _tree
 
 # Each test its own cache: collecting and learning write into it.
 pytestmark = pytest.mark.usefixtures("own_cache")
@@ -92,10 +92,10 @@ def test_the_rust_walk_picks_what_the_fitted_tree_predicts(collected: tf.Device)
     x = [_native.learned_features(w._native)[1] for w in works]
     rng = np.random.default_rng(3)
     labels = [int(v) for v in rng.integers(-1, 2, len(works))]
-    nodes = _tree(x, labels, ["config 0", "config 1"], seed=0)
+    nodes, _ = _tree(x, labels, seed=0)
     configs = [{"scheduler": "reduction", "unroll_factor_reduction": u} for u in (2, 4)]
     _native.learned_save(works[0]._native, collected._native, "walk", nodes, configs, {})
-    fit = DecisionTreeClassifier(max_depth=4, random_state=0).fit(x, labels)
+    fit = DecisionTreeClassifier(max_depth=4, min_samples_leaf=2, random_state=0).fit(x, labels)
     for w, want in zip(works, fit.predict(x), strict=True):
         params, _, _, _ = _native.learned_get(w._native, collected._native)
         got = -1 if params is None else [2, 4].index(params["unroll_factor_reduction"])
@@ -124,3 +124,31 @@ def test_the_learn_command_prints_held_out_shapes(
     assert png.stat().st_size > 0
     assert main([*argv, "--device", "cpu", "--name", "../escape"]) == 1
     assert "letters, digits" in capsys.readouterr().err
+
+
+def test_a_tune_starts_from_the_learned_config() -> None:
+    cpu = tf.Device.cpu()
+    f = tf.workloads.get("row_sum", rows=24, cols=100).payload
+    config = {"scheduler": "reduction", "unroll_factor_reduction": 2}
+    _native.learned_save(f._native, cpu._native, "one-leaf", [{"leaf": 0}], [config], {})
+    assert f.heuristics(device=cpu).unroll_factor_reduction == 2  # type: ignore[union-attr]
+    r = tf.tune(f, cpu, trials=3, seed=0, cache=False, progress=False)
+    seeds = [t for t in r.trials if t.heuristic == "learned"]
+    assert seeds and seeds[0].origin == "seed"
+    assert seeds[0].params["unroll_factor_reduction"] == 2
+
+
+def test_a_leaf_whose_config_loses_somewhere_keeps_the_default() -> None:
+    nodes = [
+        {"feature": 0, "threshold": 1.0, "left": 1, "right": 2},
+        {"leaf": 0},
+        {"leaf": 1},
+    ]
+    rows = [
+        {"default": 1.0, "a": 0.5, "b": 0.5},  # leaf 1: a wins
+        {"default": 1.0, "a": 0.9, "b": 0.5},  # leaf 1: a still no slower
+        {"default": 1.0, "a": 0.5, "b": 0.5},  # leaf 2: b wins here
+        {"default": 1.0, "a": 0.5, "b": 1.2},  # leaf 2: but loses here
+    ]
+    _guard(nodes, [1, 1, 2, 2], rows, ["a", "b"], 0.05)
+    assert [n.get("leaf") for n in nodes[1:]] == [0, None]

@@ -28,15 +28,18 @@ from rich.console import Console
 from . import _native
 from . import cache as _cache
 from .collect import SizeSpec, grid
-from .device import as_device
+from .device import Device, as_device
 from .engine import Engine
+from .heuristic import AutotunerHeuristic
+from .params import HeuristicParams
 from .timing import Budget
 from .workload import Size, Workload, get
 
 if TYPE_CHECKING:
-    from .device import Device, DeviceName
+    from .device import DeviceFacts, DeviceName
+    from .fusion import Fusion
 
-__all__ = ["LearnResult", "ShapeQuality", "learn"]
+__all__ = ["LearnResult", "LearnedSeeds", "ShapeQuality", "learn"]
 
 #: The default heuristic's config in a row of times.
 DEFAULT = "default"
@@ -127,7 +130,8 @@ def learn(
     chosen = _cover([times[i] for i in train], list(variants), tolerance, configs)
     labels = [_label(times[i], chosen, tolerance) for i in train]
     features = [_native.learned_features(works[i].payload._native)[1] for i in train]
-    nodes = _tree(features, labels, chosen, seed)
+    nodes, leaves = _tree(features, labels, seed)
+    _guard(nodes, leaves, [times[i] for i in train], chosen, tolerance)
     training = [shapes[i] for i in train]
     meta = {
         "family": family,
@@ -139,7 +143,7 @@ def learn(
     path = _native.learned_save(
         works[0].payload._native, dev._native, name or family, nodes, picked, meta
     )
-    quality = [_quality(shapes[i], works[i], dev, times[i], winners[i], chosen) for i in held]
+    quality = [_quality(shapes[i], works[i], dev, winners[i]) for i in held]
     return LearnResult(path, len(chosen), training, quality)
 
 
@@ -219,20 +223,22 @@ def _label(row: dict[str, float], chosen: list[str], tolerance: float) -> int:
 
 
 def _tree(
-    features: list[list[float]], labels: list[int], chosen: list[str], seed: int
-) -> list[dict[str, Any]]:
+    features: list[list[float]], labels: list[int], seed: int
+) -> tuple[list[dict[str, Any]], list[int]]:
     """A decision tree over the features, as the document's nodes: splits
     (``x[feature] <= threshold`` goes left) and leaves naming a config
-    index or ``None`` (the default heuristic)."""
+    index or ``None`` (the default heuristic); and the leaf each sample
+    falls in. A leaf holds two shapes at least."""
     if len(set(labels)) == 1:
-        return [{"leaf": None if labels[0] < 0 else labels[0]}]
+        return [{"leaf": None if labels[0] < 0 else labels[0]}], [0] * len(labels)
     try:
         from sklearn.tree import DecisionTreeClassifier  # type: ignore[import-untyped]
     except ImportError as e:
         raise ImportError(
             "learn: fitting the tree needs scikit-learn: pip install tilefuse[learn]"
         ) from e
-    fit = DecisionTreeClassifier(max_depth=4, random_state=seed).fit(features, labels)
+    fit = DecisionTreeClassifier(max_depth=4, min_samples_leaf=2, random_state=seed)
+    fit.fit(features, labels)
     t = fit.tree_
     nodes: list[dict[str, Any]] = []
     for i in range(t.node_count):
@@ -244,30 +250,51 @@ def _tree(
             nodes.append(
                 {**split, "left": int(t.children_left[i]), "right": int(t.children_right[i])}
             )
-    return nodes
+    return nodes, [int(leaf) for leaf in fit.apply(features)]
+
+
+def _guard(
+    nodes: list[dict[str, Any]],
+    leaves: list[int],
+    rows: list[dict[str, float]],
+    chosen: list[str],
+    tolerance: float,
+) -> None:
+    """Leaves whose config is slower than the default heuristic, beyond
+    ``tolerance``, on any of their training shapes (or refused there)
+    keep the default instead: a learned heuristic may miss a gain, but
+    should not lose to the default where the data say it would."""
+    for i, node in enumerate(nodes):
+        config = node.get("leaf")
+        if config is None:
+            continue
+        label = chosen[config]
+        shapes = [row for row, leaf in zip(rows, leaves, strict=True) if leaf == i]
+        if any(label not in r or r[label] > (1 + tolerance) * r[DEFAULT] for r in shapes):
+            node["leaf"] = None
 
 
 def _quality(
-    sizes: dict[str, Size],
-    w: Workload,
-    device: Device,
-    row: dict[str, float],
-    winner: dict[str, Any] | None,
-    chosen: list[str],
+    sizes: dict[str, Size], w: Workload, device: Device, winner: dict[str, Any] | None
 ) -> ShapeQuality:
     """A held-out shape: what the saved learned heuristic picks for it
     (evaluated as lookups evaluate it), timed beside its tuned winner and
-    its default."""
+    its default. Each distinct kernel is timed once: timing one kernel
+    twice reads noise as a gain or a loss."""
     params, _, leaf, messages = _native.learned_get(w.payload._native, device._native)
     for m in messages:
         Console(stderr=True).print(m)
-    variants: dict[str, Any] = {DEFAULT: None, "tuned": winner, "learned": params}
-    timed = _timed(w, device, variants, None)
+    default = w.payload.heuristics(device=device, cache=False).to_dict()  # type: ignore[union-attr]
+    tuned = winner if winner not in (None, default) else None
+    learned = params if params not in (None, default) else None
+    variants = {DEFAULT: None, "tuned": tuned, "learned": learned if learned != tuned else None}
+    timed = _timed(w, device, {k: v for k, v in variants.items() if k == DEFAULT or v}, None)
+    same = "tuned" if learned is not None and learned == tuned else DEFAULT
     return ShapeQuality(
         sizes,
         default=timed[DEFAULT],
         tuned=timed.get("tuned", timed[DEFAULT]),
-        learned=timed.get("learned", timed[DEFAULT]),
+        learned=timed.get("learned", timed.get(same, timed[DEFAULT])),
         leaf=leaf if leaf is not None else 0,
         kept_default=params is None,
     )
@@ -275,3 +302,23 @@ def _quality(
 
 def _geomean(values: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+class LearnedSeeds(AutotunerHeuristic):
+    """Seeds a tuning run with what a learned heuristic picks for the
+    fusion, so that tuning a shape starts from the learned config."""
+
+    name = "learned"
+
+    @classmethod
+    def is_eligible(cls, fusion: Fusion, device: DeviceFacts) -> bool:
+        return bool(cls.seed_configs(fusion, device))
+
+    @classmethod
+    def seed_configs(
+        cls, fusion: Fusion, device: DeviceFacts
+    ) -> list[HeuristicParams | dict[str, Any]]:
+        if not isinstance(device, Device):  # a remote worker's: no local lookup
+            return []
+        pick = _cache.learned(fusion, device)
+        return [] if pick is None or pick["params"] is None else [pick["params"]]
