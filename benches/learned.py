@@ -1,7 +1,8 @@
 """Learned heuristics against per-shape tuning, on held-out shapes.
 
     python benches/learned.py                                # softmax and row sums, CPU
-    python benches/learned.py --family layernorm --rows 256..8192 --cols 128..4096
+    python benches/learned.py --family layernorm --size rows=256..8192 --size cols=128..4096
+    python benches/learned.py --family matmul --size m=64..1024 --size n=256..1024 --size k=512
     python benches/learned.py --json benches/results/learned_local.json
 
 For each family, every shape of the grid is tuned (``tilefuse.collect``,
@@ -54,8 +55,12 @@ def one_family(family: str, sizes: dict[str, str], args: argparse.Namespace) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--family", action="append", help="a workload (repeat; default two)")
-    parser.add_argument("--rows", default="256..8192", help="the rows axis (LO..HI or a list)")
-    parser.add_argument("--cols", default="128..4096", help="the cols axis")
+    parser.add_argument(
+        "--size",
+        action="append",
+        metavar="K=SPEC",
+        help="a size axis, LO..HI or a list (repeat; default rows=256..4096, cols=128..2048)",
+    )
     parser.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     parser.add_argument("--effort", default="quick", choices=["quick", "full"])
     parser.add_argument("--holdout", type=float, default=0.25)
@@ -64,7 +69,9 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["TILEFUSE_CACHE"] = tempfile.mkdtemp(prefix="tilefuse-learned-")
     families = args.family or ["softmax", "row_sum"]
-    rows = [one_family(f, {"rows": args.rows, "cols": args.cols}, args) for f in families]
+    specs = args.size or ["rows=256..4096", "cols=128..2048"]
+    grid = dict(spec.split("=", 1) for spec in specs)
+    rows = [one_family(f, grid, args) for f in families]
     columns = list(rows[0])
     print("| " + " | ".join(columns) + " |")
     print("|---|" + "---:|" * (len(columns) - 1))
@@ -77,7 +84,7 @@ def main() -> None:
             "command": "python " + " ".join(sys.argv),
             "device": args.device,
             "label": args.label,
-            "grid": {"rows": args.rows, "cols": args.cols},
+            "grid": grid,
         }
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 

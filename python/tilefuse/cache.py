@@ -197,11 +197,17 @@ def clear() -> int:
 def learned(fusion: Fusion, device: Device, scheduler: str | None = None) -> dict[str, Any] | None:
     """What the learned heuristic that serves ``fusion`` on ``device`` (in
     the cache directory's ``learned/`` folder) picks: ``{"params": dict or
-    None, "path", "leaf"}``, ``params`` ``None`` where its leaf keeps the
-    default heuristic; ``None`` when no learned heuristic serves it."""
-    params, path, leaf, messages = _native.learned_get(fusion._native, device._native, scheduler)
+    None, "path", "leaf", "learned_on"}``, ``params`` ``None`` where its
+    leaf keeps the default heuristic, ``learned_on`` the name of the device
+    it was learned on where that is another of the same kind (one learned
+    here comes first); ``None`` when no learned heuristic serves it."""
+    params, path, leaf, learned_on, messages = _native.learned_get(
+        fusion._native, device._native, scheduler
+    )
     _warn(messages)
-    return None if path is None else {"params": params, "path": path, "leaf": leaf}
+    if path is None:
+        return None
+    return {"params": params, "path": path, "leaf": leaf, "learned_on": learned_on}
 
 
 def source(fusion: Fusion, device: Device, scheduler: str | None = None) -> str:
@@ -216,7 +222,8 @@ def source(fusion: Fusion, device: Device, scheduler: str | None = None) -> str:
     if pick is None:
         return "default heuristic"
     chose = "its params" if pick["params"] is not None else "the default heuristic"
-    return f"learned: {pick['path']} (leaf {pick['leaf']}: {chose})"
+    on = f", learned on {pick['learned_on']}" if pick["learned_on"] else ""
+    return f"learned: {pick['path']} (leaf {pick['leaf']}: {chose}{on})"
 
 
 def describe(entry: dict[str, Any], fusion: Fusion, device: Device) -> str:

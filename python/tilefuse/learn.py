@@ -214,12 +214,15 @@ def _cover(
 
 def _label(row: dict[str, float], chosen: list[str], tolerance: float) -> int:
     """The class a shape teaches: the index of its fastest chosen config,
-    or -1 (the default) where the default is within ``tolerance`` of it."""
+    or -1 (the default) unless that config beats the default by over twice
+    ``tolerance``: a smaller gain is within what one timing of a shared
+    machine moves, and a leaf taught by it lost 1.16x to the default on a
+    held-out RMS norm shape (`benches/learned.py --family rmsnorm`)."""
     options = [c for c in chosen if c in row]
     if not options:
         return -1
     fastest = min(options, key=lambda c: row[c])
-    return -1 if row[DEFAULT] <= (1 + tolerance) * row[fastest] else chosen.index(fastest)
+    return -1 if row[DEFAULT] <= (1 + 2 * tolerance) * row[fastest] else chosen.index(fastest)
 
 
 def _tree(
@@ -260,17 +263,19 @@ def _guard(
     chosen: list[str],
     tolerance: float,
 ) -> None:
-    """Leaves whose config is slower than the default heuristic, beyond
-    ``tolerance``, on any of their training shapes (or refused there)
-    keep the default instead: a learned heuristic may miss a gain, but
-    should not lose to the default where the data say it would."""
+    """Leaves keep their config only where every training shape in them
+    runs it faster than the default heuristic by over ``tolerance``; the
+    others keep the default. A learned heuristic may miss a gain, but
+    should not lose to the default: a leaf whose config merely did not
+    lose on its shapes ran a held-out softmax shape 1.19x the default
+    (`benches/learned.py`)."""
     for i, node in enumerate(nodes):
         config = node.get("leaf")
         if config is None:
             continue
         label = chosen[config]
         shapes = [row for row, leaf in zip(rows, leaves, strict=True) if leaf == i]
-        if any(label not in r or r[label] > (1 + tolerance) * r[DEFAULT] for r in shapes):
+        if not all(label in r and (1 + tolerance) * r[label] < r[DEFAULT] for r in shapes):
             node["leaf"] = None
 
 
@@ -281,7 +286,7 @@ def _quality(
     (evaluated as lookups evaluate it), timed beside its tuned winner and
     its default. Each distinct kernel is timed once: timing one kernel
     twice reads noise as a gain or a loss."""
-    params, _, leaf, messages = _native.learned_get(w.payload._native, device._native)
+    params, _, leaf, _, messages = _native.learned_get(w.payload._native, device._native)
     for m in messages:
         Console(stderr=True).print(m)
     default = w.payload.heuristics(device=device, cache=False).to_dict()  # type: ignore[union-attr]

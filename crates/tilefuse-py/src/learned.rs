@@ -66,13 +66,16 @@ pub fn learned_save(
     })
 }
 
-/// What a learned heuristic picks for `fusion`:
-/// `(params or None, path or None, leaf or None, warnings)`; `params` is
-/// `None` with a path where the leaf keeps the default heuristic.
+/// What a learned heuristic picks for `fusion`: `(params or None, path or
+/// None, leaf or None, learned_on or None, warnings)`; `params` is `None`
+/// with a path where the leaf keeps the default heuristic; `learned_on`
+/// names the device it was learned on where that is another of the same
+/// kind.
 type Picked<'py> = (
     Option<Bound<'py, PyAny>>,
     Option<String>,
     Option<usize>,
+    Option<String>,
     Vec<String>,
 );
 
@@ -91,10 +94,16 @@ pub fn learned_get<'py>(
         let dir = layers::directory(directory.map(PathBuf::from)).or_raise(py)?;
         let (found, warnings) = layers::learned(&dir, &fusion.inner, kind, &device.inner.info());
         let Some(found) = found else {
-            return Ok((None, None, None, warnings));
+            return Ok((None, None, None, None, warnings));
         };
         let params = found.pick.params.map(|p| to_py(py, &p)).transpose()?;
         let path = Some(found.path.display().to_string());
-        Ok((params, path, Some(found.pick.leaf), warnings))
+        Ok((
+            params,
+            path,
+            Some(found.pick.leaf),
+            found.learned_on,
+            warnings,
+        ))
     })
 }

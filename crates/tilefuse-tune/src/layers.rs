@@ -15,7 +15,7 @@ use tilefuse_sched::DeviceInfo;
 use crate::bundle::write_atomically;
 use crate::cache::io;
 use crate::file_memo::FileMemo;
-use crate::learned::{LearnedHeuristic, Pick};
+use crate::learned::{LearnedHeuristic, Match, Pick};
 use crate::warm::nearest;
 use crate::{Bundle, Cache, CacheError, CacheKey, Entry, Family};
 
@@ -141,16 +141,20 @@ fn served(e: &Entry) -> Result<Value, ParamsError> {
     Ok(entry_value(&e))
 }
 
-/// What a learned heuristic picked, and which: its file.
+/// What a learned heuristic picked, and which: its file, and the device
+/// it was learned on where that is another device of the same kind.
 #[derive(Debug)]
 pub struct Learned {
     pub pick: Pick,
     pub path: PathBuf,
+    pub learned_on: Option<String>,
 }
 
 /// The pick of the first learned heuristic in `dir`'s `learned/` folder
-/// (by file name) that serves `fusion` under `scheduler` on `device`; a
-/// file that does not load or pick is skipped with a warning.
+/// (by file name) learned for `fusion`'s family and `scheduler` on
+/// `device`, else of the first learned on another device of the same kind
+/// and capabilities; a file that does not load or pick is skipped with a
+/// warning.
 pub fn learned(
     dir: &Path,
     fusion: &Fusion,
@@ -166,6 +170,7 @@ pub fn learned(
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     paths.sort();
+    let mut alike = None;
     for path in paths {
         let loaded = LEARNED.get(&path, || {
             let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
@@ -177,16 +182,37 @@ pub fn learned(
                 path.display()
             )
         };
-        match loaded {
-            Ok(Some(h)) if h.serves(fusion, scheduler, device) => match h.pick(fusion) {
-                Ok(pick) => return (Some(Learned { pick, path }), warnings),
-                Err(e) => warnings.push(skip(e)),
+        let h = match loaded {
+            Ok(Some(h)) => h,
+            Ok(None) => continue,
+            Err(e) => {
+                warnings.push(skip(e));
+                continue;
+            }
+        };
+        let Some(how) = h.serves(fusion, scheduler, device) else {
+            continue;
+        };
+        if how == Match::SameKind && alike.is_some() {
+            continue;
+        }
+        let found = match h.pick(fusion) {
+            Ok(pick) => Learned {
+                pick,
+                path,
+                learned_on: (how == Match::SameKind).then(|| h.device.name.clone()),
             },
-            Ok(_) => {}
-            Err(e) => warnings.push(skip(e)),
+            Err(e) => {
+                warnings.push(skip(e));
+                continue;
+            }
+        };
+        match how {
+            Match::Exact => return (Some(found), warnings),
+            Match::SameKind => alike = Some(found),
         }
     }
-    (None, warnings)
+    (alike, warnings)
 }
 
 /// Writes `h` into `dir`'s `learned/` folder as `NAME.json`, atomically;

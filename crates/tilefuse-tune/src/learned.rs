@@ -91,6 +91,15 @@ pub struct LearnedHeuristic {
     pub meta: Value,
 }
 
+/// How a learned heuristic serves a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Match {
+    /// It was learned on this device.
+    Exact,
+    /// It was learned on another device of the same kind and capabilities.
+    SameKind,
+}
+
 /// What a learned heuristic picked for a fusion.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pick {
@@ -178,12 +187,29 @@ impl LearnedHeuristic {
         LearnedHeuristic::parse(&serde_json::to_string(&h).expect("a document serializes"))
     }
 
-    /// Whether it is for `fusion` (by family) under `scheduler` on
-    /// `device`.
-    pub fn serves(&self, fusion: &Fusion, scheduler: SchedulerKind, device: &DeviceInfo) -> bool {
-        self.scheduler == scheduler
-            && self.device == DeviceKey::of(device)
-            && self.family == fusion.family()
+    /// How well it serves `fusion` (by family) under `scheduler` on
+    /// `device`: learned there, learned on another device of the same
+    /// kind and capabilities (backend, vendor, adapter type, limits; the
+    /// name, driver or thread count may differ), or not at all.
+    pub fn serves(
+        &self,
+        fusion: &Fusion,
+        scheduler: SchedulerKind,
+        device: &DeviceInfo,
+    ) -> Option<Match> {
+        if self.scheduler != scheduler || self.family != fusion.family() {
+            return None;
+        }
+        let (a, b) = (&self.device, &DeviceKey::of(device));
+        let alike = a.backend == b.backend
+            && a.vendor == b.vendor
+            && a.adapter_type == b.adapter_type
+            && a.limits == b.limits;
+        match (a == b, alike) {
+            (true, _) => Some(Match::Exact),
+            (false, true) => Some(Match::SameKind),
+            (false, false) => None,
+        }
     }
 
     /// The config the tree picks for `fusion`.
