@@ -29,6 +29,9 @@ from typing import Any
 
 import tilefuse as tf
 
+sys.path.insert(0, str(Path(__file__).parent))
+from report import stamp, table
+
 
 def one_family(family: str, sizes: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
@@ -72,16 +75,10 @@ def main() -> None:
     specs = args.size or ["rows=256..4096", "cols=128..2048"]
     grid = dict(spec.split("=", 1) for spec in specs)
     rows = [one_family(f, grid, args) for f in families]
-    columns = list(rows[0])
-    print("| " + " | ".join(columns) + " |")
-    print("|---|" + "---:|" * (len(columns) - 1))
-    for row in rows:
-        cells = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in row.values()]
-        print("| " + " | ".join(cells) + " |")
+    print(table(list(rows[0]), [list(row.values()) for row in rows]))
     if args.json:
         meta = {
-            "date": time.strftime("%Y-%m-%d"),
-            "command": "python " + " ".join(sys.argv),
+            **stamp(),
             "device": args.device,
             "label": args.label,
             "grid": grid,

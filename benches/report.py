@@ -20,6 +20,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -51,6 +52,12 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     align = ["---" if i == 0 else "---:" for i in range(len(header))]
     lines = [header, align, *rows]
     return "\n".join("| " + " | ".join(line) + " |" for line in lines) + "\n"
+
+
+def stamp() -> dict[str, str]:
+    """What every result file's meta starts with: the date, and the
+    command that made it (which its table prints)."""
+    return {"date": time.strftime("%Y-%m-%d"), "command": "python " + " ".join(sys.argv)}
 
 
 def command(text: str) -> str:

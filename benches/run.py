@@ -47,6 +47,7 @@ from tilefuse.timing import Budget, call_sampler, measure
 
 sys.path.insert(0, str(Path(__file__).parent))
 import handwritten
+from report import stamp
 
 Arrays = list[np.ndarray[Any, Any]]
 
@@ -412,8 +413,7 @@ def machine(devices: dict[str, tf.Device]) -> dict[str, Any]:
     gpu = devices.get("gpu")
     torch = sys.modules.get("torch")
     return {
-        "date": time.strftime("%Y-%m-%d"),
-        "command": "python " + " ".join(sys.argv),
+        **stamp(),
         "cpu": model,
         "cpu_threads": devices["cpu"].info["cores"],
         "simd": simd,

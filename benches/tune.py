@@ -24,7 +24,6 @@ import json
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from rich.table import Table
 import tilefuse as tf
 
 sys.path.insert(0, str(Path(__file__).parent))
+from report import stamp
 from run import Case, cases
 
 
@@ -149,8 +149,7 @@ def main() -> None:
     show(rows, args.efforts)
     if args.json:
         meta = {
-            "date": time.strftime("%Y-%m-%d"),
-            "command": "python " + " ".join(sys.argv),
+            **stamp(),
             "strategy": args.strategy,
             "machine": platform.processor() or platform.machine(),
             "gpu": str(devices.get("gpu")),

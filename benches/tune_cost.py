@@ -31,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from ab_builds import load_builds
+from report import stamp, table
 
 import tilefuse
 
@@ -81,10 +82,6 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def cell(v: Any) -> str:
-    return "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", type=Path, help="another build of _native to compare with")
@@ -111,14 +108,10 @@ def main() -> None:
         for label in builds:
             rows.append({"case": case[0], "build": label, **summary(runs[label])})
     columns = ["case", "build", "default ms", "trials", "seconds", "launches per trial", "speedup"]
-    print("| " + " | ".join(columns) + " |")
-    print("|---|---|" + "---:|" * (len(columns) - 2))
-    for row in rows:
-        print("| " + " | ".join(cell(row[c]) for c in columns) + " |")
+    print(table(columns, [[row[c] for c in columns] for row in rows]))
     if args.json:
         meta = {
-            "date": time.strftime("%Y-%m-%d"),
-            "command": "python " + " ".join(sys.argv),
+            **stamp(),
             "device": args.device,
             "seeds": args.seeds,
             "label": args.label,
