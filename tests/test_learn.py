@@ -14,6 +14,7 @@ import pytest
 import tilefuse as tf
 from tilefuse import _native
 from tilefuse.cli import main
+from tilefuse.collect import grid
 from tilefuse.learn import _cover, _guard, _label, _tree
 
 # Each test its own cache: collecting and learning write into it.
@@ -87,7 +88,7 @@ def test_the_rust_walk_picks_what_the_fitted_tree_predicts(collected: tf.Device)
     scikit-learn's tree predicts for the shapes it was fitted on."""
     from sklearn.tree import DecisionTreeClassifier
 
-    shapes = tf.collect.__globals__["grid"]({"rows": "8..1024", "cols": "64,512,4096"})
+    shapes = grid({"rows": "8..1024", "cols": "64,512,4096"})
     works = [tf.workloads.get("row_sum", **s).payload for s in shapes]
     x = [_native.learned_features(w._native)[1] for w in works]
     rng = np.random.default_rng(3)

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from rich.console import Console
 
+from . import cache as _cache
+from .device import as_device
 from .tune import Effort, tune
 from .workload import Size, Workload, get
 
@@ -145,4 +147,9 @@ def collect(
 def _cached(w: Workload, device: Device | DeviceName | None) -> bool:
     """Whether every kernel of ``w``'s fusion has a cache entry on
     ``device`` (a bundle's does not count: collecting measures here)."""
-    return all(part.startswith("cache: ") for part in w.payload.params_source(device).split("; "))
+    f, dev = w.payload, as_device(device)
+    parts = [(s.fusion, s.scheduler) for s in f.segments()] if f._segmented() else [(f, None)]
+    return all(
+        (entry := _cache.lookup(part, dev, scheduler)) is not None and entry["layer"] == "cache"
+        for part, scheduler in parts
+    )
