@@ -246,3 +246,63 @@ fn tf_f32_to_u32(x: f32) -> u32 {
     }
     return u32(x);
 }
+
+// Half precision. Halves live in f32 while computed and in 16-bit halves of
+// u32 words in storage (lane 0 the low half, as little-endian memory lays
+// them out). f16 converts through the device's instructions
+// (unpack2x16float / pack2x16float: to nearest even on every device
+// measured), except where WGSL leaves pack2x16float undefined: infinities,
+// NaN and values that round past 65504. bf16 is integer arithmetic, to
+// nearest even. No branches: a matmul's unrolled tiles convert per
+// element, and lavapipe took minutes to compile a branchy f16 rounding
+// there (`half.rs` in tilefuse-runtime's tests, its matmul fixtures).
+
+// x's bits rounded to nearest even after dropping the low `shift` bits.
+fn tf_round_bits(x: u32, shift: u32) -> u32 {
+    let half = 1u << (shift - 1u);
+    let rest = x & ((1u << shift) - 1u);
+    let r = x >> shift;
+    return r + select(0u, 1u, rest > half || (rest == half && (r & 1u) == 1u));
+}
+
+fn tf_f16_bits(x: f32) -> u32 {
+    let b = bitcast<u32>(x);
+    let a = b & 0x7fffffffu;
+    // From 65520 up a value rounds to infinity, where pack2x16float is
+    // undefined; so is it for NaN, made quiet here.
+    let special = select(0x7c00u, 0x7e00u | ((a >> 13u) & 0x3ffu), a > 0x7f800000u);
+    let packed = pack2x16float(vec2<f32>(bitcast<f32>(a), 0.0)) & 0x7fffu;
+    return ((b >> 16u) & 0x8000u) | select(packed, special, a >= 0x477ff000u);
+}
+
+fn tf_bf16_bits(x: f32) -> u32 {
+    let b = bitcast<u32>(x);
+    return select(tf_round_bits(b, 16u), (b >> 16u) | 0x40u, (b & 0x7fffffffu) > 0x7f800000u);
+}
+
+fn tf_f16_at(word: u32, lane: u32) -> f32 {
+    return unpack2x16float(word)[lane];
+}
+
+fn tf_bf16_at(word: u32, lane: u32) -> f32 {
+    return bitcast<f32>(((word >> (16u * lane)) & 0xffffu) << 16u);
+}
+
+fn tf_round_f16(x: f32) -> f32 {
+    return unpack2x16float(tf_f16_bits(x)).x;
+}
+
+fn tf_round_bf16(x: f32) -> f32 {
+    return bitcast<f32>(tf_bf16_bits(x) << 16u);
+}
+
+// Storing a half into lane `lane` of a shared word: atomicAnd with the
+// mask keeps the other lane, atomicOr sets this one (the other lane may be
+// another invocation's).
+fn tf_half_keep(lane: u32) -> u32 {
+    return 0xffff0000u >> (16u * lane);
+}
+
+fn tf_half_place(bits: u32, lane: u32) -> u32 {
+    return bits << (16u * lane);
+}

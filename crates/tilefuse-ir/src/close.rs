@@ -1,11 +1,14 @@
 //! The one rule by which computed outputs match a reference, shared by the
 //! tuner's check of every candidate and the tests (Python's `Tolerance`
-//! states the same rule): f32 elements are close when equal (the same
+//! states the same rule): float elements are close when equal (the same
 //! infinity) or, both finite, within
 //! `rtol * (scale + |want|)`, `scale` the largest finite reference
-//! magnitude (reductions reassociate, so errors scale with the data);
+//! magnitude (reductions reassociate, so errors scale with the data), and
+//! `rtol` at least the dtype's [`DType::rtol_floor`] (two steps of its
+//! precision: a device's f32 intermediate may round the other way);
 //! other dtypes must be equal; NaN only where NaN is wanted.
 
+use crate::dtype::DType;
 use crate::tensor::Data;
 
 /// `Err` names the first element that is not close to the reference.
@@ -15,6 +18,8 @@ pub fn check_close(want: &Data, got: &Data, rtol: f64) -> Result<(), String> {
     match (want, got) {
         _ if want.len() != got.len() => Err(mismatch(want, got)),
         (Data::F32(w), Data::F32(g)) => close(w, g, f64::from, rtol),
+        (Data::F16(w), Data::F16(g)) => close(w, g, f64::from, DType::F16.rtol(rtol)),
+        (Data::BF16(w), Data::BF16(g)) => close(w, g, f64::from, DType::BF16.rtol(rtol)),
         (Data::I32(w), Data::I32(g)) => close(w, g, f64::from, 0.0),
         (Data::U32(w), Data::U32(g)) => close(w, g, f64::from, 0.0),
         (Data::Bool(w), Data::Bool(g)) => close(w, g, |x| f64::from(u8::from(x)), 0.0),

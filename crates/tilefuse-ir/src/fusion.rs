@@ -102,12 +102,37 @@ impl Fusion {
         self.add(Op::Unary { func }, &[x], None)
     }
 
+    /// A binary op; float operands of different dtypes are first cast to
+    /// their common dtype ([`DType::promote_floats`]), as numpy does.
     pub fn binary(&mut self, func: BinaryOp, a: TensorId, b: TensorId) -> Result<TensorId> {
+        let [a, b] = self.promoted([a, b])?;
         self.add(Op::Binary { func }, &[a, b], None)
     }
 
+    /// `where(cond, a, b)`; float branches are promoted as in [`Fusion::binary`].
     pub fn where_(&mut self, cond: TensorId, a: TensorId, b: TensorId) -> Result<TensorId> {
+        let [a, b] = self.promoted([a, b])?;
         self.add(Op::Where, &[cond, a, b], None)
+    }
+
+    /// `a` and `b`, cast to their common float dtype where they are floats
+    /// of different dtypes; unchanged otherwise (verification reports any
+    /// other mismatch).
+    fn promoted(&mut self, [a, b]: [TensorId; 2]) -> Result<[TensorId; 2]> {
+        let (da, db) = (self.ty(a)?.dtype, self.ty(b)?.dtype);
+        match DType::promote_floats(da, db) {
+            Some(common) if da != db => {
+                let widen = |f: &mut Self, x: TensorId, d: DType| {
+                    if d == common {
+                        Ok(x)
+                    } else {
+                        f.cast(x, common)
+                    }
+                };
+                Ok([widen(self, a, da)?, widen(self, b, db)?])
+            }
+            _ => Ok([a, b]),
+        }
     }
 
     pub fn cast(&mut self, x: TensorId, dtype: DType) -> Result<TensorId> {
@@ -177,6 +202,7 @@ impl Fusion {
         transpose_a: bool,
         transpose_b: bool,
     ) -> Result<TensorId> {
+        let [a, b] = self.promoted([a, b])?;
         self.add(
             Op::Matmul {
                 transpose_a,

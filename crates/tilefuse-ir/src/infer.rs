@@ -66,7 +66,11 @@ fn unary(float_only: bool, x: &TensorType) -> std::result::Result<TensorType, St
         x.dtype.is_signed()
     };
     if !ok {
-        let want = if float_only { "f32" } else { "f32 or i32" };
+        let want = if float_only {
+            "float (f32, f16, bf16)"
+        } else {
+            "float or i32"
+        };
         return Err(format!("expected a {want} operand, got {}", x.dtype));
     }
     Ok(x.clone())
@@ -279,14 +283,14 @@ fn infer_matmul(
     transpose_a: bool,
     transpose_b: bool,
 ) -> Result<TensorType, String> {
-    if a.dtype != DType::F32 || b.dtype != DType::F32 {
+    if !a.dtype.is_float() || a.dtype != b.dtype {
         return Err(format!(
-            "operands must be f32, got {} and {}",
+            "operands must be floats of one dtype, got {} and {}",
             a.dtype, b.dtype
         ));
     }
     let dims = matmul_dims(a, b, transpose_a, transpose_b)?;
     let mut shape = dims.batch;
     shape.extend([dims.m, dims.n]);
-    Ok(TensorType::new(shape, DType::F32))
+    Ok(TensorType::new(shape, a.dtype))
 }

@@ -37,6 +37,7 @@ pub use error::{FusionError, Result};
 pub use evaluate::{binary_scalar, evaluate, gelu, reduce_identity, unary_scalar};
 pub use fingerprint::sha256_hex;
 pub use fusion::{FUSION_SCHEMA_VERSION, Fusion, MAX_ELEMENTS, Node, TensorId, is_identifier};
+pub use half::{bf16, f16};
 pub use infer::{MatmulDims, TensorType, infer, matmul_dims};
 pub use op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
 pub use shape::Shape;

@@ -6,7 +6,6 @@
 
 use serde::Serialize;
 
-use crate::dtype::DType;
 use crate::fusion::{Fusion, TensorId};
 use crate::infer::matmul_dims;
 use crate::op::{Op, ReduceOp};
@@ -62,14 +61,6 @@ pub struct Summary {
     pub complexity: Complexity,
     pub matmuls: Vec<MatmulSummary>,
     pub reductions: Vec<ReductionSummary>,
-}
-
-/// Bytes one element of `dtype` takes in a host (numpy) array.
-fn host_size(dtype: DType) -> u64 {
-    match dtype {
-        DType::Bool => 1,
-        DType::F32 | DType::I32 | DType::U32 => 4,
-    }
 }
 
 /// The work, traffic, matmuls and reductions of `fusion`.
@@ -130,7 +121,7 @@ fn traffic(fusion: &Fusion, tensors: &[TensorId]) -> u64 {
         .iter()
         .map(|&t| {
             let ty = &fusion.types()[t.0];
-            numel(&ty.shape) as u64 * host_size(ty.dtype)
+            numel(&ty.shape) as u64 * ty.dtype.size_bytes() as u64
         })
         .sum()
 }
@@ -138,6 +129,7 @@ fn traffic(fusion: &Fusion, tensors: &[TensorId]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::DType;
     use crate::op::{BinaryOp, UnaryOp};
 
     /// `x @ w + bias`, relu: the hand count is 2·m·n·k for the matmul and

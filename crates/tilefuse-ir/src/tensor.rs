@@ -1,6 +1,8 @@
 //! Host tensors: what `evaluate` takes and returns, and what devices upload
 //! and download.
 
+use half::{bf16, f16};
+
 use crate::dtype::DType;
 use crate::error::{FusionError, Result};
 use crate::infer::TensorType;
@@ -13,6 +15,8 @@ pub enum Data {
     I32(Vec<i32>),
     U32(Vec<u32>),
     Bool(Vec<bool>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
 }
 
 /// One element, widened: f32 values are held as f64 so that the reference
@@ -32,16 +36,13 @@ impl Data {
             Data::I32(_) => DType::I32,
             Data::U32(_) => DType::U32,
             Data::Bool(_) => DType::Bool,
+            Data::F16(_) => DType::F16,
+            Data::BF16(_) => DType::BF16,
         }
     }
 
     pub fn len(&self) -> usize {
-        match self {
-            Data::F32(v) => v.len(),
-            Data::I32(v) => v.len(),
-            Data::U32(v) => v.len(),
-            Data::Bool(v) => v.len(),
-        }
+        self.view().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -54,6 +55,8 @@ impl Data {
             Data::I32(v) => Scalar::I(v[i]),
             Data::U32(v) => Scalar::U(v[i]),
             Data::Bool(v) => Scalar::B(v[i]),
+            Data::F16(v) => Scalar::F(f64::from(v[i])),
+            Data::BF16(v) => Scalar::F(f64::from(v[i])),
         }
     }
 
@@ -67,6 +70,8 @@ impl Data {
             DType::I32 => Data::I32(fill(len, |i| f(i).as_i32())?),
             DType::U32 => Data::U32(fill(len, |i| f(i).as_u32())?),
             DType::Bool => Data::Bool(fill(len, |i| f(i).as_bool())?),
+            DType::F16 => Data::F16(fill(len, |i| f16::from_f64(f(i).as_f64()))?),
+            DType::BF16 => Data::BF16(fill(len, |i| bf16::from_f64(f(i).as_f64()))?),
         })
     }
 }
@@ -111,10 +116,13 @@ impl Scalar {
         }
     }
 
-    /// Converts to the representation of `dtype` (f32 stays widened).
+    /// Converts to the representation of `dtype` (floats stay widened,
+    /// rounded to the dtype's precision, to nearest even).
     pub fn to(self, dtype: DType) -> Scalar {
         match dtype {
             DType::F32 => Scalar::F(f64::from(self.as_f64() as f32)),
+            DType::F16 => Scalar::F(f64::from(f16::from_f64(self.as_f64()))),
+            DType::BF16 => Scalar::F(f64::from(bf16::from_f64(self.as_f64()))),
             DType::I32 => Scalar::I(self.as_i32()),
             DType::U32 => Scalar::U(self.as_u32()),
             DType::Bool => Scalar::B(self.as_bool()),

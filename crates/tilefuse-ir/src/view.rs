@@ -2,6 +2,8 @@
 //! outputs into, so that a caller's memory (a numpy array, a `Vec`) is used
 //! where it lies instead of being copied into a [`Tensor`].
 
+use half::{bf16, f16};
+
 use crate::dtype::DType;
 use crate::error::{FusionError, Result};
 use crate::fusion::{Fusion, TensorId};
@@ -16,6 +18,8 @@ pub enum DataRef<'a> {
     I32(&'a [i32]),
     U32(&'a [u32]),
     Bool(&'a [bool]),
+    F16(&'a [f16]),
+    BF16(&'a [bf16]),
 }
 
 /// Mutably borrowed row-major elements of one dtype.
@@ -25,6 +29,8 @@ pub enum DataMut<'a> {
     I32(&'a mut [i32]),
     U32(&'a mut [u32]),
     Bool(&'a mut [bool]),
+    F16(&'a mut [f16]),
+    BF16(&'a mut [bf16]),
 }
 
 /// Applies `$body` to the slice inside any variant of a `DataRef` or
@@ -36,6 +42,8 @@ macro_rules! each {
             $kind::I32($v) => $body,
             $kind::U32($v) => $body,
             $kind::Bool($v) => $body,
+            $kind::F16($v) => $body,
+            $kind::BF16($v) => $body,
         }
     };
 }
@@ -47,6 +55,8 @@ impl DataRef<'_> {
             DataRef::I32(_) => DType::I32,
             DataRef::U32(_) => DType::U32,
             DataRef::Bool(_) => DType::Bool,
+            DataRef::F16(_) => DType::F16,
+            DataRef::BF16(_) => DType::BF16,
         }
     }
 
@@ -66,6 +76,8 @@ impl DataMut<'_> {
             DataMut::I32(_) => DType::I32,
             DataMut::U32(_) => DType::U32,
             DataMut::Bool(_) => DType::Bool,
+            DataMut::F16(_) => DType::F16,
+            DataMut::BF16(_) => DType::BF16,
         }
     }
 
@@ -104,6 +116,8 @@ impl TensorRef<'_> {
             DataRef::I32(v) => Data::I32(v.to_vec()),
             DataRef::U32(v) => Data::U32(v.to_vec()),
             DataRef::Bool(v) => Data::Bool(v.to_vec()),
+            DataRef::F16(v) => Data::F16(v.to_vec()),
+            DataRef::BF16(v) => Data::BF16(v.to_vec()),
         };
         Tensor {
             shape: self.shape.to_vec(),
@@ -125,6 +139,8 @@ impl Data {
             Data::I32(v) => DataRef::I32(v),
             Data::U32(v) => DataRef::U32(v),
             Data::Bool(v) => DataRef::Bool(v),
+            Data::F16(v) => DataRef::F16(v),
+            Data::BF16(v) => DataRef::BF16(v),
         }
     }
 
@@ -134,6 +150,8 @@ impl Data {
             Data::I32(v) => DataMut::I32(v),
             Data::U32(v) => DataMut::U32(v),
             Data::Bool(v) => DataMut::Bool(v),
+            Data::F16(v) => DataMut::F16(v),
+            Data::BF16(v) => DataMut::BF16(v),
         }
     }
 }

@@ -162,7 +162,10 @@ fn errors_name_the_op_and_shapes() {
         "add: cannot broadcast shapes (4, 3) and (5,)"
     );
     let err = f.unary(UnaryOp::Exp, i).unwrap_err();
-    assert_eq!(err.to_string(), "exp: expected a f32 operand, got i32");
+    assert_eq!(
+        err.to_string(),
+        "exp: expected a float (f32, f16, bf16) operand, got i32"
+    );
     let err = f.matmul(a, a, false, false).unwrap_err();
     assert!(
         err.to_string()

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use tilefuse::ir::{check_arguments, check_count, check_results};
 use tilefuse::{
     DType, Data, DataMut, DataRef, Fusion, FusionError, RuntimeError, Tensor, TensorId, TensorMut,
-    TensorRef,
+    TensorRef, bf16, f16,
 };
 
 use crate::errors::{OrRaise, ToPyErr};
@@ -33,6 +33,9 @@ pub enum Input<'py> {
     F32(PyReadonlyArrayDyn<'py, f32>),
     I32(PyReadonlyArrayDyn<'py, i32>),
     U32(PyReadonlyArrayDyn<'py, u32>),
+    F16(PyReadonlyArrayDyn<'py, f16>),
+    /// `ml_dtypes.bfloat16`.
+    BF16(PyReadonlyArrayDyn<'py, bf16>),
     /// numpy's bool is a byte that may hold any value (`.view(bool)` of
     /// other bytes); reading it as Rust's `bool` would be undefined, so the
     /// bytes are copied (once, in any layout) and any nonzero byte is true.
@@ -55,6 +58,8 @@ impl Input<'_> {
             Input::F32(a) => of(a, DataRef::F32),
             Input::I32(a) => of(a, DataRef::I32),
             Input::U32(a) => of(a, DataRef::U32),
+            Input::F16(a) => of(a, DataRef::F16),
+            Input::BF16(a) => of(a, DataRef::BF16),
             Input::Bool(shape, v) => TensorRef {
                 shape,
                 data: DataRef::Bool(v),
@@ -68,6 +73,8 @@ impl Input<'_> {
             Input::F32(a) => span(a),
             Input::I32(a) => span(a),
             Input::U32(a) => span(a),
+            Input::F16(a) => span(a),
+            Input::BF16(a) => span(a),
             Input::Bool(..) => 0..0,
         }
     }
@@ -122,10 +129,21 @@ fn input<'py>(
         Ok(Input::I32(a.try_readonly()?))
     } else if let Ok(a) = obj.cast::<PyArrayDyn<u32>>() {
         Ok(Input::U32(a.try_readonly()?))
+    } else if let Ok(a) = obj.cast::<PyArrayDyn<f16>>() {
+        Ok(Input::F16(a.try_readonly()?))
+    } else if is_bfloat16(untyped)? {
+        Ok(Input::BF16(obj.cast::<PyArrayDyn<bf16>>()?.try_readonly()?))
     } else {
         let dtype = format!("an array of {}", untyped.dtype().str()?);
         Err(wrong_input(obj, what, index, label, dtype))
     }
+}
+
+/// Whether `a` holds `ml_dtypes.bfloat16`, asked by name: numpy has no
+/// bf16 of its own, and looking the dtype up where ml_dtypes was never
+/// imported fails.
+fn is_bfloat16(a: &Bound<'_, PyUntypedArray>) -> PyResult<bool> {
+    Ok(a.dtype().getattr("name")?.extract::<String>()? == "bfloat16")
 }
 
 fn wrong_input(
@@ -136,7 +154,7 @@ fn wrong_input(
     got: String,
 ) -> PyErr {
     let e = FusionError::Argument(format!(
-        "{what} {index} ({label}): expected a numpy array of float32, int32, uint32 or bool, got {got}"
+        "{what} {index} ({label}): expected a numpy array of float32, float16, bfloat16, int32, uint32 or bool, got {got}"
     ));
     e.to_py_err(obj.py())
 }
@@ -259,6 +277,8 @@ pub enum Output<'py> {
     I32(PyReadwriteArrayDyn<'py, i32>),
     U32(PyReadwriteArrayDyn<'py, u32>),
     Bool(PyReadwriteArrayDyn<'py, bool>),
+    F16(PyReadwriteArrayDyn<'py, f16>),
+    BF16(PyReadwriteArrayDyn<'py, bf16>),
 }
 
 impl Output<'_> {
@@ -270,6 +290,8 @@ impl Output<'_> {
             Output::I32(a) => a.as_slice_mut().map(DataMut::I32),
             Output::U32(a) => a.as_slice_mut().map(DataMut::U32),
             Output::Bool(a) => a.as_slice_mut().map(DataMut::Bool),
+            Output::F16(a) => a.as_slice_mut().map(DataMut::F16),
+            Output::BF16(a) => a.as_slice_mut().map(DataMut::BF16),
         };
         TensorMut {
             shape,
@@ -286,6 +308,8 @@ impl Output<'_> {
             Output::I32(a) => a.as_any().clone(),
             Output::U32(a) => a.as_any().clone(),
             Output::Bool(a) => a.as_any().clone(),
+            Output::F16(a) => a.as_any().clone(),
+            Output::BF16(a) => a.as_any().clone(),
         }
     }
 }
@@ -347,6 +371,11 @@ fn new_output<'py>(py: Python<'py>, fusion: &Fusion, id: TensorId) -> PyResult<O
         DType::I32 => Output::I32(make(py, &ty.shape)?),
         DType::U32 => Output::U32(make(py, &ty.shape)?),
         DType::Bool => Output::Bool(make(py, &ty.shape)?),
+        DType::F16 => Output::F16(make(py, &ty.shape)?),
+        DType::BF16 => {
+            import_bfloat16(py)?;
+            Output::BF16(make(py, &ty.shape)?)
+        }
     })
 }
 
@@ -359,7 +388,7 @@ fn check_out(obj: &Bound<'_, PyAny>, fusion: &Fusion, index: usize, id: TensorId
         Err(_) => Some(obj.get_type().name()?.to_string()),
         Ok(a)
             if a.shape() != ty.shape.as_slice()
-                || !a.dtype().is_equiv_to(&dtype_of(py, ty.dtype)) =>
+                || !a.dtype().is_equiv_to(&dtype_of(py, ty.dtype)?) =>
         {
             Some(format!("an array of {}{:?}", a.dtype().str()?, a.shape()))
         }
@@ -379,13 +408,24 @@ fn check_out(obj: &Bound<'_, PyAny>, fusion: &Fusion, index: usize, id: TensorId
     }
 }
 
-fn dtype_of(py: Python<'_>, dtype: DType) -> Bound<'_, numpy::PyArrayDescr> {
-    match dtype {
+fn dtype_of(py: Python<'_>, dtype: DType) -> PyResult<Bound<'_, numpy::PyArrayDescr>> {
+    Ok(match dtype {
         DType::F32 => numpy::dtype::<f32>(py),
         DType::I32 => numpy::dtype::<i32>(py),
         DType::U32 => numpy::dtype::<u32>(py),
         DType::Bool => numpy::dtype::<bool>(py),
-    }
+        DType::F16 => numpy::dtype::<f16>(py),
+        DType::BF16 => {
+            import_bfloat16(py)?;
+            numpy::dtype::<bf16>(py)
+        }
+    })
+}
+
+/// Imports ml_dtypes, which gives numpy its `bfloat16`: a bf16 array
+/// cannot be made or named before.
+fn import_bfloat16(py: Python<'_>) -> PyResult<()> {
+    py.import("ml_dtypes").map(drop)
 }
 
 /// The bytes a checked `out` array spans.
@@ -395,6 +435,8 @@ fn out_span(obj: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Range<usize>> {
         DType::I32 => span(obj.cast::<PyArrayDyn<i32>>()?),
         DType::U32 => span(obj.cast::<PyArrayDyn<u32>>()?),
         DType::Bool => span(obj.cast::<PyArrayDyn<bool>>()?),
+        DType::F16 => span(obj.cast::<PyArrayDyn<f16>>()?),
+        DType::BF16 => span(obj.cast::<PyArrayDyn<bf16>>()?),
     })
 }
 
@@ -405,6 +447,8 @@ fn borrow_out<'py>(obj: &Bound<'py, PyAny>, dtype: DType) -> PyResult<Output<'py
         DType::I32 => Output::I32(obj.cast::<PyArrayDyn<i32>>()?.try_readwrite()?),
         DType::U32 => Output::U32(obj.cast::<PyArrayDyn<u32>>()?.try_readwrite()?),
         DType::Bool => Output::Bool(obj.cast::<PyArrayDyn<bool>>()?.try_readwrite()?),
+        DType::F16 => Output::F16(obj.cast::<PyArrayDyn<f16>>()?.try_readwrite()?),
+        DType::BF16 => Output::BF16(obj.cast::<PyArrayDyn<bf16>>()?.try_readwrite()?),
     })
 }
 
@@ -493,5 +537,10 @@ pub fn to_numpy(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
         Data::I32(v) => make(py, v, &t.shape),
         Data::U32(v) => make(py, v, &t.shape),
         Data::Bool(v) => make(py, v, &t.shape),
+        Data::F16(v) => make(py, v, &t.shape),
+        Data::BF16(v) => {
+            import_bfloat16(py)?;
+            make(py, v, &t.shape)
+        }
     }
 }

@@ -2,8 +2,15 @@
 //! from: one block per op, each in its own loop nest over its output (plus
 //! reduce loops), intermediates in global buffers. Constants become
 //! literals; a `mean` becomes a sum block and a scaling block.
+//!
+//! Half precision (`f16`, `bf16`) is spelled out here, once for every
+//! device: buffers hold the half dtype, each op's arithmetic widens its
+//! operands to f32 and its result is cast back (a rounding to nearest
+//! even), and reductions and matmuls accumulate into f32 buffers whose
+//! readers round (`Value::Narrowed`). Backends only load, store and cast
+//! halves; they never do arithmetic on them.
 
-use tilefuse_ir::{BinaryOp, DType, Fusion, Op, ReduceOp, TensorId, matmul_dims};
+use tilefuse_ir::{BinaryOp, DType, Fusion, Op, ReduceOp, Scalar, TensorId, matmul_dims};
 
 use crate::ir::{
     Block, Buffer, BufferId, Expr, Index, IterKind, IterVar, Kernel, Role, Scope, Var,
@@ -52,6 +59,27 @@ pub fn initial_kernel(fusion: &Fusion) -> Kernel {
 enum Value {
     Buffer(BufferId),
     Const(f64, DType),
+    /// An f32 accumulator holding a half-precision tensor: readers cast
+    /// what they load to the dtype.
+    Narrowed(BufferId, DType),
+}
+
+/// `e` (of `dtype`) as an operand of arithmetic: widened to f32 when half.
+fn widen(e: Expr, dtype: DType) -> Expr {
+    if dtype.is_half() {
+        Expr::Cast(DType::F32, Box::new(e))
+    } else {
+        e
+    }
+}
+
+/// An arithmetic result computed in `dtype.compute()`, rounded to `dtype`.
+fn narrow(e: Expr, dtype: DType) -> Expr {
+    if dtype.is_half() {
+        Expr::Cast(dtype, Box::new(e))
+    } else {
+        e
+    }
 }
 
 struct Lowering<'f> {
@@ -142,7 +170,17 @@ impl Lowering<'_> {
         match self.values[t.0] {
             Value::Buffer(buffer) => Expr::Load { buffer, indices },
             Value::Const(value, dtype) => Expr::Const { value, dtype },
+            Value::Narrowed(buffer, dtype) => narrow(Expr::Load { buffer, indices }, dtype),
         }
+    }
+
+    fn dtype(&self, t: TensorId) -> DType {
+        self.fusion.ty(t).expect("verified").dtype
+    }
+
+    /// Operand `t` of arithmetic at the output axes of `out_shape`.
+    fn wide_operand(&self, t: TensorId, out_shape: &[u64]) -> Expr {
+        widen(self.operand(t, out_shape), self.dtype(t))
     }
 
     fn lower_node(&mut self, t: TensorId, op: &Op, args: &[TensorId]) -> Value {
@@ -151,7 +189,9 @@ impl Lowering<'_> {
         let name = self.block_name(t);
         match op {
             Op::Input { .. } => Value::Buffer(self.input_buffer(t, ty.dtype, &shape)),
-            Op::Constant { value, dtype } => Value::Const(value.0, *dtype),
+            Op::Constant { value, dtype } => {
+                Value::Const(Scalar::F(value.0).to(*dtype).as_f64(), *dtype)
+            }
             Op::Reduce {
                 func,
                 axes,
@@ -163,9 +203,10 @@ impl Lowering<'_> {
             } => {
                 let (mut iters, mut value) =
                     self.matmul_body(args[0], args[1], *transpose_a, *transpose_b);
-                let op =
-                    over_one_identity_if_empty(&mut iters, &mut value, ReduceOp::Sum, ty.dtype);
-                self.store(&name, ty.dtype, &shape, iters, value, Some(op))
+                let acc = ty.dtype.compute();
+                let op = over_one_identity_if_empty(&mut iters, &mut value, ReduceOp::Sum, acc);
+                let product = self.store(&name, acc, &shape, iters, value, Some(op));
+                narrowed(product, ty.dtype)
             }
             _ => {
                 let value = self.elementwise(op, args, &shape);
@@ -210,9 +251,12 @@ impl Lowering<'_> {
     /// of its output of `shape`.
     fn elementwise(&self, op: &Op, args: &[TensorId], shape: &[u64]) -> Expr {
         let operand = |i: usize| Box::new(self.operand(args[i], shape));
+        let wide = |i: usize| Box::new(self.wide_operand(args[i], shape));
+        let dtype = self.dtype(args[0]);
         match op {
-            Op::Unary { func } => Expr::Unary(*func, operand(0)),
-            Op::Binary { func } => Expr::Binary(*func, operand(0), operand(1)),
+            Op::Unary { func } => narrow(Expr::Unary(*func, wide(0)), dtype),
+            Op::Binary { func } if func.is_comparison() => Expr::Binary(*func, wide(0), wide(1)),
+            Op::Binary { func } => narrow(Expr::Binary(*func, wide(0), wide(1)), dtype),
             Op::Where => Expr::Select(operand(0), operand(1), operand(2)),
             Op::Cast { dtype } => Expr::Cast(*dtype, operand(0)),
             Op::Broadcast { .. } => *operand(0),
@@ -266,7 +310,12 @@ impl Lowering<'_> {
             })
             .collect();
         let mut iters = iters;
-        let mut value = self.load(x, identity_indices(in_shape.len()));
+        let mut value = widen(
+            self.load(x, identity_indices(in_shape.len())),
+            self.dtype(x),
+        );
+        // Halves accumulate in f32 (`Value::Narrowed`).
+        let (half, dtype) = (dtype, dtype.compute());
         // A mean is a sum, then a division below.
         let summed = if func == ReduceOp::Mean {
             ReduceOp::Sum
@@ -277,7 +326,7 @@ impl Lowering<'_> {
         if func != ReduceOp::Mean {
             let buffer = self.add_buffer(name, dtype, &out_shape, Role::Temp);
             self.add_block(name, iters, buffer, store, value, Some(op));
-            return Value::Buffer(buffer);
+            return narrowed(Value::Buffer(buffer), half);
         }
         let sum_name = format!("{name}_sum");
         let sum = self.add_buffer(&sum_name, dtype, &out_shape, Role::Temp);
@@ -304,13 +353,13 @@ impl Lowering<'_> {
                 }),
             )
         };
-        let buffer = self.add_buffer(name, dtype, &out_shape, Role::Temp);
+        let buffer = self.add_buffer(name, half, &out_shape, Role::Temp);
         self.add_block(
             name,
             IterVar::spatial(&out_shape),
             buffer,
             identity_indices(rank),
-            scaled,
+            narrow(scaled, half),
             None,
         );
         Value::Buffer(buffer)
@@ -360,10 +409,18 @@ impl Lowering<'_> {
         };
         let value = Expr::Binary(
             BinaryOp::Mul,
-            Box::new(operand(a, m, k.clone(), ta)),
-            Box::new(operand(b, k, n, tb)),
+            Box::new(widen(operand(a, m, k.clone(), ta), self.dtype(a))),
+            Box::new(widen(operand(b, k, n, tb), self.dtype(b))),
         );
         (iters, value)
+    }
+}
+
+/// The value of a `dtype` tensor held in accumulator `acc`.
+fn narrowed(acc: Value, dtype: DType) -> Value {
+    match acc {
+        Value::Buffer(b) if dtype.is_half() => Value::Narrowed(b, dtype),
+        other => other,
     }
 }
 

@@ -10,8 +10,10 @@ fn validate(source: &str, what: &str) {
         .unwrap_or_else(|e| panic!("{what}: {}\n{source}", e.emit_to_string(source)));
     naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
-        // Subgroup reductions shuffle; nothing else needs a capability.
-        naga::valid::Capabilities::SUBGROUP,
+        // Subgroup reductions shuffle; f16 converts with pack2x16float /
+        // unpack2x16float (core WGSL, a capability to naga, which every
+        // wgpu backend but GLES grants); nothing else needs a capability.
+        naga::valid::Capabilities::SUBGROUP | naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32,
     )
     .validate(&module)
     .unwrap_or_else(|e| panic!("{what}: {}\n{source}", e.emit_to_string(source)));

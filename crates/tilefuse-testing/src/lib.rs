@@ -2,7 +2,9 @@
 //! hand schedules, the matrix that tests of every device run and that
 //! examples start from; random inputs; the comparison with the reference.
 
-use tilefuse_ir::{BinaryOp, DType, Data, Fusion, ReduceOp, Tensor, UnaryOp, check_close};
+use tilefuse_ir::{
+    BinaryOp, DType, Data, Fusion, Op, ReduceOp, Scalar, Tensor, UnaryOp, check_close,
+};
 
 use tilefuse_sched::Schedule;
 use tilefuse_sched::ir::{IterKind, LoopId, Scope, ThreadAxis};
@@ -461,7 +463,36 @@ pub fn recipes() -> [Recipe; 11] {
     ]
 }
 
-/// Deterministic, never-zero f32 inputs for `fusion` (xorshift; `seed`
+/// `fusion` with its f32 tensors in `dtype` instead: its inputs,
+/// constants and casts to f32 retyped, the ops between them unchanged.
+pub fn in_dtype(fusion: &Fusion, dtype: DType) -> Fusion {
+    let retype = |d: DType| if d == DType::F32 { dtype } else { d };
+    let mut f = Fusion::new();
+    for node in fusion.nodes() {
+        let op = match &node.op {
+            Op::Input { shape, dtype } => Op::Input {
+                shape: shape.clone(),
+                dtype: retype(*dtype),
+            },
+            Op::Constant { value, dtype } => {
+                f.constant(value.0, retype(*dtype)).expect("a constant");
+                continue;
+            }
+            Op::Cast { dtype } => Op::Cast {
+                dtype: retype(*dtype),
+            },
+            op => op.clone(),
+        };
+        f.add(op, &node.args, node.name.as_deref())
+            .expect("the same ops in another float dtype");
+    }
+    for &t in fusion.outputs() {
+        f.output(t).expect("an output");
+    }
+    f
+}
+
+/// Deterministic, never-zero float inputs for `fusion` (xorshift; `seed`
 /// varies them), for device tests that need no random-number crate.
 pub fn inputs(fusion: &Fusion, seed: u64) -> Vec<Tensor> {
     fusion
@@ -471,15 +502,17 @@ pub fn inputs(fusion: &Fusion, seed: u64) -> Vec<Tensor> {
         .map(|(i, &t)| {
             let shape = fusion.ty(t).expect("an input").shape.clone();
             let mut s = (seed + i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-            let data = (0..shape.iter().product())
+            let values: Vec<f64> = (0..shape.iter().product())
                 .map(|_| {
                     s ^= s << 13;
                     s ^= s >> 7;
                     s ^= s << 17;
-                    (s % 20_000) as f32 / 10_000.0 - 1.0
+                    (s % 20_000) as f64 / 10_000.0 - 1.0
                 })
                 .collect();
-            Tensor::new(shape, Data::F32(data)).expect("sized to the shape")
+            let dtype = fusion.ty(t).expect("an input").dtype;
+            let data = Data::from_fn(dtype, values.len(), |k| Scalar::F(values[k]));
+            Tensor::new(shape, data.expect("a small tensor")).expect("sized to the shape")
         })
         .collect()
 }

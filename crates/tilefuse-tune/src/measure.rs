@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tilefuse_ir::{
-    AsTensorRef, DType, Data, Fusion, Tensor, check_close, check_results, evaluate, interrupt,
+    AsTensorRef, DType, Data, Fusion, Tensor, bf16, check_close, check_results, evaluate, f16,
+    interrupt,
 };
 use tilefuse_params::HeuristicParams;
 use tilefuse_runtime::{Device, Kernel};
@@ -296,6 +297,16 @@ impl Problem {
                 DType::I32 => Data::I32((0..n).map(|_| rng.random_range(-8..8)).collect()),
                 DType::U32 => Data::U32((0..n).map(|_| rng.random_range(0..16)).collect()),
                 DType::Bool => Data::Bool((0..n).map(|_| rng.random_bool(0.5)).collect()),
+                DType::F16 => Data::F16(
+                    (0..n)
+                        .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+                        .collect(),
+                ),
+                DType::BF16 => Data::BF16(
+                    (0..n)
+                        .map(|_| bf16::from_f32(rng.random_range(-1.0..1.0)))
+                        .collect(),
+                ),
             };
             inputs.push(Tensor::new(ty.shape.clone(), data)?);
         }
@@ -360,5 +371,11 @@ fn corrupt_first(data: &mut Data) {
         Data::I32(v) => v.iter_mut().take(1).for_each(|x| *x = x.wrapping_add(1)),
         Data::U32(v) => v.iter_mut().take(1).for_each(|x| *x = x.wrapping_add(1)),
         Data::Bool(v) => v.iter_mut().take(1).for_each(|x| *x = !*x),
+        Data::F16(v) => {
+            (v.iter_mut().take(1)).for_each(|x| *x = f16::from_f32(x.to_f32() * 2.0 + 1.0))
+        }
+        Data::BF16(v) => {
+            (v.iter_mut().take(1)).for_each(|x| *x = bf16::from_f32(x.to_f32() * 2.0 + 1.0))
+        }
     }
 }

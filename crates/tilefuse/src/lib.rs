@@ -57,7 +57,7 @@
 pub use tilefuse_ir as ir;
 pub use tilefuse_ir::{
     AsTensorRef, BinaryOp, DType, Data, DataMut, DataRef, Fusion, FusionError, Op, ReduceOp,
-    Tensor, TensorId, TensorMut, TensorRef, TensorType, UnaryOp, evaluate,
+    Tensor, TensorId, TensorMut, TensorRef, TensorType, UnaryOp, bf16, evaluate, f16,
 };
 pub use tilefuse_params as params;
 pub use tilefuse_params::{

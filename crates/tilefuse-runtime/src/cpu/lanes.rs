@@ -7,11 +7,17 @@
 //! writes disjoint and ordered before their reads.
 #![allow(unsafe_code)]
 
-use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar, UnaryOp, binary_scalar, unary_scalar};
+use half::slice::HalfFloatSliceExt;
+use tilefuse_ir::{
+    BinaryOp, DType, ReduceOp, Scalar, UnaryOp, bf16, binary_scalar, f16, unary_scalar,
+};
 
 use super::memory::{Elem, RawBuf};
 use super::simd_math;
 
+/// Lanes of one dtype; halves are held in `F32` lanes (already rounded
+/// to their dtype), converted where they are read from and written to
+/// buffers.
 #[derive(Clone, Debug)]
 pub enum Column {
     F32(Vec<f32>),
@@ -29,6 +35,17 @@ macro_rules! each_column {
             Column::Bool($v) => $body,
         }
     };
+}
+
+/// `a` rounded to the half type `H` (to nearest even; SIMD conversions
+/// where the CPU has them).
+fn narrowed<H: Default + Clone>(a: &[f32]) -> Vec<H>
+where
+    [H]: HalfFloatSliceExt,
+{
+    let mut out = vec![H::default(); a.len()];
+    out.convert_from_f32_slice(a);
+    out
 }
 
 fn map<T: Copy, U>(a: &[T], f: impl Fn(T) -> U) -> Vec<U> {
@@ -292,7 +309,7 @@ impl Column {
     pub fn splat(value: Scalar, dtype: DType, n: usize) -> Column {
         let v = value.to(dtype);
         match dtype {
-            DType::F32 => Column::F32(vec![v.as_f64() as f32; n]),
+            DType::F32 | DType::F16 | DType::BF16 => Column::F32(vec![v.as_f64() as f32; n]),
             DType::I32 => Column::I32(vec![v.as_i32(); n]),
             DType::U32 => Column::U32(vec![v.as_u32(); n]),
             DType::Bool => Column::Bool(vec![v.as_bool(); n]),
@@ -318,6 +335,8 @@ impl Column {
             DType::I32 => Column::I32(copy(buf, start, n)),
             DType::U32 => Column::U32(copy(buf, start, n)),
             DType::Bool => Column::Bool(copy(buf, start, n)),
+            DType::F16 => Column::F32(unsafe { buf.slice::<f16>(start, n) }.to_f32_vec()),
+            DType::BF16 => Column::F32(unsafe { buf.slice::<bf16>(start, n) }.to_f32_vec()),
         }
     }
 
@@ -343,12 +362,26 @@ impl Column {
             DType::I32 => Column::I32(pick(buf, offsets, mask)),
             DType::U32 => Column::U32(pick(buf, offsets, mask)),
             DType::Bool => Column::Bool(pick(buf, offsets, mask)),
+            DType::F16 => Column::F32(pick::<f16>(buf, offsets, mask).to_f32_vec()),
+            DType::BF16 => Column::F32(pick::<bf16>(buf, offsets, mask).to_f32_vec()),
         }
     }
 
     /// Writes the lanes to `n` consecutive elements from `start`.
     pub fn write(&self, buf: &RawBuf, start: usize) {
-        each_column!(self, v => unsafe { buf.slice_mut(start, v.len()).copy_from_slice(v) })
+        match (self, buf.dtype) {
+            (Column::F32(v), DType::F16) => unsafe {
+                buf.slice_mut::<f16>(start, v.len())
+                    .convert_from_f32_slice(v)
+            },
+            (Column::F32(v), DType::BF16) => unsafe {
+                buf.slice_mut::<bf16>(start, v.len())
+                    .convert_from_f32_slice(v)
+            },
+            _ => {
+                each_column!(self, v => unsafe { buf.slice_mut(start, v.len()).copy_from_slice(v) })
+            }
+        }
     }
 
     /// Writes lane `k` to `buf[offsets[k]]` where `mask` holds.
@@ -361,7 +394,11 @@ impl Column {
                 }
             }
         }
-        each_column!(self, v => put(v, buf, offsets, mask))
+        match (self, buf.dtype) {
+            (Column::F32(v), DType::F16) => put(&narrowed::<f16>(v), buf, offsets, mask),
+            (Column::F32(v), DType::BF16) => put(&narrowed::<bf16>(v), buf, offsets, mask),
+            _ => each_column!(self, v => put(v, buf, offsets, mask)),
+        }
     }
 
     /// Combines lane `k` into `buf[start + k]` (or, on the first
@@ -369,6 +406,9 @@ impl Column {
     /// is no typed fast path, for the caller to go lane by lane.
     pub fn reduce_into(&self, buf: &RawBuf, start: usize, op: ReduceOp, first: bool) -> bool {
         let Column::F32(v) = self else { return false };
+        if buf.dtype != DType::F32 {
+            return false;
+        }
         combine_into(
             unsafe { buf.slice_mut::<f32>(start, v.len()) },
             v,
@@ -453,9 +493,12 @@ impl Column {
         }
     }
 
+    /// The lanes as `dtype`; a half rounds f32 lanes to its precision.
     pub fn cast(&self, dtype: DType) -> Column {
         match (self, dtype) {
             (Column::F32(a), DType::F32) => Column::F32(a.clone()),
+            (Column::F32(a), DType::F16) => Column::F32(narrowed::<f16>(a).to_f32_vec()),
+            (Column::F32(a), DType::BF16) => Column::F32(narrowed::<bf16>(a).to_f32_vec()),
             (Column::I32(a), DType::F32) => Column::F32(map(a, |x| x as f32)),
             (Column::F32(a), DType::I32) => Column::I32(map(a, |x| x as i32)),
             _ => self.per_lane(dtype, |x| x.to(dtype)),
@@ -477,7 +520,9 @@ impl Column {
 
     pub fn from_fn(dtype: DType, n: usize, f: impl Fn(usize) -> Scalar) -> Column {
         match dtype {
-            DType::F32 => Column::F32((0..n).map(|k| f(k).as_f64() as f32).collect()),
+            DType::F32 | DType::F16 | DType::BF16 => {
+                Column::F32((0..n).map(|k| f(k).to(dtype).as_f64() as f32).collect())
+            }
             DType::I32 => Column::I32((0..n).map(|k| f(k).as_i32()).collect()),
             DType::U32 => Column::U32((0..n).map(|k| f(k).as_u32()).collect()),
             DType::Bool => Column::Bool((0..n).map(|k| f(k).as_bool()).collect()),

@@ -16,7 +16,7 @@
 //! parallel), and each thread's workgroup and private buffers are its own.
 #![allow(unsafe_code)]
 
-use tilefuse_ir::{DType, Data, DataMut, DataRef, Scalar};
+use tilefuse_ir::{DType, Data, DataMut, DataRef, Scalar, bf16, f16};
 
 use crate::error::{Result, RuntimeError};
 
@@ -33,13 +33,15 @@ impl Storage {
     pub fn try_new(dtype: DType, len: usize) -> Result<Storage> {
         let refused = || RuntimeError::OutOfMemory {
             what: format!("a buffer of {len} {} elements", dtype.name()),
-            bytes: (len as u64).saturating_mul(4),
+            bytes: (len as u64).saturating_mul(element_size(dtype) as u64),
         };
         let mut storage = Storage(match dtype {
             DType::F32 => Data::F32(zeroed(len).ok_or_else(refused)?),
             DType::I32 => Data::I32(zeroed(len).ok_or_else(refused)?),
             DType::U32 => Data::U32(zeroed(len).ok_or_else(refused)?),
             DType::Bool => Data::Bool(zeroed(len).ok_or_else(refused)?),
+            DType::F16 => Data::F16(zeroed(len).ok_or_else(refused)?),
+            DType::BF16 => Data::BF16(zeroed(len).ok_or_else(refused)?),
         });
         storage.poison();
         Ok(storage)
@@ -53,6 +55,8 @@ impl Storage {
             DType::I32 => Data::I32(vec![0; len]),
             DType::U32 => Data::U32(vec![0; len]),
             DType::Bool => Data::Bool(vec![false; len]),
+            DType::F16 => Data::F16(vec![f16::ZERO; len]),
+            DType::BF16 => Data::BF16(vec![bf16::ZERO; len]),
         });
         storage.poison();
         storage
@@ -67,6 +71,8 @@ impl Storage {
                 Data::I32(v) => v.fill(0xa5a5_a5a5_u32 as i32),
                 Data::U32(v) => v.fill(0xa5a5_a5a5),
                 Data::Bool(v) => v.fill(true),
+                Data::F16(v) => v.fill(f16::from_bits(0x7ea5)),
+                Data::BF16(v) => v.fill(bf16::from_bits(0x7fa5)),
             }
         }
     }
@@ -97,8 +103,8 @@ impl Storage {
 /// stores it).
 pub fn element_size(dtype: DType) -> usize {
     match dtype {
-        DType::F32 | DType::I32 | DType::U32 => 4,
         DType::Bool => size_of::<bool>(),
+        _ => dtype.size_bytes(),
     }
 }
 
@@ -117,6 +123,8 @@ impl RawBuf {
             DataRef::I32(v) => (v.as_ptr().cast::<u8>(), v.len()),
             DataRef::U32(v) => (v.as_ptr().cast::<u8>(), v.len()),
             DataRef::Bool(v) => (v.as_ptr().cast::<u8>(), v.len()),
+            DataRef::F16(v) => (v.as_ptr().cast::<u8>(), v.len()),
+            DataRef::BF16(v) => (v.as_ptr().cast::<u8>(), v.len()),
         };
         RawBuf {
             ptr: ptr.cast_mut(),
@@ -133,6 +141,8 @@ impl RawBuf {
             DataMut::I32(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
             DataMut::U32(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
             DataMut::Bool(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
+            DataMut::F16(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
+            DataMut::BF16(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
         };
         RawBuf { ptr, len, dtype }
     }
@@ -144,6 +154,8 @@ impl ZeroBits for f32 {}
 impl ZeroBits for i32 {}
 impl ZeroBits for u32 {}
 impl ZeroBits for bool {}
+impl ZeroBits for f16 {}
+impl ZeroBits for bf16 {}
 
 /// `len` zero elements from the allocator's zeroed memory, or `None` when
 /// it refuses them.
@@ -192,6 +204,12 @@ impl Elem for u32 {
 }
 impl Elem for bool {
     const DTYPE: DType = DType::Bool;
+}
+impl Elem for f16 {
+    const DTYPE: DType = DType::F16;
+}
+impl Elem for bf16 {
+    const DTYPE: DType = DType::BF16;
 }
 
 /// Asks for the cache line at `p` (a hint: any address is allowed; a
@@ -304,6 +322,8 @@ impl RawBuf {
                 DType::I32 => Scalar::I(self.slice::<i32>(i, 1)[0]),
                 DType::U32 => Scalar::U(self.slice::<u32>(i, 1)[0]),
                 DType::Bool => Scalar::B(self.slice::<bool>(i, 1)[0]),
+                DType::F16 => Scalar::F(f64::from(self.slice::<f16>(i, 1)[0])),
+                DType::BF16 => Scalar::F(f64::from(self.slice::<bf16>(i, 1)[0])),
             }
         }
     }
@@ -321,6 +341,8 @@ impl RawBuf {
                 DType::I32 => self.slice_mut::<i32>(i, 1)[0] = v.as_i32(),
                 DType::U32 => self.slice_mut::<u32>(i, 1)[0] = v.as_u32(),
                 DType::Bool => self.slice_mut::<bool>(i, 1)[0] = v.as_bool(),
+                DType::F16 => self.slice_mut::<f16>(i, 1)[0] = f16::from_f64(v.as_f64()),
+                DType::BF16 => self.slice_mut::<bf16>(i, 1)[0] = bf16::from_f64(v.as_f64()),
             }
         }
     }

@@ -54,9 +54,12 @@ pub fn buffer_size(elements: u64) -> u64 {
     (4 * elements).next_multiple_of(16).max(16)
 }
 
-/// The 32-bit words of `data` as bytes (masks widened to `u32`).
+/// The 32-bit words of `data` as bytes (masks widened to `u32`, halves
+/// two to a word, the last one padded).
 fn words(data: DataRef<'_>) -> std::borrow::Cow<'_, [u8]> {
     match data {
+        DataRef::F16(v) => padded(bytemuck::cast_slice(v)),
+        DataRef::BF16(v) => padded(bytemuck::cast_slice(v)),
         DataRef::F32(v) => bytemuck::cast_slice(v).into(),
         DataRef::I32(v) => bytemuck::cast_slice(v).into(),
         DataRef::U32(v) => bytemuck::cast_slice(v).into(),
@@ -66,6 +69,17 @@ fn words(data: DataRef<'_>) -> std::borrow::Cow<'_, [u8]> {
             .collect::<Vec<u8>>()
             .into(),
     }
+}
+
+/// `bytes` as whole 32-bit words: copied with zeros appended only where
+/// they end mid-word.
+fn padded(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if bytes.len().is_multiple_of(4) {
+        return bytes.into();
+    }
+    let mut words = bytes.to_vec();
+    words.resize(bytes.len().next_multiple_of(4), 0);
+    words.into()
 }
 
 /// Maps every buffer (after the work submitted before), waiting once.
@@ -126,12 +140,15 @@ pub fn upload<'a>(
     Ok(())
 }
 
-/// Copies the 32-bit words of a mapped buffer into `out`.
+/// Copies the 32-bit words of a mapped buffer into `out` (halves two to a
+/// word).
 pub fn read_into(bytes: &[u8], out: &mut DataMut<'_>) {
     match out {
         DataMut::F32(v) => copy_words(bytes, v),
         DataMut::I32(v) => copy_words(bytes, v),
         DataMut::U32(v) => copy_words(bytes, v),
+        DataMut::F16(v) => copy_words(bytes, v),
+        DataMut::BF16(v) => copy_words(bytes, v),
         DataMut::Bool(v) => {
             for (o, w) in v.iter_mut().zip(bytes.chunks_exact(4)) {
                 *o = w != [0; 4];

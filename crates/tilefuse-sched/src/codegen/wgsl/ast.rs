@@ -24,11 +24,13 @@ impl Display for Scalar {
     }
 }
 
-/// A value type: a scalar or a 4-vector of one.
+/// A value type: a scalar or a 4-vector of one; or an atomic scalar, the
+/// element of a storage array that invocations share words of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ty {
     Scalar(Scalar),
     Vec4(Scalar),
+    Atomic(Scalar),
 }
 
 impl Display for Ty {
@@ -36,6 +38,7 @@ impl Display for Ty {
         match self {
             Ty::Scalar(s) => write!(f, "{s}"),
             Ty::Vec4(s) => write!(f, "vec4<{s}>"),
+            Ty::Atomic(s) => write!(f, "atomic<{s}>"),
         }
     }
 }
@@ -178,6 +181,8 @@ pub enum Expr {
     Neg(Box<Expr>),
     Call(Func, Vec<Expr>),
     Index(Box<Expr>, Box<Expr>),
+    /// `&e`: a pointer to a memory location (an atomic's argument).
+    Ref(Box<Expr>),
 }
 
 impl Expr {
@@ -237,6 +242,10 @@ impl Expr {
                 i.write(out);
                 out.push(']');
             }
+            Expr::Ref(e) => {
+                out.push('&');
+                e.write(out);
+            }
         }
     }
 }
@@ -268,6 +277,8 @@ pub enum Stmt {
     /// `var name: array<elem, len>;` (function scope).
     VarArray(Name, Ty, u64),
     Assign(Expr, Expr),
+    /// A call for its effect (an atomic update): `f(args);`.
+    Call(Expr),
     If(Expr, Vec<Stmt>),
     /// `for (var v = 0u; v < end; v++) { body }`
     For {
@@ -317,6 +328,10 @@ impl Stmt {
             Stmt::Assign(lhs, e) => {
                 lhs.write(out);
                 out.push_str(" = ");
+                e.write(out);
+                out.push_str(";\n");
+            }
+            Stmt::Call(e) => {
                 e.write(out);
                 out.push_str(";\n");
             }

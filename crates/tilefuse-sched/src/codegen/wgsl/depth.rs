@@ -20,7 +20,7 @@ fn bound_in(stmts: &mut Vec<Stmt>, next: &mut u32) {
     for mut stmt in stmts.drain(..) {
         let mut lets = Vec::new();
         match &mut stmt {
-            Stmt::Let(_, e) | Stmt::Var(_, e) => {
+            Stmt::Let(_, e) | Stmt::Var(_, e) | Stmt::Call(e) => {
                 shallow(e, &mut lets, next);
             }
             Stmt::Assign(lhs, e) => {
@@ -53,7 +53,7 @@ fn shallow(e: &mut Expr, lets: &mut Vec<Stmt>, next: &mut u32) -> usize {
         // The right side of && runs only on the left's say: it stays.
         Expr::Binary(BinOp::And, a, _) => bind(a),
         Expr::Binary(_, a, b) => bind(a).max(bind(b)),
-        Expr::Neg(a) | Expr::Index(_, a) => bind(a),
+        Expr::Neg(a) | Expr::Index(_, a) | Expr::Ref(a) => bind(a),
         Expr::Call(_, args) => args.iter_mut().map(bind).max().unwrap_or(0),
     }
 }
@@ -92,7 +92,7 @@ mod tests {
         match e {
             Expr::Lit(_) | Expr::Var(_) | Expr::Builtin(_) => 1,
             Expr::Binary(_, a, b) => 1 + depth(a).max(depth(b)),
-            Expr::Neg(a) => 1 + depth(a),
+            Expr::Neg(a) | Expr::Ref(a) => 1 + depth(a),
             Expr::Call(_, args) => 1 + args.iter().map(depth).max().unwrap_or(0),
             Expr::Index(_, i) => 1 + depth(i),
         }

@@ -5,9 +5,9 @@
 
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar as Value, UnaryOp};
 
-use super::Gen;
 use super::ast::{BinOp, Expr, Func, Lit, Ty};
 use super::scalar_of;
+use super::{Gen, Packed};
 use crate::ir::{self, BufferId, Index, Var, flat_offset};
 
 impl Gen<'_> {
@@ -55,6 +55,9 @@ impl Gen<'_> {
         match e {
             ir::Expr::Const { value, dtype } => literal(Value::F(*value), *dtype),
             ir::Expr::Load { buffer, indices } => {
+                if let Some(packed) = self.packed(*buffer) {
+                    return self.load_half(*buffer, indices, packed);
+                }
                 let load = self.element(*buffer, indices);
                 if self.kernel.buffer(*buffer).dtype == DType::Bool {
                     Expr::bin(BinOp::Ne, load, Expr::u32(0))
@@ -62,30 +65,60 @@ impl Gen<'_> {
                     load
                 }
             }
-            ir::Expr::Unary(op, a) => unary(*op, self.value(a), self.dtype(a), false),
+            ir::Expr::Unary(op, a) => unary(*op, self.value(a), self.dtype(a).compute(), false),
             ir::Expr::Binary(op, a, b) => {
                 let (x, y) = (self.value(a), self.value(b));
-                let dtype = self.dtype(a);
+                let dtype = self.dtype(a).compute();
                 with_zero(*op, (a, &x), (b, &y), dtype, false)
                     .unwrap_or_else(|| binary(*op, x, y, dtype, false))
             }
             ir::Expr::Select(c, a, b) => select(self.value(b), self.value(a), self.value(c)),
             ir::Expr::Cast(to, a) => {
                 let from = self.dtype(a);
-                let x = self.value(a);
-                let helper = |name| Expr::call(Func::Helper { name, vec4: false }, vec![x.clone()]);
-                match (from, to) {
-                    (f, t) if f == *t => x,
-                    (_, DType::Bool) => {
-                        binary(BinaryOp::Ne, x, literal(Value::I(0), from), from, false)
-                    }
-                    // Saturating, NaN to 0 (WGSL leaves both to the driver).
-                    (DType::F32, DType::I32) => helper("f32_to_i32"),
-                    (DType::F32, DType::U32) => helper("f32_to_u32"),
-                    (_, t) => Expr::call(Func::Construct(Ty::Scalar(scalar_of(*t))), vec![x]),
+                if from == *to {
+                    return self.value(a);
+                }
+                let x = cast(self.value(a), from.compute(), to.compute());
+                match to {
+                    DType::F16 => helper("round_f16", x),
+                    DType::BF16 => helper("round_bf16", x),
+                    _ => x,
                 }
             }
         }
+    }
+
+    /// Element `indices` of a packed buffer of halves, widened to f32.
+    fn load_half(&self, b: BufferId, indices: &[Index], packed: Packed) -> Expr {
+        let (word, lane) = self.half_word(b, indices);
+        let word = if packed.atomic {
+            Expr::call(Func::Builtin("atomicLoad"), vec![Expr::Ref(Box::new(word))])
+        } else {
+            word
+        };
+        let at = if packed.dtype == DType::F16 {
+            "f16_at"
+        } else {
+            "bf16_at"
+        };
+        Expr::call(
+            Func::Helper {
+                name: at,
+                vec4: false,
+            },
+            vec![word, lane],
+        )
+    }
+
+    /// The word of a packed buffer that holds element `indices`, and the
+    /// element's lane in it (0 the low half).
+    pub(super) fn half_word(&self, b: BufferId, indices: &[Index]) -> (Expr, Expr) {
+        let o = self.offset(b, indices);
+        let word = Expr::index(
+            self.buffer(b),
+            Expr::bin(BinOp::Div, o.clone(), Expr::u32(2)),
+        );
+        (word, Expr::bin(BinOp::Rem, o, Expr::u32(2)))
     }
 
     /// The four lanes of a vectorized loop at once: each load, as lowering's
@@ -115,6 +148,22 @@ impl Gen<'_> {
             }
             ir::Expr::Cast(..) => unreachable!("vectorize admits no casts"),
         }
+    }
+}
+
+fn helper(name: &'static str, x: Expr) -> Expr {
+    Expr::call(Func::Helper { name, vec4: false }, vec![x])
+}
+
+/// `x` of scalar dtype `from` converted to `to` (neither a half).
+fn cast(x: Expr, from: DType, to: DType) -> Expr {
+    match (from, to) {
+        (f, t) if f == t => x,
+        (_, DType::Bool) => binary(BinaryOp::Ne, x, literal(Value::I(0), from), from, false),
+        // Saturating, NaN to 0 (WGSL leaves both to the driver).
+        (DType::F32, DType::I32) => helper("f32_to_i32", x),
+        (DType::F32, DType::U32) => helper("f32_to_u32", x),
+        (_, t) => Expr::call(Func::Construct(Ty::Scalar(scalar_of(t))), vec![x]),
     }
 }
 

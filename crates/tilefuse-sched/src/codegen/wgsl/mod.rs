@@ -154,22 +154,35 @@ pub fn emit(lowered: &Lowered) -> WgslKernel {
     }
 }
 
-/// WGSL storage has no `bool`: masks are stored as `u32` 0 / 1.
+/// WGSL storage has no `bool`: masks are stored as `u32` 0 / 1. Halves
+/// are f32 in workgroup and private arrays, and in global ones [packed]
+/// (Gen::packed) two to a `u32` word.
 fn storage_scalar(dtype: DType) -> Scalar {
     match dtype {
-        DType::F32 => Scalar::F32,
+        DType::F32 | DType::F16 | DType::BF16 => Scalar::F32,
         DType::I32 => Scalar::I32,
         DType::U32 | DType::Bool => Scalar::U32,
     }
 }
 
+/// The type a value of `dtype` has in a shader (halves are held in f32).
 fn scalar_of(dtype: DType) -> Scalar {
     match dtype {
-        DType::F32 => Scalar::F32,
+        DType::F32 | DType::F16 | DType::BF16 => Scalar::F32,
         DType::I32 => Scalar::I32,
         DType::U32 => Scalar::U32,
         DType::Bool => Scalar::Bool,
     }
+}
+
+/// How a global buffer of halves is laid out: two to a `u32` word, lane 0
+/// the low half; `atomic` where the kernel writes it, as neighbouring
+/// elements may be different invocations' (a whole-word store would undo
+/// the other's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Packed {
+    dtype: DType,
+    atomic: bool,
 }
 
 /// The translation of one lowered kernel.
@@ -186,9 +199,26 @@ impl Gen<'_> {
         self.names[b.0 as usize].clone()
     }
 
+    /// The packing of buffer `b` if it holds halves the host reads or
+    /// writes (an input or an output, in the caller's 16-bit layout).
+    /// Intermediates of a kernel are f32: only this kernel sees them.
+    fn packed(&self, b: BufferId) -> Option<Packed> {
+        let buffer = self.kernel.buffer(b);
+        let host = matches!(buffer.role, Role::Input(_) | Role::Output(_));
+        (buffer.dtype.is_half() && buffer.scope == Scope::Global && host).then(|| Packed {
+            dtype: buffer.dtype,
+            atomic: self.bindings.iter().any(|x| x.buffer == b && x.writes),
+        })
+    }
+
     /// The element type of buffer `b`'s array: `vec4` where lowering made
     /// its accesses `vec4` steps.
     fn element_type(&self, b: BufferId) -> Ty {
+        match self.packed(b) {
+            Some(Packed { atomic: true, .. }) => return Ty::Atomic(Scalar::U32),
+            Some(Packed { atomic: false, .. }) => return Ty::Scalar(Scalar::U32),
+            None => {}
+        }
         let scalar = storage_scalar(self.kernel.buffer(b).dtype);
         if self.l.vectors.buffers.contains(&b) {
             Ty::Vec4(scalar)
@@ -207,7 +237,7 @@ impl Gen<'_> {
                 let ty = self.element_type(b);
                 let len = match ty {
                     Ty::Vec4(_) => (numel / 4).max(1),
-                    Ty::Scalar(_) => numel.max(1),
+                    Ty::Scalar(_) | Ty::Atomic(_) => numel.max(1),
                 };
                 Stmt::VarArray(self.name(b), ty, len)
             })

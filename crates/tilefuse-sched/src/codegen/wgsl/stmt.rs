@@ -10,9 +10,9 @@
 use tilefuse_ir::{DType, reduce_identity};
 
 use super::Gen;
-use super::ast::{BinOp, Builtin, Expr, Lit, Name, Stmt};
+use super::ast::{BinOp, Builtin, Expr, Func, Lit, Name, Stmt};
 use super::expr::{combine, index_expr, literal, to_storage};
-use crate::ir::{self, BlockId, LoopId, LoopKind, Node};
+use crate::ir::{self, BlockId, BufferId, Index, LoopId, LoopKind, Node};
 use crate::lowering::{Barrier, Launch, VecStep};
 
 impl Gen<'_> {
@@ -144,6 +144,9 @@ impl Gen<'_> {
         let target = self.element(b.buffer, &b.indices);
         let mut body = Vec::new();
         match b.reduce {
+            None if self.packed(b.buffer).is_some() => {
+                body.extend(self.store_half(b.buffer, &b.indices, value, dtype));
+            }
             None => body.push(Stmt::Assign(target, to_storage(value, dtype))),
             Some(op) => {
                 let first = b
@@ -171,6 +174,26 @@ impl Gen<'_> {
             None => body,
             Some(cond) => vec![Stmt::If(cond, body)],
         }
+    }
+
+    /// Stores `value` (a half of `dtype` held in f32) into its lane of a
+    /// packed buffer, leaving the other lane as it is.
+    fn store_half(&self, b: BufferId, indices: &[Index], value: Expr, dtype: DType) -> [Stmt; 2] {
+        let (word, lane) = self.half_word(b, indices);
+        let helper = |name, args| Expr::call(Func::Helper { name, vec4: false }, args);
+        let bits = if dtype == DType::F16 {
+            helper("f16_bits", vec![value])
+        } else {
+            helper("bf16_bits", vec![value])
+        };
+        let update = |atomic, operand| {
+            let args = vec![Expr::Ref(Box::new(word.clone())), operand];
+            Stmt::Call(Expr::call(Func::Builtin(atomic), args))
+        };
+        [
+            update("atomicAnd", helper("half_keep", vec![lane.clone()])),
+            update("atomicOr", helper("half_place", vec![bits, lane])),
+        ]
     }
 
     /// Whether the block's iteration exists: tails of uneven splits and

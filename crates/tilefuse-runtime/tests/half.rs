@@ -1,0 +1,119 @@
+//! Half precision on every device: each fixture retyped to f16 and bf16,
+//! scheduled by its automatic scheduler's default heuristic, against the
+//! reference (which rounds each op to the dtype); special values bit for
+//! bit.
+
+mod common;
+
+use common::devices;
+use tilefuse_ir::{BinaryOp, DType, Data, Fusion, Tensor, evaluate};
+use tilefuse_runtime::Device;
+use tilefuse_schedulers::{heuristics, schedule};
+use tilefuse_testing::{compare, fusions, in_dtype, inputs, matmul_fusions, reduction_fusions};
+
+fn run(f: &Fusion, x: &[Tensor], device: &Device) -> Result<Vec<Tensor>, String> {
+    let p = heuristics(f, None, &device.info()).map_err(|e| e.to_string())?;
+    let s = schedule(f, &p, &device.info()).map_err(|e| e.to_string())?;
+    let kernel = device.build(&s).map_err(|e| e.to_string())?;
+    kernel.run(x).map_err(|e| e.to_string())
+}
+
+#[test]
+fn every_fixture_in_f16_and_bf16_matches_the_reference() {
+    let mut fixtures = fusions();
+    fixtures.extend(reduction_fusions());
+    fixtures.extend(matmul_fusions());
+    let mut failures = Vec::new();
+    for device in devices() {
+        for (name, f) in &fixtures {
+            for dtype in [DType::F16, DType::BF16] {
+                let f = in_dtype(f, dtype);
+                let x = inputs(&f, 5);
+                let result = run(&f, &x, &device)
+                    .and_then(|got| compare(&evaluate(&f, &x).unwrap(), &got, 1e-5));
+                if let Err(e) = result {
+                    failures.push(format!("{name} {dtype} on {}: {e}", device.info().name));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The bits of a half tensor, NaNs made one value (a device may give any
+/// quiet NaN).
+fn bits(t: &Tensor) -> Vec<u16> {
+    let canonical = |b: u16, nan: bool| if nan { 0x7fff } else { b };
+    match &t.data {
+        Data::F16(v) => v
+            .iter()
+            .map(|x| canonical(x.to_bits(), x.is_nan()))
+            .collect(),
+        Data::BF16(v) => v
+            .iter()
+            .map(|x| canonical(x.to_bits(), x.is_nan()))
+            .collect(),
+        other => panic!("not a half tensor: {:?}", other.dtype()),
+    }
+}
+
+/// `a + b`, `a * b` and `a / b` on specials, overflow past the largest
+/// finite value, subnormals and ties of rounding to nearest even: every
+/// device gives the reference's bits.
+#[test]
+fn special_values_round_like_the_reference_on_every_device() {
+    let specials = [
+        0.0,
+        -0.0,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        1.0,
+        -1.0,
+        65504.0,
+        -65504.0,
+        // f16's subnormals (2^-24 and 3 * 2^-24) and its smallest normal.
+        5.960464477539063e-8,
+        1.7881393432617188e-7,
+        6.103515625e-5,
+        // 1 + 2^-8 and 1 + 3 * 2^-8: ties for bf16's 7 mantissa bits.
+        1.00390625,
+        1.01171875,
+        3.0e38,
+        1.0e-40,
+    ];
+    let n = specials.len();
+    let a: Vec<f64> = specials.iter().flat_map(|&x| vec![x; n]).collect();
+    let b: Vec<f64> = (0..n).flat_map(|_| specials).collect();
+    for dtype in [DType::F16, DType::BF16] {
+        let mut f = Fusion::new();
+        let x = f.input(&[n * n], dtype, Some("a")).unwrap();
+        let y = f.input(&[n * n], dtype, Some("b")).unwrap();
+        for op in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Div] {
+            let z = f.binary(op, x, y).unwrap();
+            f.output(z).unwrap();
+        }
+        let tensor = |v: &[f64]| {
+            let data = Data::from_fn(dtype, v.len(), |i| tilefuse_ir::Scalar::F(v[i])).unwrap();
+            Tensor::new(vec![v.len()], data).unwrap()
+        };
+        let inputs = [tensor(&a), tensor(&b)];
+        let want = evaluate(&f, &inputs).unwrap();
+        for device in devices() {
+            let got = run(&f, &inputs, &device).unwrap();
+            for (o, (w, g)) in want.iter().zip(&got).enumerate() {
+                let (w, g) = (bits(w), bits(g));
+                let wrong: Vec<_> = (0..w.len())
+                    .filter(|&i| w[i] != g[i])
+                    .map(|i| format!("{} op {}: {:#06x} want {:#06x}", a[i], b[i], g[i], w[i]))
+                    .collect();
+                assert!(
+                    wrong.is_empty(),
+                    "{dtype} output {o} on {}:\n{}",
+                    device.info().name,
+                    wrong.join("\n")
+                );
+            }
+        }
+    }
+}
