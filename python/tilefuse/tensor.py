@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
+import ml_dtypes
 import numpy as np
 
 from ._args import int64s
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NUMPY_DTYPES",
+    "RTOL_FLOOR",
     "DTypeLike",
     "Tensor",
     "abs",
@@ -45,13 +47,41 @@ DTypeLike: TypeAlias = "str | np.dtype[Any] | type"
 Scalar: TypeAlias = "int | float | bool"
 Operand: TypeAlias = "Tensor | int | float | bool"
 
-_NUMPY_NAMES = {"float32": "f32", "int32": "i32", "uint32": "u32", "bool": "bool"}
-#: The numpy dtype of each of the fusion's dtypes.
-NUMPY_DTYPES = {name: np.dtype(numpy) for numpy, name in _NUMPY_NAMES.items()}
+_NUMPY_NAMES = {
+    "float32": "f32",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "int32": "i32",
+    "uint32": "u32",
+    "bool": "bool",
+}
+#: The numpy dtype of each of the fusion's dtypes (bf16 is
+#: ``ml_dtypes.bfloat16``, the one JAX and others use).
+NUMPY_DTYPES = {
+    name: np.dtype(ml_dtypes.bfloat16 if numpy == "bfloat16" else numpy)
+    for numpy, name in _NUMPY_NAMES.items()
+}
+
+#: The least relative tolerance each half dtype's results are checked with:
+#: two steps of its precision, as a device's f32 result may round the other
+#: way (``DType::rtol_floor`` in the Rust core; ``docs/semantics.md``).
+RTOL_FLOOR = {"f16": 2 * 2.0**-10, "bf16": 2 * 2.0**-7}
+
+
+def is_float(dtype: np.dtype[Any]) -> bool:
+    """Whether ``dtype`` is a float numpy dtype, ``ml_dtypes.bfloat16``
+    (which numpy does not count among its floating types) included."""
+    return dtype.kind == "f" or dtype == NUMPY_DTYPES["bf16"]
+
+
+def rtol_for(dtype: np.dtype[Any], rtol: float) -> float:
+    """``rtol`` for results of ``dtype``: at least its :data:`RTOL_FLOOR`."""
+    return max(rtol, RTOL_FLOOR.get(_NUMPY_NAMES.get(dtype.name, ""), 0.0))
 
 
 def _dtype_name(dtype: DTypeLike) -> str:
-    """Accepts "f32" / "float32" / np.float32 / np.dtype("float32")."""
+    """Accepts "f32" / "float32" / np.float32 / np.dtype("float32"), and
+    so for "f16" and "bf16" (``ml_dtypes.bfloat16``)."""
     if isinstance(dtype, str):
         return _NUMPY_NAMES.get(dtype, dtype)
     try:

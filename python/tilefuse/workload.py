@@ -35,6 +35,7 @@ import numpy as np
 
 from .complexity import Complexity
 from .fusion import Fusion
+from .tensor import NUMPY_DTYPES, is_float, rtol_for
 
 __all__ = [
     "Requirements",
@@ -55,12 +56,14 @@ Size = int | bool | str
 
 @dataclass(frozen=True)
 class Tolerance:
-    """How close an f32 output must be to the reference: an element passes
+    """How close a float output must be to the reference: an element passes
     when it equals the reference (NaN where the reference is NaN, the same
     infinity) or ``|got - want| <= rtol * (scale + |want|)``, ``scale``
     being the output's largest finite ``|want|`` (reductions reassociate,
-    so errors grow with the magnitudes summed). The tuner checks candidates
-    with the same rule. Integer and bool outputs must match exactly."""
+    so errors grow with the magnitudes summed), ``rtol`` being at least the
+    dtype's :data:`~tilefuse.tensor.RTOL_FLOOR` for f16 and bf16. The tuner
+    checks candidates with the same rule. Integer and bool outputs must
+    match exactly."""
 
     rtol: float = 1e-3
 
@@ -109,8 +112,9 @@ def _out_of_tolerance(
 ) -> tuple[np.ndarray, float, float]:
     """Elements out of tolerance, and the largest absolute and relative
     errors over finite elements."""
-    if not np.issubdtype(w.dtype, np.floating):
+    if not is_float(w.dtype):
         return g != w, float(np.abs(g.astype(np.float64) - w).max(initial=0)), 0.0
+    rtol = rtol_for(w.dtype, tolerance.rtol)
     g64, w64 = g.astype(np.float64), w.astype(np.float64)
     finite = np.isfinite(w64) & np.isfinite(g64)
     with np.errstate(invalid="ignore"):  # inf - inf, masked out by finite
@@ -118,7 +122,7 @@ def _out_of_tolerance(
     scale = np.abs(w64[np.isfinite(w64)]).max(initial=0.0)
     close = (g64 == w64) | (np.isnan(g64) & np.isnan(w64))
     bound = scale + np.abs(w64)
-    close |= finite & (err <= tolerance.rtol * bound)
+    close |= finite & (err <= rtol * bound)
     rel = np.divide(err, bound, out=np.zeros_like(err), where=bound > 0)
     return ~close, float(err.max(initial=0.0)), float(rel.max(initial=0.0))
 
@@ -218,7 +222,7 @@ class Workload:
         return self._inputs[seed]
 
     def make_inputs(self, rng: np.random.Generator) -> Sequence[np.ndarray]:
-        """One array per fusion input: f32 uniform in [-1, 1), small
+        """One array per fusion input: floats uniform in [-1, 1), small
         integers, random masks. Override for inputs with a domain (e.g.
         positive values for ``log``)."""
         return [_random(rng, t.shape, t.dtype) for t in self.payload.inputs]
@@ -271,8 +275,8 @@ def _checked_size(workload: str, key: str, value: Any, default: Size) -> Size:
 
 
 def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    if dtype == "f32":
-        return rng.uniform(-1.0, 1.0, shape).astype(np.float32)
+    if dtype in ("f32", "f16", "bf16"):
+        return rng.uniform(-1.0, 1.0, shape).astype(NUMPY_DTYPES[dtype])
     if dtype == "i32":
         return rng.integers(-8, 8, shape, dtype=np.int32)
     if dtype == "u32":

@@ -19,14 +19,38 @@ from .workload import Size, Workload, describe, get, names, register
 
 __all__ = ["describe", "get", "names", "register"]
 
+#: The dtypes the built-in workloads' float tensors may take.
+FLOAT_DTYPES = ("f32", "f16", "bf16")
 
-class _Rows(Workload):
-    """A workload over a ``rows x cols`` f32 matrix ``x``."""
 
-    defaults: ClassVar[dict[str, Size]] = {"rows": 4096, "cols": 4096}
+class _Typed(Workload):
+    """A workload whose float tensors take the ``dtype`` option (``"f32"``,
+    ``"f16"`` or ``"bf16"``)."""
+
+    defaults: ClassVar[dict[str, Size]] = {"dtype": "f32"}
+
+    def __init__(self, **sizes: Size) -> None:
+        super().__init__(**sizes)
+        if self.sizes["dtype"] not in FLOAT_DTYPES:
+            known = ", ".join(FLOAT_DTYPES)
+            got = self.sizes["dtype"]
+            raise ValueError(f"workload {self.name}: dtype must be one of {known}, got {got!r}")
+
+    @property
+    def dtype(self) -> str:
+        return str(self.sizes["dtype"])
+
+    def _input(self, f: Fusion, shape: tuple[int, ...], name: str) -> Tensor:
+        return f.input(shape, self.dtype, name=name)
+
+
+class _Rows(_Typed):
+    """A workload over a ``rows x cols`` matrix ``x`` of ``dtype``."""
+
+    defaults: ClassVar[dict[str, Size]] = {"rows": 4096, "cols": 4096, **_Typed.defaults}
 
     def _x(self, f: Fusion) -> Tensor:
-        return f.input((self.size("rows"), self.size("cols")), name="x")
+        return self._input(f, (self.size("rows"), self.size("cols")), "x")
 
 
 @register
@@ -37,7 +61,7 @@ class Chain(_Rows):
     def fusion(self) -> Fusion:
         f = Fusion()
         shape = (self.size("rows"), self.size("cols"))
-        a, b = f.input(shape, name="a"), f.input(shape, name="b")
+        a, b = self._input(f, shape, "a"), self._input(f, shape, "b")
         y = (a * b + 1).tanh() * 0.5 + (-a).exp()
         y.name = "y"
         f.output(y)
@@ -95,8 +119,8 @@ class LayerNorm(_Rows):
     def fusion(self) -> Fusion:
         f = Fusion()
         x = self._x(f)
-        w = f.input((self.size("cols"),), name="weight")
-        b = f.input((self.size("cols"),), name="bias")
+        w = self._input(f, (self.size("cols"),), "weight")
+        b = self._input(f, (self.size("cols"),), "bias")
         d = x - x.mean(axis=1, keepdims=True)
         var = (d * d).mean(axis=1, keepdims=True)
         f.output(d * (var + 1e-5).rsqrt() * w + b)
@@ -116,7 +140,7 @@ class RmsNorm(_Rows):
     def fusion(self) -> Fusion:
         f = Fusion()
         x = self._x(f)
-        w = f.input((self.size("cols"),), name="weight")
+        w = self._input(f, (self.size("cols"),), "weight")
         f.output(x * ((x * x).mean(axis=1, keepdims=True) + 1e-6).rsqrt() * w)
         return f
 
@@ -157,7 +181,7 @@ _EPILOGUES = ("none", "bias", "relu", "gelu", "bias_relu", "bias_gelu", "residua
 
 
 @register
-class Matmul(Workload):
+class Matmul(_Typed):
     name = "matmul"
     summary = "a @ b (optionally batched and transposed) with an epilogue: " + ", ".join(_EPILOGUES)
     defaults: ClassVar[dict[str, Size]] = {
@@ -168,6 +192,7 @@ class Matmul(Workload):
         "transpose_a": False,
         "transpose_b": False,
         "epilogue": "none",
+        **_Typed.defaults,
     }
 
     def __init__(self, **sizes: Size) -> None:
@@ -189,13 +214,13 @@ class Matmul(Workload):
     def fusion(self) -> Fusion:
         f = Fusion()
         a_shape, b_shape, out = self._shapes()
-        a, b = f.input(a_shape, name="a"), f.input(b_shape, name="b")
+        a, b = self._input(f, a_shape, "a"), self._input(f, b_shape, "b")
         y = matmul(a, b, bool(self.sizes["transpose_a"]), bool(self.sizes["transpose_b"]))
         epilogue = str(self.sizes["epilogue"])
         if epilogue.startswith("bias"):
-            y = y + f.input(out[-1:], name="bias")
+            y = y + self._input(f, out[-1:], "bias")
         if epilogue == "residual":
-            y = y + f.input(out, name="residual")
+            y = y + self._input(f, out, "residual")
         if epilogue.endswith("relu"):
             y = relu(y)
         elif epilogue.endswith("gelu"):
@@ -232,15 +257,15 @@ class BatchedMatmul(Matmul):
 
 
 @register
-class Attention(Workload):
+class Attention(_Typed):
     name = "attention"
     summary = "softmax(q @ k^T / sqrt(dim)) @ v: matmul -> softmax -> matmul segments"
-    defaults: ClassVar[dict[str, Size]] = {"seq": 512, "dim": 64}
+    defaults: ClassVar[dict[str, Size]] = {"seq": 512, "dim": 64, **_Typed.defaults}
 
     def fusion(self) -> Fusion:
         f = Fusion()
         shape = (self.size("seq"), self.size("dim"))
-        q, k, v = (f.input(shape, name=n) for n in ("q", "k", "v"))
+        q, k, v = (self._input(f, shape, n) for n in ("q", "k", "v"))
         s = matmul(q, k, transpose_b=True) * float(self.size("dim")) ** -0.5
         e = (s - s.max(axis=1, keepdims=True)).exp()
         f.output((e / e.sum(axis=1, keepdims=True)) @ v)
