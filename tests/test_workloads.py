@@ -98,11 +98,16 @@ def test_inputs_are_cached_deterministic_read_only_and_random() -> None:
 
 def test_sizes_are_checked_and_make_the_key() -> None:
     w = tf.workloads.get("softmax", rows=8)
-    assert w.sizes == {"rows": 8, "cols": 4096}
+    assert w.sizes == {"rows": 8, "cols": 4096, "dtype": "f32"}
+    # The dtype joined the sizes after keys were in use: named where it is
+    # not f32 only, so that keys made before still match.
     assert w.key == "softmax(cols=4096,rows=8)"
     assert w.key == tf.workloads.get("softmax", cols=4096, rows=8).key
+    assert tf.workloads.get("softmax", rows=8, dtype="bf16").key == (
+        "softmax(cols=4096,dtype=bf16,rows=8)"
+    )
     with pytest.raises(
-        TypeError, match=r"workload softmax: unknown size 'row' \(sizes: rows, cols\)"
+        TypeError, match=r"workload softmax: unknown size 'row' \(sizes: rows, cols, dtype\)"
     ):
         tf.workloads.get("softmax", row=8)
     with pytest.raises(TypeError, match=r"size rows must be an integer, got 8\.5"):

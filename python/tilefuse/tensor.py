@@ -8,10 +8,9 @@ numpy does with its weak scalar types.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-import ml_dtypes
 import numpy as np
 
 from ._args import int64s
@@ -55,12 +54,30 @@ _NUMPY_NAMES = {
     "uint32": "u32",
     "bool": "bool",
 }
-#: The numpy dtype of each of the fusion's dtypes (bf16 is
-#: ``ml_dtypes.bfloat16``, the one JAX and others use).
-NUMPY_DTYPES = {
-    name: np.dtype(ml_dtypes.bfloat16 if numpy == "bfloat16" else numpy)
-    for numpy, name in _NUMPY_NAMES.items()
-}
+
+
+class _NumpyDTypes(Mapping[str, "np.dtype[Any]"]):
+    """The numpy dtype of each of the fusion's dtypes; bf16's is
+    ``ml_dtypes.bfloat16`` (the one JAX and others use), imported when
+    first asked for: importing ml_dtypes takes about a second."""
+
+    def __getitem__(self, name: str) -> np.dtype[Any]:
+        if name == "bf16":
+            import ml_dtypes
+
+            bfloat16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+            return bfloat16
+        numpy = {v: k for k, v in _NUMPY_NAMES.items()}[name]
+        return np.dtype(numpy)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_NUMPY_NAMES.values())
+
+    def __len__(self) -> int:
+        return len(_NUMPY_NAMES)
+
+
+NUMPY_DTYPES: Mapping[str, np.dtype[Any]] = _NumpyDTypes()
 
 #: The least relative tolerance each half dtype's results are checked with:
 #: two steps of its precision, as a device's f32 result may round the other
@@ -71,7 +88,7 @@ RTOL_FLOOR = {"f16": 2 * 2.0**-10, "bf16": 2 * 2.0**-7}
 def is_float(dtype: np.dtype[Any]) -> bool:
     """Whether ``dtype`` is a float numpy dtype, ``ml_dtypes.bfloat16``
     (which numpy does not count among its floating types) included."""
-    return dtype.kind == "f" or dtype == NUMPY_DTYPES["bf16"]
+    return dtype.kind == "f" or dtype.name == "bfloat16"
 
 
 def rtol_for(dtype: np.dtype[Any], rtol: float) -> float:

@@ -166,6 +166,10 @@ class Workload:
     #: A one-line description (``tilefuse.workloads.names()`` lists it).
     summary: ClassVar[str] = ""
     tolerance: Tolerance = Tolerance()
+    #: Sizes the :attr:`key` names only where they differ from their
+    #: default: options added after keys were in use (a built-in workload's
+    #: ``dtype``), so that journals and results keyed before still match.
+    implicit: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **sizes: Size) -> None:
         unknown = sorted(set(sizes) - set(self.defaults))
@@ -201,8 +205,14 @@ class Workload:
     @property
     def key(self) -> str:
         """Stable across processes: the name and every size, e.g.
-        ``softmax(cols=4096,rows=4096)``."""
-        return f"{self.name}({','.join(f'{k}={v}' for k, v in sorted(self.sizes.items()))})"
+        ``softmax(cols=4096,rows=4096)``; a size in :attr:`implicit` only
+        where it differs from its default (``softmax(cols=64,dtype=bf16,rows=8)``)."""
+        shown = (
+            (k, v)
+            for k, v in sorted(self.sizes.items())
+            if k not in self.implicit or v != self.defaults[k]
+        )
+        return f"{self.name}({','.join(f'{k}={v}' for k, v in shown)})"
 
     @property
     def label(self) -> str:

@@ -28,6 +28,7 @@ class _Typed(Workload):
     ``"f16"`` or ``"bf16"``)."""
 
     defaults: ClassVar[dict[str, Size]] = {"dtype": "f32"}
+    implicit: ClassVar[frozenset[str]] = frozenset({"dtype"})
 
     def __init__(self, **sizes: Size) -> None:
         super().__init__(**sizes)
