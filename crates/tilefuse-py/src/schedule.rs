@@ -311,6 +311,17 @@ impl PySchedule {
     }
 }
 
+/// The element type a binding's array holds in the WGSL module: `u32` for
+/// masks and for halves packed two to a word, f32 for a half intermediate.
+fn storage(b: &tilefuse::sched::codegen::BindingInfo) -> &'static str {
+    match b.dtype {
+        tilefuse::DType::Bool => "u32",
+        _ if b.packed => "u32",
+        d if d.is_half() => "f32",
+        d => d.name(),
+    }
+}
+
 fn parse_scope(scope: &str) -> Result<Scope, ScheduleError> {
     match scope {
         "global" => Ok(Scope::Global),
@@ -443,7 +454,7 @@ impl PyKernel {
         guard(|| Ok(self.inner.wgsl().or_raise(py)?.source.clone()))
     }
 
-    /// Binding index → buffer name, dtype, shape, access and role.
+    /// Binding index → buffer name, dtype, storage, shape, access and role.
     #[getter]
     fn bindings<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         guard(|| {
@@ -457,14 +468,7 @@ impl PyKernel {
                     d.set_item("binding", b.binding)?;
                     d.set_item("name", &b.name)?;
                     d.set_item("dtype", b.dtype.name())?;
-                    d.set_item(
-                        "storage",
-                        if b.dtype == tilefuse::DType::Bool {
-                            "u32"
-                        } else {
-                            b.dtype.name()
-                        },
-                    )?;
+                    d.set_item("storage", storage(b))?;
                     d.set_item("shape", b.shape.clone())?;
                     d.set_item("access", if b.writes { "read_write" } else { "read" })?;
                     let (role, index) = match b.role {

@@ -34,6 +34,10 @@ pub struct BindingInfo {
     /// `true` when some stage writes the buffer.
     pub writes: bool,
     pub role: Role,
+    /// Halves stored two to a `u32` word (lane 0 the low half), as the
+    /// host's arrays lay them out: a half input or output. A half
+    /// intermediate is stored as f32.
+    pub packed: bool,
 }
 
 /// One dispatch: an entry point, its grid and the bindings it uses.
@@ -96,6 +100,7 @@ pub fn emit(lowered: &Lowered) -> WgslKernel {
                 shape: buf.shape.clone(),
                 writes: written.contains(&b),
                 role: buf.role,
+                packed: buf.dtype.is_half() && matches!(buf.role, Role::Input(_) | Role::Output(_)),
             }
         })
         .collect();
@@ -199,15 +204,13 @@ impl Gen<'_> {
         self.names[b.0 as usize].clone()
     }
 
-    /// The packing of buffer `b` if it holds halves the host reads or
-    /// writes (an input or an output, in the caller's 16-bit layout).
-    /// Intermediates of a kernel are f32: only this kernel sees them.
+    /// The packing of buffer `b` where its binding is
+    /// [packed](BindingInfo::packed).
     fn packed(&self, b: BufferId) -> Option<Packed> {
-        let buffer = self.kernel.buffer(b);
-        let host = matches!(buffer.role, Role::Input(_) | Role::Output(_));
-        (buffer.dtype.is_half() && buffer.scope == Scope::Global && host).then(|| Packed {
-            dtype: buffer.dtype,
-            atomic: self.bindings.iter().any(|x| x.buffer == b && x.writes),
+        let binding = self.bindings.iter().find(|x| x.buffer == b && x.packed)?;
+        Some(Packed {
+            dtype: binding.dtype,
+            atomic: binding.writes,
         })
     }
 
