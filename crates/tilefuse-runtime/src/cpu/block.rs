@@ -181,7 +181,8 @@ fn tape_code(
 
 /// The tape computing `value` whose lanes go `into` the `store` (lane 0's
 /// element first; `scatter`: where the others go when not consecutively),
-/// or `None` where the store is not f32 or the value is not a tape's.
+/// or `None` where the store is not f32 (or a half's consecutive
+/// elements) or the value is not a tape's.
 pub(super) fn tape_into(
     kernel: &Kernel,
     value: &Value,
@@ -191,8 +192,12 @@ pub(super) fn tape_into(
 ) -> Option<TapeCode> {
     let (_, rest) = store.linear.as_ref()?;
     let dtypes: Vec<DType> = kernel.buffers.iter().map(|b| b.dtype).collect();
-    if dtypes[store.buffer] != DType::F32 {
-        return None;
+    // Halves are stored lane by lane through an f32 run (`tape_loop`).
+    let half_store = matches!(into, TapeStore::Lanes | TapeStore::Stream) && scatter.is_none();
+    match dtypes[store.buffer] {
+        DType::F32 => {}
+        d if d.is_half() && half_store => {}
+        _ => return None,
     }
     Some(TapeCode {
         tape: Tape::compile(value, store.buffer, &dtypes)?,

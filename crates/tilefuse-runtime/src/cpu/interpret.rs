@@ -17,7 +17,9 @@ use super::accumulate::{accumulate, fold_into};
 use super::chunk::{CHUNK, Chunk};
 use super::code::{BlockCode, Counted, Dim, GemmCode, RowsCode, Step, TapeCode, TapeStore};
 use super::ctx::{Ctx, Lane, lane_values};
+use super::lanes::Column;
 use super::loop_index::{all_below, loop_value};
+use super::memory::RawBuf;
 use super::memory::Storage;
 use super::parallel_nest::Nest;
 use super::pool::Tasks;
@@ -436,6 +438,35 @@ impl Ctx<'_> {
         chunk.axpy(b, first)
     }
 
+    /// [`Interp::tape_loop`] for a store of halves: each run computed into
+    /// an f32 buffer, then narrowed into its consecutive elements.
+    fn tape_halves(
+        &self,
+        t: &TapeCode,
+        (buf, base): (&RawBuf, usize),
+        range: Range<usize>,
+        env: &[i64],
+    ) {
+        let mut registers = self.registers.borrow_mut();
+        let per_run = lanes_per_run(t);
+        let mut run = vec![0f32; per_run.min(range.len())];
+        for start in range.clone().step_by(per_run) {
+            if start > range.start && self.interrupted() {
+                return;
+            }
+            let n = per_run.min(range.end - start);
+            let lanes = &mut run[..n];
+            t.tape.run(
+                self.buffers,
+                env,
+                (start, n),
+                &mut registers,
+                Sink::Store(lanes),
+            );
+            Column::narrow_into(lanes, buf, base + start);
+        }
+    }
+
     /// Runs an outer-reduction nest (see [`Step::Rows`]).
     pub(super) fn rows(&self, g: &RowsCode, env: &mut [i64]) {
         let (
@@ -501,6 +532,9 @@ impl Ctx<'_> {
         }
         let buf = &self.buffers[b.store.buffer];
         let base = t.store.eval(env) as usize;
+        if buf.dtype.is_half() {
+            return self.tape_halves(t, (buf, base), range, env);
+        }
         let mut registers = self.registers.borrow_mut();
         let per_run = lanes_per_run(t);
         for start in range.clone().step_by(per_run) {

@@ -12,6 +12,7 @@ use tilefuse_ir::{
     BinaryOp, DType, ReduceOp, Scalar, UnaryOp, bf16, binary_scalar, f16, unary_scalar,
 };
 
+use super::halves;
 use super::memory::{Elem, RawBuf};
 use super::simd_math;
 
@@ -35,17 +36,6 @@ macro_rules! each_column {
             Column::Bool($v) => $body,
         }
     };
-}
-
-/// `a` rounded to the half type `H` (to nearest even; SIMD conversions
-/// where the CPU has them).
-fn narrowed<H: Default + Clone>(a: &[f32]) -> Vec<H>
-where
-    [H]: HalfFloatSliceExt,
-{
-    let mut out = vec![H::default(); a.len()];
-    out.convert_from_f32_slice(a);
-    out
 }
 
 fn map<T: Copy, U>(a: &[T], f: impl Fn(T) -> U) -> Vec<U> {
@@ -384,6 +374,17 @@ impl Column {
         }
     }
 
+    /// Writes f32 lanes to `lanes.len()` consecutive halves of `buf` from
+    /// `start`, rounding each to nearest even.
+    pub fn narrow_into(lanes: &[f32], buf: &RawBuf, start: usize) {
+        let n = lanes.len();
+        match buf.dtype {
+            DType::F16 => halves::narrow_f16(lanes, unsafe { buf.slice_mut::<f16>(start, n) }),
+            DType::BF16 => halves::narrow_bf16(lanes, unsafe { buf.slice_mut::<bf16>(start, n) }),
+            other => unreachable!("narrowing into {other}, not a half"),
+        }
+    }
+
     /// Writes lane `k` to `buf[offsets[k]]` where `mask` holds.
     pub fn scatter(&self, buf: &RawBuf, offsets: &[i64], mask: Option<&[bool]>) {
         fn put<T: Elem>(v: &[T], buf: &RawBuf, offsets: &[i64], mask: Option<&[bool]>) {
@@ -395,8 +396,18 @@ impl Column {
             }
         }
         match (self, buf.dtype) {
-            (Column::F32(v), DType::F16) => put(&narrowed::<f16>(v), buf, offsets, mask),
-            (Column::F32(v), DType::BF16) => put(&narrowed::<bf16>(v), buf, offsets, mask),
+            (Column::F32(v), DType::F16) => put(
+                &v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>(),
+                buf,
+                offsets,
+                mask,
+            ),
+            (Column::F32(v), DType::BF16) => put(
+                &v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>(),
+                buf,
+                offsets,
+                mask,
+            ),
             _ => each_column!(self, v => put(v, buf, offsets, mask)),
         }
     }
@@ -497,8 +508,11 @@ impl Column {
     pub fn cast(&self, dtype: DType) -> Column {
         match (self, dtype) {
             (Column::F32(a), DType::F32) => Column::F32(a.clone()),
-            (Column::F32(a), DType::F16) => Column::F32(narrowed::<f16>(a).to_f32_vec()),
-            (Column::F32(a), DType::BF16) => Column::F32(narrowed::<bf16>(a).to_f32_vec()),
+            (Column::F32(a), half) if half.is_half() => {
+                let mut a = a.clone();
+                halves::round_to(half, &mut a);
+                Column::F32(a)
+            }
             (Column::I32(a), DType::F32) => Column::F32(map(a, |x| x as f32)),
             (Column::F32(a), DType::I32) => Column::I32(map(a, |x| x as i32)),
             _ => self.per_lane(dtype, |x| x.to(dtype)),

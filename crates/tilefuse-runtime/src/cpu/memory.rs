@@ -16,6 +16,7 @@
 //! parallel), and each thread's workgroup and private buffers are its own.
 #![allow(unsafe_code)]
 
+use half::slice::HalfFloatSliceExt;
 use tilefuse_ir::{DType, Data, DataMut, DataRef, Scalar, bf16, f16};
 
 use crate::error::{Result, RuntimeError};
@@ -212,6 +213,43 @@ impl Elem for bf16 {
     const DTYPE: DType = DType::BF16;
 }
 
+/// Float elements read as f32: f32 itself, and the halves widened.
+pub trait Widen: Copy {
+    fn to_f32(self) -> f32;
+
+    /// Appends `from`, widened, to `into` (SIMD conversions where the CPU
+    /// has them).
+    fn widen_into(from: &[Self], into: &mut Vec<f32>);
+}
+
+impl Widen for f32 {
+    fn to_f32(self) -> f32 {
+        self
+    }
+
+    fn widen_into(from: &[f32], into: &mut Vec<f32>) {
+        into.extend_from_slice(from);
+    }
+}
+
+macro_rules! widen_half {
+    ($t:ty) => {
+        impl Widen for $t {
+            fn to_f32(self) -> f32 {
+                <$t>::to_f32(self)
+            }
+
+            fn widen_into(from: &[$t], into: &mut Vec<f32>) {
+                let at = into.len();
+                into.resize(at + from.len(), 0.0);
+                from.convert_to_f32_slice(&mut into[at..]);
+            }
+        }
+    };
+}
+widen_half!(f16);
+widen_half!(bf16);
+
 /// Asks for the cache line at `p` (a hint: any address is allowed; a
 /// no-op off x86-64). Inlined: its users call it a cache line at a time.
 #[inline]
@@ -288,25 +326,52 @@ impl RawBuf {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<T>().add(start), n) }
     }
 
-    /// Appends the `n` f32 elements `start`, `start + stride`, ... to
-    /// `into` (bounds and element type checked once; consecutive ones
-    /// copied as one run).
+    /// Appends the `n` elements `start`, `start + stride`, ... to `into`
+    /// as f32 (halves widened; bounds and element type checked once;
+    /// consecutive ones copied or converted as one run).
     ///
     /// # Safety
     ///
     /// As [`RawBuf::slice`], for those elements only: the ones between
     /// them may be written meanwhile.
     pub unsafe fn gather_f32(&self, start: usize, stride: usize, n: usize, into: &mut Vec<f32>) {
+        match self.dtype {
+            DType::F16 => unsafe { self.gather_as::<f16>(start, stride, n, into) },
+            DType::BF16 => unsafe { self.gather_as::<bf16>(start, stride, n, into) },
+            _ => unsafe { self.gather_as::<f32>(start, stride, n, into) },
+        }
+    }
+
+    /// [`RawBuf::gather_f32`] of a buffer of `T`s.
+    unsafe fn gather_as<T: Elem + Widen>(
+        &self,
+        start: usize,
+        stride: usize,
+        n: usize,
+        into: &mut Vec<f32>,
+    ) {
         if n == 0 {
             return;
         }
         if stride == 1 {
-            return into.extend_from_slice(unsafe { self.slice::<f32>(start, n) });
+            return T::widen_into(unsafe { self.slice::<T>(start, n) }, into);
         }
-        self.check::<f32>(start, (n - 1) * stride + 1);
-        let at = |k: usize| self.ptr.cast::<f32>().wrapping_add(start + k * stride);
+        self.check::<T>(start, (n - 1) * stride + 1);
+        let at = |k: usize| self.ptr.cast::<T>().wrapping_add(start + k * stride);
         // SAFETY: in bounds, checked above; no writer, per the contract.
-        into.extend((0..n).map(|k| unsafe { at(k).read() }));
+        into.extend((0..n).map(|k| unsafe { at(k).read() }.to_f32()));
+    }
+
+    /// Float element `i` as f32 (a half widened).
+    ///
+    /// # Safety
+    ///
+    /// As [`RawBuf::slice`], for that element.
+    pub unsafe fn read_f32(&self, i: usize) -> f32 {
+        match self.dtype {
+            DType::F32 => unsafe { self.slice::<f32>(i, 1)[0] },
+            _ => unsafe { self.read(i) }.as_f64() as f32,
+        }
     }
 
     /// Element `i` as a scalar.

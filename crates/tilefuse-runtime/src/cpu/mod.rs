@@ -12,6 +12,7 @@ mod compile;
 mod ctx;
 mod gemm;
 mod gemm_match;
+mod halves;
 mod interpret;
 mod lanes;
 mod loop_index;

@@ -49,7 +49,8 @@ impl Tape {
     /// that is not a leaf, `None` for a leaf no tape reads.
     fn leaf(&mut self, v: &Value, at: &At<'_>) -> Option<Option<Operand>> {
         Some(match v {
-            Value::Const(c, DType::F32) => {
+            // A half constant is held in f32 (already rounded).
+            Value::Const(c, d) if d.compute() == DType::F32 => {
                 self.uniforms.push(Uniform::Const(c.as_f64() as f32));
                 Some(Operand::Uniform(self.uniforms.len() as u8 - 1))
             }
@@ -58,7 +59,7 @@ impl Tape {
                 buffer,
                 linear: Some((coef, rest)),
                 ..
-            }) if *buffer != at.store && at.dtypes[*buffer] == DType::F32 => match coef {
+            }) if *buffer != at.store && at.dtypes[*buffer].compute() == DType::F32 => match coef {
                 0 => {
                     let index = LoopIndex::new(rest.clone());
                     self.uniforms.push(Uniform::Load(*buffer, index));
@@ -66,8 +67,10 @@ impl Tape {
                 }
                 &stride if stride > 0 => {
                     let index = LoopIndex::new(rest.clone());
-                    self.loads
-                        .push(LaneLoad::strided(*buffer, index, stride as usize));
+                    self.loads.push(LaneLoad {
+                        half: at.dtypes[*buffer].is_half(),
+                        ..LaneLoad::strided(*buffer, index, stride as usize)
+                    });
                     Some(Operand::Load(self.loads.len() as u8 - 1))
                 }
                 _ => return None,
@@ -94,8 +97,14 @@ impl Tape {
             }
             Value::Binary(op, x, y) => self.binary(*op, (x, y), dst, at),
             Value::Select(c, x, y) => self.select(c, (x, y), dst, at),
-            // A comparison's 1.0 / 0.0 is its f32 value already.
+            // A comparison's 1.0 / 0.0 is its f32 value already, and a
+            // half's f32 is its value.
             Value::Cast(DType::F32, x) => self.emit(x, dst, at).map(|_| Kind::F32),
+            Value::Cast(half, x) if half.is_half() => {
+                (self.emit(x, dst, at)? == Kind::F32).then_some(())?;
+                self.ops.push(Op::Round { dst, half: *half });
+                Some(Kind::F32)
+            }
             _ => None,
         }
     }

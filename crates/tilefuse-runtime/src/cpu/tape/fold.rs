@@ -213,7 +213,7 @@ fn operands(op: &Op) -> [Option<Operand>; 2] {
         Op::Select {
             on_true, on_false, ..
         } => [Some(on_true), Some(on_false)],
-        Op::Unary { .. } => [None, None],
+        Op::Unary { .. } | Op::Round { .. } => [None, None],
     }
 }
 
@@ -259,7 +259,9 @@ fn invariant_parts(ops: &[Op], invariant: impl Fn(u8) -> bool) -> Vec<(usize, us
             Op::Apply { dst, lhs, rhs, .. } => {
                 (dst, is_invariant(lhs, &held) && is_invariant(rhs, &held))
             }
-            Op::Unary { dst, .. } => (dst, held[usize::from(dst)].invariant),
+            Op::Unary { dst, .. } | Op::Round { dst, .. } => {
+                (dst, held[usize::from(dst)].invariant)
+            }
             // Its invariant operands are not taken out on their own (a
             // mask's parts are rarely worth it): computed with each tile.
             Op::Select {

@@ -26,6 +26,9 @@ pub(super) struct LaneLoad {
     pub(super) stride: usize,
     pub(super) period: usize,
     pub(super) step: usize,
+    /// The buffer holds halves: always gathered (widened into f32), never
+    /// read where they lie.
+    pub(super) half: bool,
 }
 
 /// A load's `period` and `step` (see [`LaneLoad`]).
@@ -52,13 +55,14 @@ impl LaneLoad {
             stride,
             period: usize::MAX,
             step: 0,
+            half: false,
         }
     }
 
     /// Whether the lanes read consecutive elements (read where they lie;
     /// the others are gathered first).
     pub(super) fn consecutive(&self) -> bool {
-        self.stride == 1 && !self.wraps()
+        self.stride == 1 && !self.wraps() && !self.half
     }
 
     /// Whether the lanes wrap around rows of `period`.
@@ -134,7 +138,7 @@ impl LaneLoad {
     /// Whether the lanes wrap around rows and read a transpose (see
     /// [`transposed`]).
     fn transposes(&self) -> bool {
-        self.wraps() && transposed(self.step, self.stride)
+        self.wraps() && transposed(self.step, self.stride) && !self.half
     }
 
     /// Lanes `start..start + n` read piece by piece, each row's lanes
@@ -312,7 +316,7 @@ impl Tape {
         let i = single_load(&self.ops)?;
         let load = &self.loads[i];
         let at = offsets.loads[i] as usize;
-        (n > TILE && load.stride == 1 && load.wraps())
+        (n > TILE && load.stride == 1 && load.wraps() && !load.half)
             .then(|| unsafe { load.fold_rows(&buffers[load.buffer], at, (start, n), op) })
     }
 
@@ -369,7 +373,7 @@ impl Tape {
                     renamed(lhs);
                     renamed(rhs);
                 }
-                Op::Unary { .. } => {}
+                Op::Unary { .. } | Op::Round { .. } => {}
             }
         }
         self.loads.extend(repeated);

@@ -13,9 +13,10 @@
 //! writes disjoint and ordered before their reads.
 #![allow(unsafe_code)]
 
-use tilefuse_ir::{BinaryOp, ReduceOp, UnaryOp};
+use tilefuse_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 use tilefuse_sched::ir::{Index, Var};
 
+use super::halves::round_to;
 use super::lanes::{Rhs, arith, arith_from, combine_into, fold_f32, select, unary_f32};
 use super::loop_index::LoopIndex;
 use super::memory::RawBuf;
@@ -63,6 +64,12 @@ enum Op {
     Unary {
         op: UnaryOp,
         dst: u8,
+    },
+    /// `dst` rounded to a half dtype's precision (held in f32): the cast
+    /// that ends each op on halves.
+    Round {
+        dst: u8,
+        half: DType,
     },
     /// `dst = dst op rhs`, or `rhs op dst` with `swap`.
     Binary {
@@ -280,9 +287,7 @@ impl Tape {
         {
             *slot = match u {
                 Uniform::Const(c) => *c,
-                Uniform::Load(buffer, _) => unsafe {
-                    buffers[*buffer].slice::<f32>(at as usize, 1)[0]
-                },
+                Uniform::Load(buffer, _) => unsafe { buffers[*buffer].read_f32(at as usize) },
             };
         }
         (self.folded).evaluate(tiles, &mut uniforms, self.uniforms.len());
@@ -515,6 +520,7 @@ fn step(
     let (dst, d, rest): (u8, &mut [f32], &[[f32; TILE]]) = match *op {
         Op::Set { dst, .. }
         | Op::Unary { dst, .. }
+        | Op::Round { dst, .. }
         | Op::Binary { dst, .. }
         | Op::Apply { dst, .. }
         | Op::Select { dst, .. }
@@ -524,6 +530,7 @@ fn step(
         }
         Op::Set { dst, .. }
         | Op::Unary { dst, .. }
+        | Op::Round { dst, .. }
         | Op::Binary { dst, .. }
         | Op::Apply { dst, .. }
         | Op::Select { dst, .. } => {
@@ -539,6 +546,7 @@ fn step(
             Rhs::Same(c) => d.fill(c),
         },
         Op::Unary { op, .. } => unary_f32(op, d),
+        Op::Round { half, .. } => round_to(half, d),
         Op::Binary { op, rhs, swap, .. } => {
             arith(op, d, read(rhs, dst, rest, loads, uniforms, lo, len), swap)
         }
