@@ -220,14 +220,26 @@ def cost_section(name: str, cost: Any) -> str:
     return f"{title}\n\n{builds}\n" + table(columns, rows) + command(m["command"])
 
 
+def rows_section(title: str, result: Any) -> str:
+    """A result file's rows as one table under ``title``, and its command."""
+    columns = list(result["rows"][0])
+    rows = [[r[c] for c in columns] for r in result["rows"]]
+    return f"{title}\n\n" + table(columns, rows) + command(result["meta"]["command"])
+
+
 def learned_section(name: str, learned: Any) -> str:
     """Learned heuristics on held-out shapes, per family."""
-    columns = list(learned["rows"][0])
-    rows = [[r[c] for c in columns] for r in learned["rows"]]
     m = learned["meta"]
     grid = ", ".join(f"{k} {v}" for k, v in m["grid"].items())
     title = f"## {name}: learned heuristics on held-out shapes ({m['device']}, {grid})"
-    return f"{title}\n\n" + table(columns, rows) + command(m["command"])
+    return rows_section(title, learned)
+
+
+def half_section(name: str, half: Any) -> str:
+    """f16 and bf16 against f32 and against torch in the same dtype."""
+    m = half["meta"]
+    title = f"## {name}: half precision ({m['device']}, torch {m['torch']}, {m['threads']} threads)"
+    return rows_section(title, half)
 
 
 def replay_section(replay: list[Any], efforts: list[Any]) -> str:
@@ -282,6 +294,7 @@ def render() -> str:
     parts += [tune_section(name, tune) for name, tune in load("tune_[!c]*.json")]
     parts += [cost_section(name, cost) for name, cost in load("tune_cost_*.json")]
     parts += [learned_section(name, learned) for name, learned in load("learned_*.json")]
+    parts += [half_section(name, half) for name, half in load("half_*.json")]
     replay = RESULTS / "replay.json"
     efforts = RESULTS / "efforts.json"
     if replay.exists():
