@@ -1,8 +1,8 @@
 """The property test that keeps bad input from crashing, hanging or lying:
 random fusions (ops, ops on literals, broadcasts, reductions over random axes with and
 without keepdims, matmuls, several outputs, inputs returned, sizes with 0
-and 1, ranks up to 6) with special values in their inputs (NaN, +-inf,
-+-0, huge, tiny).
+and 1, ranks up to 6, inputs and casts of f32, f16 and bf16 mixed) with
+special values in their inputs (NaN, +-inf, +-0, huge, tiny).
 For each, on the CPU and the GPU: ``heuristics()`` succeeds, ``schedule()``
 accepts its own heuristics, and the result equals the reference evaluator
 exactly where it is NaN or infinite and within tolerance elsewhere.
@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 import tilefuse as tf
 from conftest import in_ci, mutated, preserves_nan
+from tilefuse.tensor import NUMPY_DTYPES
 
 CASES = int(os.environ.get("TILEFUSE_FUZZ_CASES", "150"))
 
@@ -44,6 +45,12 @@ BINARY = ["add", "sub", "mul", "div", "max", "min"]
 # finite-math license unless the generated code prevents it.
 CONSTANTS = [2.0, -0.5, 1e20, 0.0, -0.0]
 REDUCE = ["sum", "max", "min", "mean"]
+# Input dtypes, f32 the most often: halves meet f32 (and each other) in
+# promotions, casts and matmuls.
+DTYPES = ["f32", "f32", "f16", "bf16"]
+#: Unit roundoff of each half dtype: a result of a fusion with a half
+#: tensor in it is judged at that precision (``_close``).
+UNIT = {"f16": 2.0**-11, "bf16": 2.0**-8}
 COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
 
 
@@ -74,7 +81,7 @@ def fusions(draw: st.DrawFn) -> Built:
 
     def new_input(shape: tuple[int, ...]) -> tf.Tensor:
         built.shapes.append(shape)
-        return f.input(shape, "f32", name=f"in{len(built.shapes) - 1}")
+        return f.input(shape, draw(st.sampled_from(DTYPES)), name=f"in{len(built.shapes) - 1}")
 
     if draw(st.integers(0, 4)) == 0:
         # A matmul (batched or not), maybe with an epilogue.
@@ -88,7 +95,7 @@ def fusions(draw: st.DrawFn) -> Built:
     for _ in range(draw(st.integers(1, 6))):
         x = draw(st.sampled_from(pool))
         kinds = ["unary", "binary", "self", "constant", "literal", "reduce", "where", "cast"]
-        kinds += ["compare"]
+        kinds += ["compare", "float"]
         kind = draw(st.sampled_from(kinds))
         if kind == "unary":
             op = draw(st.sampled_from(UNARY))
@@ -123,6 +130,8 @@ def fusions(draw: st.DrawFn) -> Built:
             c = draw(st.sampled_from([np.nan, np.inf, 0.0, -0.0]))
             other = x if draw(st.booleans()) else f.constant(c)
             y = x._binary(draw(st.sampled_from(COMPARE)), other).astype("f32")
+        elif kind == "float":  # to another float dtype: a half rounds
+            y = x.astype(draw(st.sampled_from(["f32", "f16", "bf16"])))
         else:
             y = x.astype("i32").astype("f32")
         built.steps.append(f"{kind} -> {y.shape}")
@@ -143,13 +152,21 @@ def fusions(draw: st.DrawFn) -> Built:
 def _inputs(built: Built, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     arrays = []
-    for shape in built.shapes:
+    for shape, t in zip(built.shapes, built.fusion.inputs, strict=True):
         a = rng.normal(size=shape).astype(np.float32)
         if a.size:
             specials = rng.random(shape) < 0.2
             a[specials] = rng.choice(np.array(SPECIAL, dtype=np.float32), size=specials.sum())
-        arrays.append(a)
+        with np.errstate(over="ignore"):  # 1e12 is inf in f16
+            arrays.append(a.astype(NUMPY_DTYPES[t.dtype]))
     return arrays
+
+
+def _unit(f: tf.Fusion) -> float:
+    """The unit roundoff results of ``f`` are judged at: the coarsest half
+    dtype's among its tensors, 0 where all are f32 (or not floats)."""
+    dtypes = {tf.Tensor(f, i).dtype for i in range(len(f))}
+    return max((UNIT.get(d, 0.0) for d in dtypes), default=0.0)
 
 
 def _scale(f: tf.Fusion, arrays: list[np.ndarray]) -> float:
@@ -169,38 +186,51 @@ def _scale(f: tf.Fusion, arrays: list[np.ndarray]) -> float:
     return max((float(v.max()) for v in finite if v.size), default=0.0)
 
 
-def _nudged(arrays: list[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
+def _nudged(arrays: list[np.ndarray], rng: np.random.Generator, unit: float) -> list[np.ndarray]:
     """``arrays`` with each finite nonzero element moved by at most one
-    f32 ulp (zeros, infinities and NaN are exact: moving them would judge
-    away what ``1 / -0`` must give)."""
+    ulp, or by ``unit`` relative where that is larger (zeros, infinities
+    and NaN are exact: moving them would judge away what ``1 / -0`` must
+    give)."""
     out = []
     for a in arrays:
         step = rng.integers(-1, 2, size=a.shape) * (np.isfinite(a) & (a != 0))
-        b = np.where(step > 0, np.nextafter(a, np.float32(np.inf)), a)
-        out.append(np.where(step < 0, np.nextafter(a, np.float32(-np.inf)), b).astype(a.dtype))
+        up, down = np.nextafter(a, a.dtype.type(np.inf)), np.nextafter(a, a.dtype.type(-np.inf))
+        moved = np.where(step > 0, up, np.where(step < 0, down, a)).astype(a.dtype)
+        if unit:
+            wide = a.astype(np.float64)
+            far = (wide * (1 + step * unit)).astype(a.dtype).astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                farther = np.abs(far - wide) > np.abs(moved.astype(np.float64) - wide)
+            moved = np.where(farther, far, moved).astype(a.dtype)
+        out.append(moved)
     return out
 
 
 def _nearby_results(f: tf.Fusion, arrays: list[np.ndarray], seed: int) -> list[Any]:
-    """The reference on two copies of ``arrays`` moved by an ulp."""
+    """The reference on two copies of ``arrays`` moved by an ulp (or by
+    the fusion's half precision, see ``_unit``)."""
     nudge = np.random.default_rng(seed)
-    return [f.evaluate(*_nudged(arrays, nudge)) for _ in range(2)]
+    return [f.evaluate(*_nudged(arrays, nudge, _unit(f))) for _ in range(2)]
 
 
-def _close(got: np.ndarray, want: np.ndarray, scale: float) -> np.ndarray:
+def _close(got: np.ndarray, want: np.ndarray, scale: float, unit: float = 0.0) -> np.ndarray:
     """Per element: NaN where ``want`` is, equal infinities, or finite
     values within the tolerance of ``scale`` or of the output's own
     (f32 sums lose what cancels: ``1e12 + 0.16 - 1e12`` is 0 in f32, 0.16
     in the f64 reference, so the error bound grows with the magnitudes
-    summed)."""
+    summed). The tolerance is 1e-4, or four units of ``unit`` where a half
+    is involved: an intermediate a device rounds the other way is one."""
     finite = np.isfinite(want)
     scale = max(scale, float(np.abs(want[finite]).max()) if finite.any() else 0.0)
+    rtol = max(1e-4, 4 * unit)
     with np.errstate(invalid="ignore"):
-        near = np.abs(got - want) <= 1e-4 * np.abs(want) + 1e-4 * max(scale, 1e-30)
+        near = np.abs(got - want) <= rtol * np.abs(want) + rtol * max(scale, 1e-30)
     return np.where(finite, near & np.isfinite(got), (got == want) | np.isnan(got) & np.isnan(want))
 
 
-def assert_matches_reference(got: Any, want: Any, scale: float, nearby: list[Any]) -> None:
+def assert_matches_reference(
+    got: Any, want: Any, scale: float, nearby: list[Any], unit: float = 0.0
+) -> None:
     """``got`` is close to ``want`` (see ``_close``) wherever the result is
     well-conditioned in f32: where the reference on inputs one ulp away
     (``nearby``) is close to it too. Elsewhere f32 rounding alone decides
@@ -211,8 +241,8 @@ def assert_matches_reference(got: Any, want: Any, scale: float, nearby: list[Any
     assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
     stable = np.ones(want.shape, dtype=bool)
     for other in nearby:
-        stable &= _close(np.asarray(other, dtype=np.float64), want, scale)
-    bad = stable & ~_close(got, want, scale)
+        stable &= _close(np.asarray(other, dtype=np.float64), want, scale, unit)
+    bad = stable & ~_close(got, want, scale, unit)
     assert not bad.any(), (
         f"{bad.sum()} of {bad.size} elements differ from the reference, e.g. at "
         f"{np.argwhere(bad)[0].tolist()}: got {got[bad][0]!r}, want {want[bad][0]!r}"
@@ -263,7 +293,8 @@ def check_kernel(built: Built, kernel: tf.Kernel | tf.SegmentedKernel, seed: int
         got, want, nearby = (got,), (want,), [(n,) for n in nearby]
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         note(f"output {i}")
-        assert_matches_reference(g, w, _scale(f, arrays), [n[i] for n in nearby])
+        scale, nearby_i = _scale(f, arrays), [n[i] for n in nearby]
+        assert_matches_reference(g, w, scale, nearby_i, _unit(f))
 
 
 def _arranged(draw: st.DrawFn, a: np.ndarray) -> np.ndarray:
@@ -290,7 +321,9 @@ def _outs(draw: st.DrawFn, f: tf.Fusion, inputs: list[np.ndarray]) -> tuple[list
     shared = False
     for t in f.outputs:
         choice = draw(st.sampled_from(["none", "new", "view", "input"]))
-        fits = [i for i, a in enumerate(inputs) if a.shape == t.shape and a.flags.c_contiguous]
+        dtype = NUMPY_DTYPES[t.dtype]
+        fits = [i for i, a in enumerate(inputs) if (a.shape, a.dtype) == (t.shape, dtype)]
+        fits = [i for i in fits if inputs[i].flags.c_contiguous]
         fits = [i for i in fits if inputs[i].flags.writeable]
         if choice == "input" and fits:
             i = draw(st.sampled_from(fits))
@@ -299,9 +332,9 @@ def _outs(draw: st.DrawFn, f: tf.Fusion, inputs: list[np.ndarray]) -> tuple[list
             outs.append(inputs[i])
         elif choice == "view":
             size = int(np.prod(t.shape))
-            outs.append(np.full(size + 3, np.nan, np.float32)[3:].reshape(t.shape))
+            outs.append(np.full(size + 3, np.nan, dtype)[3:].reshape(t.shape))
         else:
-            outs.append(np.full(t.shape, np.nan, np.float32) if choice == "new" else None)
+            outs.append(np.full(t.shape, np.nan, dtype) if choice == "new" else None)
     return outs, shared
 
 
