@@ -16,6 +16,7 @@ import pytest
 from hypothesis import strategies as st
 
 import tilefuse as tf
+from tilefuse.tensor import NUMPY_DTYPES
 
 # Relative error bound of f32 kernels against a float64 numpy reference.
 RTOL = 1e-5
@@ -222,7 +223,10 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return directory
 
 
-STORAGE = {"f32": np.float32, "i32": np.int32, "u32": np.uint32}
+def _host_layout(binding: dict[str, Any]) -> np.dtype[Any]:
+    """The numpy dtype of an exported binding's elements as a host lays
+    them out: its own (halves two bytes each), masks as ``u32``."""
+    return np.dtype(np.uint32) if binding["dtype"] == "bool" else NUMPY_DTYPES[binding["dtype"]]
 
 
 def run_exported_with_wgpu_py(manifest: Path, *arrays: np.ndarray[Any, Any]) -> list[Any]:
@@ -243,7 +247,8 @@ def run_exported_with_wgpu_py(manifest: Path, *arrays: np.ndarray[Any, Any]) -> 
     buffers = {}
     for b in spec["bindings"]:
         if b["role"] == "input":
-            data = np.ascontiguousarray(arrays[b["index"]]).astype(STORAGE[b["storage"]])
+            data = np.ascontiguousarray(arrays[b["index"]]).astype(_host_layout(b)).tobytes()
+            data += bytes(-len(data) % 4)  # whole words
             buffers[b["binding"]] = device.create_buffer_with_data(data=data, usage=usage)
         else:
             buffers[b["binding"]] = device.create_buffer(size=b["bytes"], usage=usage)
@@ -270,7 +275,7 @@ def run_exported_with_wgpu_py(manifest: Path, *arrays: np.ndarray[Any, Any]) -> 
     for b in outputs:
         raw = device.queue.read_buffer(buffers[b["binding"]])
         n = int(np.prod(b["shape"]))
-        result.append(np.frombuffer(raw, dtype=STORAGE[b["storage"]])[:n].reshape(b["shape"]))
+        result.append(np.frombuffer(raw, dtype=_host_layout(b))[:n].reshape(b["shape"]))
     return result
 
 

@@ -5,6 +5,7 @@ errors (``docs/semantics.md``, its half-precision section)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import tilefuse as tf
+from conftest import run_exported_with_wgpu_py
 from tilefuse.cli import main
 from tilefuse.tensor import NUMPY_DTYPES, RTOL_FLOOR
 from tilefuse.workload import Tolerance, compare_outputs
@@ -268,3 +270,27 @@ def test_tune_a_half_workload_from_the_command_line(
     assert "best" in capsys.readouterr().out
     f = tf.workloads.get("row_sum", rows=16, cols=48, dtype=half).payload
     assert tf.cache.lookup(f, tf.Device.cpu()) is not None
+
+
+def test_exported_half_kernels_run_through_wgpu_py(
+    half: str, gpu: tf.Device, tmp_path: Path
+) -> None:
+    """A half kernel's files run on another WebGPU host, in numpy's layout
+    (an odd length too): a CPU kernel's WGSL packs halves in words, so any
+    host runs it; a GPU kernel's holds f16 in f16 arrays where the device
+    has ``shader-f16``, and its JSON asks for the feature."""
+    w = tf.workloads.get("softmax", rows=9, cols=33, dtype=half)
+    for device in (tf.Device.cpu(), gpu):
+        kernel = tf.Engine(device).lower(w)
+        assert isinstance(kernel, tf.Kernel)
+        native = half == "f16" and "shader_f16" in device.info["features"]
+        assert ("shader-f16" in kernel.features) == native
+        assert ("array<f16>" in kernel.wgsl) == native
+        manifest = kernel.export(tmp_path / ("gpu" if device.is_gpu else "cpu"), "softmax")
+        spec = json.loads(manifest.read_text())
+        assert spec["features"] == kernel.features
+        assert [b["bytes"] for b in spec["bindings"]] == [4 * 149, 4 * 149]
+        (got,) = run_exported_with_wgpu_py(manifest, *w.inputs())
+        assert got.dtype == NUMPY_DTYPES[half]
+        verdict = compare_outputs([got], w.expected(), Tolerance(rtol=1e-5))
+        assert verdict.passed, verdict.mismatch

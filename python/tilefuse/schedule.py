@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -377,10 +376,6 @@ def _sequence(primitive: str, name: str, value: object) -> Sequence[Any]:
     return value
 
 
-#: A call of a WGSL subgroup builtin (``subgroupAdd(``, ``subgroupShuffleXor(``).
-_SUBGROUP_CALL = re.compile(r"\bsubgroup[A-Z]\w*\s*\(")
-
-
 @dataclass(frozen=True)
 class Timing:
     """Seconds per launch."""
@@ -389,6 +384,15 @@ class Timing:
     min: float
     max: float
     samples: list[float]
+
+
+def _binding_bytes(binding: dict[str, Any]) -> int:
+    """Bytes of an exported binding's buffer: 4 an element, or 2 for halves
+    in their own layout, in whole 4-byte words either way."""
+    n: int = max(1, math.prod(binding["shape"]))
+    if binding["dtype"] in ("f16", "bf16") and binding["storage"] != "f32":
+        return 4 * -(-n // 2)
+    return 4 * n
 
 
 class Kernel:
@@ -456,9 +460,10 @@ class Kernel:
         and input/output index; ``bool`` is stored as ``u32``) and
         ``dispatch`` (one entry per stage, in order: entry point, workgroup
         count, workgroup size, bindings used; bind each stage's group 0 with
-        just those) and ``features``, the WebGPU features to request
-        (``"subgroups"`` when the module calls subgroup builtins). Returns
-        the JSON's path."""
+        just those) and ``features``, the WebGPU features to request (see
+        :attr:`features`). Halves are two bytes each, as numpy lays them
+        out: ``storage`` ``"u32"`` holds two to a word, lane 0 the low
+        half; ``"f16"`` one each. Returns the JSON's path."""
         if not name.isidentifier():
             raise ValueError(f"export: name must be an identifier, got {name!r}")
         folder = Path(directory)
@@ -466,13 +471,12 @@ class Kernel:
         source = self.wgsl
         wgsl = folder / f"{name}.wgsl"
         wgsl.write_text(source)
-        bindings = [{**b, "bytes": 4 * max(1, math.prod(b["shape"]))} for b in self.bindings]
+        bindings = [{**b, "bytes": _binding_bytes(b)} for b in self.bindings]
         manifest = {
             "format": "tilefuse.kernel",
             "version": 1,
             "wgsl": wgsl.name,
-            # WebGPU features the host must request for the module.
-            "features": ["subgroups"] if _SUBGROUP_CALL.search(source) else [],
+            "features": self.features,
             "fusion": None if self.schedule is None else self.schedule.fusion.fingerprint,
             "bindings": bindings,
             "dispatch": self.dispatch,
@@ -487,6 +491,15 @@ class Kernel:
         and raises ``ScheduleError`` when its schedule has no WGSL form
         (the CPU runs nests WGSL cannot express)."""
         return self._native.wgsl
+
+    @property
+    def features(self) -> list[str]:
+        """The WebGPU features a host must request for :attr:`wgsl`:
+        ``"subgroups"`` where it calls subgroup builtins, ``"shader-f16"``
+        where it holds f16 inputs or outputs as ``array<f16>`` (a GPU
+        kernel does on devices with the feature; a CPU kernel's WGSL never
+        does, so that any WebGPU host runs it)."""
+        return self._native.features
 
     @property
     def bindings(self) -> list[dict[str, Any]]:

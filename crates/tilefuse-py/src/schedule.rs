@@ -311,17 +311,6 @@ impl PySchedule {
     }
 }
 
-/// The element type a binding's array holds in the WGSL module: `u32` for
-/// masks and for halves packed two to a word, f32 for a half intermediate.
-fn storage(b: &tilefuse::sched::codegen::BindingInfo) -> &'static str {
-    match b.dtype {
-        tilefuse::DType::Bool => "u32",
-        _ if b.packed => "u32",
-        d if d.is_half() => "f32",
-        d => d.name(),
-    }
-}
-
 fn parse_scope(scope: &str) -> Result<Scope, ScheduleError> {
     match scope {
         "global" => Ok(Scope::Global),
@@ -468,7 +457,7 @@ impl PyKernel {
                     d.set_item("binding", b.binding)?;
                     d.set_item("name", &b.name)?;
                     d.set_item("dtype", b.dtype.name())?;
-                    d.set_item("storage", storage(b))?;
+                    d.set_item("storage", b.storage)?;
                     d.set_item("shape", b.shape.clone())?;
                     d.set_item("access", if b.writes { "read_write" } else { "read" })?;
                     let (role, index) = match b.role {
@@ -482,6 +471,12 @@ impl PyKernel {
                 })
                 .collect()
         })
+    }
+
+    /// The WebGPU features the module needs (`"shader-f16"`, `"subgroups"`).
+    #[getter]
+    fn features(&self, py: Python<'_>) -> PyResult<Vec<&'static str>> {
+        guard(|| Ok(self.inner.wgsl().or_raise(py)?.features.clone()))
     }
 
     /// One entry per dispatch, in order: entry point, workgroup count,

@@ -5,11 +5,53 @@
 
 mod common;
 
-use common::devices;
+use common::{devices, f16_in_words};
 use tilefuse_ir::{BinaryOp, DType, Data, Fusion, Tensor, evaluate};
 use tilefuse_runtime::Device;
 use tilefuse_schedulers::{heuristics, schedule};
 use tilefuse_testing::{compare, fusions, in_dtype, inputs, matmul_fusions, reduction_fusions};
+
+/// The devices `dtype` is checked on: every device, and for f16 also the
+/// GPU with f16 packed in words, where the GPU has f16 arrays.
+fn devices_for(dtype: DType) -> Vec<Device> {
+    let mut out = devices();
+    if dtype == DType::F16 {
+        out.extend(f16_in_words());
+    }
+    out
+}
+
+/// Where the device has `shader-f16`, f16 kernels use `array<f16>`, and
+/// on devices opened without it they do not.
+#[test]
+fn f16_kernels_use_f16_arrays_where_the_device_has_them() {
+    let Some(words) = f16_in_words() else { return };
+    let f = in_dtype(&fusions()[0].1, DType::F16);
+    for (device, native) in [(devices().pop().unwrap(), true), (words, false)] {
+        let has = device.info().features.iter().any(|x| x == "shader_f16");
+        if !has && native {
+            continue; // an adapter without shader-f16
+        }
+        let p = heuristics(&f, None, &device.info()).unwrap();
+        let kernel = device
+            .build(&schedule(&f, &p, &device.info()).unwrap())
+            .unwrap();
+        let wgsl = kernel.wgsl().unwrap();
+        assert_eq!(
+            wgsl.source.contains("array<f16>"),
+            native,
+            "{}",
+            wgsl.source
+        );
+        assert_eq!(wgsl.features.contains(&"shader-f16"), native);
+    }
+}
+
+/// The device's name and the features it was opened with.
+fn label(device: &Device) -> String {
+    let info = device.info();
+    format!("{} [{}]", info.name, info.features.join(", "))
+}
 
 fn run(f: &Fusion, x: &[Tensor], device: &Device) -> Result<Vec<Tensor>, String> {
     let p = heuristics(f, None, &device.info()).map_err(|e| e.to_string())?;
@@ -24,9 +66,9 @@ fn every_fixture_in_f16_and_bf16_matches_the_reference() {
     fixtures.extend(reduction_fusions());
     fixtures.extend(matmul_fusions());
     let mut failures = Vec::new();
-    for device in devices() {
-        for (name, f) in &fixtures {
-            for dtype in [DType::F16, DType::BF16] {
+    for dtype in [DType::F16, DType::BF16] {
+        for device in devices_for(dtype) {
+            for (name, f) in &fixtures {
                 let f = in_dtype(f, dtype);
                 let x = inputs(&f, 5);
                 let result = run(&f, &x, &device)
@@ -99,7 +141,7 @@ fn special_values_round_like_the_reference_on_every_device() {
         };
         let inputs = [tensor(&a), tensor(&b)];
         let want = evaluate(&f, &inputs).unwrap();
-        for device in devices() {
+        for device in devices_for(dtype) {
             let got = run(&f, &inputs, &device).unwrap();
             for (o, (w, g)) in want.iter().zip(&got).enumerate() {
                 let (w, g) = (bits(w), bits(g));
@@ -110,7 +152,7 @@ fn special_values_round_like_the_reference_on_every_device() {
                 assert!(
                     wrong.is_empty(),
                     "{dtype} output {o} on {}:\n{}",
-                    device.info().name,
+                    label(&device),
                     wrong.join("\n")
                 );
             }

@@ -2,7 +2,7 @@
 //! and the one launch verification every caller shares.
 
 use tilefuse_ir::{BinaryOp, DType, Fusion, ReduceOp, UnaryOp};
-use tilefuse_sched::codegen::{emit, generate};
+use tilefuse_sched::codegen::{Extensions, emit, generate};
 use tilefuse_sched::ir::{Expr, Node, Scope, ThreadAxis};
 use tilefuse_sched::lowering::{
     LaunchLimit, MAX_COPIED_LOOP_STEPS, MAX_UNROLLED_BLOCKS, PASSES, launch_violations,
@@ -65,7 +65,11 @@ fn every_fixture_lowers_for_the_cpu_and_codegen_reads_the_one_lowering() {
             assert_eq!(cpu.launches.len(), s.kernel().body.len(), "{what}");
             assert!(cpu.vectors.loops.is_empty(), "{what}: a WGSL-only pass ran");
             let gpu = lower(s.kernel(), Target::Wgsl).unwrap();
-            assert_eq!(emit(&gpu), generate(s.kernel()).unwrap(), "{what}");
+            assert_eq!(
+                emit(&gpu, Extensions::default()),
+                generate(s.kernel()).unwrap(),
+                "{what}"
+            );
             let steps = lower_steps(s.kernel(), Target::Wgsl).unwrap();
             let last = steps.last().unwrap();
             assert_eq!(last.text, gpu.to_string(), "{what}");

@@ -16,7 +16,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use tilefuse_sched::codegen::{WgslKernel, emit};
+use tilefuse_sched::codegen::{Extensions, WgslKernel, emit};
 use tilefuse_sched::lowering::{MAX_STAGE_BYTES, verify_launch};
 use tilefuse_sched::{Schedule, Target, lower};
 
@@ -44,6 +44,8 @@ pub struct GpuDevice {
     /// IEEE semantics, where the adapter supports them (see [`spirv`]);
     /// `None` hands WGSL to wgpu.
     ieee_spirv: Option<spirv::SpirvTarget>,
+    /// What the device offers that generated WGSL uses (`shader-f16`).
+    extensions: Extensions,
     /// Compiled pipelines by WGSL hash, shared by kernels with equal code.
     pipelines: Mutex<PipelineCache>,
     /// Buffers of dropped kernels, for the next ones.
@@ -114,6 +116,10 @@ pub struct OpenOptions {
     /// and signed zeros, where the adapter can; `false` leaves the WGSL to
     /// wgpu, as on adapters without (Metal, DX12, older Vulkan).
     pub ieee_spirv: bool,
+    /// f16 inputs and outputs as WGSL `f16` arrays where the adapter has
+    /// `shader-f16`; `false` packs them in `u32` words, as on adapters
+    /// without.
+    pub shader_f16: bool,
 }
 
 impl Default for OpenOptions {
@@ -121,6 +127,7 @@ impl Default for OpenOptions {
         OpenOptions {
             map_host: true,
             ieee_spirv: true,
+            shader_f16: true,
         }
     }
 }
@@ -154,6 +161,9 @@ impl GpuDevice {
         let ieee_spirv = spirv::float_controls(&adapter).filter(|_| options.ieee_spirv);
         if ieee_spirv.is_some() {
             features |= wgpu::Features::PASSTHROUGH_SHADERS;
+        }
+        if options.shader_f16 {
+            features |= adapter.features() & wgpu::Features::SHADER_F16;
         }
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -220,6 +230,9 @@ impl GpuDevice {
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             host_mapped,
             ieee_spirv,
+            extensions: Extensions {
+                f16: features.contains(wgpu::Features::SHADER_F16),
+            },
             info,
             pipelines: Mutex::default(),
             spare: Mutex::default(),
@@ -278,7 +291,7 @@ impl GpuDevice {
     pub fn build(self: &Arc<Self>, schedule: &Schedule) -> Result<GpuKernel> {
         let lowered = lower(schedule.kernel(), Target::Wgsl)?;
         verify_launch(&lowered, &self.info).map_err(|e| RuntimeError::Limit(e.to_string()))?;
-        let wgsl = emit(&lowered);
+        let wgsl = emit(&lowered, self.extensions);
         check_stage_bytes(&wgsl)?;
         let pipelines = self.pipelines(&wgsl)?;
         Ok(GpuKernel::new(

@@ -372,6 +372,7 @@ mod tests {
             source: TWO_STAGES.into(),
             bindings: Vec::new(),
             stages: vec![stage("stage0", vec![0, 3]), stage("stage1", vec![5, 0])],
+            features: Vec::new(),
         }
     }
 

@@ -31,6 +31,15 @@ pub fn wgsl_only() -> Option<Device> {
     })
 }
 
+/// The GPU device on the path adapters without `shader-f16` take: f16
+/// packed two to a `u32` word (lavapipe has f16 arrays otherwise).
+pub fn f16_in_words() -> Option<Device> {
+    opened(tilefuse_runtime::gpu::OpenOptions {
+        shader_f16: false,
+        ..Default::default()
+    })
+}
+
 /// The GPU device opened with `options`, where an adapter is found (see
 /// [`gpu`]).
 pub fn opened(options: tilefuse_runtime::gpu::OpenOptions) -> Option<Device> {

@@ -2,4 +2,4 @@
 
 pub mod wgsl;
 
-pub use wgsl::{BindingInfo, StageInfo, WgslKernel, emit, generate};
+pub use wgsl::{BindingInfo, Extensions, StageInfo, WgslKernel, emit, generate};

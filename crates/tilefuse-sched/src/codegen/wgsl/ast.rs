@@ -8,19 +8,28 @@ use std::rc::Rc;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scalar {
     F32,
+    /// Only in a module that enables `f16` (storage of native halves).
+    F16,
     I32,
     U32,
     Bool,
 }
 
-impl Display for Scalar {
-    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl Scalar {
+    pub fn name(self) -> &'static str {
+        match self {
             Scalar::F32 => "f32",
+            Scalar::F16 => "f16",
             Scalar::I32 => "i32",
             Scalar::U32 => "u32",
             Scalar::Bool => "bool",
-        })
+        }
+    }
+}
+
+impl Display for Scalar {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -31,6 +40,15 @@ pub enum Ty {
     Scalar(Scalar),
     Vec4(Scalar),
     Atomic(Scalar),
+}
+
+impl Ty {
+    /// The scalar a value of the type holds (or holds four of).
+    pub fn scalar(self) -> Scalar {
+        match self {
+            Ty::Scalar(s) | Ty::Vec4(s) | Ty::Atomic(s) => s,
+        }
+    }
 }
 
 impl Display for Ty {
@@ -416,6 +434,8 @@ pub struct EntryPoint {
 /// A whole shader module.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Module {
+    /// Extensions the module enables (`enable f16;`), first in its source.
+    pub enables: Vec<&'static str>,
     /// Hand-written WGSL included verbatim (helpers from `shaders/`).
     pub prelude: Vec<&'static str>,
     pub bindings: Vec<StorageBinding>,
@@ -432,6 +452,9 @@ impl Module {
     }
 
     fn write(&self, out: &mut String) -> Result<Vec<usize>, fmt::Error> {
+        for extension in &self.enables {
+            writeln!(out, "enable {extension};")?;
+        }
         for piece in &self.prelude {
             writeln!(out, "{}", piece.trim_end())?;
             out.push('\n');

@@ -5,7 +5,7 @@
 
 use tilefuse_ir::{BinaryOp, DType, ReduceOp, Scalar as Value, UnaryOp};
 
-use super::ast::{BinOp, Expr, Func, Lit, Ty};
+use super::ast::{BinOp, Expr, Func, Lit, Scalar, Ty};
 use super::scalar_of;
 use super::{Gen, Packed};
 use crate::ir::{self, BufferId, Index, Var, flat_offset};
@@ -90,13 +90,17 @@ impl Gen<'_> {
 
     /// Element `indices` of a packed buffer of halves, widened to f32.
     fn load_half(&self, b: BufferId, indices: &[Index], packed: Packed) -> Expr {
+        let Packed::Words { dtype, atomic } = packed else {
+            let element = self.element(b, indices);
+            return Expr::call(Func::Construct(Ty::Scalar(Scalar::F32)), vec![element]);
+        };
         let (word, lane) = self.half_word(b, indices);
-        let word = if packed.atomic {
+        let word = if atomic {
             Expr::call(Func::Builtin("atomicLoad"), vec![Expr::Ref(Box::new(word))])
         } else {
             word
         };
-        let at = if packed.dtype == DType::F16 {
+        let at = if dtype == DType::F16 {
             "f16_at"
         } else {
             "bf16_at"
@@ -168,7 +172,7 @@ fn cast(x: Expr, from: DType, to: DType) -> Expr {
 }
 
 fn splat(x: Expr) -> Expr {
-    Expr::call(Func::Construct(Ty::Vec4(super::Scalar::F32)), vec![x])
+    Expr::call(Func::Construct(Ty::Vec4(Scalar::F32)), vec![x])
 }
 
 /// WGSL's `select(if_false, if_true, cond)`.

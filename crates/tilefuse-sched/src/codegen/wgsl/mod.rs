@@ -34,10 +34,14 @@ pub struct BindingInfo {
     /// `true` when some stage writes the buffer.
     pub writes: bool,
     pub role: Role,
-    /// Halves stored two to a `u32` word (lane 0 the low half), as the
-    /// host's arrays lay them out: a half input or output. A half
-    /// intermediate is stored as f32.
+    /// Halves laid out as the host's arrays lay them out, two bytes each
+    /// (a half input or output): in `u32` words, two to a word (lane 0
+    /// the low half), or as `array<f16>` where the module enables f16. A
+    /// half intermediate is stored as f32.
     pub packed: bool,
+    /// The WGSL type of the array's elements (`"f32"`, `"u32"` for masks
+    /// and for halves in words, `"f16"`, ...).
+    pub storage: &'static str,
 }
 
 /// One dispatch: an entry point, its grid and the bindings it uses.
@@ -65,15 +69,30 @@ pub struct WgslKernel {
     pub source: String,
     pub bindings: Vec<BindingInfo>,
     pub stages: Vec<StageInfo>,
+    /// The WebGPU features a device needs for the module, by their WebGPU
+    /// names (`"shader-f16"`, `"subgroups"`).
+    pub features: Vec<&'static str>,
 }
 
-/// Lowers a scheduled kernel for WGSL and generates its module.
+/// What a device offers beyond core WGSL that modules may use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Extensions {
+    /// `shader-f16`: f16 inputs and outputs are `array<f16>`, read and
+    /// written an element at a time, instead of packed in `u32` words
+    /// (stored by two atomics each, as the word's other half may be
+    /// another invocation's).
+    pub f16: bool,
+}
+
+/// Lowers a scheduled kernel for WGSL and generates its module for any
+/// WebGPU device (no [`Extensions`]).
 pub fn generate(kernel: &Kernel) -> Result<WgslKernel, LowerError> {
-    Ok(emit(&lower(kernel, Target::Wgsl)?))
+    Ok(emit(&lower(kernel, Target::Wgsl)?, Extensions::default()))
 }
 
-/// The WGSL module of a kernel lowered for [`Target::Wgsl`].
-pub fn emit(lowered: &Lowered) -> WgslKernel {
+/// The WGSL module of a kernel lowered for [`Target::Wgsl`], using
+/// `extensions` where the kernel has use for them.
+pub fn emit(lowered: &Lowered, extensions: Extensions) -> WgslKernel {
     assert_eq!(lowered.target, Target::Wgsl, "WGSL needs a WGSL lowering");
     let kernel = &lowered.kernel;
     let live = kernel.live_buffers();
@@ -87,7 +106,7 @@ pub fn emit(lowered: &Lowered) -> WgslKernel {
         .iter()
         .map(|&b| kernel.block(b).buffer)
         .collect();
-    let bindings: Vec<BindingInfo> = globals
+    let mut bindings: Vec<BindingInfo> = globals
         .iter()
         .enumerate()
         .map(|(i, &b)| {
@@ -101,12 +120,15 @@ pub fn emit(lowered: &Lowered) -> WgslKernel {
                 writes: written.contains(&b),
                 role: buf.role,
                 packed: buf.dtype.is_half() && matches!(buf.role, Role::Input(_) | Role::Output(_)),
+                storage: "",
             }
         })
         .collect();
+    let native_f16 = extensions.f16 && bindings.iter().any(|b| b.packed && b.dtype == DType::F16);
     let emitter = Gen {
         l: lowered,
         kernel,
+        native_f16,
         bindings: &bindings,
         names: kernel
             .buffers
@@ -123,6 +145,7 @@ pub fn emit(lowered: &Lowered) -> WgslKernel {
         .map(|(i, (root, launch))| emitter.stage(i, root, launch))
         .unzip();
     let module = Module {
+        enables: if native_f16 { vec!["f16"] } else { vec![] },
         prelude: vec![MATH],
         bindings: bindings
             .iter()
@@ -152,10 +175,18 @@ pub fn emit(lowered: &Lowered) -> WgslKernel {
     for (stage, bytes) in stages.iter_mut().zip(bytes) {
         stage.source_bytes = bytes;
     }
+    for (binding, declared) in bindings.iter_mut().zip(&module.bindings) {
+        binding.storage = declared.elem.scalar().name();
+    }
+    let features = [
+        (native_f16, "shader-f16"),
+        (stages.iter().any(|s| s.subgroup_lanes > 0), "subgroups"),
+    ];
     WgslKernel {
         source,
         bindings,
         stages,
+        features: features.iter().filter(|f| f.0).map(|f| f.1).collect(),
     }
 }
 
@@ -180,14 +211,15 @@ fn scalar_of(dtype: DType) -> Scalar {
     }
 }
 
-/// How a global buffer of halves is laid out: two to a `u32` word, lane 0
-/// the low half; `atomic` where the kernel writes it, as neighbouring
-/// elements may be different invocations' (a whole-word store would undo
-/// the other's).
+/// How a global buffer of halves is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Packed {
-    dtype: DType,
-    atomic: bool,
+enum Packed {
+    /// `array<f16>`, in a module that enables f16.
+    Native,
+    /// Two to a `u32` word, lane 0 the low half; `atomic` where the kernel
+    /// writes it, as neighbouring elements may be different invocations'
+    /// (a whole-word store would undo the other's).
+    Words { dtype: DType, atomic: bool },
 }
 
 /// The translation of one lowered kernel.
@@ -195,6 +227,8 @@ struct Gen<'a> {
     l: &'a Lowered,
     kernel: &'a Kernel,
     bindings: &'a [BindingInfo],
+    /// Whether f16 inputs and outputs are `array<f16>` ([`Packed::Native`]).
+    native_f16: bool,
     /// Each buffer's identifier, by id.
     names: Vec<Name>,
 }
@@ -208,9 +242,13 @@ impl Gen<'_> {
     /// [packed](BindingInfo::packed).
     fn packed(&self, b: BufferId) -> Option<Packed> {
         let binding = self.bindings.iter().find(|x| x.buffer == b && x.packed)?;
-        Some(Packed {
-            dtype: binding.dtype,
-            atomic: binding.writes,
+        Some(if self.native_f16 && binding.dtype == DType::F16 {
+            Packed::Native
+        } else {
+            Packed::Words {
+                dtype: binding.dtype,
+                atomic: binding.writes,
+            }
         })
     }
 
@@ -218,8 +256,9 @@ impl Gen<'_> {
     /// its accesses `vec4` steps.
     fn element_type(&self, b: BufferId) -> Ty {
         match self.packed(b) {
-            Some(Packed { atomic: true, .. }) => return Ty::Atomic(Scalar::U32),
-            Some(Packed { atomic: false, .. }) => return Ty::Scalar(Scalar::U32),
+            Some(Packed::Native) => return Ty::Scalar(Scalar::F16),
+            Some(Packed::Words { atomic: true, .. }) => return Ty::Atomic(Scalar::U32),
+            Some(Packed::Words { atomic: false, .. }) => return Ty::Scalar(Scalar::U32),
             None => {}
         }
         let scalar = storage_scalar(self.kernel.buffer(b).dtype);

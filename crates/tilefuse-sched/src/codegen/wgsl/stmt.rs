@@ -9,9 +9,9 @@
 
 use tilefuse_ir::{DType, reduce_identity};
 
-use super::Gen;
-use super::ast::{BinOp, Builtin, Expr, Func, Lit, Name, Stmt};
+use super::ast::{BinOp, Builtin, Expr, Func, Lit, Name, Scalar, Stmt, Ty};
 use super::expr::{combine, index_expr, literal, to_storage};
+use super::{Gen, Packed};
 use crate::ir::{self, BlockId, BufferId, Index, LoopId, LoopKind, Node};
 use crate::lowering::{Barrier, Launch, VecStep};
 
@@ -177,10 +177,20 @@ impl Gen<'_> {
     }
 
     /// Stores `value` (a half of `dtype` held in f32) into its lane of a
-    /// packed buffer, leaving the other lane as it is.
-    fn store_half(&self, b: BufferId, indices: &[Index], value: Expr, dtype: DType) -> [Stmt; 2] {
-        let (word, lane) = self.half_word(b, indices);
+    /// packed buffer, leaving the other lane as it is; or into its element
+    /// of an `array<f16>`, rounded first (WGSL's `f16(x)` is exact only
+    /// where `x` is an f16: it leaves other values' rounding to the
+    /// device, and overflow undefined).
+    fn store_half(&self, b: BufferId, indices: &[Index], value: Expr, dtype: DType) -> Vec<Stmt> {
         let helper = |name, args| Expr::call(Func::Helper { name, vec4: false }, args);
+        if self.packed(b) == Some(Packed::Native) {
+            let half = Expr::call(
+                Func::Construct(Ty::Scalar(Scalar::F16)),
+                vec![helper("round_f16", vec![value])],
+            );
+            return vec![Stmt::Assign(self.element(b, indices), half)];
+        }
+        let (word, lane) = self.half_word(b, indices);
         let bits = if dtype == DType::F16 {
             helper("f16_bits", vec![value])
         } else {
@@ -190,7 +200,7 @@ impl Gen<'_> {
             let args = vec![Expr::Ref(Box::new(word.clone())), operand];
             Stmt::Call(Expr::call(Func::Builtin(atomic), args))
         };
-        [
+        vec![
             update("atomicAnd", helper("half_keep", vec![lane.clone()])),
             update("atomicOr", helper("half_place", vec![bits, lane])),
         ]
