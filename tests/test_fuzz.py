@@ -88,8 +88,9 @@ def fusions(draw: st.DrawFn) -> Built:
         m, n, k = (draw(st.sampled_from([0, 1, 3, 8])) for _ in range(3))
         batch = draw(st.sampled_from([(), (2,), (1, 3)]))
         a, b = new_input((*batch, m, k)), new_input((k, n))
-        pool = [a @ b]
-        built.steps.append(f"matmul {batch} {m}x{k} @ {k}x{n}")
+        out_dtype = draw(st.sampled_from([None, None, "f32", "f16", "bf16"]))
+        pool = [tf.matmul(a, b, out_dtype=out_dtype)]
+        built.steps.append(f"matmul {batch} {m}x{k} @ {k}x{n} -> {out_dtype}")
     else:
         pool = [new_input(draw(shapes))]
     for _ in range(draw(st.integers(1, 6))):

@@ -132,6 +132,22 @@ def test_matmul_bias_relu(half: str, device: tf.Device, rng: np.random.Generator
     check(lambda x, w, c: tf.relu(x @ w + c), device, a, b, bias)
 
 
+def test_matmul_out_dtype(half: str, device: tf.Device, rng: np.random.Generator) -> None:
+    """f32 sums of half operands kept in f32 (an f32 epilogue on them), and
+    f32 operands rounded once to a half; anything but a float is refused."""
+    a, b = arrays(rng, half, (2, 33, 70), (70, 20), lo=-1.0, hi=1.0)
+    (bias,) = arrays(rng, "f32", (20,))
+    (got,) = check(lambda x, w, c: tf.matmul(x, w, out_dtype="f32") * c, device, a, b, bias)
+    assert got.dtype == np.float32
+    wide = [x.astype(np.float32) for x in (a, b)]
+    (got,) = check(lambda x, w: tf.matmul(x, w, out_dtype=half), device, *wide)
+    assert got.dtype == NUMPY_DTYPES[half]
+    f = tf.Fusion()
+    x = f.input((2, 2), half)
+    with pytest.raises(tf.FusionError, match=r"out_dtype must be a float .* got i32"):
+        tf.matmul(x, x, out_dtype="i32")
+
+
 def test_softmax_and_layernorm(half: str, device: tf.Device, rng: np.random.Generator) -> None:
     (x,) = arrays(rng, half, (16, 333))
 

@@ -382,11 +382,23 @@ def minimum(a: Operand, b: Operand) -> Tensor:
     return _binary_fn("min", a, b)
 
 
-def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
+def matmul(
+    a: Tensor,
+    b: Tensor,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    *,
+    out_dtype: DTypeLike | None = None,
+) -> Tensor:
     """``a @ b`` over the last two axes with broadcast batch axes; either
-    operand can be read transposed without a separate permute."""
+    operand can be read transposed without a separate permute. Sums in
+    f32 and rounds once to ``out_dtype``, by default the operands' dtype:
+    ``out_dtype="f32"`` keeps the f32 sums of half operands (Triton's
+    ``tl.dot(a, b, out_dtype=tl.float32)``)."""
     b = a._coerce(b)
-    return Tensor(a.fusion, a.fusion._native.matmul(a.id, b.id, transpose_a, transpose_b))
+    dtype = None if out_dtype is None else _dtype_name(out_dtype)
+    native = a.fusion._native.matmul(a.id, b.id, transpose_a, transpose_b, dtype)
+    return Tensor(a.fusion, native)
 
 
 def _unary_fn(name: str) -> Any:

@@ -85,6 +85,7 @@ fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor> {
         Op::Matmul {
             transpose_a,
             transpose_b,
+            ..
         } => matmul(args[0], args[1], *transpose_a, *transpose_b, ty),
     };
     Ok(Tensor {

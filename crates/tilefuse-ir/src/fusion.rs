@@ -202,11 +202,25 @@ impl Fusion {
         transpose_a: bool,
         transpose_b: bool,
     ) -> Result<TensorId> {
+        self.matmul_to(a, b, transpose_a, transpose_b, None)
+    }
+
+    /// [`Fusion::matmul`] with its result rounded to `out_dtype` (a float)
+    /// instead of the operands' dtype: f32 out of half operands.
+    pub fn matmul_to(
+        &mut self,
+        a: TensorId,
+        b: TensorId,
+        transpose_a: bool,
+        transpose_b: bool,
+        out_dtype: Option<DType>,
+    ) -> Result<TensorId> {
         let [a, b] = self.promoted([a, b])?;
         self.add(
             Op::Matmul {
                 transpose_a,
                 transpose_b,
+                out_dtype,
             },
             &[a, b],
             None,

@@ -55,7 +55,8 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType> {
         Op::Matmul {
             transpose_a,
             transpose_b,
-        } => infer_matmul(args[0], args[1], *transpose_a, *transpose_b).map_err(fail),
+            out_dtype,
+        } => infer_matmul(args[0], args[1], *transpose_a, *transpose_b, *out_dtype).map_err(fail),
     }
 }
 
@@ -282,6 +283,7 @@ fn infer_matmul(
     b: &TensorType,
     transpose_a: bool,
     transpose_b: bool,
+    out_dtype: Option<DType>,
 ) -> Result<TensorType, String> {
     if !a.dtype.is_float() || a.dtype != b.dtype {
         return Err(format!(
@@ -289,8 +291,14 @@ fn infer_matmul(
             a.dtype, b.dtype
         ));
     }
+    let dtype = out_dtype.unwrap_or(a.dtype);
+    if !dtype.is_float() {
+        return Err(format!(
+            "out_dtype must be a float (f32, f16, bf16), got {dtype}"
+        ));
+    }
     let dims = matmul_dims(a, b, transpose_a, transpose_b)?;
     let mut shape = dims.batch;
     shape.extend([dims.m, dims.n]);
-    Ok(TensorType::new(shape, a.dtype))
+    Ok(TensorType::new(shape, dtype))
 }

@@ -114,10 +114,15 @@ pub enum Op {
         shape: Shape,
     },
     /// `a @ b` over the last two axes, batch axes broadcast; either operand
-    /// may be read transposed.
+    /// may be read transposed. Sums in f32 (f64 in the reference) and
+    /// rounds once to `out_dtype`, the operands' dtype when absent (f32
+    /// out of half operands keeps the sums unrounded, as Triton's
+    /// `tl.dot(..., out_dtype=tl.float32)`).
     Matmul {
         transpose_a: bool,
         transpose_b: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out_dtype: Option<DType>,
     },
 }
 

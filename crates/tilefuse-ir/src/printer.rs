@@ -38,12 +38,16 @@ impl fmt::Display for Fusion {
                 Op::Matmul {
                     transpose_a,
                     transpose_b,
+                    out_dtype,
                 } => {
                     if *transpose_a {
                         operands.push("transpose_a=true".into());
                     }
                     if *transpose_b {
                         operands.push("transpose_b=true".into());
+                    }
+                    if let Some(dtype) = out_dtype {
+                        operands.push(format!("out_dtype={dtype}"));
                     }
                 }
                 Op::Unary { .. } | Op::Binary { .. } | Op::Where => {}

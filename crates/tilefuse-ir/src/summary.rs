@@ -91,6 +91,7 @@ pub fn summarize(fusion: &Fusion) -> Summary {
             Op::Matmul {
                 transpose_a,
                 transpose_b,
+                ..
             } => {
                 let dims = matmul_dims(ty(0), ty(1), *transpose_a, *transpose_b)
                     .expect("a verified fusion's matmul operands fit");

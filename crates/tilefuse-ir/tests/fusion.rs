@@ -172,6 +172,14 @@ fn errors_name_the_op_and_shapes() {
             .starts_with("matmul: inner dimensions differ"),
         "{err}"
     );
+    let t = f.permute(a, &[1, 0]).unwrap();
+    let err = f
+        .matmul_to(a, t, false, false, Some(DType::I32))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "matmul: out_dtype must be a float (f32, f16, bf16), got i32"
+    );
     let err = f.reshape(a, &[5, -1]).unwrap_err();
     assert!(
         matches!(err, FusionError::Op { op: "reshape", .. }),
@@ -221,4 +229,43 @@ fn integer_division_follows_wgsl() {
     let t = |v: Vec<i32>| Tensor::new(vec![3], Data::I32(v)).unwrap();
     let out = evaluate(&f, &[t(vec![7, -7, i32::MIN]), t(vec![2, 0, -1])]).unwrap();
     assert_eq!(out[0].data, Data::I32(vec![3, -7, i32::MIN]));
+}
+
+#[test]
+fn a_matmul_out_dtype_types_prints_and_saves_its_result() {
+    let mut f = Fusion::new();
+    let a = f.input(&[2, 3], DType::BF16, Some("a")).unwrap();
+    let b = f.input(&[3, 4], DType::BF16, Some("b")).unwrap();
+    let plain = f.matmul(a, b, false, false).unwrap();
+    let wide = f.matmul_to(a, b, false, false, Some(DType::F32)).unwrap();
+    f.output(plain).unwrap();
+    f.output(wide).unwrap();
+    assert_eq!(f.ty(plain).unwrap().dtype, DType::BF16);
+    assert_eq!(f.ty(wide).unwrap().dtype, DType::F32);
+    assert!(f.to_string().contains("out_dtype=f32"), "{f}");
+    let json = f.to_json();
+    // Absent where it is the operands' dtype: saved fusions and their
+    // fingerprints stay as they were.
+    assert_eq!(json.matches("out_dtype").count(), 1, "{json}");
+    let back = Fusion::from_json(&json).unwrap();
+    assert_eq!(back.fingerprint(), f.fingerprint());
+    assert_eq!(back.ty(wide).unwrap().dtype, DType::F32);
+    // f64 sums rounded once: to bf16 for one, kept in f32 by the other.
+    let x = Tensor::new(
+        vec![2, 3],
+        Data::from_fn(DType::BF16, 6, |_| {
+            tilefuse_ir::Scalar::F(1.0 + 1.0 / 128.0)
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    let y = Tensor::new(
+        vec![3, 4],
+        Data::from_fn(DType::BF16, 12, |_| tilefuse_ir::Scalar::F(1.0)).unwrap(),
+    )
+    .unwrap();
+    let out = evaluate(&f, &[x, y]).unwrap();
+    // 3 * (1 + 2^-7) = 3.0234375: bf16 keeps 8 bits (3.03125), f32 all.
+    assert_eq!(out[0].data.get(0).as_f64(), 3.03125);
+    assert_eq!(out[1].data.get(0).as_f64(), 3.0234375);
 }

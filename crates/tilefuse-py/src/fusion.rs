@@ -193,7 +193,7 @@ impl PyFusion {
         })
     }
 
-    #[pyo3(signature = (a, b, transpose_a=false, transpose_b=false))]
+    #[pyo3(signature = (a, b, transpose_a=false, transpose_b=false, out_dtype=None))]
     fn matmul(
         &mut self,
         py: Python<'_>,
@@ -201,10 +201,18 @@ impl PyFusion {
         b: usize,
         transpose_a: bool,
         transpose_b: bool,
+        out_dtype: Option<&str>,
     ) -> PyResult<usize> {
         guard(|| {
+            let out_dtype = out_dtype.map(parse_dtype).transpose().or_raise(py)?;
             self.make_mut()
-                .matmul(TensorId(a), TensorId(b), transpose_a, transpose_b)
+                .matmul_to(
+                    TensorId(a),
+                    TensorId(b),
+                    transpose_a,
+                    transpose_b,
+                    out_dtype,
+                )
                 .map(|t| t.0)
                 .or_raise(py)
         })

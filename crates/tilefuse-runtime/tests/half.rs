@@ -74,7 +74,52 @@ fn every_fixture_in_f16_and_bf16_matches_the_reference() {
                 let result = run(&f, &x, &device)
                     .and_then(|got| compare(&evaluate(&f, &x).unwrap(), &got, 1e-5));
                 if let Err(e) = result {
-                    failures.push(format!("{name} {dtype} on {}: {e}", device.info().name));
+                    failures.push(format!("{name} {dtype} on {}: {e}", label(&device)));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Matmuls whose result is of another float dtype than their operands:
+/// f32 out of halves (with and without an f32 epilogue, transposed) and a
+/// half out of f32s.
+fn matmuls_to(half: DType) -> Vec<(String, Fusion)> {
+    let mut out = Vec::new();
+    for (operands, to, transpose) in [
+        (half, DType::F32, false),
+        (half, DType::F32, true),
+        (DType::F32, half, false),
+    ] {
+        let mut f = Fusion::new();
+        let a = f.input(&[2, 19, 40], operands, Some("a")).unwrap();
+        let b = f.input(&[40, 23], operands, Some("b")).unwrap();
+        let b = if transpose {
+            f.permute(b, &[1, 0]).unwrap()
+        } else {
+            b
+        };
+        let mm = f.matmul_to(a, b, false, transpose, Some(to)).unwrap();
+        let bias = f.input(&[23], to, Some("bias")).unwrap();
+        let y = f.binary(BinaryOp::Add, mm, bias).unwrap();
+        f.output(if transpose { mm } else { y }).unwrap();
+        out.push((format!("{operands} @ {operands} -> {to}"), f));
+    }
+    out
+}
+
+#[test]
+fn matmuls_round_once_to_their_out_dtype() {
+    let mut failures = Vec::new();
+    for half in [DType::F16, DType::BF16] {
+        for (name, f) in matmuls_to(half) {
+            let x = inputs(&f, 3);
+            let want = evaluate(&f, &x).unwrap();
+            for device in devices() {
+                let result = run(&f, &x, &device).and_then(|got| compare(&want, &got, 1e-5));
+                if let Err(e) = result {
+                    failures.push(format!("{name} on {}: {e}", label(&device)));
                 }
             }
         }

@@ -200,6 +200,7 @@ impl Lowering<'_> {
             Op::Matmul {
                 transpose_a,
                 transpose_b,
+                ..
             } => {
                 let (mut iters, mut value) =
                     self.matmul_body(args[0], args[1], *transpose_a, *transpose_b);

@@ -47,6 +47,7 @@ pub(crate) fn problem(fusion: &Fusion) -> (u64, u64, u64) {
     let Op::Matmul {
         transpose_a,
         transpose_b,
+        ..
     } = node.op
     else {
         unreachable!("a matmul")
