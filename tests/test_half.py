@@ -281,11 +281,34 @@ def test_built_in_workloads_take_a_dtype(name: str, half: str, device: tf.Device
 def test_tune_a_half_workload_from_the_command_line(
     half: str, own_cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["tune", "row_sum", "--size", "rows=16", "--size", "cols=48", "--size", f"dtype={half}"]
+    argv = ["tune", "row_sum", "--size", "rows=16", "--size", "cols=48", "--dtype", half]
     assert main([*argv, "--device", "cpu", "--trials", "3", "--seed", "1"]) == 0
     assert "best" in capsys.readouterr().out
     f = tf.workloads.get("row_sum", rows=16, cols=48, dtype=half).payload
     assert tf.cache.lookup(f, tf.Device.cpu()) is not None
+    with pytest.raises(SystemExit, match=f"--dtype {half} but --size dtype=f32"):
+        main([*argv, "--size", "dtype=f32"])
+
+
+def test_bench_inspect_and_run_take_a_dtype(
+    half: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(
+        "version: 1\nworkloads:\n"
+        "  - workload: softmax\n    sizes: {rows: 8, cols: 40}\n"
+        "  - workload: matmul\n    sizes: {m: 8, n: 16, k: 24}\n"
+    )
+    assert tf.suite.load_suite(suite, dtype=half).workloads[1].dtype == half
+    out = tmp_path / "bench.json"
+    argv = ["bench", str(suite), "--device", "cpu", "--dtype", half, "--json", str(out)]
+    assert main([*argv, "--warmup", "0", "--rep", "0.01", "--quiet"]) == 0
+    keys = [r["workload"] for r in json.loads(out.read_text())["results"]]
+    assert all(f"dtype={half}" in k for k in keys), keys
+    assert main(["inspect", "softmax", "--size", "rows=8", "--dtype", half]) == 0
+    assert half in capsys.readouterr().out
+    run = ["run", "--workload", "softmax", "--size", "rows=8", "--size", "cols=40"]
+    assert main([*run, "--dtype", half, "--device", "cpu", "--quiet"]) == 0
 
 
 def test_exported_half_kernels_run_through_wgpu_py(

@@ -2,18 +2,21 @@
 saved as JSON (``Fusion.to_json()``) or a built-in workload, manage the
 heuristic cache, run benchmarks and pipelines.
 
-    tilefuse tune FUSION.json|WORKLOAD|--suite SUITE [--size K=V]... [--device cpu|gpu]
+    tilefuse tune FUSION.json|WORKLOAD|--suite SUITE [--size K=V]... [--dtype f16|bf16]
+                              [--device cpu|gpu]
                               [--effort quick] [--trials N]
                               [--seconds S] [--strategy NAME] [--seed N]
                               [--no-cache] [--json OUT] [--plot PNG]
                               [--executor ray [--address HOST:PORT] [--workers N]]
     tilefuse cache list | show ID | explain FUSION.json|WORKLOAD | export OUT
                  | merge OUT IN... | import BUNDLE | prune | clear | dir
-    tilefuse bench SUITE.yaml|NAME [--device cpu|gpu] [--pipeline NAME] [--json OUT]
+    tilefuse bench SUITE.yaml|NAME [--device cpu|gpu] [--dtype f16|bf16] [--pipeline NAME]
+                                   [--json OUT]
                                    [--csv OUT] [--plot PNG] [--measure kernel|call]
                                    [--baseline OLD.json [--threshold 0.05]]
-    tilefuse run [PIPELINE] [--workload W] [--size K=V]... [--set VAR=VALUE]...
-    tilefuse inspect WORKLOAD [--size K=V]...
+    tilefuse run [PIPELINE] [--workload W] [--size K=V]... [--dtype f16|bf16]
+                              [--set VAR=VALUE]...
+    tilefuse inspect WORKLOAD [--size K=V]... [--dtype f16|bf16]
     tilefuse pipeline list | validate FILE... | show NAME|FILE
     tilefuse record FUSION.json|WORKLOAD --out FILE [--size K=V]... [--device cpu|gpu]
                                          [--field PATH]... [--passes N]
@@ -47,6 +50,7 @@ from .cli_pipelines import (
     add_commands,
     command,
     device_argument,
+    dtype_argument,
     workload_arguments,
     workload_of_arguments,
 )
@@ -71,9 +75,9 @@ def _ms(seconds: float | None) -> str:
 
 def _target(args: argparse.Namespace) -> Fusion | Workload:
     """The fusion file or the workload that WORKLOAD and ``--size`` name."""
-    if Path(args.workload).is_file() and not args.size:
+    if Path(args.workload).is_file() and not args.size and not args.dtype:
         return Fusion.from_json(Path(args.workload).read_text())
-    return workload_of_arguments(args.workload, args.size)
+    return workload_of_arguments(args)
 
 
 def _tune_targets(args: argparse.Namespace) -> list[tuple[str, Fusion | Workload]]:
@@ -85,7 +89,7 @@ def _tune_targets(args: argparse.Namespace) -> list[tuple[str, Fusion | Workload
     if args.suite is not None:
         if args.size:
             raise SystemExit("tilefuse tune: a suite's workloads have their own sizes")
-        return [(w.key, w) for w in load_suite(args.suite).workloads]
+        return [(w.key, w) for w in load_suite(args.suite, dtype=args.dtype).workloads]
     f = _target(args)
     return [(Path(args.workload).name if isinstance(f, Fusion) else f.key, f)]
 
@@ -313,7 +317,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .pipeline import load_pipeline
     from .timing import Budget
 
-    suite = load_suite(args.suite)
+    suite = load_suite(args.suite, dtype=args.dtype)
     baseline = bench.load_baseline(args.baseline) if args.baseline else None
     engine = Engine(as_device(args.device))
     pipeline = load_pipeline(args.pipeline, _pairs(args.set)) if args.pipeline else None
@@ -423,7 +427,7 @@ def _parser() -> argparse.ArgumentParser:
         "Searches the scheduler's params for the fastest that gives the reference's "
         "results, starting from the default heuristic and the seed heuristics, and keeps "
         "the winner in the heuristic cache; ends with a table of default and best times.",
-        "tilefuse tune softmax --size rows=4096 --size cols=1024 --device gpu --effort quick",
+        "tilefuse tune softmax --size rows=4096 --size cols=1024 --dtype bf16 --device gpu",
     )
     workload_arguments(t, required=True, nargs="?")
     t.add_argument(
@@ -480,10 +484,11 @@ def _parser() -> argparse.ArgumentParser:
         "time a suite of workloads, with tables, JSON, CSV and plots",
         "Times every workload of a suite (a YAML file, or a shipped suite: "
         f"{', '.join(suites())}), verified against the reference, and its numpy form.",
-        "tilefuse bench smoke --device cpu --csv smoke.csv --plot smoke.png",
+        "tilefuse bench smoke --device cpu --dtype f16 --csv smoke.csv --plot smoke.png",
     )
     b.add_argument("suite", help="a suite file or the name of a shipped suite")
     device_argument(b)
+    dtype_argument(b)
     b.add_argument(
         "--measure",
         choices=("kernel", "call"),

@@ -23,6 +23,7 @@ __all__ = [
     "add_commands",
     "command",
     "device_argument",
+    "dtype_argument",
     "pairs",
     "workload_arguments",
     "workload_of_arguments",
@@ -125,6 +126,15 @@ def workload_arguments(
     parser.add_argument(
         "--size", action="append", default=[], metavar="K=V", help="a workload size (repeat)"
     )
+    dtype_argument(parser)
+
+
+def dtype_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dtype",
+        choices=workloads.FLOAT_DTYPES,
+        help="the built-in workloads' float dtype (default: their own, f32)",
+    )
 
 
 def _variable_argument(parser: argparse.ArgumentParser) -> None:
@@ -148,13 +158,20 @@ def pairs(given: list[str], what: str = "--set") -> dict[str, str]:
     return pairs
 
 
-def workload_of_arguments(spec: str, sizes: list[str]) -> Workload:
-    """The workload a command's WORKLOAD and ``--size`` arguments name."""
+def workload_of_arguments(args: argparse.Namespace) -> Workload:
+    """The workload a command's WORKLOAD, ``--size`` and ``--dtype``
+    arguments name."""
+    spec, sizes = args.workload, args.size
     if spec.endswith(".json") or Path(spec).is_file():
-        if sizes:
-            raise SystemExit("tilefuse: --size applies to built-in workloads, not fusion files")
+        if sizes or args.dtype:
+            raise SystemExit(
+                "tilefuse: --size and --dtype apply to built-in workloads, not fusion files"
+            )
         return as_workload(spec)
     typed = {k: yaml.safe_load(v) for k, v in pairs(sizes, "--size").items()}
+    if args.dtype:
+        if typed.setdefault("dtype", args.dtype) != args.dtype:
+            raise SystemExit(f"tilefuse: --dtype {args.dtype} but --size dtype={typed['dtype']}")
     try:
         return workloads.get(spec, **typed)
     except TypeError as e:  # a size of the wrong kind, as typed on the command line
@@ -163,7 +180,7 @@ def workload_of_arguments(spec: str, sizes: list[str]) -> Workload:
 
 def _run(args: argparse.Namespace) -> int:
     device = as_device(args.device)
-    given = workload_of_arguments(args.workload, args.size) if args.workload else None
+    given = workload_of_arguments(args) if args.workload else None
     name = args.pipeline
     if given is None and name in workloads.names() and name not in pipelines.names():
         raise SystemExit(f"tilefuse run: {name!r} is a workload: tilefuse run --workload {name}")
@@ -197,7 +214,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    w = workload_of_arguments(args.workload, args.size)
+    w = workload_of_arguments(args)
     found = Engine(as_device(args.device)).inspect(w)
     if args.json:
         _out.print_json(json.dumps(found))

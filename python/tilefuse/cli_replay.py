@@ -63,7 +63,7 @@ def add_commands(sub: Any) -> None:
 
 
 def _record(args: argparse.Namespace) -> int:
-    workload = workload_of_arguments(args.workload, args.size)
+    workload = workload_of_arguments(args)
     device = as_device(args.device)
     description = f"{workload.label} on {device.info['name']}"
     text = replay.record(

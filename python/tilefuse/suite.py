@@ -48,8 +48,9 @@ def names() -> list[str]:
     )
 
 
-def load_suite(name_or_path: str | Path) -> Suite:
-    """A shipped suite by name, or a suite file."""
+def load_suite(name_or_path: str | Path, *, dtype: str | None = None) -> Suite:
+    """A shipped suite by name, or a suite file; with ``dtype``, every
+    workload in that float dtype instead of the one the file gives."""
     path = Path(name_or_path)
     if not path.exists() and str(name_or_path) in names():
         path = Path(str(_SHIPPED / f"{name_or_path}.yaml"))
@@ -65,6 +66,8 @@ def load_suite(name_or_path: str | Path) -> Suite:
             path, top.lines.get("workloads", top.line), "workloads", "must be a non-empty list"
         )
     found = [w for i, e in enumerate(entries) for w in _entry(path, e, f"workloads[{i}]")]
+    if dtype is not None:
+        found = [workloads.get(w.name, **{**w.sizes, "dtype": dtype}) for w in found]
     return Suite(path.stem, str(top.get("description", "")), found)
 
 
