@@ -6,7 +6,9 @@ held-out shapes."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ import tilefuse as tf
 from tilefuse import _native
 from tilefuse.cli import main
 from tilefuse.collect import grid
+from tilefuse.family_times import DEFAULT, FamilyTimes
 from tilefuse.learn import _cover, _guard, _label, _tree
 
 # Each test its own cache: collecting and learning write into it.
@@ -126,6 +129,12 @@ def test_the_learn_command_prints_held_out_shapes(
     assert png.stat().st_size > 0
     assert main([*argv, "--device", "cpu", "--name", "../escape"]) == 1
     assert "letters, digits" in capsys.readouterr().err
+    recording = tmp_path / "times.json"
+    assert main([*argv, "--device", "cpu", "--folds", "2", "--record", str(recording)]) == 0
+    assert "judged on 2-fold" in capsys.readouterr().out
+    replay = ["learn", "row_sum", "--replay", str(recording), "--device", "cpu"]
+    assert main([*replay, "--held-out", "rows=16,cols=64", "--held-out", "rows=8,cols=256"]) == 0
+    assert "rows=16" in capsys.readouterr().out
 
 
 def test_a_tune_starts_from_the_learned_config() -> None:
@@ -171,3 +180,88 @@ def test_one_learned_on_another_device_of_the_kind_serves_and_says_so() -> None:
     document["device"]["backend"] = "vulkan"
     path.write_text(json.dumps(document))
     assert f.params_source(cpu) == "default heuristic"
+
+
+def test_recorded_times_replay_learning_and_its_judgement_without_timing(
+    collected: tf.Device, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``record`` keeps what learning timed; ``replay`` learns the same
+    document from it and judges it by the same times, timing nothing."""
+    recording = tmp_path / "row_sum.json"
+    budget = tf.timing.Budget(warmup=0.01, rep=0.02)
+    first = tf.learn(
+        "row_sum", GRID, collected, folds=4, budget=budget, record=recording, progress=False
+    )
+    times = FamilyTimes.load(recording)
+    assert times.family == "row_sum" and times.shapes == grid(GRID)
+    assert all(DEFAULT in row for row in times.times)
+    saved = Path(first.path or "").read_text()
+
+    def no_timing(*_: object) -> None:
+        raise AssertionError("a replay timed a kernel")
+
+    monkeypatch.setattr(sys.modules["tilefuse.learn"], "_timed", no_timing)
+    again = tf.learn("row_sum", None, collected, folds=4, replay=recording, progress=False)
+    assert again.held_out == first.held_out and again.configs == first.configs
+    assert Path(again.path or "").read_text() == saved
+    with pytest.raises(ValueError, match="records 'row_sum', not 'softmax'"):
+        tf.learn("softmax", None, collected, replay=recording, progress=False)
+    with pytest.raises(ValueError, match="other shapes than --sizes gives"):
+        tf.learn("row_sum", {"rows": 8, "cols": 64}, collected, replay=recording, progress=False)
+
+
+def test_k_fold_judges_every_shape_once_and_saves_one_learned_from_all(
+    collected: tf.Device, tmp_path: Path
+) -> None:
+    recording = tmp_path / "row_sum.json"
+    budget = tf.timing.Budget(warmup=0.01, rep=0.02)
+    r = tf.learn("row_sum", GRID, collected, folds=3, budget=budget, record=recording)
+    assert r.folds == 3
+    assert sorted(map(str, (q.sizes for q in r.held_out))) == sorted(map(str, grid(GRID)))
+    meta = json.loads(Path(r.path or "").read_text())["meta"]
+    assert meta["training"] == grid(GRID) and meta["held_out"] == [] and meta["folds"] == 3
+    # A list of held-out shapes: judged on exactly those, learned from the rest.
+    shapes = [{"rows": 8, "cols": 64}, {"rows": 64, "cols": 256}]
+    listed = tf.learn("row_sum", None, collected, held_out=shapes, replay=recording)
+    assert [q.sizes for q in listed.held_out] == shapes and len(listed.training) == 6
+    with pytest.raises(ValueError, match=r"held-out shape \{'rows': 9, 'cols': 64\} is not one"):
+        tf.learn("row_sum", None, collected, held_out=[{"rows": 9, "cols": 64}], replay=recording)
+    with pytest.raises(ValueError, match="folds must be 2 to the 8 shapes, got 9"):
+        tf.learn("row_sum", None, collected, folds=9, replay=recording)
+
+
+def test_times_of_another_device_are_learned_from_but_not_saved(
+    collected: tf.Device, tmp_path: Path
+) -> None:
+    recording = tmp_path / "row_sum.json"
+    budget = tf.timing.Budget(warmup=0.01, rep=0.02)
+    tf.learn("row_sum", GRID, collected, budget=budget, record=recording, progress=False)
+    doc = json.loads(recording.read_text())
+    doc["fingerprint"] = "elsewhere"
+    recording.write_text(json.dumps(doc))
+    r = tf.learn("row_sum", None, collected, replay=recording, progress=False)
+    assert r.path is None and len(r.held_out) == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda d: d.update(format="other"), "format"),
+        (lambda d: d.update(version=2), "version"),
+        (lambda d: d["times"].pop(), "times"),
+        (lambda d: d["winners"].__setitem__(0, "config 99"), r"winners\[0\]"),
+        (lambda d: d["times"][1].pop("default"), r"times\[1\]"),
+        (lambda d: d["times"][2].update({"config 99": 1.0}), r"times\[2\]"),
+    ],
+)
+def test_a_broken_recording_names_its_field(
+    collected: tf.Device, tmp_path: Path, change: Any, field: str
+) -> None:
+    recording = tmp_path / "row_sum.json"
+    budget = tf.timing.Budget(warmup=0.01, rep=0.02)
+    tf.learn("row_sum", GRID, collected, budget=budget, record=recording, progress=False)
+    doc = json.loads(recording.read_text())
+    change(doc)
+    recording.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=f"family times {recording}: {field}: "):
+        FamilyTimes.load(recording)

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from . import workloads
 from .cli_pipelines import command, device_argument
-from .collect import Collected, collect
+from .collect import Collected, collect, grid
 from .device import as_device
 from .learn import LearnResult, learn
 
@@ -59,13 +59,24 @@ def learn_command(sub: Any) -> None:
         "first with `tilefuse collect`), chooses up to --configs params configs by greedy "
         "set cover and fits a decision tree over shape features that picks one or keeps the "
         "default heuristic; saves it in the cache's learned/ folder, where heuristics() "
-        "finds it, and times it on the --holdout shapes against their tuned and default "
-        "params.",
+        "finds it. Every shape's winner and default are timed at every shape; the learned "
+        "heuristic is judged by those times on shapes it did not learn from (--holdout, "
+        "--held-out or --folds) against their tuned and default params. --record saves the "
+        "times, --replay learns from saved ones without timing.",
         "tilefuse learn softmax --sizes rows=128..16384 --sizes cols=64..8192 --device cpu "
-        "--holdout 0.25",
+        "--folds 4",
     )
     _family_arguments(le)
     le.add_argument("--holdout", type=float, default=0.25, help="share of shapes held out")
+    le.add_argument(
+        "--held-out",
+        action="append",
+        metavar="K=V,K=V",
+        help="a shape of the grid to hold out (repeat), instead of --holdout",
+    )
+    le.add_argument("--folds", type=int, help="k-fold: each shape held out once")
+    le.add_argument("--record", metavar="JSON", help="save the times learning read")
+    le.add_argument("--replay", metavar="JSON", help="learn from saved times, timing nothing")
     le.add_argument("--configs", type=int, default=8, help="configs at most (default 8)")
     le.add_argument("--tolerance", type=float, default=0.05, help="near the best (0.05: 5%%)")
     le.add_argument("--seed", type=int, default=0, help="which shapes are held out")
@@ -96,15 +107,22 @@ def _axes(specs: list[str]) -> dict[str, str]:
 
 
 def _learn(args: argparse.Namespace) -> int:
+    held_out = None
+    if args.held_out:
+        held_out = [grid(_axes(shape.split(",")))[0] for shape in args.held_out]
     r = learn(
         args.family,
-        _axes(args.sizes),
+        _axes(args.sizes) if args.sizes or not args.replay else None,
         as_device(args.device),
         name=args.name,
         configs=args.configs,
         tolerance=args.tolerance,
         holdout=args.holdout,
+        folds=args.folds,
+        held_out=held_out,
         seed=args.seed,
+        record=args.record,
+        replay=args.replay,
         progress=not args.quiet,
     )
     if args.plot:
@@ -115,7 +133,9 @@ def _learn(args: argparse.Namespace) -> int:
 
 
 def _quality_table(family: str, r: LearnResult) -> Table:
-    t = Table(title=f"{family}: learned ({r.configs} configs, {r.path}) on held-out shapes")
+    held = f"{r.folds}-fold" if r.folds else "held-out shapes"
+    saved = r.path or "not saved"
+    t = Table(title=f"{family}: learned ({r.configs} configs, {saved}), judged on {held}")
     for name in ("sizes", "default ms", "tuned ms", "learned ms", "tuned / learned", "leaf"):
         t.add_column(name, justify="left" if name == "sizes" else "right")
     for q in r.held_out:

@@ -7,8 +7,11 @@ JSON document in the cache directory's ``learned/`` folder, which
 :meth:`Fusion.heuristics` consults after the exact cache entry and before
 the default heuristic, evaluated in Rust.
 
-Its quality is measured on held-out shapes: each one's learned params are
-timed beside its tuned winner and its default heuristic's.
+Every shape's tuned winner and default are timed at every shape, side by
+side (:class:`~tilefuse.family_times.FamilyTimes`, which a recording
+replays). The learned heuristic's quality is read off those times on
+shapes it did not learn from (a share of them, a list, or k-fold): what it
+picks for each, against that shape's tuned winner and default.
 
 Fitting the tree needs scikit-learn (``pip install tilefuse[learn]``).
 """
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +35,7 @@ from . import cache as _cache
 from .collect import SizeSpec, grid
 from .device import Device, as_device
 from .engine import Engine
+from .family_times import DEFAULT, FamilyTimes
 from .heuristic import AutotunerHeuristic
 from .params import HeuristicParams
 from .timing import Budget
@@ -40,9 +46,6 @@ if TYPE_CHECKING:
     from .fusion import Fusion
 
 __all__ = ["LearnResult", "LearnedSeeds", "ShapeQuality", "learn"]
-
-#: The default heuristic's config in a row of times.
-DEFAULT = "default"
 
 
 @dataclass(frozen=True)
@@ -62,12 +65,16 @@ class ShapeQuality:
 class LearnResult:
     """What :func:`learn` made and measured."""
 
-    #: The learned heuristic's file.
-    path: str
+    #: The learned heuristic's file (``None``: learned from times of
+    #: another device, not saved).
+    path: str | None
     #: Params configs the tree picks among (the default heuristic besides).
     configs: int
     training: list[dict[str, Size]]
+    #: Each shape evaluated by a heuristic that did not learn from it.
     held_out: list[ShapeQuality]
+    #: k of k-fold (each shape held out once); 0 for a single split.
+    folds: int = 0
 
     @property
     def tuned_over_learned(self) -> float | None:
@@ -92,59 +99,178 @@ class LearnResult:
 
 def learn(
     family: str,
-    sizes: Mapping[str, SizeSpec],
+    sizes: Mapping[str, SizeSpec] | None,
     device: Device | DeviceName | None = None,
     *,
     name: str | None = None,
     configs: int = 8,
     tolerance: float = 0.05,
     holdout: float = 0.25,
+    folds: int | None = None,
+    held_out: Sequence[Mapping[str, Size]] | None = None,
     seed: int = 0,
     budget: Budget | None = None,
+    record: str | os.PathLike[str] | None = None,
+    replay: str | os.PathLike[str] | None = None,
     progress: bool = True,
 ) -> LearnResult:
     """Learns a heuristic for the workload ``family`` on ``device`` from
     the cache entries of the shapes of :func:`~tilefuse.collect.grid`
-    ``(sizes)``, every one of which must have been tuned. A share
-    ``holdout`` of the shapes (chosen by ``seed``) is left out of the
-    learning and measured: the result's quality. At most ``configs``
-    configs; a shape counts as covered by a config within ``tolerance`` of
-    its best. The document is saved as ``learned/NAME.json`` (``name``:
-    ``family``) in the cache directory."""
+    ``(sizes)``, every one of which must have been tuned: each shape's
+    winner and default are timed at every shape (``record``: saved as
+    :class:`~tilefuse.family_times.FamilyTimes`; ``replay``: read from
+    such a file instead, ``sizes`` then ``None`` or its grid). At most
+    ``configs`` configs; a shape counts as covered by a config within
+    ``tolerance`` of its best.
+
+    Its quality is measured on shapes it did not learn from: ``held_out``
+    (a list of shapes of the grid), else ``folds`` (k-fold: each shape
+    held out once, by a heuristic learned from the other folds), else a
+    share ``holdout`` of the shapes chosen by ``seed``. The document
+    learned from every shape but the held-out ones (all of them with
+    ``folds``) is saved as ``learned/NAME.json`` (``name``: ``family``)
+    in the cache directory, unless the times were recorded on another
+    device (``path`` is then ``None``)."""
     if not (0 <= holdout < 1 and 0 <= tolerance and configs >= 1):
         raise ValueError("learn: holdout in [0, 1), tolerance >= 0 and configs >= 1")
     dev = as_device(device)
-    shapes = grid(sizes)
-    works = [get(family, **s) for s in shapes]
-    winners = _winners(works, dev)
     out = Console(stderr=True, quiet=not progress)
-    candidates = sorted({json.dumps(p, sort_keys=True) for p in winners if p is not None})
-    variants = {f"config {i}": json.loads(c) for i, c in enumerate(candidates)}
-    times = []
-    for i, w in enumerate(works):
-        times.append(_timed(w, dev, {DEFAULT: None, **variants}, budget))
-        out.print(f"[{i + 1}/{len(works)}] timed {len(times[-1])} configs on {w.label}")
-    order = np.random.default_rng(seed).permutation(len(works))
-    held = sorted(order[: round(holdout * len(works))].tolist()) if len(works) > 1 else []
-    train = [i for i in range(len(works)) if i not in held]
-    chosen = _cover([times[i] for i in train], list(variants), tolerance, configs)
-    labels = [_label(times[i], chosen, tolerance) for i in train]
-    features = [_native.learned_features(works[i].payload._native)[1] for i in train]
-    nodes, leaves = _tree(features, labels, seed)
-    _guard(nodes, leaves, [times[i] for i in train], chosen, tolerance)
-    training = [shapes[i] for i in train]
+    times = _family_times(family, sizes, dev, budget, replay, out)
+    if record is not None:
+        times.save(record)
+    works = [get(family, **s) for s in times.shapes]
+    features = [_native.learned_features(w.payload._native)[1] for w in works]
+    fit = _Fit(times, features, configs, tolerance, seed)
+    splits = _splits(times.shapes, held_out, folds, holdout, seed)
+    quality: list[ShapeQuality] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for i, held in enumerate(splits):
+            train = [j for j in range(len(works)) if j not in held]
+            nodes, chosen = fit.on(train)
+            folder = f"{scratch}/{i}"
+            _save(works, dev, family, nodes, chosen, times, {}, folder)
+            quality += [_quality(times, j, works[j], dev, folder) for j in held]
+    held = [] if folds else splits[0]
+    train = [j for j in range(len(works)) if j not in held]
+    nodes, chosen = fit.on(train)
+    training = [times.shapes[j] for j in train]
     meta = {
         "family": family,
         "training": training,
-        "held_out": [shapes[i] for i in held],
+        "held_out": [times.shapes[j] for j in held],
+        "folds": folds or 0,
         "tolerance": tolerance,
     }
-    picked = [variants[c] for c in chosen]
-    path = _native.learned_save(
-        works[0].payload._native, dev._native, name or family, nodes, picked, meta
+    path = None
+    if times.fingerprint == dev.fingerprint:
+        path = _save(works, dev, name or family, nodes, chosen, times, meta, None)
+    else:
+        out.print(f"learn: times recorded on {times.device}, not this device: not saved")
+    return LearnResult(path, len(chosen), training, quality, folds or 0)
+
+
+def _family_times(
+    family: str,
+    sizes: Mapping[str, SizeSpec] | None,
+    device: Device,
+    budget: Budget | None,
+    replay: str | os.PathLike[str] | None,
+    out: Console,
+) -> FamilyTimes:
+    """The family's times: replayed from a recording, or measured."""
+    if replay is not None:
+        times = FamilyTimes.load(replay)
+        if times.family != family:
+            raise ValueError(f"learn: {replay} records {times.family!r}, not {family!r}")
+        if sizes is not None and grid(sizes) != times.shapes:
+            raise ValueError(f"learn: {replay} records other shapes than --sizes gives")
+        return times
+    if sizes is None:
+        raise ValueError("learn: give the family's sizes, or a recording to replay")
+    shapes = grid(sizes)
+    works = [get(family, **s) for s in shapes]
+    winners = _winners(works, device)
+    candidates = sorted({json.dumps(p, sort_keys=True) for p in winners if p is not None})
+    variants = {f"config {i}": json.loads(c) for i, c in enumerate(candidates)}
+    rows = []
+    for i, w in enumerate(works):
+        rows.append(_timed(w, device, {DEFAULT: None, **variants}, budget))
+        out.print(f"[{i + 1}/{len(works)}] timed {len(rows[-1])} configs on {w.label}")
+    labels = {json.dumps(p, sort_keys=True): label for label, p in variants.items()}
+    return FamilyTimes(
+        family=family,
+        device=device.info["name"],
+        fingerprint=device.fingerprint,
+        shapes=shapes,
+        defaults=[_default(w, device) for w in works],
+        configs=variants,
+        winners=[None if p is None else labels[json.dumps(p, sort_keys=True)] for p in winners],
+        times=rows,
     )
-    quality = [_quality(shapes[i], works[i], dev, winners[i]) for i in held]
-    return LearnResult(path, len(chosen), training, quality)
+
+
+def _splits(
+    shapes: list[dict[str, Size]],
+    held_out: Sequence[Mapping[str, Size]] | None,
+    folds: int | None,
+    holdout: float,
+    seed: int,
+) -> list[list[int]]:
+    """The held-out shapes of each evaluation, by index: one list for a
+    given list or a share, one per fold for k-fold."""
+    if held_out is not None:
+        missing = [dict(s) for s in held_out if dict(s) not in shapes]
+        if missing:
+            raise ValueError(f"learn: held-out shape {missing[0]} is not one of the grid's")
+        return [[i for i, s in enumerate(shapes) if s in [dict(h) for h in held_out]]]
+    order = np.random.default_rng(seed).permutation(len(shapes)).tolist()
+    if folds is not None:
+        if not 2 <= folds <= len(shapes):
+            raise ValueError(f"learn: folds must be 2 to the {len(shapes)} shapes, got {folds}")
+        return [sorted(order[f::folds]) for f in range(folds)]
+    return [sorted(order[: round(holdout * len(shapes))]) if len(shapes) > 1 else []]
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """Learning on a subset of a family's shapes: set cover, then a tree."""
+
+    times: FamilyTimes
+    features: list[list[float]]
+    limit: int
+    tolerance: float
+    seed: int
+
+    def on(self, train: list[int]) -> tuple[list[dict[str, Any]], list[str]]:
+        """The tree's nodes and the labels of the configs its leaves pick."""
+        rows = [self.times.times[i] for i in train]
+        chosen = _cover(rows, list(self.times.configs), self.tolerance, self.limit)
+        labels = [_label(row, chosen, self.tolerance) for row in rows]
+        nodes, leaves = _tree([self.features[i] for i in train], labels, self.seed)
+        _guard(nodes, leaves, rows, chosen, self.tolerance)
+        return nodes, chosen
+
+
+def _save(
+    works: list[Workload],
+    device: Device,
+    name: str,
+    nodes: list[dict[str, Any]],
+    chosen: list[str],
+    times: FamilyTimes,
+    meta: dict[str, Any],
+    directory: str | None,
+) -> str:
+    """Writes the learned document (into the cache's ``learned/`` folder,
+    or ``directory``'s); its path."""
+    picked = [times.configs[c] for c in chosen]
+    fusion, dev = works[0].payload._native, device._native
+    return _native.learned_save(fusion, dev, name, nodes, picked, meta, directory)
+
+
+def _default(w: Workload, device: Device) -> dict[str, Any]:
+    params = w.payload.heuristics(device=device, cache=False)
+    return params.to_dict()  # type: ignore[union-attr]
 
 
 def _winners(works: list[Workload], device: Device) -> list[dict[str, Any] | None]:
@@ -158,8 +284,7 @@ def _winners(works: list[Workload], device: Device) -> list[dict[str, Any] | Non
         if entry is None or entry["layer"] != "cache":
             missing.append(w.label)
             continue
-        default = w.payload.heuristics(device=device, cache=False)
-        same = entry["params"] == default.to_dict()  # type: ignore[union-attr]
+        same = entry["params"] == _default(w, device)
         out.append(None if same else entry["params"])
     if missing or len(out) < 4:
         raise ValueError(
@@ -280,26 +405,31 @@ def _guard(
 
 
 def _quality(
-    sizes: dict[str, Size], w: Workload, device: Device, winner: dict[str, Any] | None
+    times: FamilyTimes, i: int, w: Workload, device: Device, directory: str
 ) -> ShapeQuality:
-    """A held-out shape: what the saved learned heuristic picks for it
-    (evaluated as lookups evaluate it), timed beside its tuned winner and
-    its default. Each distinct kernel is timed once: timing one kernel
-    twice reads noise as a gain or a loss."""
-    params, _, leaf, _, messages = _native.learned_get(w.payload._native, device._native)
+    """Held-out shape ``i``: what the learned document in ``directory``
+    picks for it, evaluated as lookups evaluate it, against its tuned
+    winner and its default, in the times recorded side by side at it.
+    Params equal to the default's are the default's kernel: one kernel
+    has one time."""
+    params, _, leaf, _, messages = _native.learned_get(
+        w.payload._native, device._native, directory=directory
+    )
     for m in messages:
         Console(stderr=True).print(m)
-    default = w.payload.heuristics(device=device, cache=False).to_dict()  # type: ignore[union-attr]
-    tuned = winner if winner not in (None, default) else None
-    learned = params if params not in (None, default) else None
-    variants = {DEFAULT: None, "tuned": tuned, "learned": learned if learned != tuned else None}
-    timed = _timed(w, device, {k: v for k, v in variants.items() if k == DEFAULT or v}, None)
-    same = "tuned" if learned is not None and learned == tuned else DEFAULT
+    row, default = times.times[i], times.defaults[i]
+    by_params = {json.dumps(p, sort_keys=True): label for label, p in times.configs.items()}
+
+    def time_of(p: dict[str, Any] | None) -> float:
+        label = by_params.get(json.dumps(p, sort_keys=True)) if p not in (None, default) else None
+        return row.get(label or DEFAULT, row[DEFAULT])
+
+    winner = times.winners[i]
     return ShapeQuality(
-        sizes,
-        default=timed[DEFAULT],
-        tuned=timed.get("tuned", timed[DEFAULT]),
-        learned=timed.get("learned", timed.get(same, timed[DEFAULT])),
+        times.shapes[i],
+        default=row[DEFAULT],
+        tuned=row.get(winner or DEFAULT, row[DEFAULT]),
+        learned=time_of(params),
         leaf=leaf if leaf is not None else 0,
         kept_default=params is None,
     )
