@@ -2,13 +2,16 @@
 
     python benches/learned.py                                # softmax and row sums, CPU
     python benches/learned.py --family layernorm --size rows=256..8192 --size cols=128..4096
-    python benches/learned.py --family matmul --size m=64..1024 --size n=256..1024 --size k=512
-    python benches/learned.py --json benches/results/learned_local.json
+    python benches/learned.py --family matmul                # its own grid, see GRIDS
+    python benches/learned.py --json benches/results/learned_local.json --record benches/families
 
 For each family, every shape of the grid is tuned (``tilefuse.collect``,
 quick effort, into a cache of this run's own), then a heuristic is
-learned from a share of the shapes (``tilefuse.learn``) and timed on the
-others (``--holdout``) beside their tuned winners and default heuristics.
+learned and judged by k-fold (``tilefuse.learn``, ``--folds``): each shape
+held out once, its learned params' time beside its tuned winner's and
+default heuristic's. ``--record DIR`` keeps each family's times as
+``DIR/<family>_<device>.json``, which ``tilefuse learn --replay`` learns
+from again without timing.
 The table gives per family the configs learned, the geometric mean of
 tuned time / learned time over the held-out shapes (1: as fast as tuning
 each shape), the worst held-out shape's learned time over its default's
@@ -32,17 +35,26 @@ import tilefuse as tf
 sys.path.insert(0, str(Path(__file__).parent))
 from report import stamp, table
 
+#: Grids of the families whose sizes are not rows and columns.
+GRIDS = {"matmul": {"m": "64..1024", "n": "256..1024", "k": "512", "epilogue": "bias_relu"}}
+
 
 def one_family(family: str, sizes: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     found = tf.collect(family, sizes, args.device, effort=args.effort, seed=0, progress=False)
     collected = time.perf_counter() - start
-    r = tf.learn(family, sizes, args.device, holdout=args.holdout, seed=0, progress=False)
+    record = None
+    if args.record:
+        Path(args.record).mkdir(parents=True, exist_ok=True)
+        record = Path(args.record) / f"{family}_{args.device}.json"
+    r = tf.learn(
+        family, sizes, args.device, folds=args.folds, seed=0, record=record, progress=False
+    )
     gains = r.gains or (None, None)
     row = {
         "family": family,
         "shapes": len(found),
-        "held out": len(r.held_out),
+        "folds": r.folds,
         "configs": r.configs,
         "tuned / learned": r.tuned_over_learned,
         "worst learned / default": r.worst_over_default,
@@ -66,14 +78,19 @@ def main() -> None:
     )
     parser.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     parser.add_argument("--effort", default="quick", choices=["quick", "full"])
-    parser.add_argument("--holdout", type=float, default=0.25)
+    parser.add_argument("--folds", type=int, default=4, help="k of k-fold (default 4)")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--record", metavar="DIR", help="keep each family's times here")
     parser.add_argument("--label", default="this machine", help="the machine's name in the report")
     args = parser.parse_args()
     os.environ["TILEFUSE_CACHE"] = tempfile.mkdtemp(prefix="tilefuse-learned-")
     families = args.family or ["softmax", "row_sum"]
     specs = args.size or ["rows=256..4096", "cols=128..2048"]
-    grid = dict(spec.split("=", 1) for spec in specs)
+    given = dict(spec.split("=", 1) for spec in specs)
+    grids = [given if args.size else GRIDS.get(f, given) for f in families]
+    if any(g != grids[0] for g in grids):
+        parser.error("families of different grids run one at a time (see GRIDS)")
+    grid = grids[0]
     rows = [one_family(f, grid, args) for f in families]
     print(table(list(rows[0]), [list(row.values()) for row in rows]))
     if args.json:

@@ -228,10 +228,12 @@ def rows_section(title: str, result: Any) -> str:
 
 
 def learned_section(name: str, learned: Any) -> str:
-    """Learned heuristics on held-out shapes, per family."""
+    """Learned heuristics on shapes they did not learn from, per family."""
     m = learned["meta"]
     grid = ", ".join(f"{k} {v}" for k, v in m["grid"].items())
-    title = f"## {name}: learned heuristics on held-out shapes ({m['device']}, {grid})"
+    folds = learned["rows"][0].get("folds")
+    judged = f"each shape held out once, {folds}-fold" if folds else "on held-out shapes"
+    title = f"## {name}: learned heuristics, {judged} ({m['device']}, {grid})"
     return rows_section(title, learned)
 
 
