@@ -265,3 +265,54 @@ def test_a_broken_recording_names_its_field(
     recording.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match=f"family times {recording}: {field}: "):
         FamilyTimes.load(recording)
+
+
+def test_learned_heuristics_ship_in_bundles(tmp_path: Path) -> None:
+    """Exported with the cache's entries; served from a registered bundle
+    (named BUNDLE#NAME) and copied by an import, where a heuristic of the
+    same name already there stays."""
+    cpu = tf.Device.cpu()
+    f = tf.workloads.get("row_sum", rows=24, cols=100).payload
+    config = {"scheduler": "reduction", "unroll_factor_reduction": 2}
+    path = Path(
+        _native.learned_save(f._native, cpu._native, "shipped", [{"leaf": 0}], [config], {})
+    )
+    bundle = tmp_path / "bundle.json"
+    assert tf.cache.export(bundle) == 1
+    assert len(json.loads(bundle.read_text())["learned"]) == 1
+    path.unlink()
+    assert f.params_source(cpu) == "default heuristic"
+    tf.cache.register_bundle(bundle)
+    try:
+        assert f.params_source(cpu).startswith(f"learned: {bundle}#shipped (leaf 0: its params")
+        assert f.heuristics(device=cpu).unroll_factor_reduction == 2  # type: ignore[union-attr]
+    finally:
+        tf.cache.unregister_bundle(bundle)
+    assert tf.cache.import_bundle(bundle) == (1, 1)
+    assert json.loads(path.read_text())["name"] == "shipped"
+    assert tf.cache.import_bundle(bundle) == (0, 1)
+    doc = json.loads(bundle.read_text())
+    doc["learned"][0]["nodes"] = [{"leaf": 5}]
+    bundle.write_text(json.dumps(doc))
+    with pytest.raises(tf.TilefuseError, match=r"learned\[0\]: node 0 points outside"):
+        tf.cache.import_bundle(bundle)
+
+
+FAMILIES = Path(__file__).parents[1] / "benches/families"
+
+
+@pytest.mark.parametrize("family", ["rmsnorm", "column_sum"])
+def test_a_shipped_recording_replays_the_reported_quality(family: str) -> None:
+    """Learning and its 4-fold judgement from ``benches/families``, with
+    nothing timed, give the numbers BENCHMARKS.md reports for them."""
+    rows = json.loads(
+        (Path(__file__).parents[1] / "benches/results/learned_local.json").read_text()
+    )
+    want = next(r for r in rows["rows"] if r["family"] == family)
+    r = tf.learn(
+        family, None, "cpu", folds=4, seed=0, replay=FAMILIES / f"{family}_cpu.json", progress=False
+    )
+    assert r.configs == want["configs"] and len(r.held_out) == want["shapes"]
+    assert r.tuned_over_learned == pytest.approx(want["tuned / learned"], rel=1e-12)
+    assert r.worst_over_default == pytest.approx(want["worst learned / default"], rel=1e-12)
+    assert r.gains == pytest.approx((want["tuned speedup"], want["learned speedup"]), rel=1e-12)

@@ -158,8 +158,8 @@ def bundle_entries(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def export(path: str | os.PathLike[str]) -> int:
-    """Writes every entry of the cache to the bundle file ``path``; how
-    many."""
+    """Writes every entry and learned heuristic of the cache to the bundle
+    file ``path``; how many."""
     n, messages = _native.bundle_export(os.fspath(path))
     _warn(messages)
     return n
@@ -168,14 +168,16 @@ def export(path: str | os.PathLike[str]) -> int:
 def merge(output: str | os.PathLike[str], *inputs: str | os.PathLike[str]) -> int:
     """Merges bundle files into ``output``, keeping the faster entry of
     each key (an entry measured where it was exported beats an imported
-    one); how many entries ``output`` has."""
+    one) and the first learned heuristic of each name; how many entries
+    and learned heuristics ``output`` has."""
     return _native.bundle_merge(os.fspath(output), [os.fspath(p) for p in inputs])
 
 
 def import_bundle(path: str | os.PathLike[str]) -> tuple[int, int]:
-    """Copies a bundle's entries into the cache, marked ``imported``:
-    ``(stored, in the bundle)`` (entries measured here, or faster ones,
-    stay)."""
+    """Copies a bundle's entries into the cache, marked ``imported``, and
+    its learned heuristics into ``learned/``: ``(stored, in the bundle)``
+    (entries measured here, or faster ones, stay; so do learned
+    heuristics of the same name)."""
     stored, total, messages = _native.bundle_import(os.fspath(path))
     _warn(messages)
     return stored, total
@@ -196,13 +198,14 @@ def clear() -> int:
 
 def learned(fusion: Fusion, device: Device, scheduler: str | None = None) -> dict[str, Any] | None:
     """What the learned heuristic that serves ``fusion`` on ``device`` (in
-    the cache directory's ``learned/`` folder) picks: ``{"params": dict or
+    the cache directory's ``learned/`` folder, else in a registered bundle)
+    picks: ``{"params": dict or
     None, "path", "leaf", "learned_on"}``, ``params`` ``None`` where its
     leaf keeps the default heuristic, ``learned_on`` the name of the device
     it was learned on where that is another of the same kind (one learned
     here comes first); ``None`` when no learned heuristic serves it."""
     params, path, leaf, learned_on, messages = _native.learned_get(
-        fusion._native, device._native, scheduler
+        fusion._native, device._native, scheduler, None, bundles()
     )
     _warn(messages)
     if path is None:

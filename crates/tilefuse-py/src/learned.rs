@@ -79,20 +79,23 @@ type Picked<'py> = (
     Vec<String>,
 );
 
-/// The pick of the learned heuristic that serves `fusion` on `device`.
+/// The pick of the learned heuristic that serves `fusion` on `device`,
+/// from the cache's `learned/` folder or `bundles`.
 #[pyfunction]
-#[pyo3(signature = (fusion, device, scheduler=None, directory=None))]
+#[pyo3(signature = (fusion, device, scheduler=None, directory=None, bundles=Vec::new()))]
 pub fn learned_get<'py>(
     py: Python<'py>,
     fusion: &PyFusion,
     device: &PyDevice,
     scheduler: Option<&str>,
     directory: Option<String>,
+    bundles: Vec<String>,
 ) -> PyResult<Picked<'py>> {
     guard(|| {
         let kind = scheduler_of(fusion, scheduler).or_raise(py)?;
         let dir = layers::directory(directory.map(PathBuf::from)).or_raise(py)?;
-        let (found, warnings) = layers::learned(&dir, &fusion.inner, kind, &device.inner.info());
+        let info = device.inner.info();
+        let (found, warnings) = layers::learned(&dir, &fusion.inner, kind, &info, &bundles);
         let Some(found) = found else {
             return Ok((None, None, None, None, warnings));
         };

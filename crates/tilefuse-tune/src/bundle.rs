@@ -1,8 +1,10 @@
 //! Bundles: a whole cache in one JSON file, to ship with a package, share
-//! between machines or merge. A bundle is a read-only layer under the
-//! user's cache (lookups fall through to it), or is imported into a cache
-//! (its entries marked [`Origin::Imported`]: served, but never preferred
-//! to a winner measured here).
+//! between machines or merge: its entries and its learned heuristics. A
+//! bundle is a read-only layer under the user's cache (lookups fall
+//! through to it), or is imported into a cache (its entries marked
+//! [`Origin::Imported`]: served, but never preferred to a winner measured
+//! here; its learned heuristics added beside the cache's own, which keep
+//! their names).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -13,6 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::{Cache, CacheError, Entry, Origin, Written, io};
 use crate::key::CacheKey;
+use crate::layers::{LEARNED_DIR, save_learned};
+use crate::learned::LearnedHeuristic;
 
 /// What a bundle file says it is.
 const FORMAT: &str = "tilefuse-cache-bundle";
@@ -23,12 +27,17 @@ struct File1 {
     format: String,
     version: u32,
     entries: Vec<Entry>,
+    /// Absent from bundles of caches without learned heuristics (and so
+    /// from those written before bundles carried them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    learned: Vec<serde_json::Value>,
 }
 
-/// Entries by key, at most one per key.
+/// Entries by key, at most one per key; learned heuristics by name.
 #[derive(Clone, Debug, Default)]
 pub struct Bundle {
     entries: BTreeMap<String, Entry>,
+    learned: BTreeMap<String, LearnedHeuristic>,
 }
 
 impl Bundle {
@@ -52,6 +61,13 @@ impl Bundle {
         for e in file.entries {
             bundle.add(e);
         }
+        for (i, doc) in file.learned.into_iter().enumerate() {
+            let h = LearnedHeuristic::from_value(doc).map_err(|e| CacheError::Invalid {
+                path: path.to_owned(),
+                message: format!("learned[{i}]: {e}"),
+            })?;
+            bundle.learned.entry(h.name.clone()).or_insert(h);
+        }
         Ok(bundle)
     }
 
@@ -61,17 +77,37 @@ impl Bundle {
             format: FORMAT.to_owned(),
             version: VERSION,
             entries: self.entries.values().cloned().collect(),
+            learned: self
+                .learned
+                .values()
+                .map(|h| serde_json::to_value(h).expect("a learned heuristic serializes"))
+                .collect(),
         };
         let text = serde_json::to_string_pretty(&file).expect("a bundle serializes");
         write_atomically(path, &text)
     }
 
-    /// Every entry of `cache`.
+    /// Every entry and learned heuristic of `cache` (a learned file that
+    /// does not load is left out, with a warning).
     pub fn export(cache: &Cache) -> Result<(Bundle, Vec<String>), CacheError> {
-        let (entries, warnings) = cache.entries()?;
+        let (entries, mut warnings) = cache.entries()?;
         let mut bundle = Bundle::default();
         for e in entries {
             bundle.add(e);
+        }
+        for path in learned_files(cache.dir()) {
+            let loaded = fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| LearnedHeuristic::parse(&text));
+            match loaded {
+                Ok(h) => {
+                    bundle.learned.insert(h.name.clone(), h);
+                }
+                Err(e) => warnings.push(format!(
+                    "learned heuristic {} left out: {e}",
+                    path.display()
+                )),
+            }
         }
         Ok((bundle, warnings))
     }
@@ -88,10 +124,14 @@ impl Bundle {
         }
     }
 
-    /// Every entry of `other` added (the faster per key).
+    /// Every entry of `other` added (the faster per key), and its learned
+    /// heuristics of names this one lacks.
     pub fn merge(&mut self, other: Bundle) {
         for e in other.entries.into_values() {
             self.add(e);
+        }
+        for (name, h) in other.learned {
+            self.learned.entry(name).or_insert(h);
         }
     }
 
@@ -103,16 +143,24 @@ impl Bundle {
         self.entries.values()
     }
 
+    /// Its learned heuristics, by name.
+    pub fn learned(&self) -> impl Iterator<Item = &LearnedHeuristic> {
+        self.learned.values()
+    }
+
+    /// Its entries and learned heuristics.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() + self.learned.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
     }
 
-    /// Stores every entry in `cache` as imported; how many were stored
-    /// (an entry measured there, or a faster one, stays).
+    /// Stores every entry in `cache` as imported, and every learned
+    /// heuristic whose name the cache has none of; how many of either were
+    /// stored (an entry measured there, or a faster one, stays; so does a
+    /// learned heuristic of the same name).
     pub fn import_into(&self, cache: &Cache) -> Result<(usize, Vec<String>), CacheError> {
         let mut stored = 0;
         let mut warnings = Vec::new();
@@ -124,6 +172,13 @@ impl Bundle {
             let (written, w) = cache.put(&imported)?;
             stored += usize::from(written == Written::Stored);
             warnings.extend(w);
+        }
+        let folder = cache.dir().join(LEARNED_DIR);
+        for h in self.learned.values() {
+            if !folder.join(format!("{}.json", h.name)).exists() {
+                save_learned(cache.dir(), h)?;
+                stored += 1;
+            }
         }
         Ok((stored, warnings))
     }
@@ -138,4 +193,17 @@ pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), CacheError
     f.write_all(text.as_bytes()).map_err(io(&tmp))?;
     f.sync_all().map_err(io(&tmp))?;
     fs::rename(&tmp, path).map_err(io(path))
+}
+
+/// The learned heuristics' files in the cache directory `dir`, by name.
+pub(crate) fn learned_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(listing) = fs::read_dir(dir.join(LEARNED_DIR)) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<_> = listing
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    paths
 }

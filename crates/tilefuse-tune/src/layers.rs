@@ -12,7 +12,7 @@ use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, ParamsError, SchedulerKind};
 use tilefuse_sched::DeviceInfo;
 
-use crate::bundle::write_atomically;
+use crate::bundle::{learned_files, write_atomically};
 use crate::cache::io;
 use crate::file_memo::FileMemo;
 use crate::learned::{LearnedHeuristic, Match, Pick};
@@ -151,45 +151,46 @@ pub struct Learned {
 }
 
 /// The pick of the first learned heuristic in `dir`'s `learned/` folder
-/// (by file name) learned for `fusion`'s family and `scheduler` on
-/// `device`, else of the first learned on another device of the same kind
-/// and capabilities; a file that does not load or pick is skipped with a
-/// warning.
+/// (by file name), then in each of `bundles` (by name), learned for
+/// `fusion`'s family and `scheduler` on `device`; else of the first of
+/// them learned on another device of the same kind and capabilities. A
+/// file or bundle that does not load, or a heuristic that does not pick,
+/// is skipped with a warning. A bundle's heuristic is named
+/// `BUNDLE#NAME`.
 pub fn learned(
     dir: &Path,
     fusion: &Fusion,
     scheduler: SchedulerKind,
     device: &DeviceInfo,
+    bundles: &[String],
 ) -> (Option<Learned>, Vec<String>) {
     let mut warnings = Vec::new();
-    let Ok(listing) = std::fs::read_dir(dir.join(LEARNED_DIR)) else {
-        return (None, warnings);
+    let skip = |path: &Path, why: String| {
+        format!(
+            "tilefuse learned heuristic {} skipped: {why}",
+            path.display()
+        )
     };
-    let mut paths: Vec<PathBuf> = listing
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    paths.sort();
-    let mut alike = None;
-    for path in paths {
+    let mut candidates: Vec<(PathBuf, Arc<LearnedHeuristic>)> = Vec::new();
+    for path in learned_files(dir) {
         let loaded = LEARNED.get(&path, || {
             let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
             LearnedHeuristic::parse(&text).map(Some)
         });
-        let skip = |why: String| {
-            format!(
-                "tilefuse learned heuristic {} skipped: {why}",
-                path.display()
-            )
-        };
-        let h = match loaded {
-            Ok(Some(h)) => h,
-            Ok(None) => continue,
-            Err(e) => {
-                warnings.push(skip(e));
-                continue;
-            }
-        };
+        match loaded {
+            Ok(Some(h)) => candidates.push((path, h)),
+            Ok(None) => {}
+            Err(e) => warnings.push(skip(&path, e)),
+        }
+    }
+    for b in bundles {
+        if let Some(bundle) = layer(b, &mut warnings) {
+            let named = |h: &LearnedHeuristic| PathBuf::from(format!("{b}#{}", h.name));
+            candidates.extend(bundle.learned().map(|h| (named(h), Arc::new(h.clone()))));
+        }
+    }
+    let mut alike = None;
+    for (path, h) in candidates {
         let Some(how) = h.serves(fusion, scheduler, device) else {
             continue;
         };
@@ -199,11 +200,11 @@ pub fn learned(
         let found = match h.pick(fusion) {
             Ok(pick) => Learned {
                 pick,
-                path,
                 learned_on: (how == Match::SameKind).then(|| h.device.name.clone()),
+                path,
             },
             Err(e) => {
-                warnings.push(skip(e));
+                warnings.push(skip(&path, e));
                 continue;
             }
         };

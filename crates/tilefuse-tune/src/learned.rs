@@ -115,7 +115,20 @@ impl LearnedHeuristic {
     /// and a tree whose every index is in range and whose children follow
     /// their parent (so that a walk ends).
     pub fn parse(text: &str) -> Result<LearnedHeuristic, String> {
-        let mut h: LearnedHeuristic = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        serde_json::from_str::<LearnedHeuristic>(text)
+            .map_err(|e| e.to_string())?
+            .checked()
+    }
+
+    /// [`LearnedHeuristic::parse`] of a document already read as JSON.
+    pub fn from_value(value: Value) -> Result<LearnedHeuristic, String> {
+        serde_json::from_value::<LearnedHeuristic>(value)
+            .map_err(|e| e.to_string())?
+            .checked()
+    }
+
+    fn checked(mut self) -> Result<LearnedHeuristic, String> {
+        let h = &mut self;
         if h.version != LEARNED_VERSION {
             return Err(format!("version {}, not {LEARNED_VERSION}", h.version));
         }
@@ -151,7 +164,7 @@ impl LearnedHeuristic {
                 return Err(format!("node {i} points outside the tree or its configs"));
             }
         }
-        Ok(h)
+        Ok(self)
     }
 
     /// A document named `name` (its file's name: letters, digits, `-`,
