@@ -77,3 +77,30 @@ def test_the_collect_command_prints_a_table_and_writes_json(
     assert [r["sizes"] for r in rows] == [{"rows": 8, "cols": 32}, {"rows": 16, "cols": 32}]
     assert main(["collect", "row_sum", "--sizes", "rows", "--device", "cpu"]) == 1
     assert "--sizes: expected K=SPEC, got 'rows'" in capsys.readouterr().err
+
+
+def test_the_collect_command_collects_on_a_ray_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--executor ray`` hands collect the cluster's executor, built from
+    ``--address``, ``--workers`` and ``--threads``, and closes it after."""
+    made: list[tuple[object, ...]] = []
+
+    class Cluster:
+        def __init__(self, workers: int | None, *, address: str | None, threads: int) -> None:
+            made.append((workers, address, threads))
+
+        def __enter__(self) -> Cluster:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            made.append(("closed",))
+
+    given: list[object] = []
+    monkeypatch.setattr("tilefuse.distributed.RayExecutor", Cluster)
+    monkeypatch.setattr(
+        "tilefuse.cli_collect.collect", lambda *a, **k: given.append(k["executor"]) or []
+    )
+    argv = ["collect", "row_sum", "--sizes", "rows=8", "--sizes", "cols=32", "--quiet"]
+    assert main([*argv, "--executor", "ray", "--address", "head:6379", "--workers", "3"]) == 0
+    assert made == [(3, "head:6379", 1), ("closed",)]
+    assert isinstance(given[0], Cluster)
+    assert main(argv) == 0 and given[1] == "local"

@@ -23,7 +23,9 @@ heuristic cache, run benchmarks and pipelines.
     tilefuse replay RECORDING... [--seeds N] [--strategy NAME]... [--tolerance T]
     tilefuse collect WORKLOAD --sizes K=LO..HI|K=A,B,... [--device cpu|gpu] [--effort quick]
                               [--trials N] [--seconds S] [--redo] [--json OUT]
+                              [--executor ray [--address HOST:PORT] [--workers N]]
     tilefuse learn WORKLOAD --sizes K=LO..HI|K=A,B,... [--device cpu|gpu] [--holdout 0.25]
+                            [--folds K] [--held-out K=V,K=V]... [--record|--replay JSON]
                             [--configs 8] [--tolerance 0.05] [--plot PNG]
 
 ``tilefuse COMMAND --help`` says what each does, with an example.
@@ -36,7 +38,6 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,8 @@ from .cli_pipelines import (
     command,
     device_argument,
     dtype_argument,
+    ray_arguments,
+    ray_executor,
     workload_arguments,
     workload_of_arguments,
 )
@@ -108,7 +111,7 @@ def _tune(args: argparse.Namespace) -> int:
     }
     done: list[tuple[str, str, TuneResult]] = []
     failed: list[tuple[str, str]] = []
-    with _ray(args) as ex:
+    with ray_executor(args) as ex:
         device = as_device(args.device) if ex is None else None
         for i, (label, f) in enumerate(targets):
             if not args.quiet and len(targets) > 1:
@@ -158,15 +161,6 @@ def _report_suite(
         _out.print(_suite_table(done, title))
     for label, error in failed:
         Console(stderr=True, soft_wrap=True).print(f"[red]{label} failed:[/red] {error}")
-
-
-def _ray(args: argparse.Namespace) -> AbstractContextManager[Any]:
-    """The Ray executor that ``--executor ray`` asks for, else ``None``."""
-    if args.executor != "ray":
-        return nullcontext()
-    from .distributed import RayExecutor
-
-    return RayExecutor(args.workers, address=args.address, threads=args.threads)
 
 
 def _nth(path: str, i: int, n: int) -> str:
@@ -452,18 +446,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--plot", metavar="PNG", help="plot the best time against trials and seconds")
     t.add_argument("--quiet", action="store_true", help="no progress and no table")
-    r = t.add_argument_group("tuning on a Ray cluster (pip install 'tilefuse[ray]')")
-    r.add_argument(
-        "--executor",
-        choices=("local", "ray"),
-        default="local",
-        help="ray: measure on the cluster's workers, one result per device fingerprint",
-    )
-    r.add_argument("--address", help="the cluster's HOST:PORT (default: start a local one)")
-    r.add_argument(
-        "--workers", type=int, help="CPU workers (default: one per GPU, else one per node)"
-    )
-    r.add_argument("--threads", type=int, default=1, help="threads of each CPU worker")
+    ray_arguments(t)
     t.set_defaults(run=_tune)
 
     c = command(

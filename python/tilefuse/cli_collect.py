@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import workloads
-from .cli_pipelines import command, device_argument
+from .cli_pipelines import command, device_argument, ray_arguments, ray_executor
 from .collect import Collected, collect, grid
 from .device import as_device
 from .learn import LearnResult, learn
@@ -46,6 +46,7 @@ def add_commands(sub: Any) -> None:
     c.add_argument("--redo", action="store_true", help="tune shapes the cache has too")
     c.add_argument("--json", metavar="OUT", help="every shape's outcome, as JSON")
     c.add_argument("--quiet", action="store_true", help="no progress and no table")
+    ray_arguments(c)
     c.set_defaults(run=_collect)
     learn_command(sub)
 
@@ -178,17 +179,19 @@ def _plot(r: LearnResult, path: str) -> None:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    found = collect(
-        args.family,
-        _axes(args.sizes),
-        as_device(args.device),
-        effort=args.effort,
-        trials=args.trials,
-        seconds=args.seconds,
-        seed=args.seed,
-        redo=args.redo,
-        progress=not args.quiet,
-    )
+    with ray_executor(args) as ex:
+        found = collect(
+            args.family,
+            _axes(args.sizes),
+            as_device(args.device),
+            effort=args.effort,
+            trials=args.trials,
+            seconds=args.seconds,
+            seed=args.seed,
+            executor=ex or "local",
+            redo=args.redo,
+            progress=not args.quiet,
+        )
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(c) for c in found], indent=2) + "\n")
     if not args.quiet:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ __all__ = [
     "device_argument",
     "dtype_argument",
     "pairs",
+    "ray_arguments",
+    "ray_executor",
     "workload_arguments",
     "workload_of_arguments",
 ]
@@ -127,6 +130,31 @@ def workload_arguments(
         "--size", action="append", default=[], metavar="K=V", help="a workload size (repeat)"
     )
     dtype_argument(parser)
+
+
+def ray_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--executor ray`` and its cluster's options."""
+    r = parser.add_argument_group("tuning on a Ray cluster (pip install 'tilefuse[ray]')")
+    r.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="ray: measure on the cluster's workers, one result per device fingerprint",
+    )
+    r.add_argument("--address", help="the cluster's HOST:PORT (default: start a local one)")
+    r.add_argument(
+        "--workers", type=int, help="CPU workers (default: one per GPU, else one per node)"
+    )
+    r.add_argument("--threads", type=int, default=1, help="threads of each CPU worker")
+
+
+def ray_executor(args: argparse.Namespace) -> AbstractContextManager[Any]:
+    """The Ray executor that ``--executor ray`` asks for, else ``None``."""
+    if args.executor != "ray":
+        return nullcontext()
+    from .distributed import RayExecutor
+
+    return RayExecutor(args.workers, address=args.address, threads=args.threads)
 
 
 def dtype_argument(parser: argparse.ArgumentParser) -> None:
