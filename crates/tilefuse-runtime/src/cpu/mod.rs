@@ -11,6 +11,7 @@ mod code;
 mod compile;
 mod ctx;
 mod gemm;
+mod gemm_call;
 mod gemm_match;
 mod halves;
 mod interpret;
