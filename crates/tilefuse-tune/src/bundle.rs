@@ -7,16 +7,14 @@
 //! their names).
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{Cache, CacheError, Entry, Origin, Written, io};
+use crate::cache::{Cache, CacheError, Entry, Origin, Written, io, write_atomically};
 use crate::key::CacheKey;
-use crate::layers::{LEARNED_DIR, save_learned};
-use crate::learned::LearnedHeuristic;
+use crate::learned::{LEARNED_DIR, LearnedHeuristic, learned_files, save_learned};
 
 /// What a bundle file says it is.
 const FORMAT: &str = "tilefuse-cache-bundle";
@@ -182,28 +180,4 @@ impl Bundle {
         }
         Ok((stored, warnings))
     }
-}
-
-/// Writes `text` to `path` atomically: a temporary file beside it,
-/// synced, then renamed over it, so that a reader or a crash never sees
-/// half a file.
-pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), CacheError> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut f = File::create(&tmp).map_err(io(&tmp))?;
-    f.write_all(text.as_bytes()).map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    fs::rename(&tmp, path).map_err(io(path))
-}
-
-/// The learned heuristics' files in the cache directory `dir`, by name.
-pub(crate) fn learned_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let Ok(listing) = fs::read_dir(dir.join(LEARNED_DIR)) else {
-        return Vec::new();
-    };
-    let mut paths: Vec<_> = listing
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    paths.sort();
-    paths
 }

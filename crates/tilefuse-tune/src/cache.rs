@@ -327,3 +327,14 @@ impl Cache {
         Ok(n)
     }
 }
+
+/// Writes `text` to `path` atomically: a temporary file beside it,
+/// synced, then renamed over it, so that a reader or a crash never sees
+/// half a file.
+pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), CacheError> {
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let mut f = File::create(&tmp).map_err(io(&tmp))?;
+    f.write_all(text.as_bytes()).map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    fs::rename(&tmp, path).map_err(io(path))
+}

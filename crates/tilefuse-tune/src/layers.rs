@@ -12,10 +12,9 @@ use tilefuse_ir::Fusion;
 use tilefuse_params::{HeuristicParams, ParamsError, SchedulerKind};
 use tilefuse_sched::DeviceInfo;
 
-use crate::bundle::{learned_files, write_atomically};
-use crate::cache::io;
 use crate::file_memo::FileMemo;
-use crate::learned::{LearnedHeuristic, Match, Pick};
+pub use crate::learned::{LEARNED_DIR, save_learned};
+use crate::learned::{LearnedHeuristic, Match, Pick, learned_files};
 use crate::warm::nearest;
 use crate::{Bundle, Cache, CacheError, CacheKey, Entry, Family};
 
@@ -24,8 +23,6 @@ static BUNDLES: FileMemo<Bundle> = FileMemo::new();
 /// Learned heuristics already read.
 static LEARNED: FileMemo<LearnedHeuristic> = FileMemo::new();
 
-/// The folder of the cache directory learned heuristics are kept in.
-pub const LEARNED_DIR: &str = "learned";
 /// Cache entries as [`served`] makes them.
 static SERVED: FileMemo<Value> = FileMemo::new();
 
@@ -214,15 +211,4 @@ pub fn learned(
         }
     }
     (alike, warnings)
-}
-
-/// Writes `h` into `dir`'s `learned/` folder as `NAME.json`, atomically;
-/// the file's path.
-pub fn save_learned(dir: &Path, h: &LearnedHeuristic) -> Result<PathBuf, CacheError> {
-    let folder = dir.join(LEARNED_DIR);
-    std::fs::create_dir_all(&folder).map_err(io(&folder))?;
-    let path = folder.join(format!("{}.json", h.name));
-    let text = serde_json::to_string_pretty(h).expect("a learned heuristic serializes");
-    write_atomically(&path, &text)?;
-    Ok(path)
 }

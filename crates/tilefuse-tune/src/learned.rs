@@ -5,6 +5,8 @@
 //! read from the cache directory's `learned/` folder, after the exact
 //! cache entry and before the default heuristic.
 
+use std::path::{Path, PathBuf};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tilefuse_ir::Fusion;
@@ -12,6 +14,7 @@ use tilefuse_params::{HeuristicParams, SchedulerKind};
 use tilefuse_sched::DeviceInfo;
 use tilefuse_schedulers::{Features, features};
 
+use crate::cache::{CacheError, io, write_atomically};
 use crate::key::DeviceKey;
 
 /// The document format's version; a document of another is not served.
@@ -244,6 +247,33 @@ impl LearnedHeuristic {
             }
         }
     }
+}
+
+/// The folder of the cache directory learned heuristics are kept in.
+pub const LEARNED_DIR: &str = "learned";
+
+/// Writes `h` into `dir`'s `learned/` folder as `NAME.json`, atomically;
+/// the file's path.
+pub fn save_learned(dir: &Path, h: &LearnedHeuristic) -> Result<PathBuf, CacheError> {
+    let folder = dir.join(LEARNED_DIR);
+    std::fs::create_dir_all(&folder).map_err(io(&folder))?;
+    let path = folder.join(format!("{}.json", h.name));
+    let text = serde_json::to_string_pretty(h).expect("a learned heuristic serializes");
+    write_atomically(&path, &text)?;
+    Ok(path)
+}
+
+/// The learned heuristics' files in the cache directory `dir`, by name.
+pub(crate) fn learned_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(listing) = std::fs::read_dir(dir.join(LEARNED_DIR)) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<_> = listing
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    paths
 }
 
 #[cfg(test)]
