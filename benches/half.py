@@ -100,6 +100,7 @@ def main() -> None:
         choices=("softmax", "layernorm", "chain", "column_sum", "matmul"),
     )
     parser.add_argument("--json", metavar="OUT")
+    parser.add_argument("--label", default="this machine", help="the machine's name in the report")
     args = parser.parse_args()
     cases = args.case or ["softmax", "layernorm", "chain", "column_sum", "matmul"]
     rows = [one_case(c, args.size, args.repeat) for c in cases]
@@ -107,6 +108,7 @@ def main() -> None:
     if args.json:
         info = tf.Device.cpu().info
         meta = {**stamp(), "device": info["name"], "torch": torch.__version__}
+        meta["label"] = args.label
         meta["threads"] = torch.get_num_threads()
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
 
