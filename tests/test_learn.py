@@ -18,7 +18,7 @@ from tilefuse import _native
 from tilefuse.cli import main
 from tilefuse.collect import grid
 from tilefuse.family_times import DEFAULT, FamilyTimes
-from tilefuse.learn import _cover, _guard, _label, _tree
+from tilefuse.learn import TREE, _cover, _guard, _label, _tree
 
 # Each test its own cache: collecting and learning write into it.
 pytestmark = pytest.mark.usefixtures("own_cache")
@@ -99,7 +99,7 @@ def test_the_rust_walk_picks_what_the_fitted_tree_predicts(collected: tf.Device)
     nodes, _ = _tree(x, labels, seed=0)
     configs = [{"scheduler": "reduction", "unroll_factor_reduction": u} for u in (2, 4)]
     _native.learned_save(works[0]._native, collected._native, "walk", nodes, configs, {})
-    fit = DecisionTreeClassifier(max_depth=4, min_samples_leaf=2, random_state=0).fit(x, labels)
+    fit = DecisionTreeClassifier(**TREE, random_state=0).fit(x, labels)
     for w, want in zip(works, fit.predict(x), strict=True):
         params, _, _, _, _ = _native.learned_get(w._native, collected._native)
         got = -1 if params is None else [2, 4].index(params["unroll_factor_reduction"])

@@ -350,13 +350,22 @@ def _label(row: dict[str, float], chosen: list[str], tolerance: float) -> int:
     return -1 if row[DEFAULT] <= (1 + 2 * tolerance) * row[fastest] else chosen.index(fastest)
 
 
+#: The tree's size. A leaf holds four shapes at least: of two or three,
+#: every one of which ran its config faster than the default, leaves ran
+#: held-out shapes up to 1.19x the default (a layernorm; a row sum 1.16x;
+#: `benches/learned.py`, replayed from ``benches/families``). At four
+#: those keep the default; column sums keep their 1.27x (docs/tuning.md,
+#: "Learned heuristics") and their learned gain falls from 1.14x to 1.06x.
+TREE = {"max_depth": 4, "min_samples_leaf": 4}
+
+
 def _tree(
     features: list[list[float]], labels: list[int], seed: int
 ) -> tuple[list[dict[str, Any]], list[int]]:
-    """A decision tree over the features, as the document's nodes: splits
-    (``x[feature] <= threshold`` goes left) and leaves naming a config
-    index or ``None`` (the default heuristic); and the leaf each sample
-    falls in. A leaf holds two shapes at least."""
+    """A decision tree over the features (:data:`TREE`), as the document's
+    nodes: splits (``x[feature] <= threshold`` goes left) and leaves naming
+    a config index or ``None`` (the default heuristic); and the leaf each
+    sample falls in."""
     if len(set(labels)) == 1:
         return [{"leaf": None if labels[0] < 0 else labels[0]}], [0] * len(labels)
     try:
@@ -365,7 +374,7 @@ def _tree(
         raise ImportError(
             "learn: fitting the tree needs scikit-learn: pip install tilefuse[learn]"
         ) from e
-    fit = DecisionTreeClassifier(max_depth=4, min_samples_leaf=2, random_state=seed)
+    fit = DecisionTreeClassifier(**TREE, random_state=seed)
     fit.fit(features, labels)
     t = fit.tree_
     nodes: list[dict[str, Any]] = []
