@@ -12,6 +12,9 @@ held out once, its learned params' time beside its tuned winner's and
 default heuristic's. ``--record DIR`` keeps each family's times as
 ``DIR/<family>_<device>.json``, which ``tilefuse learn --replay`` learns
 from again without timing.
+Seconds are split three ways: collection (tuning every shape) per shape;
+timing every shape's winner at every shape, side by side, with the k-fold
+evaluation; and learning proper, replayed from those times.
 The table gives per family the configs learned, the geometric mean of
 tuned time / learned time over the held-out shapes (1: as fast as tuning
 each shape), the worst held-out shape's learned time over its default's
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -43,14 +47,20 @@ def one_family(family: str, sizes: dict[str, str], args: argparse.Namespace) -> 
     start = time.perf_counter()
     found = tf.collect(family, sizes, args.device, effort=args.effort, seed=0, progress=False)
     collected = time.perf_counter() - start
-    record = None
-    if args.record:
-        Path(args.record).mkdir(parents=True, exist_ok=True)
-        record = Path(args.record) / f"{family}_{args.device}.json"
+    folder = Path(args.record) if args.record else Path(tempfile.mkdtemp(prefix="tilefuse-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    record = folder / f"{family}_{args.device}.json"
     r = tf.learn(
         family, sizes, args.device, folds=args.folds, seed=0, record=record, progress=False
     )
+    timed = time.perf_counter() - start - collected
+    # Learning proper (set cover, trees, every fold's lookups) from the
+    # times just recorded: what ``tilefuse learn --replay`` spends.
+    again = time.perf_counter()
+    tf.learn(family, None, args.device, folds=args.folds, seed=0, replay=record, progress=False)
+    learned = time.perf_counter() - again
     gains = r.gains or (None, None)
+    hit, miss = lookup_us(family, found[0].sizes, args.device)
     row = {
         "family": family,
         "shapes": len(found),
@@ -60,11 +70,39 @@ def one_family(family: str, sizes: dict[str, str], args: argparse.Namespace) -> 
         "worst learned / default": r.worst_over_default,
         "tuned speedup": gains[0],
         "learned speedup": gains[1],
-        "collect s": collected,
-        "learn s": time.perf_counter() - start - collected,
+        "collect s / shape": collected / len(found),
+        "time s": timed,
+        "learn s": learned,
+        "cache hit µs": hit,
+        "learned µs": miss,
     }
     print(json.dumps(row), file=sys.stderr, flush=True)
     return row
+
+
+def lookup_us(family: str, tuned: dict[str, Any], device: str) -> tuple[float, float]:
+    """Median µs of ``f.heuristics()`` at a tuned shape (a cache hit) and
+    at that shape one larger along its first axis, which nobody tuned (the
+    learned heuristic answers)."""
+    first = next(iter(tuned))
+    untuned = {**tuned, first: tuned[first] + 1}
+    hit = tf.workloads.get(family, **tuned).payload
+    miss = tf.workloads.get(family, **untuned).payload
+    source = miss.params_source(device)
+    if not source.startswith("learned"):
+        raise SystemExit(f"{family} {untuned}: params from {source}, not the learned heuristic")
+    return _median_us(lambda: hit.heuristics(device=device)), _median_us(
+        lambda: miss.heuristics(device=device)
+    )
+
+
+def _median_us(call: Any, calls: int = 300) -> float:
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
 
 
 def main() -> None:
