@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -57,7 +58,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 def stamp() -> dict[str, str]:
     """What every result file's meta starts with: the date, and the
     command that made it (which its table prints)."""
-    return {"date": time.strftime("%Y-%m-%d"), "command": "python " + " ".join(sys.argv)}
+    return {"date": time.strftime("%Y-%m-%d"), "command": "python " + shlex.join(sys.argv)}
 
 
 def command(text: str) -> str:
