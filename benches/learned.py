@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import tilefuse as tf
+from tilefuse.timing import Budget, call_sampler, interleave
 
 sys.path.insert(0, str(Path(__file__).parent))
 from report import stamp, table
@@ -47,7 +48,8 @@ def one_family(family: str, sizes: dict[str, str], args: argparse.Namespace) -> 
     start = time.perf_counter()
     found = tf.collect(family, sizes, args.device, effort=args.effort, seed=0, progress=False)
     collected = time.perf_counter() - start
-    folder = Path(args.record) if args.record else Path(tempfile.mkdtemp(prefix="tilefuse-"))
+    # Without --record, the times go beside this run's own cache.
+    folder = Path(args.record or os.environ["TILEFUSE_CACHE"])
     folder.mkdir(parents=True, exist_ok=True)
     record = folder / f"{family}_{args.device}.json"
     r = tf.learn(
@@ -81,9 +83,9 @@ def one_family(family: str, sizes: dict[str, str], args: argparse.Namespace) -> 
 
 
 def lookup_us(family: str, tuned: dict[str, Any], device: str) -> tuple[float, float]:
-    """Median µs of ``f.heuristics()`` at a tuned shape (a cache hit) and
-    at that shape one larger along its first axis, which nobody tuned (the
-    learned heuristic answers)."""
+    """Median µs of ``f.heuristics()``, interleaved, at a tuned shape (a
+    cache hit) and at that shape one larger along its first axis, which
+    nobody tuned (the learned heuristic answers)."""
     first = next(iter(tuned))
     untuned = {**tuned, first: tuned[first] + 1}
     hit = tf.workloads.get(family, **tuned).payload
@@ -91,18 +93,14 @@ def lookup_us(family: str, tuned: dict[str, Any], device: str) -> tuple[float, f
     source = miss.params_source(device)
     if not source.startswith("learned"):
         raise SystemExit(f"{family} {untuned}: params from {source}, not the learned heuristic")
-    return _median_us(lambda: hit.heuristics(device=device)), _median_us(
-        lambda: miss.heuristics(device=device)
+    samples = interleave(
+        {
+            "hit": call_sampler(lambda: hit.heuristics(device=device)),
+            "miss": call_sampler(lambda: miss.heuristics(device=device)),
+        },
+        Budget(warmup=0.01, rep=0.05),
     )
-
-
-def _median_us(call: Any, calls: int = 300) -> float:
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+    return statistics.median(samples["hit"]) * 1e6, statistics.median(samples["miss"]) * 1e6
 
 
 def main() -> None:
